@@ -1,0 +1,2 @@
+//! Encoders that produce the Mooncake master's exact bytes.
+// PENDING (helper).

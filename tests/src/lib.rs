@@ -1,0 +1,1 @@
+//! Integration tests across the hicache-index crates live in `tests/`.
