@@ -1,7 +1,35 @@
 //! SGLang HiCache page hashes: a SHA-256 chain over full pages of tokens.
+//!
+//! Exactly as SGLang 0.5.23 computes them (`mem_cache/utils.py` over
+//! `cpp_utils/hash_binding.cpp`):
+//!
+//! ```text
+//! n_pages  = floor(units / page_size)        units = tokens, or tokens - 1 bigrams (EAGLE)
+//! page i   = SHA-256( prior ‖ body_i )
+//! prior    = digest of page i-1 (32 bytes); for page 0 the namespace seed, or nothing
+//! body_i   = every token of the page as u32 LE                        (plain)
+//!          | every bigram (a, b) of the page as LE(a) ‖ LE(b), u32s  (EAGLE)
+//!          | 0xff ‖ the same values as u64 LE                         (wide: see below)
+//! seed     = SHA-256( "sglang-cache-namespace-v1" ‖ field(extra_key) ‖ field(cache_salt) )
+//! field    = 0x00 for None | 0x01 ‖ u64_le(len) ‖ utf8 bytes
+//! ```
+//!
+//! **Wide pages.** When a token of a page does not fit in a u32, the page is hashed in the wide
+//! form: `0xff` (an odd byte count keeps it apart from every u32 page) then every value as u64 LE.
+//! A page's tokens are, for EAGLE, the `page_size + 1` raw tokens its bigrams are made of: page
+//! `i` covers `t[i*P ..= i*P + P]`, so a large token at `t[(i+1)*P]` makes both page `i` and page
+//! `i + 1` wide. This is SGLang's `has_wide_tokens` window. SGLang refuses tokens above
+//! `i64::MAX` (it raises and stores nothing); they are hashed here in the wide form all the same,
+//! which can only produce a page no store holds (a miss).
+//!
+//! Hashing is lazy ([`PageHashes`] is an iterator), so a query that stops at its first missing
+//! page never pays for the rest.
 
 use core::fmt;
+use core::iter::FusedIterator;
 use core::str::FromStr;
+
+use sha2::{Digest, Sha256};
 
 /// The SHA-256 digest that names one logical page of tokens.
 ///
@@ -77,4 +105,264 @@ impl FromStr for PageHash {
     }
 }
 
-// PAGE HASHING PENDING (helper): see the crate's issue 2.
+/// A token id that can be hashed: `u32` (the usual tokenizer output) or `u64`.
+///
+/// The same ids give the same page hashes whatever the integer type; only values above
+/// `u32::MAX` switch a page to the wide form.
+pub trait Token: Copy {
+    /// Returns the token id as a `u64`.
+    fn to_u64(self) -> u64;
+}
+
+impl Token for u32 {
+    #[inline]
+    fn to_u64(self) -> u64 {
+        u64::from(self)
+    }
+}
+
+impl Token for u64 {
+    #[inline]
+    fn to_u64(self) -> u64 {
+        self
+    }
+}
+
+/// The cache namespace of a request: SGLang 0.5.23 seeds the page-hash chain of a request that
+/// has either field.
+///
+/// A router that does not know a request's namespace MUST hash with [`Namespace::NONE`] and claim
+/// hits only for un-namespaced requests.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Namespace<'a> {
+    /// SGLang's `extra_key` (the user key, with the LoRA id appended).
+    pub extra_key: Option<&'a str>,
+    /// SGLang's `cache_salt`.
+    pub cache_salt: Option<&'a str>,
+}
+
+impl Namespace<'_> {
+    /// No namespace: the plain chain, page 0 hashed without a prior.
+    pub const NONE: Namespace<'static> = Namespace {
+        extra_key: None,
+        cache_salt: None,
+    };
+
+    /// Returns whether neither field is set (an empty string is set).
+    pub fn is_none(&self) -> bool {
+        self.extra_key.is_none() && self.cache_salt.is_none()
+    }
+}
+
+/// The domain tag that opens every namespace seed.
+const NAMESPACE_TAG: &[u8] = b"sglang-cache-namespace-v1";
+
+/// Returns the prior of page 0 for `namespace`: `None` for [`Namespace::NONE`].
+///
+/// ```
+/// use hicache_index::hash::{namespace_seed, Namespace};
+///
+/// assert_eq!(namespace_seed(Namespace::NONE), None);
+/// let salted = Namespace { extra_key: None, cache_salt: Some("tenant-a") };
+/// assert_eq!(
+///     namespace_seed(salted).unwrap().to_string(),
+///     "9d303df3761a7561353e2ae7459eb4ab12a08abb37951b696aa4f0c059c7caaa",
+/// );
+/// ```
+pub fn namespace_seed(namespace: Namespace<'_>) -> Option<PageHash> {
+    if namespace.is_none() {
+        return None;
+    }
+    let mut digest = Sha256::new();
+    digest.update(NAMESPACE_TAG);
+    for part in [namespace.extra_key, namespace.cache_salt] {
+        match part {
+            None => digest.update([0x00]),
+            Some(text) => {
+                digest.update([0x01]);
+                digest.update((text.len() as u64).to_le_bytes());
+                digest.update(text.as_bytes());
+            }
+        }
+    }
+    Some(PageHash(digest.finalize().into()))
+}
+
+/// The page hashes of a token sequence, computed one page at a time as the iterator advances.
+///
+/// Yields exactly [`PageHashes::page_count`] hashes (only full pages count). Nothing is hashed
+/// before [`Iterator::next`] asks for a page, and no page allocates.
+///
+/// ```
+/// use hicache_index::hash::{Namespace, PageHashes};
+///
+/// let tokens: Vec<u32> = (1..=10).collect();
+/// let mut pages = PageHashes::new(&tokens, 4, false, Namespace::NONE);
+/// assert_eq!(pages.page_count(), 2);
+/// assert_eq!(
+///     pages.next().unwrap().to_string(),
+///     "cf97adeedb59e05bfd73a2b4c2a8885708c4f4f70c84c64b27120e72ab733b72",
+/// );
+/// ```
+#[derive(Clone, Debug)]
+pub struct PageHashes<'t, T: Token> {
+    tokens: &'t [T],
+    page_size: usize,
+    eagle: bool,
+    prior: Option<[u8; 32]>,
+    next_page: usize,
+    page_count: usize,
+}
+
+impl<'t, T: Token> PageHashes<'t, T> {
+    /// Prepares to hash the full pages of `tokens`; only the namespace seed is computed here.
+    ///
+    /// `page_size` is in tokens (in bigrams with `eagle`); a page size of 0 yields no pages.
+    pub fn new(tokens: &'t [T], page_size: u32, eagle: bool, namespace: Namespace<'_>) -> Self {
+        let page_size = usize::try_from(page_size).unwrap_or(usize::MAX);
+        let units = if eagle {
+            tokens.len().saturating_sub(1)
+        } else {
+            tokens.len()
+        };
+        let page_count = units.checked_div(page_size).unwrap_or(0);
+        PageHashes {
+            tokens,
+            page_size,
+            eagle,
+            prior: namespace_seed(namespace).map(|seed| seed.0),
+            next_page: 0,
+            page_count,
+        }
+    }
+
+    /// Returns the number of full pages of the input, consumed or not.
+    pub fn page_count(&self) -> usize {
+        self.page_count
+    }
+
+    /// Returns the raw tokens page `index` is made of (`page_size + 1` of them with EAGLE).
+    fn page_tokens(&self, index: usize) -> &'t [T] {
+        let start = index * self.page_size;
+        let end = start + self.page_size + usize::from(self.eagle);
+        &self.tokens[start..end]
+    }
+}
+
+impl<T: Token> Iterator for PageHashes<'_, T> {
+    type Item = PageHash;
+
+    fn next(&mut self) -> Option<PageHash> {
+        if self.next_page >= self.page_count {
+            return None;
+        }
+        let raw = self.page_tokens(self.next_page);
+        self.next_page += 1;
+
+        let wide = raw.iter().any(|t| t.to_u64() > u64::from(u32::MAX));
+        let mut digest = Sha256::new();
+        if let Some(prior) = &self.prior {
+            digest.update(prior);
+        }
+        if wide {
+            digest.update([0xff]);
+        }
+        let mut body = PageBody::new(digest, wide);
+        if self.eagle {
+            for pair in raw.windows(2) {
+                body.push(pair[0].to_u64());
+                body.push(pair[1].to_u64());
+            }
+        } else {
+            for token in raw {
+                body.push(token.to_u64());
+            }
+        }
+        let page = body.finish();
+        self.prior = Some(page);
+        Some(PageHash(page))
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let left = self.page_count - self.next_page;
+        (left, Some(left))
+    }
+}
+
+impl<T: Token> ExactSizeIterator for PageHashes<'_, T> {}
+
+impl<T: Token> FusedIterator for PageHashes<'_, T> {}
+
+/// Bytes of a page body gathered on the stack before they go to SHA-256 in one call.
+const BODY_CHUNK: usize = 512;
+
+/// A page body being encoded: values as u32 LE (or u64 LE when wide), fed in chunks.
+struct PageBody {
+    digest: Sha256,
+    wide: bool,
+    buf: [u8; BODY_CHUNK],
+    len: usize,
+}
+
+impl PageBody {
+    fn new(digest: Sha256, wide: bool) -> Self {
+        PageBody {
+            digest,
+            wide,
+            buf: [0; BODY_CHUNK],
+            len: 0,
+        }
+    }
+
+    /// Appends one value; a narrow body only ever receives values that fit in a u32.
+    #[inline]
+    fn push(&mut self, value: u64) {
+        if self.len + 8 > BODY_CHUNK {
+            self.digest.update(&self.buf[..self.len]);
+            self.len = 0;
+        }
+        if self.wide {
+            self.buf[self.len..self.len + 8].copy_from_slice(&value.to_le_bytes());
+            self.len += 8;
+        } else {
+            // Narrow pages hold no value above u32::MAX: the caller checked the whole page.
+            let narrow = value as u32;
+            self.buf[self.len..self.len + 4].copy_from_slice(&narrow.to_le_bytes());
+            self.len += 4;
+        }
+    }
+
+    fn finish(mut self) -> [u8; 32] {
+        self.digest.update(&self.buf[..self.len]);
+        self.digest.finalize().into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn body_chunks_do_not_change_the_digest() {
+        // 300 u32 tokens (1200 bytes) and 100 wide ones (800 bytes) cross several chunks.
+        let tokens: alloc::vec::Vec<u64> = (0..300).collect();
+        let page = PageHashes::new(&tokens, 300, false, Namespace::NONE)
+            .next()
+            .expect("one full page");
+        let mut bytes = alloc::vec::Vec::new();
+        for t in &tokens {
+            bytes.extend_from_slice(&(*t as u32).to_le_bytes());
+        }
+        assert_eq!(page.0, <[u8; 32]>::from(Sha256::digest(&bytes)));
+
+        let wide: alloc::vec::Vec<u64> = (0..100).map(|i| (1 << 40) + i).collect();
+        let page = PageHashes::new(&wide, 100, false, Namespace::NONE)
+            .next()
+            .expect("one full page");
+        let mut bytes = alloc::vec![0xff];
+        for t in &wide {
+            bytes.extend_from_slice(&t.to_le_bytes());
+        }
+        assert_eq!(page.0, <[u8; 32]>::from(Sha256::digest(&bytes)));
+    }
+}

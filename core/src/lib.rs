@@ -1,6 +1,70 @@
-//! hicache-index: which pages of a request are fully present in a Mooncake store.
+//! hicache-index: which leading pages of a request are fully present in a Mooncake store.
 //!
-//! CRATE DOCS PENDING.
+//! SGLang HiCache keeps KV pages in a shared Mooncake store ("L3"), one logical page as several
+//! physical objects. The Mooncake master publishes an event for every object stored or removed.
+//! This crate turns that event stream into an index a router can ask, in microseconds and
+//! without a network call: for these tokens, how many leading pages are fully present?
+//!
+//! The rule above all: **never claim a page that is not there.** Every lost event, gap,
+//! restart, unknown input or doubt degrades to misses, visibly (counters, [`Health`]), never
+//! to false hits.
+//!
+//! The crate is `no_std` + `alloc` and sans-IO: it reads no clock, opens no socket and starts
+//! no thread. A driver (the `hicache-index-tokio` or `hicache-index-smol` transports, or your
+//! own) feeds it messages and times and executes the [`Effect`]s it returns.
+//!
+//! # The flow
+//! ```text
+//! ingest:  frames --decode--> Batch --sequence--> applied batches --index--> pages  (+ Effects out)
+//! query:   tokens --page hashes (lazy)--> probe per page --> Hits (prefix, map, trust)
+//! time:    poll_timeout() -> deadline; the driver sleeps until then; handle_timeout(now)
+//! ```
+//!
+//! # The driving contract
+//! 1. Make a [`Session`] from a [`Config`]. With an endpoint configured, [`Session::poll_timeout`]
+//!    is due at once and [`Session::handle_timeout`] returns [`Effect::Connect`].
+//! 2. Execute every effect in order: connect or disconnect the SUB socket, fetch a snapshot
+//!    or verify keys over the master's HTTP side, and report the outcome with
+//!    [`Session::handle_connected`], [`Session::handle_disconnected`],
+//!    [`Session::handle_snapshot`], [`Session::handle_snapshot_failed`] or
+//!    [`Session::handle_verify_result`]. Every other effect is a report to log or count.
+//! 3. Hand every received multipart message to [`Session::feed`] with the current time.
+//! 4. Sleep until the next message or until [`Session::poll_timeout`], then call
+//!    [`Session::handle_timeout`]; an early call is a no-op.
+//! 5. Ask [`Session::query`] (`&self`) at any time in between.
+//!
+//! # Example
+//! A master stored both objects of one page (TP 1, page size 4); the router asks about ten
+//! tokens, two full pages, of which the first is present:
+//! ```
+//! use hicache_index::{Config, Effect, Health, Instant, Layout, Lookup, ModelLayout, Session, SglangParams};
+//!
+//! let layout = Layout::from_sglang(&SglangParams::new(4, 1)).unwrap();
+//! let mut session = Session::new(Config {
+//!     endpoint: Some("tcp://127.0.0.1:5557".into()),
+//!     layouts: vec![ModelLayout { model: None, layout }],
+//!     ..Config::default()
+//! })
+//! .unwrap();
+//!
+//! // Time starts: the session asks the driver to connect.
+//! let now = Instant::ZERO;
+//! assert_eq!(session.poll_timeout(), Some(now));
+//! let effects = session.handle_timeout(now);
+//! assert!(matches!(&effects[0], Effect::Connect { endpoint } if endpoint == "tcp://127.0.0.1:5557"));
+//! let _ = session.handle_connected(now);
+//! assert_eq!(session.health(), Health::Live);
+//!
+//! // One message from the master: [topic, seq, payload].
+//! let payload = include_bytes!("../tests/fixtures/stored_k_v_seq1.msgpack");
+//! let seq = 1u64.to_be_bytes();
+//! let effects = session.feed(Instant::from_millis(1), &[b"", &seq, payload]);
+//! assert!(effects.is_empty());
+//!
+//! let tokens: Vec<u32> = (1..=10).collect();
+//! let hits = session.query(&Lookup::tokens(&tokens)).unwrap();
+//! assert_eq!((hits.prefix_pages, hits.total_pages, hits.trust), (1, 2, Health::Live));
+//! ```
 #![no_std]
 #![forbid(unsafe_code)]
 
@@ -8,12 +72,30 @@ extern crate alloc;
 #[cfg(test)]
 extern crate std;
 
+pub mod effect;
+pub mod error;
 pub mod frame;
 pub mod hash;
+pub mod index;
 pub mod layout;
+pub mod metrics;
+pub mod query;
+pub mod sequence;
+pub mod session;
 pub mod time;
 
-pub use frame::{Batch, Event, EventKind, FrameError, Medium, PayloadError, Seq, Timestamp};
-pub use hash::PageHash;
-pub use layout::{HitPolicy, Layout, ObjectKey, Pool};
+pub use effect::{ClearReason, Effect, Effects, Health, ResyncFailure, StrayReason};
+pub use error::{ConfigError, QueryError};
+pub use frame::{
+    decode, Batch, Event, EventKind, FrameError, Medium, PayloadError, Seq, Timestamp,
+};
+pub use hash::{Namespace, PageHash, PageHashes};
+pub use index::{Index, IndexConfig, DEFAULT_TENANT};
+pub use layout::{parse_object_key, HitPolicy, Layout, LayoutError, ObjectKey, Pool, SglangParams};
+pub use metrics::Counters;
+pub use query::{Hits, Lookup, Pages, Tokens};
+pub use sequence::ReorderConfig;
+pub use session::{
+    BackoffConfig, Config, ModelLayout, ResyncConfig, Session, VerifyConfig, WorkerInfo,
+};
 pub use time::Instant;

@@ -1,0 +1,249 @@
+//! Effects: what the session asks of its driver, returned as plain data.
+
+use alloc::string::String;
+use alloc::vec::Vec;
+use core::ops::Deref;
+
+use crate::frame::{FrameError, Seq};
+use crate::hash::PageHash;
+
+/// The session's health, which a router can gate on and which every query answer carries.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Health {
+    /// No connection, and none in progress (waiting for a reconnect time or an endpoint).
+    Disconnected,
+    /// A connection was asked for and has not been confirmed.
+    Connecting,
+    /// Connected, and the index reflects every event since the last clear.
+    Live,
+    /// Connected, and a resynchronisation is under way: present pages may be missing (misses),
+    /// never the other way round.
+    Recovering,
+}
+
+impl Health {
+    /// Returns the lowercase name used in metrics and JSON (`"live"`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Health::Disconnected => "disconnected",
+            Health::Connecting => "connecting",
+            Health::Live => "live",
+            Health::Recovering => "recovering",
+        }
+    }
+}
+
+/// Why the index forgot pages.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum ClearReason {
+    /// Sequence numbers were skipped: events were lost.
+    Gap,
+    /// The publisher started again: its old objects are gone.
+    Restart,
+    /// The connection was lost: events may have been missed.
+    Disconnected,
+    /// The event endpoint changed: a different stream.
+    EndpointChanged,
+    /// A `removed` event could not be read: which object went is unknown.
+    UnreadableRemoval,
+    /// The publisher sent a `cleared` event (for one tenant, or for all).
+    PublisherCleared,
+    /// The driver asked for it.
+    Requested,
+}
+
+impl ClearReason {
+    /// Returns the lowercase name used in metrics and logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ClearReason::Gap => "gap",
+            ClearReason::Restart => "restart",
+            ClearReason::Disconnected => "disconnected",
+            ClearReason::EndpointChanged => "endpoint_changed",
+            ClearReason::UnreadableRemoval => "unreadable_removal",
+            ClearReason::PublisherCleared => "publisher_cleared",
+            ClearReason::Requested => "requested",
+        }
+    }
+}
+
+/// Why a message was ignored without being read as a batch of this stream.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum StrayReason {
+    /// Its topic was not the one subscribed to (another publisher on the socket).
+    Topic,
+    /// It did not have exactly three frames.
+    FrameCount(usize),
+}
+
+/// Why a resynchronisation did not complete.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum ResyncFailure {
+    /// The driver reported that the fetch failed.
+    Fetch,
+    /// The driver did not answer within the fetch timeout.
+    Timeout,
+    /// More live batches arrived during the fetch than the buffer holds.
+    BufferFull,
+}
+
+/// One thing the driver must do or may report.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum Effect {
+    /// Connect the subscriber to `endpoint` now, closing any previous connection; then call
+    /// `handle_connected` or `handle_disconnected`.
+    Connect {
+        /// The ZeroMQ endpoint, e.g. `tcp://10.0.0.5:5557`.
+        endpoint: String,
+    },
+    /// Close the subscriber's connection.
+    Disconnect,
+    /// The index forgot pages (report only).
+    Cleared {
+        /// Why.
+        reason: ClearReason,
+        /// Pages forgotten.
+        pages: usize,
+        /// Objects forgotten.
+        objects: usize,
+    },
+    /// Sequence numbers were skipped (report only; a clear or resync follows).
+    Gap {
+        /// The sequence expected.
+        expected: Seq,
+        /// The sequence that arrived (or resumed after a reorder window gave up).
+        received: Seq,
+    },
+    /// A batch arrived twice and was skipped (report only).
+    Duplicate {
+        /// Its sequence.
+        seq: Seq,
+    },
+    /// A late copy of an applied batch was skipped (report only).
+    Late {
+        /// Its sequence.
+        seq: Seq,
+    },
+    /// The publisher started again (report only; a clear or resync follows).
+    Restart {
+        /// The last sequence of the old stream.
+        last: Seq,
+        /// The first sequence of the new one.
+        received: Seq,
+    },
+    /// A message on the subscribed topic did not decode; it was dropped (report only).
+    Malformed {
+        /// What was wrong.
+        error: FrameError,
+    },
+    /// A message that is not part of this stream was ignored (report only).
+    Stray {
+        /// Why it is not.
+        reason: StrayReason,
+    },
+    /// Fetch the master's key list (`GET /get_all_keys`) and hand it to `handle_snapshot`, or
+    /// report failure with `handle_snapshot_failed`.
+    FetchSnapshot {
+        /// The request number to answer with.
+        request: u64,
+    },
+    /// Ask the master which of `keys` exist (`GET /batch_query_keys`) and hand the answer to
+    /// `handle_verify_result`.
+    VerifyKeys {
+        /// The request number to answer with.
+        request: u64,
+        /// The object keys to check.
+        keys: Vec<String>,
+    },
+    /// A resynchronisation completed (report only).
+    Resynced {
+        /// Keys applied from the snapshot.
+        keys: usize,
+        /// Buffered batches replayed after it.
+        replayed: usize,
+    },
+    /// A resynchronisation did not complete; it is retried later (report only).
+    ResyncFailed {
+        /// Why.
+        reason: ResyncFailure,
+    },
+    /// A verification found objects that the master no longer has (report only).
+    StaleFound {
+        /// Objects removed from the index.
+        keys: usize,
+        /// Objects checked.
+        checked: usize,
+    },
+    /// The health changed (report only).
+    HealthChanged {
+        /// The old health.
+        from: Health,
+        /// The new health.
+        to: Health,
+    },
+    /// Workers advertise different event endpoints; the session keeps `kept` (report only).
+    EndpointDisagreement {
+        /// The endpoint in use (or chosen by majority when none was).
+        kept: String,
+        /// How many distinct endpoints are advertised.
+        distinct: usize,
+    },
+    /// Workers serving `model` advertise different layouts; the first one stays (report only).
+    LayoutDisagreement {
+        /// The model.
+        model: String,
+        /// The worker whose layout differs.
+        worker: String,
+    },
+    /// A page became complete or incomplete under a watched layout (only with page deltas on).
+    /// A [`Effect::Cleared`] means every page in its scope became incomplete.
+    Page {
+        /// The tenant.
+        tenant: String,
+        /// The key prefix.
+        prefix: Option<String>,
+        /// The page.
+        page: PageHash,
+        /// Whether the page is now complete.
+        complete: bool,
+    },
+}
+
+/// The effects of one call, in the order they happened.
+#[must_use = "effects ask the driver to act; dropping them loses connects, fetches and reports"]
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Effects(Vec<Effect>);
+
+impl Effects {
+    /// Makes an empty list (no allocation).
+    pub fn new() -> Effects {
+        Effects(Vec::new())
+    }
+
+    pub(crate) fn push(&mut self, effect: Effect) {
+        self.0.push(effect);
+    }
+
+    /// Returns the effects as a vector.
+    pub fn into_vec(self) -> Vec<Effect> {
+        self.0
+    }
+}
+
+impl Deref for Effects {
+    type Target = [Effect];
+
+    fn deref(&self) -> &[Effect] {
+        &self.0
+    }
+}
+
+impl IntoIterator for Effects {
+    type Item = Effect;
+    type IntoIter = alloc::vec::IntoIter<Effect>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.into_iter()
+    }
+}

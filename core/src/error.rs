@@ -1,0 +1,62 @@
+//! Errors for a caller's misuse: bad configuration and queries that cannot be answered.
+
+use core::fmt;
+
+use crate::layout::LayoutError;
+
+/// Why a query could not be answered (a miss is not an error: it is an answer).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum QueryError {
+    /// No layout is configured or advertised for the model asked about.
+    UnknownModel,
+    /// No model was named and there is not exactly one layout to default to.
+    NoDefaultLayout,
+}
+
+impl fmt::Display for QueryError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            QueryError::UnknownModel => f.write_str("no layout is known for that model"),
+            QueryError::NoDefaultLayout => {
+                f.write_str("no model was named and there is not exactly one layout to use")
+            }
+        }
+    }
+}
+
+/// Why a configuration was refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// A layout is invalid.
+    Layout(LayoutError),
+    /// `max_pages` is zero.
+    NoPages,
+    /// Two layouts were configured for the same model.
+    DuplicateModel,
+    /// A resync buffer bound is zero.
+    ResyncBuffer,
+    /// A verification sample size or interval is zero.
+    Verify,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConfigError::Layout(e) => write!(f, "invalid layout: {e}"),
+            ConfigError::NoPages => f.write_str("max_pages must be at least 1"),
+            ConfigError::DuplicateModel => f.write_str("two layouts are configured for one model"),
+            ConfigError::ResyncBuffer => f.write_str("the resync buffer bounds must be at least 1"),
+            ConfigError::Verify => {
+                f.write_str("verification needs a sample of at least 1 key and a non-zero interval")
+            }
+        }
+    }
+}
+
+impl From<LayoutError> for ConfigError {
+    fn from(e: LayoutError) -> ConfigError {
+        ConfigError::Layout(e)
+    }
+}

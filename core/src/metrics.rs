@@ -1,0 +1,98 @@
+//! Counters: everything the session saw, as one plain struct.
+
+/// Every counter and gauge of a session, readable at any time with `Session::counters`.
+///
+/// Counters only grow (until the session is dropped); `pages`, `objects`, `held_batches` and
+/// `buffered_batches` are gauges.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Counters {
+    /// Batches applied to the index (live or replayed).
+    pub batches: u64,
+    /// Events in applied batches.
+    pub events: u64,
+    /// `stored` events applied.
+    pub stored: u64,
+    /// `removed` events applied.
+    pub removed: u64,
+    /// `cleared` events applied.
+    pub publisher_clears: u64,
+    /// Events of a type the decoder does not know (ignored).
+    pub unknown_events: u64,
+    /// `stored` events without an object key (ignored).
+    pub stored_without_key: u64,
+    /// `removed` events without an object key (each forces a clear).
+    pub unreadable_removals: u64,
+    /// Duplicate batches skipped.
+    pub duplicates: u64,
+    /// Late copies skipped (reorder window).
+    pub late: u64,
+    /// Batches held out of order (reorder window).
+    pub held: u64,
+    /// Gaps seen.
+    pub gaps: u64,
+    /// Sequence numbers skipped across all gaps.
+    pub missing_sequences: u64,
+    /// Publisher restarts seen.
+    pub restarts: u64,
+    /// Clears after a gap.
+    pub clears_gap: u64,
+    /// Clears after a restart.
+    pub clears_restart: u64,
+    /// Clears after a lost connection.
+    pub clears_disconnected: u64,
+    /// Clears after an endpoint change.
+    pub clears_endpoint: u64,
+    /// Clears after an unreadable removal.
+    pub clears_unreadable_removal: u64,
+    /// Clears the driver asked for.
+    pub clears_requested: u64,
+    /// Messages with another topic.
+    pub stray_topic: u64,
+    /// Messages without exactly three frames.
+    pub stray_frame_count: u64,
+    /// Messages whose sequence frame was not 8 bytes.
+    pub malformed_seq: u64,
+    /// Messages whose payload did not decode.
+    pub malformed_payload: u64,
+    /// Object keys that do not parse as `{P}_{H}{S}`.
+    pub unparsed_keys: u64,
+    /// Objects not tracked because a namespace or suffix table was full.
+    pub untracked_objects: u64,
+    /// Events whose group id did not name the key's logical key.
+    pub group_id_mismatches: u64,
+    /// Pages evicted to stay within the cap.
+    pub evictions: u64,
+    /// Pages held (gauge).
+    pub pages: u64,
+    /// Objects present (gauge).
+    pub objects: u64,
+    /// Connections asked for.
+    pub connects: u64,
+    /// Connections lost or failed.
+    pub disconnects: u64,
+    /// Resynchronisations started.
+    pub resyncs_started: u64,
+    /// Resynchronisations completed.
+    pub resyncs_completed: u64,
+    /// Resynchronisations failed (fetch error, timeout or buffer overflow).
+    pub resyncs_failed: u64,
+    /// Keys applied from snapshots.
+    pub snapshot_keys: u64,
+    /// Snapshot or verification answers for a request no longer current.
+    pub stale_answers: u64,
+    /// Verification rounds completed.
+    pub verify_rounds: u64,
+    /// Keys checked by verification.
+    pub verified_keys: u64,
+    /// Keys verification found absent and removed.
+    pub stale_keys_found: u64,
+    /// Batches held out of order now (gauge).
+    pub held_batches: u64,
+    /// Batches buffered during a resynchronisation now (gauge).
+    pub buffered_batches: u64,
+    /// Queries answered.
+    pub queries: u64,
+    /// Pages reported as hits (prefix pages) across all queries.
+    pub hit_pages: u64,
+}

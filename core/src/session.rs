@@ -1,0 +1,1083 @@
+//! The session: the sans-IO machine a transport drives.
+//!
+//! A [`Session`] owns the index, the stream's sequence tracker, the connection lifecycle with
+//! its backoff, the worker directory, resynchronisation and verification. It reads no clock and
+//! does no IO: the driver hands it messages and times, and executes the [`Effect`]s it returns.
+//!
+//! # The driving loop
+//! ```text
+//! loop {
+//!     deadline = session.poll_timeout()            // None: nothing timed is pending
+//!     wait until a message arrives, an answer comes back, or the deadline passes
+//!     message  -> session.feed(now, &frames)
+//!     socket   -> session.handle_connected(now) / handle_disconnected(now)
+//!     HTTP     -> session.handle_snapshot(..) / handle_snapshot_failed(..) / handle_verify_result(..)
+//!     deadline -> session.handle_timeout(now)
+//!     execute every returned Effect, in order
+//! }
+//! ```
+//! Queries ([`Session::query`]) take `&self` and may run at any time between these calls.
+
+use alloc::collections::BTreeMap;
+use alloc::string::String;
+use alloc::vec::Vec;
+use core::sync::atomic::{AtomicUsize, Ordering};
+use core::time::Duration;
+
+use crate::effect::{ClearReason, Effect, Effects, Health, ResyncFailure, StrayReason};
+use crate::error::{ConfigError, QueryError};
+use crate::frame::{decode, Batch, EventKind, FrameError, Seq};
+use crate::hash::PageHashes;
+use crate::index::{Index, IndexConfig, DEFAULT_TENANT};
+use crate::layout::Layout;
+use crate::metrics::Counters;
+use crate::query::{Hits, Lookup, Pages, Tokens};
+use crate::sequence::{Fingerprint, Loss, ReorderConfig, SequenceTracker, Verdict};
+use crate::time::Instant;
+
+/// Reconnection timing: exponential backoff with jitter, reset after a healthy period.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BackoffConfig {
+    /// The delay before the first retry.
+    pub initial: Duration,
+    /// The longest delay.
+    pub max: Duration,
+    /// A connection that lasted this long resets the backoff.
+    pub reset_after: Duration,
+    /// How long a connection may take before it counts as failed.
+    pub connect_timeout: Duration,
+}
+
+impl Default for BackoffConfig {
+    fn default() -> Self {
+        BackoffConfig {
+            initial: Duration::from_millis(100),
+            max: Duration::from_secs(10),
+            reset_after: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Resynchronisation from the master's key list after loss and at every (re)connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ResyncConfig {
+    /// The most live batches buffered while the snapshot is fetched.
+    pub max_buffered_batches: usize,
+    /// The most payload bytes buffered while the snapshot is fetched.
+    pub max_buffered_bytes: usize,
+    /// How long the driver may take to answer a fetch.
+    pub fetch_timeout: Duration,
+    /// How long to wait before trying again after a failure.
+    pub retry_after: Duration,
+}
+
+impl Default for ResyncConfig {
+    fn default() -> Self {
+        ResyncConfig {
+            max_buffered_batches: 65_536,
+            max_buffered_bytes: 256 << 20,
+            fetch_timeout: Duration::from_secs(10),
+            retry_after: Duration::from_secs(1),
+        }
+    }
+}
+
+/// Periodic verification of present keys against the master, which bounds how long an object
+/// removed without an event can stay a hit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct VerifyConfig {
+    /// Time between rounds.
+    pub interval: Duration,
+    /// Keys checked per round.
+    pub sample: usize,
+    /// How long the driver may take to answer.
+    pub timeout: Duration,
+    /// A round that finds at least this percentage of its keys stale starts a full resync
+    /// (when resync is on).
+    pub resync_stale_percent: u8,
+}
+
+impl Default for VerifyConfig {
+    fn default() -> Self {
+        VerifyConfig {
+            interval: Duration::from_secs(5),
+            sample: 1024,
+            timeout: Duration::from_secs(5),
+            resync_stale_percent: 10,
+        }
+    }
+}
+
+/// A layout for one model (or the default layout, with no model).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ModelLayout {
+    /// The served model name; `None` for the default layout.
+    pub model: Option<String>,
+    /// The layout.
+    pub layout: Layout,
+}
+
+/// Everything a session is made from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// The event endpoint; when set it wins over what workers advertise.
+    pub endpoint: Option<String>,
+    /// The topic subscribed to; the Mooncake master sends an empty one.
+    pub topic: Vec<u8>,
+    /// Configured layouts; these win over advertised ones.
+    pub layouts: Vec<ModelLayout>,
+    /// Index limits.
+    pub index: IndexConfig,
+    /// How much reordering the transport can produce (none over ZeroMQ).
+    pub reorder: ReorderConfig,
+    /// Reconnection timing.
+    pub backoff: BackoffConfig,
+    /// Resynchronisation from the master's HTTP side; `None`: loss can only clear.
+    pub resync: Option<ResyncConfig>,
+    /// Verification against silent removals; `None`: off.
+    pub verify: Option<VerifyConfig>,
+    /// Emit [`Effect::Page`] for pages that become complete or incomplete under the layouts.
+    pub page_deltas: bool,
+    /// Seeds the backoff jitter and the index's hashing.
+    pub seed: u64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            endpoint: None,
+            topic: Vec::new(),
+            layouts: Vec::new(),
+            index: IndexConfig::default(),
+            reorder: ReorderConfig::default(),
+            backoff: BackoffConfig::default(),
+            resync: None,
+            verify: None,
+            page_deltas: false,
+            seed: 0x0123_4567_89ab_cdef,
+        }
+    }
+}
+
+/// What one worker advertises about itself.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WorkerInfo {
+    /// The KV event endpoint it was told about, if any.
+    pub event_endpoint: Option<String>,
+    /// The model it serves.
+    pub model: Option<String>,
+    /// Its object layout, if it advertises one.
+    pub layout: Option<Layout>,
+}
+
+/// The connection's state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Link {
+    /// Not connected; connect at the given time (never, without an endpoint).
+    Down { retry_at: Option<Instant> },
+    /// A connection was asked for.
+    Connecting { deadline: Instant },
+    /// Connected since.
+    Up { since: Instant },
+}
+
+/// A batch kept for later: its sequence frame and payload.
+#[derive(Clone, Debug)]
+struct HeldBatch {
+    seq: [u8; 8],
+    payload: Vec<u8>,
+}
+
+impl HeldBatch {
+    fn copy(frames: &[&[u8]]) -> HeldBatch {
+        let mut seq = [0u8; 8];
+        seq.copy_from_slice(frames[1]);
+        HeldBatch {
+            seq,
+            payload: frames[2].to_vec(),
+        }
+    }
+
+    fn decode(&self) -> Batch<'_> {
+        decode(&[&[], &self.seq, &self.payload]).expect("a kept batch decoded when it arrived")
+    }
+}
+
+/// The resynchronisation's state.
+#[derive(Debug)]
+enum Resync {
+    Idle,
+    Fetching {
+        request: u64,
+        deadline: Instant,
+        buffer: Vec<HeldBatch>,
+        bytes: usize,
+    },
+    Waiting {
+        retry_at: Instant,
+    },
+}
+
+/// An outstanding verification.
+#[derive(Debug)]
+struct Verify {
+    next_at: Option<Instant>,
+    in_flight: Option<(u64, u64, Instant)>,
+}
+
+/// The sans-IO machine a transport drives (see the module docs for the loop).
+#[derive(Debug)]
+pub struct Session {
+    config: Config,
+    index: Index,
+    tracker: SequenceTracker<HeldBatch>,
+    link: Link,
+    attempts: u32,
+    endpoint: Option<String>,
+    health: Health,
+    resync: Resync,
+    verify: Verify,
+    workers: BTreeMap<String, WorkerInfo>,
+    advertised_layouts: BTreeMap<String, Layout>,
+    rng: u64,
+    next_request: u64,
+    counters: Counters,
+    queries: AtomicUsize,
+    hit_pages: AtomicUsize,
+}
+
+impl Session {
+    /// Makes a session; with a configured endpoint, the first [`Session::handle_timeout`] asks
+    /// to connect.
+    pub fn new(config: Config) -> Result<Session, ConfigError> {
+        if config.index.max_pages == 0 {
+            return Err(ConfigError::NoPages);
+        }
+        for (i, ml) in config.layouts.iter().enumerate() {
+            ml.layout.validate()?;
+            if config.layouts[..i].iter().any(|o| o.model == ml.model) {
+                return Err(ConfigError::DuplicateModel);
+            }
+        }
+        if let Some(r) = &config.resync {
+            if r.max_buffered_batches == 0 || r.max_buffered_bytes == 0 {
+                return Err(ConfigError::ResyncBuffer);
+            }
+        }
+        if let Some(v) = &config.verify {
+            if v.sample == 0 || v.interval.is_zero() {
+                return Err(ConfigError::Verify);
+            }
+        }
+        let mut index = Index::new(IndexConfig {
+            seed: config.index.seed ^ config.seed,
+            ..config.index.clone()
+        });
+        if config.page_deltas {
+            for ml in &config.layouts {
+                index.watch_layout(&ml.layout);
+            }
+        }
+        let endpoint = config.endpoint.clone();
+        let retry_at = endpoint.as_ref().map(|_| Instant::ZERO);
+        Ok(Session {
+            index,
+            tracker: SequenceTracker::new(config.reorder),
+            link: Link::Down { retry_at },
+            attempts: 0,
+            endpoint,
+            health: Health::Disconnected,
+            resync: Resync::Idle,
+            verify: Verify {
+                next_at: None,
+                in_flight: None,
+            },
+            workers: BTreeMap::new(),
+            advertised_layouts: BTreeMap::new(),
+            rng: config.seed ^ 0x9e37_79b9_7f4a_7c15,
+            next_request: 1,
+            counters: Counters::default(),
+            queries: AtomicUsize::new(0),
+            hit_pages: AtomicUsize::new(0),
+            config,
+        })
+    }
+
+    /// Returns the configuration.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Returns the health.
+    pub fn health(&self) -> Health {
+        self.health
+    }
+
+    /// Returns the event endpoint in use (configured, or chosen from worker metadata).
+    pub fn endpoint(&self) -> Option<&str> {
+        self.endpoint.as_deref()
+    }
+
+    /// Returns the index (read only).
+    pub fn index(&self) -> &Index {
+        &self.index
+    }
+
+    /// Returns every counter and gauge.
+    pub fn counters(&self) -> Counters {
+        let mut c = self.counters;
+        let ic = self.index.counters();
+        c.unparsed_keys = ic.unparsed_keys;
+        c.untracked_objects = ic.untracked_objects;
+        c.group_id_mismatches = ic.group_id_mismatches;
+        c.evictions = ic.evictions;
+        c.pages = self.index.page_count() as u64;
+        c.objects = self.index.object_count() as u64;
+        c.held_batches = self.tracker.held_count() as u64;
+        c.buffered_batches = match &self.resync {
+            Resync::Fetching { buffer, .. } => buffer.len() as u64,
+            _ => 0,
+        };
+        c.queries = self.queries.load(Ordering::Relaxed) as u64;
+        c.hit_pages = self.hit_pages.load(Ordering::Relaxed) as u64;
+        c
+    }
+
+    /// Returns when [`Session::handle_timeout`] must next be called; `None` when nothing timed is
+    /// pending.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let link = match self.link {
+            Link::Down { retry_at } => retry_at,
+            Link::Connecting { deadline } => Some(deadline),
+            Link::Up { .. } => None,
+        };
+        let resync = match &self.resync {
+            Resync::Idle => None,
+            Resync::Fetching { deadline, .. } => Some(*deadline),
+            Resync::Waiting { retry_at } => Some(*retry_at),
+        };
+        let verify = match self.verify.in_flight {
+            Some((_, _, deadline)) => Some(deadline),
+            None => self.verify.next_at,
+        };
+        [link, self.tracker.poll_timeout(), resync, verify]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    /// Does whatever is due at `now`; early calls do nothing.
+    pub fn handle_timeout(&mut self, now: Instant) -> Effects {
+        let mut fx = Effects::new();
+        match self.link {
+            Link::Down { retry_at: Some(at) } if at <= now => self.connect(now, &mut fx),
+            Link::Connecting { deadline } if deadline <= now => {
+                fx.push(Effect::Disconnect);
+                self.link_lost(now, &mut fx);
+            }
+            _ => {}
+        }
+        if let Some(loss) = self.tracker.handle_timeout(now) {
+            self.reorder_loss(now, loss, &mut fx);
+        }
+        match self.resync {
+            Resync::Fetching { deadline, .. } if deadline <= now => {
+                self.resync_failed(now, ResyncFailure::Timeout, &mut fx);
+            }
+            Resync::Waiting { retry_at } if retry_at <= now => self.start_resync(now, &mut fx),
+            _ => {}
+        }
+        match self.verify.in_flight {
+            Some((_, _, deadline)) if deadline <= now => {
+                self.verify.in_flight = None;
+                self.schedule_verify(now);
+            }
+            None if self.verify.next_at.is_some_and(|at| at <= now) => {
+                self.start_verify(now, &mut fx)
+            }
+            _ => {}
+        }
+        self.update_health(&mut fx);
+        fx
+    }
+
+    /// Reports that the subscriber connected to the endpoint last asked for.
+    pub fn handle_connected(&mut self, now: Instant) -> Effects {
+        let mut fx = Effects::new();
+        self.link_up(now, &mut fx);
+        self.update_health(&mut fx);
+        fx
+    }
+
+    /// Reports that the subscriber's connection was lost or failed. Events may have been missed:
+    /// the index forgets, and a reconnect is scheduled.
+    pub fn handle_disconnected(&mut self, now: Instant) -> Effects {
+        let mut fx = Effects::new();
+        if !matches!(self.link, Link::Down { .. }) || self.index.page_count() > 0 {
+            self.link_lost(now, &mut fx);
+        }
+        self.update_health(&mut fx);
+        fx
+    }
+
+    /// Feeds one multipart message (`[topic, seq, payload]`). Nothing of `frames` is kept
+    /// borrowed.
+    pub fn feed(&mut self, now: Instant, frames: &[&[u8]]) -> Effects {
+        let mut fx = Effects::new();
+        if frames.len() != 3 {
+            self.counters.stray_frame_count += 1;
+            fx.push(Effect::Stray {
+                reason: StrayReason::FrameCount(frames.len()),
+            });
+            return fx;
+        }
+        if frames[0] != self.config.topic.as_slice() {
+            self.counters.stray_topic += 1;
+            fx.push(Effect::Stray {
+                reason: StrayReason::Topic,
+            });
+            return fx;
+        }
+        let batch = match decode(frames) {
+            Ok(batch) => batch,
+            Err(error) => {
+                match error {
+                    FrameError::SeqLength { .. } => self.counters.malformed_seq += 1,
+                    _ => self.counters.malformed_payload += 1,
+                }
+                fx.push(Effect::Malformed { error });
+                return fx;
+            }
+        };
+        if let Link::Connecting { .. } = self.link {
+            self.link_up(now, &mut fx);
+        }
+        let seq = batch.seq;
+        let fingerprint = Fingerprint::of(&batch);
+        match self.tracker.observe(seq, fingerprint) {
+            Verdict::Apply => self.apply_in_order(now, &batch, fingerprint, frames[2], &mut fx),
+            Verdict::Duplicate => {
+                self.counters.duplicates += 1;
+                fx.push(Effect::Duplicate { seq });
+            }
+            Verdict::Late => {
+                self.counters.late += 1;
+                fx.push(Effect::Late { seq });
+            }
+            Verdict::Hold => {
+                self.counters.held += 1;
+                if let Some(loss) =
+                    self.tracker
+                        .hold(now, seq, fingerprint, HeldBatch::copy(frames))
+                {
+                    self.reorder_loss(now, loss, &mut fx);
+                }
+            }
+            Verdict::Gap { expected, missing } => {
+                self.counters.gaps += 1;
+                self.counters.missing_sequences += missing;
+                fx.push(Effect::Gap {
+                    expected,
+                    received: seq,
+                });
+                self.forget(now, ClearReason::Gap, &mut fx);
+                self.apply_in_order(now, &batch, fingerprint, frames[2], &mut fx);
+            }
+            Verdict::Restart { last } => {
+                self.counters.restarts += 1;
+                fx.push(Effect::Restart {
+                    last,
+                    received: seq,
+                });
+                self.forget(now, ClearReason::Restart, &mut fx);
+                self.apply_in_order(now, &batch, fingerprint, frames[2], &mut fx);
+            }
+        }
+        self.update_health(&mut fx);
+        fx
+    }
+
+    /// Hands over the master's key list (default tenant) for the fetch `request`.
+    pub fn handle_snapshot<'k, I>(&mut self, now: Instant, request: u64, keys: I) -> Effects
+    where
+        I: IntoIterator<Item = &'k str>,
+    {
+        let mut fx = Effects::new();
+        let buffer = match &mut self.resync {
+            Resync::Fetching {
+                request: current,
+                buffer,
+                ..
+            } if *current == request => core::mem::take(buffer),
+            _ => {
+                self.counters.stale_answers += 1;
+                return fx;
+            }
+        };
+        self.resync = Resync::Idle;
+        let mut applied = 0usize;
+        for key in keys {
+            let key = key.trim();
+            if key.is_empty() {
+                continue;
+            }
+            let _ = self.index.store(DEFAULT_TENANT, key, None, None);
+            applied += 1;
+        }
+        for held in &buffer {
+            let batch = held.decode();
+            self.apply_batch(now, &batch, None, &mut fx);
+        }
+        self.counters.snapshot_keys += applied as u64;
+        self.counters.resyncs_completed += 1;
+        fx.push(Effect::Resynced {
+            keys: applied,
+            replayed: buffer.len(),
+        });
+        self.emit_deltas(&mut fx);
+        self.schedule_verify(now);
+        self.update_health(&mut fx);
+        fx
+    }
+
+    /// Reports that the fetch `request` failed; it is retried later.
+    pub fn handle_snapshot_failed(&mut self, now: Instant, request: u64) -> Effects {
+        let mut fx = Effects::new();
+        match &self.resync {
+            Resync::Fetching {
+                request: current, ..
+            } if *current == request => {
+                self.resync_failed(now, ResyncFailure::Fetch, &mut fx);
+            }
+            _ => self.counters.stale_answers += 1,
+        }
+        self.update_health(&mut fx);
+        fx
+    }
+
+    /// Hands over the master's answer to the verification `request`: each checked key and
+    /// whether it exists. Keys found absent are removed unless their page changed since the keys
+    /// were sampled.
+    pub fn handle_verify_result<'k, I>(&mut self, now: Instant, request: u64, results: I) -> Effects
+    where
+        I: IntoIterator<Item = (&'k str, bool)>,
+    {
+        let mut fx = Effects::new();
+        let stamp = match self.verify.in_flight {
+            Some((current, stamp, _)) if current == request => stamp,
+            _ => {
+                self.counters.stale_answers += 1;
+                return fx;
+            }
+        };
+        self.verify.in_flight = None;
+        let (mut checked, mut stale) = (0usize, 0usize);
+        for (key, exists) in results {
+            checked += 1;
+            if !exists && self.index.remove_stale(DEFAULT_TENANT, key, stamp) {
+                stale += 1;
+            }
+        }
+        self.counters.verify_rounds += 1;
+        self.counters.verified_keys += checked as u64;
+        self.counters.stale_keys_found += stale as u64;
+        if stale > 0 {
+            fx.push(Effect::StaleFound {
+                keys: stale,
+                checked,
+            });
+        }
+        self.emit_deltas(&mut fx);
+        let percent = self
+            .config
+            .verify
+            .map_or(100, |v| usize::from(v.resync_stale_percent));
+        if stale > 0 && stale * 100 >= percent.max(1) * checked && self.config.resync.is_some() {
+            self.start_resync(now, &mut fx);
+        }
+        self.schedule_verify(now);
+        self.update_health(&mut fx);
+        fx
+    }
+
+    /// Reports what a worker advertises (`None`: the worker is gone). A configured endpoint and
+    /// configured layouts always win; disagreement among workers is reported, not resolved
+    /// silently.
+    pub fn handle_worker(
+        &mut self,
+        now: Instant,
+        worker: &str,
+        info: Option<WorkerInfo>,
+    ) -> Effects {
+        let mut fx = Effects::new();
+        match info {
+            Some(info) => {
+                if let (Some(model), Some(layout)) = (&info.model, &info.layout) {
+                    self.note_layout(worker, model, layout, &mut fx);
+                }
+                self.workers.insert(worker.into(), info);
+            }
+            None => {
+                self.workers.remove(worker);
+            }
+        }
+        self.choose_endpoint(now, &mut fx);
+        self.update_health(&mut fx);
+        fx
+    }
+
+    /// Forgets every page now (for example when an operator asks).
+    pub fn clear(&mut self, now: Instant) -> Effects {
+        let mut fx = Effects::new();
+        self.tracker.reset();
+        self.forget(now, ClearReason::Requested, &mut fx);
+        self.update_health(&mut fx);
+        fx
+    }
+
+    /// Returns the layout a lookup uses.
+    pub fn layout_for(&self, model: Option<&str>) -> Result<&Layout, QueryError> {
+        match model {
+            Some(m) => self
+                .config
+                .layouts
+                .iter()
+                .find(|ml| ml.model.as_deref() == Some(m))
+                .map(|ml| &ml.layout)
+                .or_else(|| self.advertised_layouts.get(m))
+                .ok_or(QueryError::UnknownModel),
+            None => {
+                if let Some(ml) = self.config.layouts.iter().find(|ml| ml.model.is_none()) {
+                    return Ok(&ml.layout);
+                }
+                let mut all = self
+                    .config
+                    .layouts
+                    .iter()
+                    .map(|ml| &ml.layout)
+                    .chain(self.advertised_layouts.values());
+                match (all.next(), all.next()) {
+                    (Some(only), None) => Ok(only),
+                    _ => Err(QueryError::NoDefaultLayout),
+                }
+            }
+        }
+    }
+
+    /// Answers how many leading pages of the lookup are fully present. Hashing stops at the first
+    /// page that misses.
+    pub fn query(&self, lookup: &Lookup<'_>) -> Result<Hits, QueryError> {
+        self.answer(lookup, None)
+    }
+
+    /// Answers like [`Session::query`] and also fills `map[i]` with whether page `i` has every
+    /// object of every pool; pages past the map's length are not examined.
+    pub fn query_map(&self, lookup: &Lookup<'_>, map: &mut [bool]) -> Result<Hits, QueryError> {
+        self.answer(lookup, Some(map))
+    }
+
+    fn answer(&self, lookup: &Lookup<'_>, map: Option<&mut [bool]>) -> Result<Hits, QueryError> {
+        let layout = self.layout_for(lookup.model)?;
+        let (total, found) = match lookup.pages {
+            Pages::Hashes(hashes) => (
+                hashes.len(),
+                self.index
+                    .query(lookup.tenant, layout, hashes.iter().copied(), map),
+            ),
+            Pages::Tokens {
+                tokens: Tokens::U32(t),
+                namespace,
+            } => {
+                let pages = PageHashes::new(t, layout.page_size, layout.eagle, namespace);
+                (
+                    pages.page_count(),
+                    self.index.query(lookup.tenant, layout, pages, map),
+                )
+            }
+            Pages::Tokens {
+                tokens: Tokens::U64(t),
+                namespace,
+            } => {
+                let pages = PageHashes::new(t, layout.page_size, layout.eagle, namespace);
+                (
+                    pages.page_count(),
+                    self.index.query(lookup.tenant, layout, pages, map),
+                )
+            }
+        };
+        self.queries.fetch_add(1, Ordering::Relaxed);
+        self.hit_pages
+            .fetch_add(found.prefix_pages, Ordering::Relaxed);
+        Ok(Hits {
+            prefix_pages: found.prefix_pages,
+            total_pages: total,
+            pages_checked: found.pages_checked,
+            memory_pages: found.memory_pages,
+            disk_only_pages: found.disk_only_pages,
+            trust: self.health,
+        })
+    }
+
+    fn apply_in_order(
+        &mut self,
+        now: Instant,
+        batch: &Batch<'_>,
+        fp: Fingerprint,
+        payload: &[u8],
+        fx: &mut Effects,
+    ) {
+        self.apply_batch(now, batch, Some((batch.seq, payload)), fx);
+        self.tracker.applied(batch.seq, fp);
+        self.drain_held(now, fx);
+    }
+
+    fn drain_held(&mut self, now: Instant, fx: &mut Effects) {
+        while let Some((seq, held)) = self.tracker.pop_ready() {
+            let batch = held.decode();
+            let fp = Fingerprint::of(&batch);
+            self.apply_batch(now, &batch, Some((seq, &held.payload)), fx);
+            self.tracker.applied(seq, fp);
+        }
+    }
+
+    /// Applies a batch's events; `live` carries the raw batch to buffer during a resync (replays
+    /// pass `None`).
+    fn apply_batch(
+        &mut self,
+        now: Instant,
+        batch: &Batch<'_>,
+        live: Option<(Seq, &[u8])>,
+        fx: &mut Effects,
+    ) {
+        for event in &batch.events {
+            let tenant = event.tenant_id.unwrap_or(DEFAULT_TENANT);
+            match (event.kind, event.object_key) {
+                (EventKind::Stored, Some(key)) => {
+                    self.counters.stored += 1;
+                    let _ = self.index.store(tenant, key, event.group_id, event.medium);
+                }
+                (EventKind::Stored, None) => self.counters.stored_without_key += 1,
+                (EventKind::Removed, Some(key)) => {
+                    self.counters.removed += 1;
+                    let _ = self.index.remove(tenant, key);
+                }
+                (EventKind::Removed, None) => {
+                    self.counters.unreadable_removals += 1;
+                    self.forget(now, ClearReason::UnreadableRemoval, fx);
+                }
+                (EventKind::Cleared, _) => {
+                    self.counters.publisher_clears += 1;
+                    let (pages, objects) = match event.tenant_id {
+                        Some(t) => self.index.clear_tenant(t),
+                        None => self.index.clear(),
+                    };
+                    fx.push(Effect::Cleared {
+                        reason: ClearReason::PublisherCleared,
+                        pages,
+                        objects,
+                    });
+                }
+                (EventKind::Unknown, _) => self.counters.unknown_events += 1,
+            }
+        }
+        self.counters.batches += 1;
+        self.counters.events += batch.events.len() as u64;
+        if let Some((seq, payload)) = live {
+            self.buffer_for_resync(now, seq, payload, fx);
+        }
+        self.emit_deltas(fx);
+    }
+
+    fn buffer_for_resync(&mut self, now: Instant, seq: Seq, payload: &[u8], fx: &mut Effects) {
+        let Some(limits) = self.config.resync else {
+            return;
+        };
+        let Resync::Fetching { buffer, bytes, .. } = &mut self.resync else {
+            return;
+        };
+        if buffer.len() >= limits.max_buffered_batches
+            || *bytes + payload.len() > limits.max_buffered_bytes
+        {
+            self.resync_failed(now, ResyncFailure::BufferFull, fx);
+            return;
+        }
+        *bytes += payload.len();
+        buffer.push(HeldBatch {
+            seq: seq.0.to_be_bytes(),
+            payload: payload.to_vec(),
+        });
+    }
+
+    fn emit_deltas(&mut self, fx: &mut Effects) {
+        if !self.config.page_deltas {
+            return;
+        }
+        let deltas: Vec<_> = self.index.drain_deltas().collect();
+        for d in deltas {
+            let (tenant, prefix) = self
+                .index
+                .namespace(d.namespace)
+                .expect("deltas name live namespaces");
+            fx.push(Effect::Page {
+                tenant: tenant.into(),
+                prefix: prefix.map(String::from),
+                page: d.page,
+                complete: d.complete,
+            });
+        }
+    }
+
+    /// Forgets what the stream taught the index, and starts a resync when that is on.
+    fn forget(&mut self, now: Instant, reason: ClearReason, fx: &mut Effects) {
+        let (pages, objects) = self.index.clear();
+        let counter = match reason {
+            ClearReason::Gap => &mut self.counters.clears_gap,
+            ClearReason::Restart => &mut self.counters.clears_restart,
+            ClearReason::Disconnected => &mut self.counters.clears_disconnected,
+            ClearReason::EndpointChanged => &mut self.counters.clears_endpoint,
+            ClearReason::UnreadableRemoval => &mut self.counters.clears_unreadable_removal,
+            ClearReason::Requested => &mut self.counters.clears_requested,
+            ClearReason::PublisherCleared => &mut self.counters.publisher_clears,
+        };
+        *counter += 1;
+        fx.push(Effect::Cleared {
+            reason,
+            pages,
+            objects,
+        });
+        let connected = matches!(self.link, Link::Up { .. });
+        if connected
+            && matches!(
+                reason,
+                ClearReason::Gap | ClearReason::Restart | ClearReason::UnreadableRemoval
+            )
+        {
+            self.start_resync(now, fx);
+        } else if !connected {
+            self.resync = Resync::Idle;
+        }
+    }
+
+    fn reorder_loss(&mut self, now: Instant, loss: Loss, fx: &mut Effects) {
+        self.counters.gaps += 1;
+        self.counters.missing_sequences += loss.resumed.0.saturating_sub(loss.expected.0);
+        fx.push(Effect::Gap {
+            expected: loss.expected,
+            received: loss.resumed,
+        });
+        self.forget(now, ClearReason::Gap, fx);
+        self.drain_held(now, fx);
+    }
+
+    fn start_resync(&mut self, now: Instant, fx: &mut Effects) {
+        let Some(limits) = self.config.resync else {
+            return;
+        };
+        let request = self.next_request;
+        self.next_request += 1;
+        self.counters.resyncs_started += 1;
+        self.resync = Resync::Fetching {
+            request,
+            deadline: now + limits.fetch_timeout,
+            buffer: Vec::new(),
+            bytes: 0,
+        };
+        fx.push(Effect::FetchSnapshot { request });
+    }
+
+    fn resync_failed(&mut self, now: Instant, reason: ResyncFailure, fx: &mut Effects) {
+        let retry = self
+            .config
+            .resync
+            .map_or(Duration::from_secs(1), |r| r.retry_after);
+        self.counters.resyncs_failed += 1;
+        self.resync = Resync::Waiting {
+            retry_at: now + retry,
+        };
+        fx.push(Effect::ResyncFailed { reason });
+    }
+
+    fn schedule_verify(&mut self, now: Instant) {
+        self.verify.next_at = self.config.verify.map(|v| now + v.interval);
+    }
+
+    fn start_verify(&mut self, now: Instant, fx: &mut Effects) {
+        let Some(v) = self.config.verify else { return };
+        if self.health != Health::Live {
+            self.schedule_verify(now);
+            return;
+        }
+        let mut keys = Vec::new();
+        let stamp = self.index.sample_keys(DEFAULT_TENANT, v.sample, &mut keys);
+        if keys.is_empty() {
+            self.schedule_verify(now);
+            return;
+        }
+        let request = self.next_request;
+        self.next_request += 1;
+        self.verify.next_at = None;
+        self.verify.in_flight = Some((request, stamp, now + v.timeout));
+        fx.push(Effect::VerifyKeys { request, keys });
+    }
+
+    fn connect(&mut self, now: Instant, fx: &mut Effects) {
+        let Some(endpoint) = self.endpoint.clone() else {
+            self.link = Link::Down { retry_at: None };
+            return;
+        };
+        self.counters.connects += 1;
+        self.link = Link::Connecting {
+            deadline: now + self.config.backoff.connect_timeout,
+        };
+        fx.push(Effect::Connect { endpoint });
+    }
+
+    fn link_up(&mut self, now: Instant, fx: &mut Effects) {
+        if matches!(self.link, Link::Up { .. }) {
+            return;
+        }
+        self.link = Link::Up { since: now };
+        self.tracker.reset();
+        self.start_resync(now, fx);
+        if self.config.resync.is_none() {
+            self.schedule_verify(now);
+        }
+    }
+
+    /// The connection is gone (or never came): forget, and schedule a reconnect with backoff.
+    fn link_lost(&mut self, now: Instant, fx: &mut Effects) {
+        if let Link::Up { since } = self.link {
+            if now.saturating_duration_since(since) >= self.config.backoff.reset_after {
+                self.attempts = 0;
+            }
+        }
+        self.counters.disconnects += 1;
+        self.link = Link::Down { retry_at: None };
+        self.tracker.reset();
+        self.verify = Verify {
+            next_at: None,
+            in_flight: None,
+        };
+        self.forget(now, ClearReason::Disconnected, fx);
+        let delay = self.backoff_delay();
+        self.attempts = self.attempts.saturating_add(1);
+        let retry_at = self.endpoint.as_ref().map(|_| now + delay);
+        self.link = Link::Down { retry_at };
+    }
+
+    /// The next backoff delay: `initial * 2^attempts` capped at `max`, then a uniformly random
+    /// point in its upper half (jitter from the seeded generator).
+    fn backoff_delay(&mut self) -> Duration {
+        let b = self.config.backoff;
+        let exp = b.initial.saturating_mul(1u32 << self.attempts.min(20));
+        let full = exp.min(b.max);
+        let nanos = u64::try_from(full.as_nanos()).unwrap_or(u64::MAX);
+        let half = nanos / 2;
+        let jitter = if half == 0 {
+            0
+        } else {
+            self.next_random() % (half + 1)
+        };
+        Duration::from_nanos(half + jitter)
+    }
+
+    /// SplitMix64.
+    fn next_random(&mut self) -> u64 {
+        self.rng = self.rng.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.rng;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    fn note_layout(&mut self, worker: &str, model: &str, layout: &Layout, fx: &mut Effects) {
+        if self
+            .config
+            .layouts
+            .iter()
+            .any(|ml| ml.model.as_deref() == Some(model))
+            || layout.validate().is_err()
+        {
+            return;
+        }
+        match self.advertised_layouts.get(model) {
+            Some(known) if known != layout => {
+                fx.push(Effect::LayoutDisagreement {
+                    model: model.into(),
+                    worker: worker.into(),
+                });
+            }
+            Some(_) => {}
+            None => {
+                self.advertised_layouts.insert(model.into(), layout.clone());
+                if self.config.page_deltas {
+                    self.index.watch_layout(layout);
+                }
+            }
+        }
+    }
+
+    fn choose_endpoint(&mut self, now: Instant, fx: &mut Effects) {
+        if self.config.endpoint.is_some() {
+            return;
+        }
+        let mut votes: BTreeMap<&str, usize> = BTreeMap::new();
+        for info in self.workers.values() {
+            if let Some(e) = info.event_endpoint.as_deref() {
+                *votes.entry(e).or_default() += 1;
+            }
+        }
+        let current = self.endpoint.as_deref();
+        let chosen = match current {
+            Some(c) if votes.contains_key(c) => Some(c),
+            _ => votes
+                .iter()
+                .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)))
+                .map(|(e, _)| *e),
+        };
+        let Some(chosen) = chosen.map(String::from) else {
+            return;
+        };
+        if votes.len() > 1 {
+            fx.push(Effect::EndpointDisagreement {
+                kept: chosen.clone(),
+                distinct: votes.len(),
+            });
+        }
+        if current == Some(chosen.as_str()) {
+            return;
+        }
+        let had = self.endpoint.replace(chosen);
+        if had.is_some() {
+            fx.push(Effect::Disconnect);
+            self.tracker.reset();
+            self.forget(now, ClearReason::EndpointChanged, fx);
+            self.resync = Resync::Idle;
+            self.verify = Verify {
+                next_at: None,
+                in_flight: None,
+            };
+        }
+        self.attempts = 0;
+        self.connect(now, fx);
+    }
+
+    fn update_health(&mut self, fx: &mut Effects) {
+        let health = match self.link {
+            Link::Down { .. } => Health::Disconnected,
+            Link::Connecting { .. } => Health::Connecting,
+            Link::Up { .. } => match self.resync {
+                Resync::Idle => Health::Live,
+                _ => Health::Recovering,
+            },
+        };
+        if health != self.health {
+            fx.push(Effect::HealthChanged {
+                from: self.health,
+                to: health,
+            });
+            self.health = health;
+        }
+    }
+}
