@@ -269,7 +269,7 @@ impl Index {
             return Applied::Unparsed;
         };
         if let Some((idx, h, bit)) = self.locate(tenant, &parsed) {
-            self.clear_bit(idx, h, bit);
+            self.clear_bit(idx, h, bit, true);
         }
         Applied::Applied
     }
@@ -436,7 +436,7 @@ impl Index {
             Some((idx, h, bit))
                 if self.pages[idx].touched <= stamp && self.pages[idx].present & bit != 0 =>
             {
-                self.clear_bit(idx, h, bit);
+                self.clear_bit(idx, h, bit, false);
                 true
             }
             _ => false,
@@ -478,13 +478,16 @@ impl Index {
         Some((idx, h, 1u128 << slot))
     }
 
-    /// Clears one suffix bit of a held page, freeing the page when nothing is left.
-    fn clear_bit(&mut self, idx: usize, h: u64, bit: u128) {
+    /// Clears one suffix bit of a held page, freeing the page when nothing is left. `touch`
+    /// marks the page as changed by the stream (verification's own removals do not).
+    fn clear_bit(&mut self, idx: usize, h: u64, bit: u128, touch: bool) {
         self.stamp += 1;
         let page = &mut self.pages[idx];
         let before = page.present;
         page.present &= !bit;
-        page.touched = self.stamp;
+        if touch {
+            page.touched = self.stamp;
+        }
         if before == page.present {
             return;
         }

@@ -319,6 +319,12 @@ impl Session {
         self.endpoint.as_deref()
     }
 
+    /// Returns the sequence of the last batch applied from the stream (`None` after a clear
+    /// until the next batch).
+    pub fn last_applied_seq(&self) -> Option<Seq> {
+        self.tracker.last_applied()
+    }
+
     /// Returns the index (read only).
     pub fn index(&self) -> &Index {
         &self.index

@@ -1,2 +1,494 @@
 //! Encoders that produce the Mooncake master's exact bytes.
-// PENDING (helper).
+//!
+//! The master packs with msgpack-c, which always picks the shortest marker for a value: a
+//! millisecond timestamp is a `uint64` (`0xcf`) only because it exceeds `u32::MAX`, an event map
+//! of 16 or more fields is a `map16` (`0xde`), a 68-byte key is a `str8` (`0xd9`). The writers here
+//! make the same choices, so encoding a decoded vector gives back its bytes.
+//!
+//! # Event maps, in the master's field order
+//! ```text
+//! MasterFlavor::Upstream      (mooncake_frames.jsonl; stored 20 fields, removed the first 17)
+//!   event_id timestamp event_type type model_name block_size additional_salt lora_name
+//!   tenant_id backend_id group_id medium dp_rank object_key seq_hashes block_hashes
+//!   base_block_idx | parent_hash token_ids parent_block_hash
+//! MasterFlavor::Release0314   (mooncake_0_3_14_capture.jsonl; stored 21, removed 17)
+//!   event_id timestamp event_type type model_name block_size additional_salt lora_name
+//!   tenant_id backend_id medium dp_rank group_id object_key seq_hashes block_hashes
+//!   [session_id, stored only] base_block_idx | parent_hash token_ids parent_block_hash
+//! ```
+//! Fields after `|` are written for stored events only. `model_name`, `block_size`,
+//! `additional_salt`, `lora_name`, `parent_hash`, `token_ids` and `parent_block_hash` are always
+//! nil and `seq_hashes`, `block_hashes` always empty, as in every captured message.
+
+use hicache_index::{Batch, Event, EventKind, Medium, Seq, Timestamp};
+
+/// Which Mooncake master's event layout to reproduce.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Default)]
+pub enum MasterFlavor {
+    /// The upstream master source the specification was read from (the vectors in
+    /// `mooncake_frames.jsonl`): `group_id` before `medium`, 20 fields for stored events.
+    #[default]
+    Upstream,
+    /// The `mooncake_master` of `mooncake-transfer-engine-cuda13` 0.3.14, as captured: `medium`
+    /// and `dp_rank` before `group_id`, and a `session_id` in stored events (21 fields).
+    Release0314,
+}
+
+/// One event to encode, owning its strings.
+///
+/// The first six fields are what [`Event`] decodes; the others only exist on the wire.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OwnedEvent {
+    /// The event type, written as `event_type` and as the legacy `type`.
+    pub kind: EventKind,
+    /// The physical object key; `None` is written as nil.
+    pub object_key: Option<String>,
+    /// The tenant; `None` is written as nil (the master always sends one).
+    pub tenant_id: Option<String>,
+    /// The SGLang group id; `None` is written as nil.
+    pub group_id: Option<String>,
+    /// The replica medium; [`Medium::Other`] is written as `"other"`, `None` as nil.
+    pub medium: Option<Medium>,
+    /// The per-event counter; `None` is written as nil (the master always sends one).
+    pub event_id: Option<u64>,
+    /// The event's own `timestamp` field, in milliseconds since the Unix epoch.
+    pub timestamp_ms: u64,
+    /// The master's `--kv_events_backend_id`.
+    pub backend_id: String,
+    /// The event's own `dp_rank` field (nil upstream, 0 from the 0.3.14 master).
+    pub dp_rank: Option<u64>,
+    /// `base_block_idx` (upstream: 0 in stored events, nil in removed ones; nil in 0.3.14).
+    pub base_block_idx: Option<u64>,
+    /// `session_id`, written by [`MasterFlavor::Release0314`] in stored events only.
+    pub session_id: Option<String>,
+}
+
+impl OwnedEvent {
+    /// Makes an event of `kind` for `object_key` with the master's usual values: tenant
+    /// `"default"`, medium `cpu`, no group, and nil or zero for the rest.
+    pub fn new(kind: EventKind, object_key: impl Into<String>) -> OwnedEvent {
+        OwnedEvent {
+            kind,
+            object_key: Some(object_key.into()),
+            tenant_id: Some("default".to_owned()),
+            group_id: None,
+            medium: Some(Medium::Cpu),
+            event_id: None,
+            timestamp_ms: 0,
+            backend_id: String::new(),
+            dp_rank: None,
+            base_block_idx: None,
+            session_id: None,
+        }
+    }
+
+    /// Borrows this event as the decoder would return it.
+    pub fn as_event(&self) -> Event<'_> {
+        Event {
+            kind: self.kind,
+            object_key: self.object_key.as_deref(),
+            tenant_id: self.tenant_id.as_deref(),
+            group_id: self.group_id.as_deref(),
+            medium: self.medium,
+            event_id: self.event_id,
+        }
+    }
+}
+
+impl From<&Event<'_>> for OwnedEvent {
+    /// Copies the decoded fields; the wire-only fields get the defaults of [`OwnedEvent::new`].
+    fn from(event: &Event<'_>) -> OwnedEvent {
+        OwnedEvent {
+            kind: event.kind,
+            object_key: event.object_key.map(str::to_owned),
+            tenant_id: event.tenant_id.map(str::to_owned),
+            group_id: event.group_id.map(str::to_owned),
+            medium: event.medium,
+            event_id: event.event_id,
+            timestamp_ms: 0,
+            backend_id: String::new(),
+            dp_rank: None,
+            base_block_idx: None,
+            session_id: None,
+        }
+    }
+}
+
+/// One batch to encode, owning its events.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OwnedBatch {
+    /// The sequence number (frame 1).
+    pub seq: Seq,
+    /// The batch timestamp; the master sends [`Timestamp::Millis`].
+    pub timestamp: Timestamp,
+    /// The batch's `dp_rank` (0 from the master); `None` is written as nil.
+    pub dp_rank: Option<u64>,
+    /// The events, in order (the master sends at most 64).
+    pub events: Vec<OwnedEvent>,
+}
+
+impl OwnedBatch {
+    /// Borrows this batch as the decoder would return it (allocating the events `Vec`).
+    pub fn as_batch(&self) -> Batch<'_> {
+        Batch {
+            seq: self.seq,
+            timestamp: self.timestamp,
+            dp_rank: self.dp_rank,
+            events: self.events.iter().map(OwnedEvent::as_event).collect(),
+        }
+    }
+}
+
+impl From<&Batch<'_>> for OwnedBatch {
+    /// Copies a decoded batch; each event's `timestamp_ms` is the batch's, when it is in
+    /// milliseconds (0 otherwise).
+    fn from(batch: &Batch<'_>) -> OwnedBatch {
+        let timestamp_ms = match batch.timestamp {
+            Timestamp::Millis(ms) => ms,
+            _ => 0,
+        };
+        OwnedBatch {
+            seq: batch.seq,
+            timestamp: batch.timestamp,
+            dp_rank: batch.dp_rank,
+            events: batch
+                .events
+                .iter()
+                .map(|e| OwnedEvent {
+                    timestamp_ms,
+                    ..OwnedEvent::from(e)
+                })
+                .collect(),
+        }
+    }
+}
+
+/// Encodes a whole message: `[topic, seq as 8 bytes big-endian, payload]`.
+pub fn encode_message(topic: &[u8], batch: &OwnedBatch, flavor: MasterFlavor) -> [Vec<u8>; 3] {
+    [
+        topic.to_vec(),
+        encode_seq(batch.seq).to_vec(),
+        encode_payload(batch, flavor),
+    ]
+}
+
+/// Encodes a sequence number as its frame.
+pub fn encode_seq(seq: Seq) -> [u8; 8] {
+    seq.0.to_be_bytes()
+}
+
+/// Encodes a batch's payload frame, `[timestamp, [events...], dp_rank]`.
+pub fn encode_payload(batch: &OwnedBatch, flavor: MasterFlavor) -> Vec<u8> {
+    let mut out = Vec::new();
+    encode_payload_into(&mut out, batch, flavor);
+    out
+}
+
+/// Appends a batch's payload frame to `out`; reuse one `Vec` (cleared by the caller) to avoid
+/// allocating per batch.
+pub fn encode_payload_into(out: &mut Vec<u8>, batch: &OwnedBatch, flavor: MasterFlavor) {
+    out.reserve(16 + batch.events.iter().map(estimated_len).sum::<usize>());
+    write_array_len(out, 3);
+    match batch.timestamp {
+        Timestamp::Millis(ms) => write_uint(out, ms),
+        Timestamp::Negative(v) => write_int(out, v),
+        Timestamp::Seconds(s) => write_f64(out, s),
+        Timestamp::Nil => write_nil(out),
+    }
+    write_array_len(out, batch.events.len());
+    for event in &batch.events {
+        encode_event_into(out, event, flavor);
+    }
+    write_opt_uint(out, batch.dp_rank);
+}
+
+/// Appends one event map to `out`, with the flavor's fields in the master's order.
+pub fn encode_event_into(out: &mut Vec<u8>, event: &OwnedEvent, flavor: MasterFlavor) {
+    let stored = event.kind == EventKind::Stored;
+    let fields = match (flavor, stored) {
+        (_, false) => 17,
+        (MasterFlavor::Upstream, true) => 20,
+        (MasterFlavor::Release0314, true) => 21,
+    };
+    let (event_type, legacy_type) = match event.kind {
+        EventKind::Stored => ("stored", "BlockStored"),
+        EventKind::Removed => ("removed", "BlockRemoved"),
+        EventKind::Cleared => ("cleared", "AllBlocksCleared"),
+        EventKind::Unknown => ("unknown", "Unknown"),
+    };
+    write_map_len(out, fields);
+    write_key(out, "event_id");
+    write_opt_uint(out, event.event_id);
+    write_key(out, "timestamp");
+    write_uint(out, event.timestamp_ms);
+    write_key(out, "event_type");
+    write_str(out, event_type);
+    write_key(out, "type");
+    write_str(out, legacy_type);
+    for key in ["model_name", "block_size", "additional_salt", "lora_name"] {
+        write_key(out, key);
+        write_nil(out);
+    }
+    write_key(out, "tenant_id");
+    write_opt_str(out, event.tenant_id.as_deref());
+    write_key(out, "backend_id");
+    write_str(out, &event.backend_id);
+    match flavor {
+        MasterFlavor::Upstream => {
+            write_key(out, "group_id");
+            write_opt_str(out, event.group_id.as_deref());
+            write_medium(out, event.medium);
+            write_key(out, "dp_rank");
+            write_opt_uint(out, event.dp_rank);
+        }
+        MasterFlavor::Release0314 => {
+            write_medium(out, event.medium);
+            write_key(out, "dp_rank");
+            write_opt_uint(out, event.dp_rank);
+            write_key(out, "group_id");
+            write_opt_str(out, event.group_id.as_deref());
+        }
+    }
+    write_key(out, "object_key");
+    write_opt_str(out, event.object_key.as_deref());
+    write_key(out, "seq_hashes");
+    write_array_len(out, 0);
+    write_key(out, "block_hashes");
+    write_array_len(out, 0);
+    if stored && flavor == MasterFlavor::Release0314 {
+        write_key(out, "session_id");
+        write_opt_str(out, event.session_id.as_deref());
+    }
+    write_key(out, "base_block_idx");
+    write_opt_uint(out, event.base_block_idx);
+    if stored {
+        for key in ["parent_hash", "token_ids", "parent_block_hash"] {
+            write_key(out, key);
+            write_nil(out);
+        }
+    }
+}
+
+/// A generous guess of an event's encoded size, to reserve once per payload.
+fn estimated_len(event: &OwnedEvent) -> usize {
+    let len = |s: &Option<String>| s.as_ref().map_or(1, |s| s.len() + 5);
+    320 + len(&event.object_key)
+        + len(&event.tenant_id)
+        + len(&event.group_id)
+        + len(&event.session_id)
+        + event.backend_id.len()
+}
+
+fn write_medium(out: &mut Vec<u8>, medium: Option<Medium>) {
+    write_key(out, "medium");
+    write_opt_str(
+        out,
+        medium.map(|m| match m {
+            Medium::Cpu => "cpu",
+            Medium::Disk => "disk",
+            Medium::Other => "other",
+        }),
+    );
+}
+
+// ---- msgpack writers with msgpack-c's marker choices (always the shortest form) ----
+
+fn write_nil(out: &mut Vec<u8>) {
+    out.push(0xc0);
+}
+
+/// A field name: always a fixstr (every name is shorter than 32 bytes).
+fn write_key(out: &mut Vec<u8>, key: &str) {
+    debug_assert!(key.len() < 32);
+    write_str(out, key);
+}
+
+fn write_uint(out: &mut Vec<u8>, v: u64) {
+    if let Ok(v) = u8::try_from(v) {
+        if v < 0x80 {
+            out.push(v);
+        } else {
+            out.extend_from_slice(&[0xcc, v]);
+        }
+    } else if let Ok(v) = u16::try_from(v) {
+        out.push(0xcd);
+        out.extend_from_slice(&v.to_be_bytes());
+    } else if let Ok(v) = u32::try_from(v) {
+        out.push(0xce);
+        out.extend_from_slice(&v.to_be_bytes());
+    } else {
+        out.push(0xcf);
+        out.extend_from_slice(&v.to_be_bytes());
+    }
+}
+
+fn write_opt_uint(out: &mut Vec<u8>, v: Option<u64>) {
+    match v {
+        Some(v) => write_uint(out, v),
+        None => write_nil(out),
+    }
+}
+
+fn write_int(out: &mut Vec<u8>, v: i64) {
+    if let Ok(v) = u64::try_from(v) {
+        write_uint(out, v);
+    } else if v >= -32 {
+        out.extend_from_slice(&(v as i8).to_be_bytes());
+    } else if let Ok(v) = i8::try_from(v) {
+        out.push(0xd0);
+        out.extend_from_slice(&v.to_be_bytes());
+    } else if let Ok(v) = i16::try_from(v) {
+        out.push(0xd1);
+        out.extend_from_slice(&v.to_be_bytes());
+    } else if let Ok(v) = i32::try_from(v) {
+        out.push(0xd2);
+        out.extend_from_slice(&v.to_be_bytes());
+    } else {
+        out.push(0xd3);
+        out.extend_from_slice(&v.to_be_bytes());
+    }
+}
+
+fn write_f64(out: &mut Vec<u8>, v: f64) {
+    out.push(0xcb);
+    out.extend_from_slice(&v.to_be_bytes());
+}
+
+fn write_str(out: &mut Vec<u8>, s: &str) {
+    let len = s.len();
+    if len < 32 {
+        out.push(0xa0 | len as u8);
+    } else if let Ok(len) = u8::try_from(len) {
+        out.extend_from_slice(&[0xd9, len]);
+    } else if let Ok(len) = u16::try_from(len) {
+        out.push(0xda);
+        out.extend_from_slice(&len.to_be_bytes());
+    } else {
+        let len = u32::try_from(len).expect("a msgpack string is shorter than 4 GiB");
+        out.push(0xdb);
+        out.extend_from_slice(&len.to_be_bytes());
+    }
+    out.extend_from_slice(s.as_bytes());
+}
+
+fn write_opt_str(out: &mut Vec<u8>, s: Option<&str>) {
+    match s {
+        Some(s) => write_str(out, s),
+        None => write_nil(out),
+    }
+}
+
+fn write_container_len(out: &mut Vec<u8>, len: usize, fix: u8, m16: u8, m32: u8) {
+    if len < 16 {
+        out.push(fix | len as u8);
+    } else if let Ok(len) = u16::try_from(len) {
+        out.push(m16);
+        out.extend_from_slice(&len.to_be_bytes());
+    } else {
+        let len = u32::try_from(len).expect("a msgpack container has fewer than 2^32 items");
+        out.push(m32);
+        out.extend_from_slice(&len.to_be_bytes());
+    }
+}
+
+fn write_array_len(out: &mut Vec<u8>, len: usize) {
+    write_container_len(out, len, 0x90, 0xdc, 0xdd);
+}
+
+fn write_map_len(out: &mut Vec<u8>, len: usize) {
+    write_container_len(out, len, 0x80, 0xde, 0xdf);
+}
+
+#[cfg(test)]
+mod tests {
+    //! The hand-written writers agree with `rmp`'s (which, like msgpack-c, pick the shortest form).
+
+    use super::*;
+    use quickcheck_macros::quickcheck;
+
+    fn str_like_rmp(s: &str) -> bool {
+        let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+        write_str(&mut ours, s);
+        rmp::encode::write_str(&mut theirs, s).expect("a Vec grows");
+        ours == theirs
+    }
+
+    fn container_lengths_like_rmp(len: u32) -> bool {
+        let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+        write_array_len(&mut ours, len as usize);
+        write_map_len(&mut ours, len as usize);
+        rmp::encode::write_array_len(&mut theirs, len).expect("a Vec grows");
+        rmp::encode::write_map_len(&mut theirs, len).expect("a Vec grows");
+        ours == theirs
+    }
+
+    fn uint_like_rmp(v: u64) -> bool {
+        let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+        write_uint(&mut ours, v);
+        rmp::encode::write_uint(&mut theirs, v).expect("a Vec grows");
+        ours == theirs
+    }
+
+    fn int_like_rmp(v: i64) -> bool {
+        let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+        write_int(&mut ours, v);
+        rmp::encode::write_sint(&mut theirs, v).expect("a Vec grows");
+        ours == theirs
+    }
+
+    #[quickcheck]
+    fn uint_is_written_like_rmp(v: u64) -> bool {
+        uint_like_rmp(v)
+    }
+
+    #[quickcheck]
+    fn int_is_written_like_rmp(v: i64) -> bool {
+        int_like_rmp(v)
+    }
+
+    #[quickcheck]
+    fn str_is_written_like_rmp(s: String) -> bool {
+        str_like_rmp(&s)
+    }
+
+    #[quickcheck]
+    fn container_lengths_are_written_like_rmp(len: u32) -> bool {
+        container_lengths_like_rmp(len)
+    }
+
+    #[test]
+    fn boundary_lengths_use_the_same_markers_as_rmp() {
+        for len in [0, 31, 32, 255, 256, 65_535, 65_536] {
+            assert!(str_like_rmp(&"x".repeat(len)), "string of {len}");
+        }
+        for len in [0, 15, 16, 65_535, 65_536, u32::MAX] {
+            assert!(container_lengths_like_rmp(len), "container of {len}");
+        }
+        for v in [
+            0,
+            127,
+            128,
+            255,
+            256,
+            65_535,
+            65_536,
+            u64::from(u32::MAX) + 1,
+            u64::MAX,
+        ] {
+            assert!(uint_like_rmp(v), "uint {v}");
+        }
+        for v in [
+            -1,
+            -32,
+            -33,
+            -128,
+            -129,
+            -32_768,
+            -32_769,
+            i64::MIN,
+            i64::MAX,
+        ] {
+            assert!(int_like_rmp(v), "int {v}");
+        }
+    }
+}

@@ -1,1 +1,198 @@
-//! Integration tests across the hicache-index crates live in `tests/`.
+//! The harness the integration tests share: a session driven by hand, with real Mooncake frames
+//! from the simulator's encoder, and a transcript recorder for golden tests.
+
+use std::fmt::Write as _;
+
+use hicache_index::{
+    Config, Effect, Effects, EventKind, Health, Instant, Layout, Lookup, Medium, ModelLayout,
+    PageHash, Seq, Session, SglangParams, Timestamp,
+};
+use hicache_index_sim::encode::{encode_message, MasterFlavor, OwnedBatch, OwnedEvent};
+
+/// The endpoint every harness session is configured with.
+pub const ENDPOINT: &str = "tcp://127.0.0.1:5557";
+
+/// A TP `tp`, PP 1, MHA layout with page size 4 and no key prefix.
+pub fn mha(tp: u32) -> Layout {
+    Layout::from_sglang(&SglangParams::new(4, tp)).expect("a valid SGLang layout")
+}
+
+/// A configuration with `layout` as the default layout and the harness endpoint.
+pub fn config(layout: Layout) -> Config {
+    Config {
+        endpoint: Some(ENDPOINT.into()),
+        layouts: vec![ModelLayout {
+            model: None,
+            layout,
+        }],
+        ..Config::default()
+    }
+}
+
+/// The page hashes of `tokens` under `layout`, without a namespace.
+pub fn page_hashes(layout: &Layout, tokens: &[u32]) -> Vec<PageHash> {
+    layout
+        .page_hashes(tokens, hicache_index::Namespace::NONE)
+        .collect()
+}
+
+/// A `stored` event for `key` in the default tenant, on cpu.
+pub fn stored(key: impl Into<String>) -> OwnedEvent {
+    OwnedEvent::new(EventKind::Stored, key)
+}
+
+/// A `removed` event for `key` in the default tenant.
+pub fn removed(key: impl Into<String>) -> OwnedEvent {
+    OwnedEvent::new(EventKind::Removed, key)
+}
+
+/// `stored` events for every object of `page` under `layout`.
+pub fn store_page(layout: &Layout, page: &PageHash) -> Vec<OwnedEvent> {
+    layout.object_keys(page).map(stored).collect()
+}
+
+/// A session driven by hand: virtual time, the next sequence, and a log of every effect.
+pub struct Harness {
+    /// The session under test.
+    pub session: Session,
+    /// The current virtual time.
+    pub now: Instant,
+    /// The sequence the next [`Harness::batch`] uses.
+    pub next_seq: u64,
+    /// Every effect so far, in order.
+    pub log: Vec<Effect>,
+    event_id: u64,
+}
+
+impl Harness {
+    /// Makes a session from `config` and connects it (the first timeout asks to connect).
+    pub fn connected(config: Config) -> Harness {
+        let mut h = Harness::new(config);
+        let fx = h.session.handle_timeout(h.now);
+        assert!(
+            matches!(fx.first(), Some(Effect::Connect { .. })),
+            "a configured endpoint connects at once: {fx:?}"
+        );
+        let _ = h.record(fx);
+        let fx = h.session.handle_connected(h.now);
+        let _ = h.record(fx);
+        h
+    }
+
+    /// Makes a session from `config` without driving it.
+    pub fn new(config: Config) -> Harness {
+        let session = Session::new(config).expect("a valid configuration");
+        Harness {
+            session,
+            now: Instant::ZERO,
+            next_seq: 1,
+            log: Vec::new(),
+            event_id: 1,
+        }
+    }
+
+    /// Moves virtual time forward by `millis`.
+    pub fn advance(&mut self, millis: u64) {
+        self.now = Instant::from_nanos(self.now.as_nanos() + millis * 1_000_000);
+    }
+
+    /// Publishes `events` as the next batch; returns its effects (also logged).
+    pub fn batch(&mut self, events: Vec<OwnedEvent>) -> Effects {
+        let seq = self.next_seq;
+        self.batch_at(seq, events)
+    }
+
+    /// Publishes `events` as batch `seq` (the next batch is `seq + 1`).
+    pub fn batch_at(&mut self, seq: u64, events: Vec<OwnedEvent>) -> Effects {
+        let frames = self.frames(seq, events);
+        self.next_seq = seq + 1;
+        self.feed_frames(&frames)
+    }
+
+    /// Encodes `events` as batch `seq` with fresh event ids, without feeding it.
+    pub fn frames(&mut self, seq: u64, mut events: Vec<OwnedEvent>) -> [Vec<u8>; 3] {
+        for e in &mut events {
+            e.event_id = Some(self.event_id);
+            self.event_id += 1;
+        }
+        let batch = OwnedBatch {
+            seq: Seq(seq),
+            timestamp: Timestamp::Millis(1_767_225_600_000 + self.now.as_nanos() / 1_000_000),
+            dp_rank: Some(0),
+            events,
+        };
+        encode_message(b"", &batch, MasterFlavor::Release0314)
+    }
+
+    /// Feeds raw frames; returns the effects (also logged).
+    pub fn feed_frames(&mut self, frames: &[Vec<u8>]) -> Effects {
+        let borrowed: Vec<&[u8]> = frames.iter().map(Vec::as_slice).collect();
+        let fx = self.session.feed(self.now, &borrowed);
+        self.record(fx)
+    }
+
+    /// Calls `handle_timeout` at the session's deadline (moving time there); `None` when idle.
+    pub fn fire_timeout(&mut self) -> Option<Effects> {
+        let at = self.session.poll_timeout()?;
+        self.now = self.now.max(at);
+        let fx = self.session.handle_timeout(self.now);
+        Some(self.record(fx))
+    }
+
+    /// Logs a copy of `fx` and hands it back.
+    pub fn record(&mut self, fx: Effects) -> Effects {
+        self.log.extend(fx.iter().cloned());
+        fx
+    }
+
+    /// Leading pages of `tokens` fully present, with the default layout and tenant.
+    pub fn prefix(&self, tokens: &[u32]) -> usize {
+        self.session
+            .query(&Lookup::tokens(tokens))
+            .expect("the default layout answers")
+            .prefix_pages
+    }
+
+    /// The session's health.
+    pub fn health(&self) -> Health {
+        self.session.health()
+    }
+}
+
+/// Writes effects one per line, for transcripts.
+pub fn transcript_lines(out: &mut String, step: &str, fx: &[Effect]) {
+    let _ = writeln!(out, "> {step}");
+    for e in fx {
+        let _ = writeln!(out, "  {e:?}");
+    }
+}
+
+/// Compares `actual` with the checked-in transcript `name` (under `tests/transcripts/`);
+/// `UPDATE_TRANSCRIPTS=1` rewrites it instead.
+pub fn assert_transcript(name: &str, actual: &str) {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("transcripts")
+        .join(name);
+    if std::env::var_os("UPDATE_TRANSCRIPTS").is_some() {
+        std::fs::create_dir_all(path.parent().expect("transcripts have a folder"))
+            .expect("create transcripts folder");
+        std::fs::write(&path, actual).expect("write transcript");
+        return;
+    }
+    let expected = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "missing transcript {}: {e} (run with UPDATE_TRANSCRIPTS=1)",
+            path.display()
+        )
+    });
+    assert_eq!(
+        actual, expected,
+        "transcript {name} changed (UPDATE_TRANSCRIPTS=1 rewrites it after review)"
+    );
+}
+
+/// A medium-disk copy of a stored event.
+pub fn on_disk(mut event: OwnedEvent) -> OwnedEvent {
+    event.medium = Some(Medium::Disk);
+    event
+}

@@ -1,0 +1,928 @@
+//! The session's rules, one test each, through the public API with real Mooncake frames.
+
+use std::time::Duration;
+
+use hicache_index::{
+    ClearReason, Config, Effect, EventKind, Health, HitPolicy, IndexConfig, Instant, Layout,
+    Lookup, ModelLayout, Namespace, Pool, ReorderConfig, ResyncConfig, ResyncFailure, Seq, Session,
+    StrayReason, VerifyConfig, WorkerInfo,
+};
+use hicache_index_sim::encode::OwnedEvent;
+use hicache_index_tests::{
+    config, mha, page_hashes, removed, store_page, stored, Harness, ENDPOINT,
+};
+
+fn tokens(pages: u32) -> Vec<u32> {
+    (1..=pages * 4).collect()
+}
+
+fn cleared(fx: &[Effect]) -> Vec<ClearReason> {
+    fx.iter()
+        .filter_map(|e| match e {
+            Effect::Cleared { reason, .. } => Some(*reason),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A harness with TP 2 where the first `n` pages of `tokens(n)` are stored, one batch each.
+fn with_pages(cfg: Config, n: u32) -> (Harness, Vec<u32>) {
+    let layout = cfg.layouts[0].layout.clone();
+    let mut h = Harness::connected(cfg);
+    let t = tokens(n);
+    for page in page_hashes(&layout, &t) {
+        let fx = h.batch(store_page(&layout, &page));
+        assert!(fx.is_empty(), "{fx:?}");
+    }
+    (h, t)
+}
+
+#[test]
+fn stored_pages_are_hits_in_prefix_order() {
+    let (h, t) = with_pages(config(mha(2)), 3);
+    assert_eq!(h.prefix(&t), 3);
+    assert_eq!(h.health(), Health::Live);
+}
+
+#[test]
+fn partially_stored_page_is_not_a_hit() {
+    let layout = mha(2);
+    let mut h = Harness::connected(config(layout.clone()));
+    let t = tokens(2);
+    let pages = page_hashes(&layout, &t);
+    let _ = h.batch(store_page(&layout, &pages[0]));
+    let mut half = store_page(&layout, &pages[1]);
+    half.pop();
+    let _ = h.batch(half);
+    assert_eq!(h.prefix(&t), 1);
+}
+
+#[test]
+fn removing_one_object_makes_its_page_a_miss() {
+    let layout = mha(2);
+    let (mut h, t) = with_pages(config(layout.clone()), 3);
+    let second = page_hashes(&layout, &t)[1];
+    let key = layout
+        .object_keys(&second)
+        .nth(1)
+        .expect("TP 2 has four objects");
+    let _ = h.batch(vec![removed(key)]);
+    assert_eq!(h.prefix(&t), 1);
+}
+
+#[test]
+fn duplicate_keeps_state() {
+    let layout = mha(1);
+    let mut h = Harness::connected(config(layout.clone()));
+    let t = tokens(1);
+    let frames = h.frames(1, store_page(&layout, &page_hashes(&layout, &t)[0]));
+    let _ = h.feed_frames(&frames);
+    let fx = h.feed_frames(&frames);
+    assert_eq!(fx.to_vec(), vec![Effect::Duplicate { seq: Seq(1) }]);
+    assert_eq!(h.prefix(&t), 1);
+    assert_eq!(h.session.counters().duplicates, 1);
+}
+
+#[test]
+fn gap_forgets_the_streams_pages_but_keeps_the_batch_after_it() {
+    let layout = mha(1);
+    let (mut h, t) = with_pages(config(layout.clone()), 2);
+    let later = tokens(3);
+    let third = page_hashes(&layout, &later)[2];
+    let fx = h.batch_at(10, store_page(&layout, &third));
+    assert!(
+        fx.contains(&Effect::Gap {
+            expected: Seq(3),
+            received: Seq(10)
+        }),
+        "{fx:?}"
+    );
+    assert_eq!(cleared(&fx), vec![ClearReason::Gap]);
+    assert_eq!(
+        h.prefix(&t),
+        0,
+        "pages learned before the gap are forgotten"
+    );
+    let q = h.session.query(&Lookup::page_hashes(&[third])).unwrap();
+    assert_eq!(
+        q.prefix_pages, 1,
+        "the batch that revealed the gap is the new baseline"
+    );
+    let c = h.session.counters();
+    assert_eq!((c.gaps, c.missing_sequences, c.clears_gap), (1, 7, 1));
+}
+
+#[test]
+fn no_spurious_gap_after_a_clear() {
+    let layout = mha(1);
+    let (mut h, _) = with_pages(config(layout.clone()), 1);
+    let fx = h.session.clear(h.now);
+    assert_eq!(cleared(&fx), vec![ClearReason::Requested]);
+    let fx = h.batch_at(
+        500,
+        store_page(&layout, &page_hashes(&layout, &tokens(2))[1]),
+    );
+    assert!(
+        fx.is_empty(),
+        "the batch after a clear is a silent baseline: {fx:?}"
+    );
+    assert_eq!(h.session.counters().gaps, 0);
+}
+
+#[test]
+fn restart_clears() {
+    let layout = mha(1);
+    let (mut h, t) = with_pages(config(layout.clone()), 3);
+    let fx = h.batch_at(1, vec![stored("unrelated_key")]);
+    assert!(
+        fx.contains(&Effect::Restart {
+            last: Seq(3),
+            received: Seq(1)
+        }),
+        "{fx:?}"
+    );
+    assert_eq!(cleared(&fx), vec![ClearReason::Restart]);
+    assert_eq!(h.prefix(&t), 0);
+}
+
+#[test]
+fn same_sequence_with_other_content_is_a_restart_not_a_duplicate() {
+    let layout = mha(1);
+    let (mut h, t) = with_pages(config(layout.clone()), 1);
+    let fx = h.batch_at(1, vec![stored("another_key")]);
+    assert!(matches!(fx.first(), Some(Effect::Restart { .. })), "{fx:?}");
+    assert_eq!(h.prefix(&t), 0);
+}
+
+#[test]
+fn reorder_within_window_applies_in_order() {
+    let layout = mha(1);
+    let mut cfg = config(layout.clone());
+    cfg.reorder = ReorderConfig {
+        max_held: 4,
+        max_delay: Some(Duration::from_millis(50)),
+    };
+    let mut h = Harness::connected(cfg);
+    let t = tokens(1);
+    let page = page_hashes(&layout, &t)[0];
+    let key = layout.object_keys(&page).next().unwrap();
+    // Batch 2 stores the object, batch 3 removes it; 3 arrives first.
+    let store2 = h.frames(2, vec![stored(key.clone())]);
+    let remove3 = h.frames(3, vec![removed(key.clone())]);
+    let _ = h.batch_at(1, vec![stored("warm_up_key")]);
+    let fx = h.feed_frames(&remove3);
+    assert!(fx.is_empty(), "held, not applied: {fx:?}");
+    let fx = h.feed_frames(&store2);
+    assert!(fx.is_empty(), "{fx:?}");
+    assert!(
+        !h.session.index().contains_key("default", &key),
+        "the removal applied after the store"
+    );
+    assert_eq!(h.session.counters().held, 1);
+    assert_eq!(h.session.poll_timeout(), None, "nothing is held any more");
+}
+
+#[test]
+fn window_overflow_declares_loss() {
+    let layout = mha(1);
+    let mut cfg = config(layout.clone());
+    cfg.reorder = ReorderConfig {
+        max_held: 2,
+        max_delay: None,
+    };
+    let (mut h, t) = with_pages(cfg, 1);
+    let _ = h.batch_at(3, vec![stored("a_key")]);
+    let _ = h.batch_at(4, vec![stored("b_key")]);
+    assert_eq!(h.prefix(&t), 1, "still waiting for batch 2");
+    let fx = h.batch_at(5, vec![stored("c_key")]);
+    assert!(
+        fx.contains(&Effect::Gap {
+            expected: Seq(2),
+            received: Seq(3)
+        }),
+        "{fx:?}"
+    );
+    assert_eq!(h.prefix(&t), 0);
+    assert_eq!(
+        h.session.last_applied_seq(),
+        Some(Seq(5)),
+        "held batches applied in order after the loss"
+    );
+}
+
+#[test]
+fn reorder_deadline_declares_loss_and_the_deadline_moves_forward() {
+    let layout = mha(1);
+    let mut cfg = config(layout.clone());
+    cfg.reorder = ReorderConfig {
+        max_held: 8,
+        max_delay: Some(Duration::from_millis(20)),
+    };
+    let (mut h, t) = with_pages(cfg, 1);
+    let _ = h.batch_at(3, vec![stored("a_key")]);
+    let deadline = h
+        .session
+        .poll_timeout()
+        .expect("a held batch has a deadline");
+    let early = h
+        .session
+        .handle_timeout(Instant::from_nanos(deadline.as_nanos() - 1));
+    assert!(early.is_empty(), "an early timeout is a no-op");
+    let fx = h.fire_timeout().unwrap();
+    assert!(fx.iter().any(|e| matches!(e, Effect::Gap { .. })), "{fx:?}");
+    assert_eq!(h.prefix(&t), 0);
+    assert!(
+        h.session.poll_timeout().is_none_or(|next| next > deadline),
+        "the deadline moved forward"
+    );
+}
+
+#[test]
+fn removal_without_group_id_removes_a_page_stored_with_one() {
+    let layout = mha(1);
+    let mut h = Harness::connected(config(layout.clone()));
+    let t = tokens(1);
+    let page = page_hashes(&layout, &t)[0];
+    let events: Vec<OwnedEvent> = store_page(&layout, &page)
+        .into_iter()
+        .map(|mut e| {
+            e.group_id = Some(layout.group_id(&page));
+            e
+        })
+        .collect();
+    let _ = h.batch(events);
+    assert_eq!(h.prefix(&t), 1);
+    let key = layout.object_keys(&page).next().unwrap();
+    let _ = h.batch(vec![removed(key)]);
+    assert_eq!(h.prefix(&t), 0);
+    assert_eq!(h.session.counters().group_id_mismatches, 0);
+}
+
+#[test]
+fn group_id_mismatch_is_counted() {
+    let layout = mha(1);
+    let mut h = Harness::connected(config(layout.clone()));
+    let page = page_hashes(&layout, &tokens(1))[0];
+    let mut e = stored(layout.object_keys(&page).next().unwrap());
+    e.group_id = Some("sglang-hicache:something_else".into());
+    let _ = h.batch(vec![e]);
+    assert_eq!(h.session.counters().group_id_mismatches, 1);
+}
+
+#[test]
+fn eviction_instead_of_wipe() {
+    let layout = mha(1);
+    let mut cfg = config(layout.clone());
+    cfg.index = IndexConfig {
+        max_pages: 8,
+        ..IndexConfig::default()
+    };
+    let mut h = Harness::connected(cfg);
+    let t = tokens(12);
+    let pages = page_hashes(&layout, &t);
+    for page in &pages[..8] {
+        let _ = h.batch(store_page(&layout, page));
+    }
+    // A query touches the first four pages: CLOCK gives them a second chance.
+    assert_eq!(h.prefix(&tokens(4)), 4);
+    for page in &pages[8..] {
+        let fx = h.batch(store_page(&layout, page));
+        assert!(
+            cleared(&fx).is_empty(),
+            "a full index evicts, never wipes: {fx:?}"
+        );
+    }
+    let c = h.session.counters();
+    assert_eq!((c.pages, c.evictions), (8, 4));
+    assert_eq!(h.prefix(&tokens(4)), 4, "recently queried pages survived");
+    let last = h.session.query(&Lookup::page_hashes(&pages[8..])).unwrap();
+    assert_eq!(last.prefix_pages, 4, "the new pages are in");
+}
+
+#[test]
+fn stray_topic_never_clears() {
+    let (mut h, t) = with_pages(config(mha(1)), 2);
+    let mut frames = h.frames(3, vec![stored("x_key")]);
+    frames[0] = b"other-publisher".to_vec();
+    let fx = h.feed_frames(&frames);
+    assert_eq!(
+        fx.to_vec(),
+        vec![Effect::Stray {
+            reason: StrayReason::Topic
+        }]
+    );
+    let two = [b"".to_vec(), b"junk".to_vec()];
+    let fx = h.feed_frames(&two);
+    assert_eq!(
+        fx.to_vec(),
+        vec![Effect::Stray {
+            reason: StrayReason::FrameCount(2)
+        }]
+    );
+    assert_eq!(h.prefix(&t), 2);
+    let c = h.session.counters();
+    assert_eq!((c.stray_topic, c.stray_frame_count, c.gaps), (1, 1, 0));
+}
+
+#[test]
+fn malformed_message_is_counted_and_dropped_and_its_loss_shows_as_a_gap() {
+    let (mut h, t) = with_pages(config(mha(1)), 2);
+    let mut frames = h.frames(3, vec![stored("x_key")]);
+    frames[2].truncate(frames[2].len() / 2);
+    let fx = h.feed_frames(&frames);
+    assert!(
+        matches!(fx.first(), Some(Effect::Malformed { .. })),
+        "{fx:?}"
+    );
+    assert_eq!(h.prefix(&t), 2, "a malformed message alone clears nothing");
+    let mut bad_seq = h.frames(3, vec![stored("x_key")]);
+    bad_seq[1] = vec![0, 3];
+    let _ = h.feed_frames(&bad_seq);
+    let c = h.session.counters();
+    assert_eq!((c.malformed_payload, c.malformed_seq), (1, 1));
+    let fx = h.batch_at(4, vec![stored("y_key")]);
+    assert!(
+        fx.iter().any(|e| matches!(e, Effect::Gap { .. })),
+        "batch 3 was lost: {fx:?}"
+    );
+    assert_eq!(h.prefix(&t), 0);
+}
+
+#[test]
+fn unreadable_removal_clears() {
+    let (mut h, t) = with_pages(config(mha(1)), 1);
+    let mut e = removed("whatever");
+    e.object_key = None;
+    let fx = h.batch(vec![e]);
+    assert_eq!(cleared(&fx), vec![ClearReason::UnreadableRemoval]);
+    assert_eq!(h.prefix(&t), 0);
+}
+
+#[test]
+fn unknown_events_and_unparsable_keys_are_counted_and_ignored() {
+    let (mut h, t) = with_pages(config(mha(1)), 1);
+    let fx = h.batch(vec![
+        OwnedEvent::new(EventKind::Unknown, "x"),
+        stored("not-a-hicache-key"),
+        removed("also not one"),
+    ]);
+    assert!(fx.is_empty(), "{fx:?}");
+    assert_eq!(h.prefix(&t), 1);
+    let c = h.session.counters();
+    assert_eq!((c.unknown_events, c.unparsed_keys), (1, 2));
+}
+
+#[test]
+fn tenant_wide_clear_drops_only_that_tenant() {
+    let layout = mha(1);
+    let (mut h, t) = with_pages(config(layout.clone()), 1);
+    let page = page_hashes(&layout, &t)[0];
+    let other: Vec<OwnedEvent> = store_page(&layout, &page)
+        .into_iter()
+        .map(|mut e| {
+            e.tenant_id = Some("tenant-a".into());
+            e
+        })
+        .collect();
+    let _ = h.batch(other);
+    let mut clear = OwnedEvent::new(EventKind::Cleared, "");
+    clear.object_key = None;
+    clear.tenant_id = Some("tenant-a".into());
+    let fx = h.batch(vec![clear]);
+    assert_eq!(cleared(&fx), vec![ClearReason::PublisherCleared]);
+    assert_eq!(h.prefix(&t), 1, "the default tenant keeps its page");
+    let q = h
+        .session
+        .query(&Lookup::tokens(&t).with_tenant("tenant-a"))
+        .unwrap();
+    assert_eq!(q.prefix_pages, 0);
+}
+
+#[test]
+fn tenants_and_prefixes_live_side_by_side() {
+    let plain = mha(1);
+    let mut prefixed = mha(1);
+    prefixed.key_prefix = Some("Qwen-Qwen3-8B".into());
+    let mut cfg = config(plain.clone());
+    cfg.layouts.push(ModelLayout {
+        model: Some("qwen".into()),
+        layout: prefixed.clone(),
+    });
+    let mut h = Harness::connected(cfg);
+    let t = tokens(2);
+    let pages = page_hashes(&plain, &t);
+    let _ = h.batch(store_page(&prefixed, &pages[0]));
+    let _ = h.batch(store_page(&prefixed, &pages[1]));
+    let _ = h.batch(store_page(&plain, &pages[0]));
+    assert_eq!(h.prefix(&t), 1);
+    let q = h
+        .session
+        .query(&Lookup::tokens(&t).with_model("qwen"))
+        .unwrap();
+    assert_eq!(q.prefix_pages, 2);
+    assert_eq!(
+        h.session.query(&Lookup::tokens(&t).with_model("unknown")),
+        Err(hicache_index::QueryError::UnknownModel)
+    );
+}
+
+#[test]
+fn namespaced_requests_do_not_hit_plain_pages() {
+    let (h, t) = with_pages(config(mha(1)), 2);
+    let ns = Namespace {
+        extra_key: None,
+        cache_salt: Some("tenant-a"),
+    };
+    let q = h
+        .session
+        .query(&Lookup::tokens(&t).with_namespace(ns))
+        .unwrap();
+    assert_eq!(q.prefix_pages, 0);
+}
+
+#[test]
+fn trailing_pages_pool_is_needed_only_for_the_last_pages() {
+    let layout = Layout {
+        page_size: 4,
+        eagle: false,
+        key_prefix: None,
+        pools: vec![
+            Pool {
+                name: "kv".into(),
+                suffixes: vec!["__k".into()],
+                hit_policy: HitPolicy::AllPages,
+            },
+            Pool {
+                name: "state".into(),
+                suffixes: vec!["_s".into()],
+                hit_policy: HitPolicy::TrailingPages(1),
+            },
+        ],
+    };
+    layout.validate().unwrap();
+    let mut h = Harness::connected(config(layout.clone()));
+    let t = tokens(4);
+    let pages = page_hashes(&layout, &t);
+    let mut events: Vec<OwnedEvent> = pages.iter().map(|p| stored(format!("{p}__k"))).collect();
+    // The state object exists for pages 1 and 2 only: the longest prefix ending on a page with
+    // its state is 3 pages.
+    events.push(stored(format!("{}_s", pages[1])));
+    events.push(stored(format!("{}_s", pages[2])));
+    let _ = h.batch(events);
+    assert_eq!(h.prefix(&t), 3);
+    let mut map = [true; 4];
+    let q = h.session.query_map(&Lookup::tokens(&t), &mut map).unwrap();
+    assert_eq!(q.prefix_pages, 3);
+    assert_eq!(
+        map,
+        [false, true, true, false],
+        "the map says which pages have every object"
+    );
+}
+
+#[test]
+fn query_map_probes_past_a_miss_and_prefix_query_stops_there() {
+    let layout = mha(1);
+    let mut h = Harness::connected(config(layout.clone()));
+    let t = tokens(4);
+    let pages = page_hashes(&layout, &t);
+    for i in [0, 2, 3] {
+        let _ = h.batch(store_page(&layout, &pages[i]));
+    }
+    let q = h.session.query(&Lookup::tokens(&t)).unwrap();
+    assert_eq!((q.prefix_pages, q.pages_checked, q.total_pages), (1, 2, 4));
+    let mut map = [false; 4];
+    let q = h.session.query_map(&Lookup::tokens(&t), &mut map).unwrap();
+    assert_eq!(map, [true, false, true, true]);
+    assert_eq!(q.prefix_pages, 1);
+}
+
+#[test]
+fn tier_breakdown_reports_disk_only_pages() {
+    let layout = mha(1);
+    let mut h = Harness::connected(config(layout.clone()));
+    let t = tokens(2);
+    let pages = page_hashes(&layout, &t);
+    let _ = h.batch(store_page(&layout, &pages[0]));
+    let disk: Vec<OwnedEvent> = store_page(&layout, &pages[1])
+        .into_iter()
+        .map(hicache_index_tests::on_disk)
+        .collect();
+    let _ = h.batch(disk);
+    let q = h.session.query(&Lookup::tokens(&t)).unwrap();
+    assert_eq!(
+        (q.prefix_pages, q.memory_pages, q.disk_only_pages),
+        (2, 1, 1)
+    );
+}
+
+#[test]
+fn disconnect_clears_and_reconnects_with_growing_jittered_backoff() {
+    let (mut h, t) = with_pages(config(mha(1)), 1);
+    let fx = h.session.handle_disconnected(h.now);
+    let fx = h.record(fx);
+    assert_eq!(cleared(&fx), vec![ClearReason::Disconnected]);
+    assert_eq!(h.prefix(&t), 0);
+    assert_eq!(h.health(), Health::Disconnected);
+    let mut delays = Vec::new();
+    for _ in 0..10 {
+        let before = h.now;
+        let fx = h.fire_timeout().expect("a reconnect is scheduled");
+        assert!(
+            fx.contains(&Effect::Connect {
+                endpoint: ENDPOINT.into()
+            }),
+            "{fx:?}"
+        );
+        delays.push(h.now - before);
+        // The connection fails at once.
+        let fx = h.session.handle_disconnected(h.now);
+        let _ = h.record(fx);
+    }
+    let max = h.session.config().backoff.max;
+    let initial = h.session.config().backoff.initial;
+    assert!(
+        delays[0] >= initial / 2 && delays[0] <= initial,
+        "{delays:?}"
+    );
+    assert!(delays[4] > delays[0], "backoff grows: {delays:?}");
+    assert!(
+        delays.iter().all(|d| *d <= max),
+        "backoff is capped: {delays:?}"
+    );
+    assert!(delays[9] >= max / 2, "{delays:?}");
+}
+
+#[test]
+fn backoff_resets_after_a_healthy_period() {
+    let mut h = Harness::connected(config(mha(1)));
+    for _ in 0..6 {
+        let _ = h.session.handle_disconnected(h.now);
+        let _ = h.fire_timeout();
+    }
+    let _ = h.session.handle_connected(h.now);
+    h.advance(60_000);
+    let before = h.now;
+    let _ = h.session.handle_disconnected(h.now);
+    let at = h.session.poll_timeout().unwrap();
+    assert!(
+        at - before <= h.session.config().backoff.initial,
+        "back to the first delay"
+    );
+}
+
+#[test]
+fn connect_timeout_counts_as_failure() {
+    let mut h = Harness::new(config(mha(1)));
+    let fx = h.fire_timeout().unwrap();
+    assert!(matches!(fx.first(), Some(Effect::Connect { .. })));
+    assert_eq!(h.health(), Health::Connecting);
+    let fx = h.fire_timeout().unwrap();
+    assert!(fx.contains(&Effect::Disconnect), "{fx:?}");
+    assert_eq!(h.health(), Health::Disconnected);
+    assert!(h.session.poll_timeout().is_some(), "a retry is scheduled");
+}
+
+#[test]
+fn a_message_while_connecting_confirms_the_connection() {
+    let layout = mha(1);
+    let mut h = Harness::new(config(layout.clone()));
+    let _ = h.fire_timeout();
+    let t = tokens(1);
+    let fx = h.batch(store_page(&layout, &page_hashes(&layout, &t)[0]));
+    assert!(
+        fx.contains(&Effect::HealthChanged {
+            from: Health::Connecting,
+            to: Health::Live
+        }),
+        "{fx:?}"
+    );
+    assert_eq!(h.prefix(&t), 1);
+}
+
+fn resync_config(layout: Layout) -> Config {
+    Config {
+        resync: Some(ResyncConfig::default()),
+        ..config(layout)
+    }
+}
+
+fn fetch_request(fx: &[Effect]) -> Option<u64> {
+    fx.iter().find_map(|e| match e {
+        Effect::FetchSnapshot { request } => Some(*request),
+        _ => None,
+    })
+}
+
+#[test]
+fn late_join_bootstraps_from_the_snapshot_and_replays_what_came_during_it() {
+    let layout = mha(1);
+    let mut h = Harness::new(resync_config(layout.clone()));
+    let _ = h.fire_timeout();
+    let fx = h.session.handle_connected(h.now);
+    let request = fetch_request(&fx).expect("connecting fetches a snapshot");
+    assert_eq!(h.health(), Health::Recovering);
+    let t = tokens(3);
+    let pages = page_hashes(&layout, &t);
+    // During the fetch: page 2 is stored and page 0 loses an object (both live events).
+    let _ = h.batch(store_page(&layout, &pages[2]));
+    let gone = layout.object_keys(&pages[0]).next().unwrap();
+    let _ = h.batch(vec![removed(gone.clone())]);
+    // The snapshot was taken before the removal: it still lists page 0 whole, and page 1.
+    let snapshot: Vec<String> = layout
+        .object_keys(&pages[0])
+        .chain(layout.object_keys(&pages[1]))
+        .collect();
+    let fx = h
+        .session
+        .handle_snapshot(h.now, request, snapshot.iter().map(String::as_str));
+    assert!(
+        fx.contains(&Effect::Resynced {
+            keys: 4,
+            replayed: 2
+        }),
+        "{fx:?}"
+    );
+    assert_eq!(h.health(), Health::Live);
+    assert!(
+        !h.session.index().contains_key("default", &gone),
+        "the buffered removal wins over the snapshot"
+    );
+    let q = h.session.query(&Lookup::page_hashes(&pages[1..])).unwrap();
+    assert_eq!(q.prefix_pages, 2, "pages 1 and 2 are present");
+}
+
+#[test]
+fn gap_with_resync_fetches_and_recovers_pages_stored_before_it() {
+    let layout = mha(1);
+    let mut h = Harness::connected(resync_config(layout.clone()));
+    let boot = fetch_request(&h.log).unwrap();
+    let _ = h.session.handle_snapshot(h.now, boot, std::iter::empty());
+    let t = tokens(2);
+    let pages = page_hashes(&layout, &t);
+    let _ = h.batch(store_page(&layout, &pages[0]));
+    let fx = h.batch_at(9, store_page(&layout, &pages[1]));
+    let request = fetch_request(&fx).expect("a gap starts a resync");
+    assert_eq!(h.health(), Health::Recovering);
+    assert_eq!(h.prefix(&t), 0, "cleared until the snapshot comes");
+    let keys: Vec<String> = layout.object_keys(&pages[0]).collect();
+    let _ = h
+        .session
+        .handle_snapshot(h.now, request, keys.iter().map(String::as_str));
+    assert_eq!(h.prefix(&t), 2);
+    assert_eq!(h.health(), Health::Live);
+}
+
+#[test]
+fn snapshot_answer_for_an_old_request_is_ignored() {
+    let layout = mha(1);
+    let mut h = Harness::connected(resync_config(layout.clone()));
+    let first = fetch_request(&h.log).unwrap();
+    let _ = h.batch_at(1, vec![stored("a_key")]);
+    let fx = h.batch_at(5, vec![stored("b_key")]);
+    let second = fetch_request(&fx).unwrap();
+    assert_ne!(first, second);
+    let keys: Vec<String> = layout
+        .object_keys(&page_hashes(&layout, &tokens(1))[0])
+        .collect();
+    let fx = h
+        .session
+        .handle_snapshot(h.now, first, keys.iter().map(String::as_str));
+    assert!(fx.is_empty());
+    assert_eq!(h.session.counters().stale_answers, 1);
+    assert_eq!(h.health(), Health::Recovering);
+}
+
+#[test]
+fn failed_or_slow_snapshot_is_retried() {
+    let mut h = Harness::connected(resync_config(mha(1)));
+    let request = fetch_request(&h.log).unwrap();
+    let fx = h.session.handle_snapshot_failed(h.now, request);
+    assert!(fx.contains(&Effect::ResyncFailed {
+        reason: ResyncFailure::Fetch
+    }));
+    let fx = h.fire_timeout().unwrap();
+    let retry = fetch_request(&fx).expect("retried after retry_after");
+    let fx = h.fire_timeout().unwrap();
+    assert!(
+        fx.contains(&Effect::ResyncFailed {
+            reason: ResyncFailure::Timeout
+        }),
+        "{fx:?}"
+    );
+    assert!(retry > request);
+}
+
+#[test]
+fn resync_buffer_overflow_gives_up_and_retries() {
+    let mut cfg = resync_config(mha(1));
+    cfg.resync = Some(ResyncConfig {
+        max_buffered_batches: 2,
+        ..ResyncConfig::default()
+    });
+    let mut h = Harness::connected(cfg);
+    for _ in 0..3 {
+        let _ = h.batch(vec![stored("k_key")]);
+    }
+    assert!(h.log.contains(&Effect::ResyncFailed {
+        reason: ResyncFailure::BufferFull
+    }));
+    assert!(h.session.counters().buffered_batches <= 2);
+    assert_eq!(h.health(), Health::Recovering);
+}
+
+#[test]
+fn verification_removes_stale_keys_but_a_racing_store_wins() {
+    let layout = mha(1);
+    let mut cfg = config(layout.clone());
+    cfg.verify = Some(VerifyConfig {
+        interval: Duration::from_secs(1),
+        sample: 100,
+        ..VerifyConfig::default()
+    });
+    let (mut h, t) = with_pages(cfg, 2);
+    let fx = h.fire_timeout().unwrap();
+    let (request, keys) = fx
+        .iter()
+        .find_map(|e| match e {
+            Effect::VerifyKeys { request, keys } => Some((*request, keys.clone())),
+            _ => None,
+        })
+        .expect("verification asks about present keys");
+    assert_eq!(keys.len(), 4);
+    let pages = page_hashes(&layout, &t);
+    // Page 1's objects vanished silently, but page 0's first object was re-stored after the
+    // sample was taken: that store must win.
+    let first = layout.object_keys(&pages[0]).next().unwrap();
+    let _ = h.batch(vec![stored(first.clone())]);
+    let answers: Vec<(&str, bool)> = keys
+        .iter()
+        .map(|k| {
+            (
+                k.as_str(),
+                !(layout.object_keys(&pages[1]).any(|g| &g == k) || *k == first),
+            )
+        })
+        .collect();
+    let fx = h.session.handle_verify_result(h.now, request, answers);
+    assert!(
+        fx.contains(&Effect::StaleFound {
+            keys: 2,
+            checked: 4
+        }),
+        "{fx:?}"
+    );
+    assert!(h.session.index().contains_key("default", &first));
+    assert_eq!(h.prefix(&t), 1);
+    assert!(
+        h.session.poll_timeout().is_some(),
+        "the next round is scheduled"
+    );
+}
+
+#[test]
+fn configured_endpoint_wins_over_worker_metadata() {
+    let mut h = Harness::connected(config(mha(1)));
+    let info = WorkerInfo {
+        event_endpoint: Some("tcp://10.0.0.9:5557".into()),
+        ..WorkerInfo::default()
+    };
+    let fx = h.session.handle_worker(h.now, "w1", Some(info));
+    assert!(fx.is_empty(), "{fx:?}");
+    assert_eq!(h.session.endpoint(), Some(ENDPOINT));
+}
+
+#[test]
+fn advertised_endpoint_is_used_and_a_worker_without_one_disables_nothing() {
+    let mut cfg = config(mha(1));
+    cfg.endpoint = None;
+    let mut h = Harness::new(cfg);
+    assert_eq!(h.session.poll_timeout(), None, "no endpoint: nothing to do");
+    let fx = h
+        .session
+        .handle_worker(h.now, "w0", Some(WorkerInfo::default()));
+    assert!(fx.is_empty());
+    let info = WorkerInfo {
+        event_endpoint: Some("tcp://127.0.0.1:6000".into()),
+        ..WorkerInfo::default()
+    };
+    let fx = h.session.handle_worker(h.now, "w1", Some(info));
+    assert!(
+        fx.contains(&Effect::Connect {
+            endpoint: "tcp://127.0.0.1:6000".into()
+        }),
+        "{fx:?}"
+    );
+}
+
+#[test]
+fn endpoint_disagreement_is_reported_and_the_current_one_kept() {
+    let mut cfg = config(mha(1));
+    cfg.endpoint = None;
+    let mut h = Harness::new(cfg);
+    let a = WorkerInfo {
+        event_endpoint: Some("tcp://127.0.0.1:6000".into()),
+        ..WorkerInfo::default()
+    };
+    let b = WorkerInfo {
+        event_endpoint: Some("tcp://127.0.0.1:7000".into()),
+        ..WorkerInfo::default()
+    };
+    let _ = h.session.handle_worker(h.now, "w1", Some(a));
+    let fx = h.session.handle_worker(h.now, "w2", Some(b.clone()));
+    assert!(
+        fx.contains(&Effect::EndpointDisagreement {
+            kept: "tcp://127.0.0.1:6000".into(),
+            distinct: 2
+        }),
+        "{fx:?}"
+    );
+    assert_eq!(h.session.endpoint(), Some("tcp://127.0.0.1:6000"));
+    // The first worker goes away: the remaining endpoint is taken, and the old stream forgotten.
+    let fx = h.session.handle_worker(h.now, "w1", None);
+    assert!(
+        fx.contains(&Effect::Connect {
+            endpoint: "tcp://127.0.0.1:7000".into()
+        }),
+        "{fx:?}"
+    );
+    assert!(fx.contains(&Effect::Disconnect));
+    let _ = b;
+}
+
+#[test]
+fn layouts_are_per_model_and_disagreement_is_reported() {
+    let mut cfg = config(mha(1));
+    cfg.layouts.clear();
+    let mut h = Harness::connected(cfg);
+    let w = |layout: Layout| WorkerInfo {
+        model: Some("m".into()),
+        layout: Some(layout),
+        ..WorkerInfo::default()
+    };
+    let _ = h.session.handle_worker(h.now, "w1", Some(w(mha(2))));
+    let other = WorkerInfo {
+        model: Some("n".into()),
+        layout: Some(mha(4)),
+        ..WorkerInfo::default()
+    };
+    let fx = h.session.handle_worker(h.now, "w2", Some(other));
+    assert!(
+        fx.is_empty(),
+        "another model may have another layout: {fx:?}"
+    );
+    let fx = h.session.handle_worker(h.now, "w3", Some(w(mha(1))));
+    assert!(
+        fx.contains(&Effect::LayoutDisagreement {
+            model: "m".into(),
+            worker: "w3".into()
+        }),
+        "{fx:?}"
+    );
+    assert_eq!(h.session.layout_for(Some("m")).unwrap(), &mha(2));
+}
+
+#[test]
+fn page_deltas_report_complete_and_incomplete_pages() {
+    let layout = mha(2);
+    let mut cfg = config(layout.clone());
+    cfg.page_deltas = true;
+    let mut h = Harness::connected(cfg);
+    let page = page_hashes(&layout, &tokens(1))[0];
+    let mut events = store_page(&layout, &page);
+    let last = events.pop().unwrap();
+    let fx = h.batch(events);
+    assert!(fx.is_empty(), "not complete yet: {fx:?}");
+    let fx = h.batch(vec![last]);
+    let complete = Effect::Page {
+        tenant: "default".into(),
+        prefix: None,
+        page,
+        complete: true,
+    };
+    assert_eq!(fx.to_vec(), vec![complete]);
+    let fx = h.batch(vec![removed(layout.object_keys(&page).next().unwrap())]);
+    let incomplete = Effect::Page {
+        tenant: "default".into(),
+        prefix: None,
+        page,
+        complete: false,
+    };
+    assert_eq!(fx.to_vec(), vec![incomplete]);
+}
+
+#[test]
+fn poll_timeout_is_idle_when_nothing_is_pending() {
+    let h = Harness::connected(config(mha(1)));
+    assert_eq!(h.session.poll_timeout(), None);
+}
+
+#[test]
+fn invalid_configuration_is_refused() {
+    let mut cfg = config(mha(1));
+    cfg.index.max_pages = 0;
+    assert!(Session::new(cfg).is_err());
+    let mut cfg = config(mha(1));
+    cfg.layouts.push(cfg.layouts[0].clone());
+    assert!(Session::new(cfg).is_err());
+}
