@@ -12,7 +12,6 @@
 //! Event map fields used: `event_type` (`"stored"`, `"removed"`, `"cleared"`; falling back to the
 //! legacy `type`: `"BlockStored"`, `"BlockRemoved"`, `"AllBlocksCleared"`), `object_key`,
 //! `tenant_id`, `group_id`, `medium`, `event_id`. Every other field is skipped unread.
-
 //!
 //! # Robustness
 //! [`decode`] never panics and never allocates more than one `Vec` of events, whose capacity is

@@ -1,0 +1,233 @@
+//! Differential test: for arbitrary gap-free event streams, the index answers every query exactly
+//! as a naive exact-key set does.
+
+use std::collections::BTreeSet;
+
+use hicache_index::{
+    EventKind, HitPolicy, Layout, Lookup, Medium, ModelLayout, PageHash, Pool, Session,
+    SglangParams,
+};
+use hicache_index_sim::encode::OwnedEvent;
+use hicache_index_tests::{config, Harness};
+use quickcheck::{Arbitrary, Gen};
+use quickcheck_macros::quickcheck;
+
+const TENANTS: [&str; 2] = ["default", "tenant-a"];
+
+/// The layouts in play: two share the prefix-less namespace with different suffix sets, one is
+/// prefixed, one has a trailing-pages pool.
+fn layouts() -> Vec<(Option<String>, Layout)> {
+    let tp2 = Layout::from_sglang(&SglangParams::new(4, 2)).unwrap();
+    let mla = Layout::from_sglang(&SglangParams {
+        mla: true,
+        ..SglangParams::new(4, 8)
+    })
+    .unwrap();
+    let mut prefixed = tp2.clone();
+    prefixed.key_prefix = Some("m_0123456789abcdef".into());
+    let trailing = Layout {
+        page_size: 4,
+        eagle: false,
+        key_prefix: Some("".into()),
+        pools: vec![
+            Pool {
+                name: "kv".into(),
+                suffixes: vec!["__k".into()],
+                hit_policy: HitPolicy::AllPages,
+            },
+            Pool {
+                name: "state".into(),
+                suffixes: vec!["_st".into()],
+                hit_policy: HitPolicy::TrailingPages(2),
+            },
+        ],
+    };
+    vec![
+        (None, tp2),
+        (Some("mla".into()), mla),
+        (Some("prefixed".into()), prefixed),
+        (Some("trailing".into()), trailing),
+    ]
+}
+
+/// Eight pages of one token chain, so prefixes matter.
+fn pages() -> Vec<PageHash> {
+    let tokens: Vec<u32> = (100..132).collect();
+    layouts()[0]
+        .1
+        .page_hashes(&tokens, hicache_index::Namespace::NONE)
+        .collect()
+}
+
+/// All object keys any layout can name for the pages.
+fn universe() -> Vec<String> {
+    let pages = pages();
+    let mut keys = BTreeSet::new();
+    for (_, layout) in layouts() {
+        for page in &pages {
+            keys.extend(layout.object_keys(page));
+        }
+    }
+    keys.into_iter().collect()
+}
+
+#[derive(Clone, Debug)]
+struct Op {
+    store: bool,
+    key: usize,
+    tenant: usize,
+    disk: bool,
+}
+
+impl Arbitrary for Op {
+    fn arbitrary(g: &mut Gen) -> Op {
+        Op {
+            store: u8::arbitrary(g) % 4 != 0,
+            key: usize::arbitrary(g),
+            tenant: usize::from(u8::arbitrary(g) % 5 == 0),
+            disk: bool::arbitrary(g),
+        }
+    }
+}
+
+/// The naive answer: the longest prefix `n` with every all-pages object of pages `..n`, and the
+/// trailing pools' objects for the last `min(w, n)` pages.
+fn reference(
+    set: &BTreeSet<(String, String)>,
+    tenant: &str,
+    layout: &Layout,
+    pages: &[PageHash],
+) -> usize {
+    let has = |page: &PageHash, suffixes: &[String]| {
+        suffixes.iter().all(|s| {
+            let mut key = String::new();
+            layout.write_object_key(page, s, &mut key);
+            set.contains(&(tenant.to_owned(), key))
+        })
+    };
+    (0..=pages.len())
+        .rev()
+        .find(|&n| {
+            layout.pools.iter().all(|pool| match pool.hit_policy {
+                HitPolicy::AllPages => pages[..n].iter().all(|p| has(p, &pool.suffixes)),
+                HitPolicy::TrailingPages(w) => pages[n.saturating_sub(w as usize)..n]
+                    .iter()
+                    .all(|p| has(p, &pool.suffixes)),
+            })
+        })
+        .unwrap_or(0)
+}
+
+/// Runs the stream; returns whether every answer agreed, and how many answers were non-zero.
+fn check(ops: Vec<Op>, batch_len: usize) -> (bool, usize) {
+    let all = layouts();
+    let mut cfg = config(all[0].1.clone());
+    cfg.layouts = all
+        .iter()
+        .map(|(m, l)| ModelLayout {
+            model: m.clone(),
+            layout: l.clone(),
+        })
+        .collect();
+    let mut h = Harness::connected(cfg);
+    let keys = universe();
+    let pages = pages();
+    let mut set = BTreeSet::new();
+    let mut nonzero = 0;
+    for chunk in ops.chunks(batch_len.clamp(1, 64)) {
+        let events: Vec<OwnedEvent> = chunk
+            .iter()
+            .map(|op| {
+                let key = &keys[op.key % keys.len()];
+                let tenant = TENANTS[op.tenant];
+                let mut e = OwnedEvent::new(
+                    if op.store {
+                        EventKind::Stored
+                    } else {
+                        EventKind::Removed
+                    },
+                    key.clone(),
+                );
+                e.tenant_id = Some(tenant.into());
+                e.medium = Some(if op.disk { Medium::Disk } else { Medium::Cpu });
+                if op.store {
+                    set.insert((tenant.to_owned(), key.clone()));
+                } else {
+                    set.remove(&(tenant.to_owned(), key.clone()));
+                }
+                e
+            })
+            .collect();
+        let fx = h.batch(events);
+        assert!(fx.is_empty(), "a gap-free stream has no effects: {fx:?}");
+        match agrees(&h.session, &set, &all, &pages) {
+            Some(n) => nonzero += n,
+            None => return (false, nonzero),
+        }
+    }
+    (true, nonzero)
+}
+
+/// Asks every tenant, layout and starting page; `None` on the first disagreement, else the
+/// number of non-zero answers.
+fn agrees(
+    session: &Session,
+    set: &BTreeSet<(String, String)>,
+    all: &[(Option<String>, Layout)],
+    pages: &[PageHash],
+) -> Option<usize> {
+    let mut nonzero = 0;
+    for tenant in TENANTS {
+        for (model, layout) in all {
+            for start in 0..pages.len() {
+                let asked = &pages[start..];
+                let mut lookup = Lookup::page_hashes(asked).with_tenant(tenant);
+                if let Some(m) = model {
+                    lookup = lookup.with_model(m);
+                }
+                let got = session
+                    .query(&lookup)
+                    .expect("configured layout")
+                    .prefix_pages;
+                let want = reference(set, tenant, layout, asked);
+                if got != want {
+                    eprintln!("tenant {tenant} model {model:?} from page {start}: index {got}, reference {want}");
+                    return None;
+                }
+                nonzero += usize::from(got > 0);
+            }
+        }
+    }
+    Some(nonzero)
+}
+
+#[quickcheck]
+fn index_answers_like_an_exact_key_set_for_gap_free_streams(ops: Vec<Op>, batch_len: u8) -> bool {
+    check(ops, usize::from(batch_len)).0
+}
+
+#[test]
+fn dense_stream_over_the_whole_universe_agrees() {
+    // Store everything, then remove every third key: deterministic and exhaustive.
+    let n = universe().len();
+    let mut ops: Vec<Op> = (0..n)
+        .map(|key| Op {
+            store: true,
+            key,
+            tenant: 0,
+            disk: false,
+        })
+        .collect();
+    ops.extend((0..n).step_by(3).map(|key| Op {
+        store: false,
+        key,
+        tenant: 0,
+        disk: false,
+    }));
+    let (agreed, nonzero) = check(ops, 64);
+    assert!(agreed);
+    assert!(
+        nonzero >= 32,
+        "every layout hits from every start page once all is stored: {nonzero}"
+    );
+}
