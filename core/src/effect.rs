@@ -99,6 +99,13 @@ pub enum Effect {
     },
     /// Close the subscriber's connection.
     Disconnect,
+    /// A reconnect is scheduled; [`crate::Session::poll_timeout`] is due then (report only).
+    ReconnectScheduled {
+        /// When the next [`Effect::Connect`] comes.
+        at: crate::time::Instant,
+        /// How many attempts failed in a row before this one.
+        attempt: u32,
+    },
     /// The index forgot pages (report only).
     Cleared {
         /// Why.

@@ -967,8 +967,14 @@ impl Session {
         };
         self.forget(now, ClearReason::Disconnected, fx);
         let delay = self.backoff_delay();
-        self.attempts = self.attempts.saturating_add(1);
         let retry_at = self.endpoint.as_ref().map(|_| now + delay);
+        if let Some(at) = retry_at {
+            fx.push(Effect::ReconnectScheduled {
+                at,
+                attempt: self.attempts,
+            });
+        }
+        self.attempts = self.attempts.saturating_add(1);
         self.link = Link::Down { retry_at };
     }
 
