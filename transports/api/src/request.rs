@@ -1,0 +1,302 @@
+//! The query request and answer: `{"tokens": [...], "tenant", "model", "extra_key",
+//! "cache_salt"}` (or `"page_hashes": [hex...]` instead of tokens) answered by
+//! `{"prefix_pages", "pages", "trust", ...}`.
+
+use std::fmt;
+
+use hicache_index::{
+    Hits, Lookup, Namespace, PageHash, Pages, QueryError, Session, Tokens, DEFAULT_TENANT,
+};
+use serde::{Deserialize, Serialize};
+
+/// Bounds on what one request may ask.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// The largest request body, in bytes.
+    pub max_body_bytes: usize,
+    /// The most tokens in one request.
+    pub max_tokens: usize,
+    /// The most page hashes in one request.
+    pub max_page_hashes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_body_bytes: 4 << 20,
+            max_tokens: 262_144,
+            max_page_hashes: 16_384,
+        }
+    }
+}
+
+/// A query as it arrives (JSON or a msgpack map with the same field names).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueryRequest {
+    /// The request's tokens (ids up to `u64::MAX`).
+    #[serde(default)]
+    pub tokens: Option<Vec<u64>>,
+    /// Page hashes, 64 lowercase hex characters each, instead of tokens.
+    #[serde(default)]
+    pub page_hashes: Option<Vec<String>>,
+    /// The tenant; `"default"` when absent.
+    #[serde(default)]
+    pub tenant: Option<String>,
+    /// The model whose layout applies; the one configured layout when absent.
+    #[serde(default)]
+    pub model: Option<String>,
+    /// SGLang's `extra_key` of the request (namespaced requests).
+    #[serde(default)]
+    pub extra_key: Option<String>,
+    /// SGLang's `cache_salt` of the request (namespaced requests).
+    #[serde(default)]
+    pub cache_salt: Option<String>,
+}
+
+/// Why a request was refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ApiError {
+    /// The body is larger than the limit.
+    TooLarge {
+        /// The limit in bytes.
+        limit: usize,
+    },
+    /// The body is not a valid request document.
+    Malformed(String),
+    /// Neither or both of `tokens` and `page_hashes` were given.
+    NeedTokensOrHashes,
+    /// More tokens or hashes than the limit.
+    TooMany {
+        /// What was counted.
+        what: &'static str,
+        /// The limit.
+        limit: usize,
+    },
+    /// A page hash is not 64 lowercase hex characters.
+    BadPageHash {
+        /// Its position in the list.
+        position: usize,
+    },
+    /// The index could not answer (unknown model, no default layout).
+    Query(QueryError),
+}
+
+impl ApiError {
+    /// Returns the HTTP status that fits: 413 for size, 404 for an unknown model, else 400.
+    pub fn status(&self) -> u16 {
+        match self {
+            ApiError::TooLarge { .. } | ApiError::TooMany { .. } => 413,
+            ApiError::Query(QueryError::UnknownModel) => 404,
+            _ => 400,
+        }
+    }
+
+    /// Returns the error as the JSON body `{"error": "..."}`.
+    pub fn to_json(&self) -> String {
+        serde_json::json!({ "error": self.to_string() }).to_string()
+    }
+}
+
+impl fmt::Display for ApiError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ApiError::TooLarge { limit } => write!(f, "request body larger than {limit} bytes"),
+            ApiError::Malformed(why) => write!(f, "malformed request: {why}"),
+            ApiError::NeedTokensOrHashes => {
+                f.write_str("give exactly one of \"tokens\" and \"page_hashes\"")
+            }
+            ApiError::TooMany { what, limit } => write!(f, "more than {limit} {what}"),
+            ApiError::BadPageHash { position } => {
+                write!(
+                    f,
+                    "page_hashes[{position}] is not 64 lowercase hex characters"
+                )
+            }
+            ApiError::Query(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for ApiError {}
+
+/// A request checked against the limits, ready to ask the index.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Query {
+    request: QueryRequest,
+    narrow: Option<Vec<u32>>,
+    hashes: Vec<PageHash>,
+}
+
+impl QueryRequest {
+    /// Decodes a JSON body within `limits`.
+    pub fn from_json(body: &[u8], limits: &Limits) -> Result<Query, ApiError> {
+        check_size(body, limits)?;
+        let request: QueryRequest =
+            serde_json::from_slice(body).map_err(|e| ApiError::Malformed(e.to_string()))?;
+        request.check(limits)
+    }
+
+    /// Decodes a msgpack map body within `limits`.
+    pub fn from_msgpack(body: &[u8], limits: &Limits) -> Result<Query, ApiError> {
+        check_size(body, limits)?;
+        let request: QueryRequest =
+            rmp_serde::from_slice(body).map_err(|e| ApiError::Malformed(e.to_string()))?;
+        request.check(limits)
+    }
+
+    /// Checks the request against `limits` and parses its page hashes.
+    pub fn check(self, limits: &Limits) -> Result<Query, ApiError> {
+        match (&self.tokens, &self.page_hashes) {
+            (Some(tokens), None) => {
+                if tokens.len() > limits.max_tokens {
+                    return Err(ApiError::TooMany {
+                        what: "tokens",
+                        limit: limits.max_tokens,
+                    });
+                }
+                let narrow = tokens
+                    .iter()
+                    .map(|&t| u32::try_from(t).ok())
+                    .collect::<Option<Vec<u32>>>();
+                Ok(Query {
+                    request: self,
+                    narrow,
+                    hashes: Vec::new(),
+                })
+            }
+            (None, Some(hex)) => {
+                if hex.len() > limits.max_page_hashes {
+                    return Err(ApiError::TooMany {
+                        what: "page hashes",
+                        limit: limits.max_page_hashes,
+                    });
+                }
+                let hashes = hex
+                    .iter()
+                    .enumerate()
+                    .map(|(position, h)| {
+                        h.parse::<PageHash>()
+                            .map_err(|_| ApiError::BadPageHash { position })
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                Ok(Query {
+                    request: self,
+                    narrow: None,
+                    hashes,
+                })
+            }
+            _ => Err(ApiError::NeedTokensOrHashes),
+        }
+    }
+}
+
+fn check_size(body: &[u8], limits: &Limits) -> Result<(), ApiError> {
+    if body.len() > limits.max_body_bytes {
+        return Err(ApiError::TooLarge {
+            limit: limits.max_body_bytes,
+        });
+    }
+    Ok(())
+}
+
+impl Query {
+    /// Returns the lookup this query asks.
+    pub fn lookup(&self) -> Lookup<'_> {
+        let r = &self.request;
+        let pages = match (&self.narrow, &r.tokens) {
+            (Some(narrow), _) => Pages::Tokens {
+                tokens: Tokens::U32(narrow),
+                namespace: self.namespace(),
+            },
+            (None, Some(wide)) => Pages::Tokens {
+                tokens: Tokens::U64(wide),
+                namespace: self.namespace(),
+            },
+            (None, None) => Pages::Hashes(&self.hashes),
+        };
+        Lookup {
+            tenant: r.tenant.as_deref().unwrap_or(DEFAULT_TENANT),
+            model: r.model.as_deref(),
+            pages,
+        }
+    }
+
+    fn namespace(&self) -> Namespace<'_> {
+        Namespace {
+            extra_key: self.request.extra_key.as_deref(),
+            cache_salt: self.request.cache_salt.as_deref(),
+        }
+    }
+
+    /// Returns the request as it arrived.
+    pub fn request(&self) -> &QueryRequest {
+        &self.request
+    }
+}
+
+/// The answer: the fully present prefix, the per-page map, and the trust to put in it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueryAnswer {
+    /// Leading pages fully present: the pages a router may count on.
+    pub prefix_pages: usize,
+    /// For every full page of the request, whether all its objects are present.
+    pub pages: Vec<bool>,
+    /// The index's health when it answered: `"live"`, `"recovering"`, `"connecting"` or
+    /// `"disconnected"`.
+    pub trust: String,
+    /// Full pages in the request.
+    pub total_pages: usize,
+    /// Of the prefix pages, how many were seen with a memory replica.
+    pub memory_pages: usize,
+    /// Of the prefix pages, how many were seen only on disk.
+    pub disk_only_pages: usize,
+}
+
+impl QueryAnswer {
+    /// Builds the answer from the index's hits and page map.
+    pub fn new(hits: Hits, pages: Vec<bool>) -> QueryAnswer {
+        QueryAnswer {
+            prefix_pages: hits.prefix_pages,
+            pages,
+            trust: hits.trust.as_str().to_owned(),
+            total_pages: hits.total_pages,
+            memory_pages: hits.memory_pages,
+            disk_only_pages: hits.disk_only_pages,
+        }
+    }
+
+    /// Encodes the answer as JSON.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).expect("an answer always serialises")
+    }
+
+    /// Encodes the answer as a msgpack map (field names as keys).
+    pub fn to_msgpack(&self) -> Vec<u8> {
+        rmp_serde::to_vec_named(self).expect("an answer always serialises")
+    }
+}
+
+/// Asks `session` the query, with the per-page map.
+pub fn answer(session: &Session, query: &Query) -> Result<QueryAnswer, ApiError> {
+    let lookup = query.lookup();
+    let layout = session.layout_for(lookup.model).map_err(ApiError::Query)?;
+    let total = match lookup.pages {
+        Pages::Hashes(h) => h.len(),
+        Pages::Tokens { tokens, .. } => page_count(tokens.len(), layout.page_size, layout.eagle),
+    };
+    let mut map = vec![false; total];
+    let hits = session
+        .query_map(&lookup, &mut map)
+        .map_err(ApiError::Query)?;
+    Ok(QueryAnswer::new(hits, map))
+}
+
+/// Full pages in `tokens` tokens: EAGLE pages are made of the `tokens - 1` bigrams.
+fn page_count(tokens: usize, page_size: u32, eagle: bool) -> usize {
+    let units = if eagle {
+        tokens.saturating_sub(1)
+    } else {
+        tokens
+    };
+    units.checked_div(page_size as usize).unwrap_or(0)
+}

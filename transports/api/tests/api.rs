@@ -1,0 +1,239 @@
+//! The shared request/answer and tools, through their public API.
+
+use hicache_index::{
+    Config, EventKind, Instant, Layout, ModelLayout, Namespace, Session, SglangParams,
+};
+use hicache_index_api::tools::{decode_line, object_keys, page_hashes_hex};
+use hicache_index_api::{answer, ApiError, LayoutArgs, Limits, QueryRequest};
+use hicache_index_sim::encode::{encode_message, MasterFlavor, OwnedBatch, OwnedEvent};
+use quickcheck_macros::quickcheck;
+use serde_json::Value;
+
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../core/tests/fixtures");
+
+fn session_with_first_page(layout: &Layout) -> Session {
+    let mut session = Session::new(Config {
+        layouts: vec![ModelLayout {
+            model: None,
+            layout: layout.clone(),
+        }],
+        ..Config::default()
+    })
+    .unwrap();
+    let tokens: Vec<u32> = (1..=10).collect();
+    let first = layout.page_hashes(&tokens, Namespace::NONE).next().unwrap();
+    let events = layout
+        .object_keys(&first)
+        .map(|k| OwnedEvent::new(EventKind::Stored, k))
+        .collect();
+    let batch = OwnedBatch {
+        seq: hicache_index::Seq(1),
+        timestamp: hicache_index::Timestamp::Millis(1),
+        dp_rank: Some(0),
+        events,
+    };
+    let frames = encode_message(b"", &batch, MasterFlavor::Upstream);
+    let refs: Vec<&[u8]> = frames.iter().map(Vec::as_slice).collect();
+    let _ = session.feed(Instant::ZERO, &refs);
+    session
+}
+
+#[test]
+fn a_json_token_query_answers_prefix_pages_and_map() {
+    let layout = Layout::from_sglang(&SglangParams::new(4, 2)).unwrap();
+    let session = session_with_first_page(&layout);
+    let q = QueryRequest::from_json(br#"{"tokens": [1,2,3,4,5,6,7,8,9,10]}"#, &Limits::default())
+        .unwrap();
+    let a = answer(&session, &q).unwrap();
+    assert_eq!(
+        (a.prefix_pages, a.pages.clone(), a.total_pages),
+        (1, vec![true, false], 2)
+    );
+    let json: Value = serde_json::from_str(&a.to_json()).unwrap();
+    assert_eq!(json["prefix_pages"], 1);
+    assert_eq!(json["trust"], "disconnected");
+}
+
+#[test]
+fn a_page_hash_query_in_msgpack_answers_the_same() {
+    let layout = Layout::from_sglang(&SglangParams::new(4, 2)).unwrap();
+    let session = session_with_first_page(&layout);
+    let tokens: Vec<u64> = (1..=10).collect();
+    let hashes = page_hashes_hex(&tokens, 4, false, Namespace::NONE);
+    let request = QueryRequest {
+        page_hashes: Some(hashes),
+        ..QueryRequest::default()
+    };
+    let body = rmp_serde::to_vec_named(&request).unwrap();
+    let q = QueryRequest::from_msgpack(&body, &Limits::default()).unwrap();
+    let a = answer(&session, &q).unwrap();
+    assert_eq!(a.pages, vec![true, false]);
+    let back: hicache_index_api::QueryAnswer = rmp_serde::from_slice(&a.to_msgpack()).unwrap();
+    assert_eq!(back, a);
+}
+
+#[test]
+fn a_namespaced_query_misses_plain_pages() {
+    let layout = Layout::from_sglang(&SglangParams::new(4, 2)).unwrap();
+    let session = session_with_first_page(&layout);
+    let body = br#"{"tokens": [1,2,3,4,5,6,7,8], "cache_salt": "tenant-a"}"#;
+    let a = answer(
+        &session,
+        &QueryRequest::from_json(body, &Limits::default()).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(a.prefix_pages, 0);
+}
+
+#[test]
+fn bad_requests_get_typed_errors_with_4xx_statuses() {
+    let limits = Limits {
+        max_body_bytes: 64,
+        max_tokens: 4,
+        max_page_hashes: 2,
+    };
+    let cases: Vec<(&[u8], u16)> = vec![
+        (b"{", 400),
+        (b"[1,2,3]", 400),
+        (b"{}", 400),
+        (br#"{"tokens": [1], "page_hashes": []}"#, 400),
+        (br#"{"tokens": [1,2,3,4,5]}"#, 413),
+        (br#"{"tokens": [-1]}"#, 400),
+        (br#"{"tokens": [1.5]}"#, 400),
+        (br#"{"page_hashes": ["zz"]}"#, 400),
+        (br#"{"page_hashes": ["a","b","c"]}"#, 413),
+        (&[b' '; 65], 413),
+    ];
+    for (body, status) in cases {
+        let err = QueryRequest::from_json(body, &limits).unwrap_err();
+        assert_eq!(
+            err.status(),
+            status,
+            "{} -> {err}",
+            String::from_utf8_lossy(body)
+        );
+        let json: Value = serde_json::from_str(&err.to_json()).unwrap();
+        assert!(json["error"].is_string());
+    }
+}
+
+#[test]
+fn an_unknown_model_is_a_404() {
+    let layout = Layout::from_sglang(&SglangParams::new(4, 2)).unwrap();
+    let session = session_with_first_page(&layout);
+    let q = QueryRequest::from_json(br#"{"tokens": [1], "model": "nope"}"#, &Limits::default())
+        .unwrap();
+    assert_eq!(answer(&session, &q).unwrap_err().status(), 404);
+}
+
+#[test]
+fn tokens_above_u32_hash_in_the_wide_form() {
+    let layout = Layout::from_sglang(&SglangParams::new(4, 2)).unwrap();
+    let session = session_with_first_page(&layout);
+    let body = br#"{"tokens": [1,2,3,4294967296,5,6,7,8]}"#;
+    let a = answer(
+        &session,
+        &QueryRequest::from_json(body, &Limits::default()).unwrap(),
+    )
+    .unwrap();
+    assert_eq!((a.prefix_pages, a.total_pages), (0, 2));
+}
+
+#[test]
+fn every_captured_message_decodes_to_its_listed_fields() {
+    for file in ["mooncake_frames.jsonl", "mooncake_0_3_14_capture.jsonl"] {
+        let text = std::fs::read_to_string(format!("{FIXTURES}/{file}")).unwrap();
+        for line in text.lines() {
+            let vector: Value = serde_json::from_str(line).unwrap();
+            if vector.get("frames_hex").is_none() {
+                continue;
+            }
+            let out = decode_line(line);
+            let decoded = &vector["decoded"];
+            assert_eq!(out["timestamp_ms"], decoded[0], "{out}");
+            let events = out["events"].as_array().unwrap();
+            let want = decoded[1].as_array().unwrap();
+            assert_eq!(events.len(), want.len());
+            for (got, want) in events.iter().zip(want) {
+                for field in [
+                    "event_type",
+                    "object_key",
+                    "tenant_id",
+                    "group_id",
+                    "medium",
+                    "event_id",
+                ] {
+                    assert_eq!(got[field], want[field], "{field} in {file}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn undecodable_lines_become_error_lines() {
+    for line in [
+        "not json",
+        "{}",
+        r#"{"frames_hex": ["", "00"]}"#,
+        r#"{"frames_hex": ["", "0000000000000001", "zz"]}"#,
+    ] {
+        assert!(decode_line(line)["error"].is_string(), "{line}");
+    }
+}
+
+#[test]
+fn hash_and_keys_tools_match_the_upstream_vectors() {
+    let tokens: Vec<u64> = (1..=10).collect();
+    let hashes = page_hashes_hex(&tokens, 4, false, Namespace::NONE);
+    assert_eq!(
+        hashes[0],
+        "cf97adeedb59e05bfd73a2b4c2a8885708c4f4f70c84c64b27120e72ab733b72"
+    );
+    let args = LayoutArgs {
+        page_size: Some(4),
+        tp: Some(2),
+        pp: 1,
+        model: Some("Qwen/Qwen3-8B".into()),
+        ..LayoutArgs::default()
+    };
+    let layout = args.to_layout().unwrap();
+    let keys = object_keys(&layout, &hashes[0].parse().unwrap());
+    assert_eq!(
+        keys[0],
+        "Qwen-Qwen3-8B_cf97adeedb59e05bfd73a2b4c2a8885708c4f4f70c84c64b27120e72ab733b72_0_k"
+    );
+    assert_eq!(keys.len(), 4);
+}
+
+#[test]
+fn layout_flags_explain_what_is_missing() {
+    assert!(LayoutArgs::default()
+        .to_layout()
+        .unwrap_err()
+        .contains("--page-size"));
+    let bad = LayoutArgs {
+        page_size: Some(0),
+        tp: Some(1),
+        pp: 1,
+        ..LayoutArgs::default()
+    };
+    assert!(bad.to_layout().unwrap_err().starts_with("invalid layout"));
+}
+
+#[quickcheck]
+fn request_decoding_never_panics(body: Vec<u8>) -> bool {
+    let limits = Limits::default();
+    let _ = QueryRequest::from_json(&body, &limits);
+    let _ = QueryRequest::from_msgpack(&body, &limits);
+    true
+}
+
+#[test]
+fn errors_read_as_one_line() {
+    let e = ApiError::TooMany {
+        what: "tokens",
+        limit: 4,
+    };
+    assert_eq!(e.to_string(), "more than 4 tokens");
+}
