@@ -42,6 +42,8 @@ pub enum ClearReason {
     Restart,
     /// The connection was lost: events may have been missed.
     Disconnected,
+    /// A new connection began while the index held what an earlier one taught it.
+    Reconnected,
     /// The event endpoint changed: a different stream.
     EndpointChanged,
     /// A `removed` event could not be read: which object went is unknown.
@@ -59,6 +61,7 @@ impl ClearReason {
             ClearReason::Gap => "gap",
             ClearReason::Restart => "restart",
             ClearReason::Disconnected => "disconnected",
+            ClearReason::Reconnected => "reconnected",
             ClearReason::EndpointChanged => "endpoint_changed",
             ClearReason::UnreadableRemoval => "unreadable_removal",
             ClearReason::PublisherCleared => "publisher_cleared",

@@ -39,7 +39,7 @@ pub struct Counters {
     pub clears_gap: u64,
     /// Clears after a restart.
     pub clears_restart: u64,
-    /// Clears after a lost connection.
+    /// Clears after a lost connection (or a new one over what an old one taught).
     pub clears_disconnected: u64,
     /// Clears after an endpoint change.
     pub clears_endpoint: u64,

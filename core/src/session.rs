@@ -840,7 +840,9 @@ impl Session {
         let counter = match reason {
             ClearReason::Gap => &mut self.counters.clears_gap,
             ClearReason::Restart => &mut self.counters.clears_restart,
-            ClearReason::Disconnected => &mut self.counters.clears_disconnected,
+            ClearReason::Disconnected | ClearReason::Reconnected => {
+                &mut self.counters.clears_disconnected
+            }
             ClearReason::EndpointChanged => &mut self.counters.clears_endpoint,
             ClearReason::UnreadableRemoval => &mut self.counters.clears_unreadable_removal,
             ClearReason::Requested => &mut self.counters.clears_requested,
@@ -944,7 +946,13 @@ impl Session {
             return;
         }
         self.link = Link::Up { since: now };
+        // A new connection is a new stream: whatever was applied before it (batches that arrived
+        // while the link was down) must not be continued by the next batch's silent baseline.
+        let had_stream = self.tracker.last_applied().is_some() || self.index.page_count() > 0;
         self.tracker.reset();
+        if had_stream {
+            self.forget(now, ClearReason::Reconnected, fx);
+        }
         self.start_resync(now, fx);
         if self.config.resync.is_none() {
             self.schedule_verify(now);

@@ -1,6 +1,8 @@
 //! The harness the integration tests share: a session driven by hand, with real Mooncake frames
 //! from the simulator's encoder, and a transcript recorder for golden tests.
 
+pub mod fuzz;
+
 use std::fmt::Write as _;
 
 use hicache_index::{

@@ -572,6 +572,26 @@ fn backoff_resets_after_a_healthy_period() {
 }
 
 #[test]
+fn batches_applied_while_disconnected_are_forgotten_when_a_connection_begins() {
+    // Found by the session fuzzer: a batch delivered while the link was down became a baseline,
+    // and the next connection's first batch continued on top of it.
+    let layout = mha(1);
+    let (mut h, t) = with_pages(config(layout.clone()), 1);
+    let _ = h.session.handle_disconnected(h.now);
+    let stale = h.frames(1, store_page(&layout, &page_hashes(&layout, &t)[0]));
+    let _ = h.feed_frames(&stale);
+    assert_eq!(h.prefix(&t), 1, "applied while down");
+    let fx = h.session.handle_connected(h.now);
+    assert_eq!(cleared(&fx), vec![ClearReason::Reconnected]);
+    let _ = h.batch_at(44, vec![stored("other_key")]);
+    assert_eq!(
+        h.prefix(&t),
+        0,
+        "nothing from before the connection survives"
+    );
+}
+
+#[test]
 fn connect_timeout_counts_as_failure() {
     let mut h = Harness::new(config(mha(1)));
     let fx = h.fire_timeout().unwrap();

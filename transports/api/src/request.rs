@@ -139,6 +139,7 @@ impl QueryRequest {
     /// Decodes a msgpack map body within `limits`.
     pub fn from_msgpack(body: &[u8], limits: &Limits) -> Result<Query, ApiError> {
         check_size(body, limits)?;
+        check_msgpack_lengths(body).map_err(ApiError::Malformed)?;
         let request: QueryRequest =
             rmp_serde::from_slice(body).map_err(|e| ApiError::Malformed(e.to_string()))?;
         request.check(limits)
@@ -188,6 +189,72 @@ impl QueryRequest {
             _ => Err(ApiError::NeedTokensOrHashes),
         }
     }
+}
+
+/// Walks a msgpack value and refuses any length header that claims more items or bytes than
+/// remain, so that decoding never preallocates for data that is not there.
+fn check_msgpack_lengths(body: &[u8]) -> Result<(), String> {
+    const MAX_DEPTH: usize = 16;
+    let mut pos = 0usize;
+    // Items still to read at each open level; a map counts keys and values.
+    let mut pending: Vec<usize> = vec![1];
+    while let Some(top) = pending.last_mut() {
+        if *top == 0 {
+            pending.pop();
+            continue;
+        }
+        *top -= 1;
+        let marker = *body.get(pos).ok_or("msgpack value truncated")?;
+        pos += 1;
+        let take = |pos: &mut usize, n: usize| -> Result<usize, String> {
+            let bytes = body.get(*pos..*pos + n).ok_or("msgpack length truncated")?;
+            *pos += n;
+            Ok(bytes
+                .iter()
+                .fold(0usize, |acc, b| (acc << 8) | usize::from(*b)))
+        };
+        let (skip, items) = match marker {
+            0x00..=0x7f | 0xe0..=0xff | 0xc0 | 0xc2 | 0xc3 => (0, 0),
+            0x80..=0x8f => (0, 2 * usize::from(marker & 0x0f)),
+            0x90..=0x9f => (0, usize::from(marker & 0x0f)),
+            0xa0..=0xbf => (usize::from(marker & 0x1f), 0),
+            0xcc | 0xd0 => (1, 0),
+            0xcd | 0xd1 => (2, 0),
+            0xca | 0xce | 0xd2 => (4, 0),
+            0xcb | 0xcf | 0xd3 => (8, 0),
+            0xd4 => (2, 0),
+            0xd5 => (3, 0),
+            0xd6 => (5, 0),
+            0xd7 => (9, 0),
+            0xd8 => (17, 0),
+            0xc4 | 0xd9 => (take(&mut pos, 1)?, 0),
+            0xc5 | 0xda => (take(&mut pos, 2)?, 0),
+            0xc6 | 0xdb => (take(&mut pos, 4)?, 0),
+            0xc7 => (take(&mut pos, 1)? + 1, 0),
+            0xc8 => (take(&mut pos, 2)? + 1, 0),
+            0xc9 => (take(&mut pos, 4)? + 1, 0),
+            0xdc => (0, take(&mut pos, 2)?),
+            0xdd => (0, take(&mut pos, 4)?),
+            0xde => (0, 2 * take(&mut pos, 2)?),
+            0xdf => (0, 2 * take(&mut pos, 4)?),
+            _ => return Err(format!("reserved msgpack marker 0x{marker:02x}")),
+        };
+        let remaining = body.len() - pos;
+        if skip > remaining || items > remaining {
+            return Err("a msgpack length claims more than the body holds".into());
+        }
+        pos += skip;
+        if items > 0 {
+            if pending.len() > MAX_DEPTH {
+                return Err("msgpack nested too deep".into());
+            }
+            pending.push(items);
+        }
+    }
+    if pos != body.len() {
+        return Err("bytes after the msgpack value".into());
+    }
+    Ok(())
 }
 
 fn check_size(body: &[u8], limits: &Limits) -> Result<(), ApiError> {

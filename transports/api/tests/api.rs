@@ -237,3 +237,11 @@ fn errors_read_as_one_line() {
     };
     assert_eq!(e.to_string(), "more than 4 tokens");
 }
+
+#[test]
+fn a_msgpack_length_claiming_billions_is_refused_before_decoding() {
+    let mut body = vec![0xdd; 22];
+    body.extend_from_slice(br#"{"tokens":[1]}"#);
+    let err = QueryRequest::from_msgpack(&body, &Limits::default()).unwrap_err();
+    assert!(err.to_string().contains("claims more"), "{err}");
+}
