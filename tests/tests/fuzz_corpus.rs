@@ -10,7 +10,10 @@ use hicache_index_tests::fuzz::{self, meter::Meter};
 #[global_allocator]
 static ALLOCATOR: Meter = Meter;
 
-const TARGETS: [(&str, fn(&[u8])); 5] = [
+/// A fuzz check: panics when its invariant breaks.
+type Check = fn(&[u8]);
+
+const TARGETS: [(&str, Check); 5] = [
     ("frame_decode", fuzz::decode_roundtrip),
     ("session", fuzz::session_ops),
     ("object_key", fuzz::object_key),
