@@ -35,8 +35,14 @@ pub enum ConfigError {
     NoPages,
     /// Two layouts were configured for the same model.
     DuplicateModel,
+    /// A backoff delay or the connect timeout is zero, or the cap is below the first delay.
+    Backoff,
+    /// The reorder window's delay is zero.
+    Reorder,
     /// A resync buffer bound is zero.
     ResyncBuffer,
+    /// The resync fetch timeout or retry delay is zero.
+    ResyncTiming,
     /// A verification sample size or interval is zero.
     Verify,
 }
@@ -47,9 +53,14 @@ impl fmt::Display for ConfigError {
             ConfigError::Layout(e) => write!(f, "invalid layout: {e}"),
             ConfigError::NoPages => f.write_str("max_pages must be at least 1"),
             ConfigError::DuplicateModel => f.write_str("two layouts are configured for one model"),
+            ConfigError::Backoff => f.write_str(
+                "backoff delays and the connect timeout must be non-zero, and the cap at least the first delay",
+            ),
+            ConfigError::Reorder => f.write_str("the reorder window's delay must be non-zero"),
             ConfigError::ResyncBuffer => f.write_str("the resync buffer bounds must be at least 1"),
+            ConfigError::ResyncTiming => f.write_str("the resync fetch timeout and retry delay must be non-zero"),
             ConfigError::Verify => {
-                f.write_str("verification needs a sample of at least 1 key and a non-zero interval")
+                f.write_str("verification needs a sample of at least 1 key, a non-zero interval and timeout")
             }
         }
     }

@@ -17,7 +17,7 @@ pub struct Counters {
     pub removed: u64,
     /// `cleared` events applied.
     pub publisher_clears: u64,
-    /// Events of a type the decoder does not know (ignored).
+    /// Events of a type the decoder does not know (the object they name is taken as absent).
     pub unknown_events: u64,
     /// `stored` events without an object key (ignored).
     pub stored_without_key: u64,

@@ -260,13 +260,23 @@ impl Session {
                 return Err(ConfigError::DuplicateModel);
             }
         }
+        let b = &config.backoff;
+        if b.initial.is_zero() || b.max < b.initial || b.connect_timeout.is_zero() {
+            return Err(ConfigError::Backoff);
+        }
+        if config.reorder.max_delay.is_some_and(|d| d.is_zero()) {
+            return Err(ConfigError::Reorder);
+        }
         if let Some(r) = &config.resync {
             if r.max_buffered_batches == 0 || r.max_buffered_bytes == 0 {
                 return Err(ConfigError::ResyncBuffer);
             }
+            if r.fetch_timeout.is_zero() || r.retry_after.is_zero() {
+                return Err(ConfigError::ResyncTiming);
+            }
         }
         if let Some(v) = &config.verify {
-            if v.sample == 0 || v.interval.is_zero() {
+            if v.sample == 0 || v.interval.is_zero() || v.timeout.is_zero() {
                 return Err(ConfigError::Verify);
             }
         }
@@ -384,7 +394,7 @@ impl Session {
             }
             _ => {}
         }
-        if let Some(loss) = self.tracker.handle_timeout(now) {
+        while let Some(loss) = self.tracker.handle_timeout(now) {
             self.reorder_loss(now, loss, &mut fx);
         }
         match self.resync {
@@ -784,7 +794,14 @@ impl Session {
                         objects,
                     });
                 }
-                (EventKind::Unknown, _) => self.counters.unknown_events += 1,
+                (EventKind::Unknown, key) => {
+                    // An event this decoder does not know may mean the object went: doubt is a
+                    // miss, so the object it names (if any) is taken as absent.
+                    self.counters.unknown_events += 1;
+                    if let Some(key) = key {
+                        let _ = self.index.remove(tenant, key);
+                    }
+                }
             }
         }
         self.counters.batches += 1;

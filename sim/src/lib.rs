@@ -2,3 +2,4 @@
 //! faulty network and a reference oracle.
 
 pub mod encode;
+pub mod reference;

@@ -328,8 +328,12 @@ pub fn session_ops(data: &[u8]) {
                 match arg % 3 {
                     0 => frames[0] = b"stray".to_vec(),
                     1 => frames[2].truncate(usize::from(arg) % (frames[2].len() + 1)),
+                    // Flip a byte of the array header or timestamp: a message that then still
+                    // decodes carries the real events. (A flip inside an event could make another
+                    // valid batch under a real sequence: a lie no subscriber can detect, and one
+                    // ZeroMQ over TCP does not tell.)
                     _ => {
-                        if let Some(b) = frames[2].get_mut(usize::from(arg)) {
+                        if let Some(b) = frames[2].get_mut(usize::from(arg) % 10) {
                             *b ^= 0x5a;
                         }
                     }

@@ -369,7 +369,18 @@ fn unknown_events_and_unparsable_keys_are_counted_and_ignored() {
     assert!(fx.is_empty(), "{fx:?}");
     assert_eq!(h.prefix(&t), 1);
     let c = h.session.counters();
-    assert_eq!((c.unknown_events, c.unparsed_keys), (1, 2));
+    // The unknown event's key is taken as removed, and it too does not parse.
+    assert_eq!((c.unknown_events, c.unparsed_keys), (1, 3));
+}
+
+#[test]
+fn an_unknown_event_naming_an_object_makes_it_absent() {
+    let layout = mha(1);
+    let (mut h, t) = with_pages(config(layout.clone()), 1);
+    let key = layout.object_keys(&page_hashes(&layout, &t)[0]).next().unwrap();
+    let _ = h.batch(vec![OwnedEvent::new(EventKind::Unknown, key)]);
+    assert_eq!(h.prefix(&t), 0, "doubt is a miss");
+    assert_eq!(h.session.counters().unknown_events, 1);
 }
 
 #[test]

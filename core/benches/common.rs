@@ -1,0 +1,67 @@
+//! What the benches share: the TP 8 layout, token chains and Mooncake batches of its pages.
+
+#![allow(dead_code, unreachable_pub)]
+
+use hicache_index::{EventKind, Layout, Namespace, PageHash, Seq, SglangParams, Timestamp};
+use hicache_index_sim::encode::{encode_payload, MasterFlavor, OwnedBatch, OwnedEvent};
+
+/// Tokens per page in the benches.
+pub const PAGE_SIZE: u32 = 64;
+
+/// MHA, TP 8, PP 1: 16 objects a page.
+pub fn tp8() -> Layout {
+    Layout::from_sglang(&SglangParams::new(PAGE_SIZE, 8)).expect("a valid layout")
+}
+
+/// A token chain of `pages` full pages, distinct per `salt`.
+pub fn tokens(pages: usize, salt: u32) -> Vec<u32> {
+    (0..pages as u32 * PAGE_SIZE).map(|t| t.wrapping_mul(2_654_435_761).wrapping_add(salt)).collect()
+}
+
+/// The page hashes of `tokens`.
+pub fn hashes(layout: &Layout, tokens: &[u32]) -> Vec<PageHash> {
+    layout.page_hashes(tokens, Namespace::NONE).collect()
+}
+
+/// A synthetic page hash (as uniform as a real one).
+pub fn synthetic_page(i: u64) -> PageHash {
+    let mut h = [0u8; 32];
+    let mut x = i.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    for chunk in h.chunks_mut(8) {
+        x ^= x >> 33;
+        x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+        x ^= x >> 29;
+        chunk.copy_from_slice(&x.to_le_bytes());
+    }
+    PageHash(h)
+}
+
+/// Payloads of 64 `stored` events each (20-field Mooncake maps) for the objects of `pages`.
+pub fn payloads(layout: &Layout, pages: &[PageHash]) -> Vec<Vec<u8>> {
+    let keys: Vec<String> = pages.iter().flat_map(|p| layout.object_keys(p)).collect();
+    keys.chunks(64)
+        .enumerate()
+        .map(|(i, chunk)| {
+            let events = chunk
+                .iter()
+                .enumerate()
+                .map(|(j, k)| {
+                    let mut e = OwnedEvent::new(EventKind::Stored, k.clone());
+                    e.event_id = Some((i * 64 + j) as u64 + 1);
+                    e.timestamp_ms = 1_767_225_600_000;
+                    e.backend_id = "store-node-1".into();
+                    e.group_id = Some(format!("sglang-hicache:{}", &k[..64]));
+                    e.base_block_idx = Some(0);
+                    e
+                })
+                .collect();
+            let batch = OwnedBatch {
+                seq: Seq(i as u64 + 1),
+                timestamp: Timestamp::Millis(1_767_225_600_000),
+                dp_rank: Some(0),
+                events,
+            };
+            encode_payload(&batch, MasterFlavor::Upstream)
+        })
+        .collect()
+}

@@ -1,0 +1,86 @@
+//! Row 3: bytes per page and per object at 1M pages, TP 8 (16 objects a page), counted by a
+//! global allocator: ours against the reference (a set of `String` keys). Writes
+//! `target/perf/memory.json` for the README table. `cargo bench -- --test` runs it small.
+#![allow(unsafe_code)]
+
+mod common;
+
+use std::alloc::{GlobalAlloc, Layout as AllocLayout, System};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use hicache_index::{Index, IndexConfig, Medium};
+use hicache_index_sim::reference::ReferenceIndex;
+
+struct Counting;
+
+static LIVE: AtomicUsize = AtomicUsize::new(0);
+
+// SAFETY: forwards every call to the system allocator unchanged and only counts bytes.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: AllocLayout) -> *mut u8 {
+        LIVE.fetch_add(layout.size(), Ordering::Relaxed);
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: AllocLayout) {
+        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: AllocLayout, new_size: usize) -> *mut u8 {
+        LIVE.fetch_add(new_size, Ordering::Relaxed);
+        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+fn main() {
+    let quick = std::env::args().any(|a| a == "--test");
+    let pages: usize = if quick { 1 << 12 } else { 1 << 20 };
+    let layout = common::tp8();
+    let suffixes: Vec<String> = layout.suffixes().map(|(s, _)| s.to_owned()).collect();
+    let objects = pages * suffixes.len();
+    let mut key = String::new();
+
+    let before = LIVE.load(Ordering::Relaxed);
+    let mut index = Index::new(IndexConfig { max_pages: pages, ..IndexConfig::default() });
+    for i in 0..pages {
+        let page = common::synthetic_page(i as u64);
+        for suffix in &suffixes {
+            layout.write_object_key(&page, suffix, &mut key);
+            let _ = index.store("default", &key, None, Some(Medium::Cpu));
+        }
+    }
+    let ours = LIVE.load(Ordering::Relaxed) - before;
+    assert_eq!(index.object_count(), objects);
+    drop(index);
+
+    let before = LIVE.load(Ordering::Relaxed);
+    let reference = ReferenceIndex::new();
+    for i in 0..pages {
+        for key in layout.object_keys(&common::synthetic_page(i as u64)) {
+            reference.store(key);
+        }
+    }
+    let theirs = LIVE.load(Ordering::Relaxed) - before;
+    assert_eq!(reference.len(), objects);
+
+    let per = |bytes: usize| (bytes as f64 / pages as f64, bytes as f64 / objects as f64);
+    let (ours_page, ours_object) = per(ours);
+    let (ref_page, ref_object) = per(theirs);
+    println!("memory at {pages} pages, TP 8 ({objects} objects):");
+    println!("  ours       {ours_page:10.1} bytes/page {ours_object:8.2} bytes/object");
+    println!("  reference  {ref_page:10.1} bytes/page {ref_object:8.2} bytes/object");
+    println!("  ratio      {:10.1}x less", theirs as f64 / ours as f64);
+    if !quick {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/perf");
+        std::fs::create_dir_all(&dir).expect("create target/perf");
+        let json = format!(
+            "{{\"pages\":{pages},\"objects\":{objects},\"ours_bytes\":{ours},\"reference_bytes\":{theirs}}}\n"
+        );
+        std::fs::write(dir.join("memory.json"), json).expect("write memory.json");
+    }
+}
