@@ -15,7 +15,9 @@ pub fn tp8() -> Layout {
 
 /// A token chain of `pages` full pages, distinct per `salt`.
 pub fn tokens(pages: usize, salt: u32) -> Vec<u32> {
-    (0..pages as u32 * PAGE_SIZE).map(|t| t.wrapping_mul(2_654_435_761).wrapping_add(salt)).collect()
+    (0..pages as u32 * PAGE_SIZE)
+        .map(|t| t.wrapping_mul(2_654_435_761).wrapping_add(salt))
+        .collect()
 }
 
 /// The page hashes of `tokens`.

@@ -23,8 +23,14 @@ fn ingest(c: &mut Criterion) {
     let layout = common::tp8();
     let preload = preloaded_pages();
     let mut session = Session::new(Config {
-        layouts: vec![ModelLayout { model: None, layout: layout.clone() }],
-        index: IndexConfig { max_pages: preload + (1 << 16), ..IndexConfig::default() },
+        layouts: vec![ModelLayout {
+            model: None,
+            layout: layout.clone(),
+        }],
+        index: IndexConfig {
+            max_pages: preload + (1 << 16),
+            ..IndexConfig::default()
+        },
         ..Config::default()
     })
     .expect("a valid configuration");
@@ -32,7 +38,9 @@ fn ingest(c: &mut Criterion) {
     let mut seq = 0u64;
     // Preload in chunks so the encoded bytes never pile up.
     for start in (0..preload).step_by(4096) {
-        let pages: Vec<_> = (start..(start + 4096).min(preload)).map(|i| common::synthetic_page(i as u64)).collect();
+        let pages: Vec<_> = (start..(start + 4096).min(preload))
+            .map(|i| common::synthetic_page(i as u64))
+            .collect();
         for payload in common::payloads(&layout, &pages) {
             seq += 1;
             let _ = session.feed(Instant::ZERO, &[b"", &seq.to_be_bytes(), &payload]);
@@ -44,7 +52,9 @@ fn ingest(c: &mut Criterion) {
         }
     }
     assert_eq!(session.counters().pages, preload as u64);
-    let fresh: Vec<_> = (0..4096).map(|i| common::synthetic_page((preload + i) as u64)).collect();
+    let fresh: Vec<_> = (0..4096)
+        .map(|i| common::synthetic_page((preload + i) as u64))
+        .collect();
     let pool = common::payloads(&layout, &fresh);
 
     let mut g = c.benchmark_group("ingest_64_event_batches_into_1m_pages");
@@ -54,7 +64,10 @@ fn ingest(c: &mut Criterion) {
         b.iter(|| {
             seq += 1;
             i = (i + 1) % pool.len();
-            let fx = session.feed(Instant::ZERO, black_box(&[b"", &seq.to_be_bytes(), &pool[i]]));
+            let fx = session.feed(
+                Instant::ZERO,
+                black_box(&[b"", &seq.to_be_bytes(), &pool[i]]),
+            );
             debug_assert!(fx.is_empty());
             fx
         })
@@ -62,7 +75,9 @@ fn ingest(c: &mut Criterion) {
     g.bench_function("reference", |b| {
         b.iter(|| {
             i = (i + 1) % pool.len();
-            reference.apply_payload(black_box(&pool[i])).expect("a valid payload")
+            reference
+                .apply_payload(black_box(&pool[i]))
+                .expect("a valid payload")
         })
     });
     g.finish();

@@ -46,7 +46,10 @@ fn main() {
     let mut key = String::new();
 
     let before = LIVE.load(Ordering::Relaxed);
-    let mut index = Index::new(IndexConfig { max_pages: pages, ..IndexConfig::default() });
+    let mut index = Index::new(IndexConfig {
+        max_pages: pages,
+        ..IndexConfig::default()
+    });
     for i in 0..pages {
         let page = common::synthetic_page(i as u64);
         for suffix in &suffixes {

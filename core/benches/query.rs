@@ -23,7 +23,10 @@ struct World {
 fn world() -> World {
     let layout = common::tp8();
     let mut session = Session::new(Config {
-        layouts: vec![ModelLayout { model: None, layout: layout.clone() }],
+        layouts: vec![ModelLayout {
+            model: None,
+            layout: layout.clone(),
+        }],
         ..Config::default()
     })
     .expect("a valid configuration");
@@ -38,33 +41,77 @@ fn world() -> World {
         assert!(fx.is_empty(), "{fx:?}");
         reference.apply_payload(payload).expect("a valid payload");
     }
-    World { session, reference, hits, miss_at_8 }
+    World {
+        session,
+        reference,
+        hits,
+        miss_at_8,
+    }
 }
 
 fn query(c: &mut Criterion) {
     let w = world();
     let layout = common::tp8();
-    assert_eq!(w.session.query(&Lookup::tokens(&w.hits)).unwrap().prefix_pages, PAGES);
+    assert_eq!(
+        w.session
+            .query(&Lookup::tokens(&w.hits))
+            .unwrap()
+            .prefix_pages,
+        PAGES
+    );
     assert_eq!(w.reference.query(&layout, &w.hits), PAGES);
-    assert_eq!(w.session.query(&Lookup::tokens(&w.miss_at_8)).unwrap().prefix_pages, 8);
+    assert_eq!(
+        w.session
+            .query(&Lookup::tokens(&w.miss_at_8))
+            .unwrap()
+            .prefix_pages,
+        8
+    );
     assert_eq!(w.reference.query(&layout, &w.miss_at_8), 8);
-    let precomputed: Vec<[u8; 32]> = common::hashes(&layout, &w.hits).iter().map(|h| h.0).collect();
+    let precomputed: Vec<[u8; 32]> = common::hashes(&layout, &w.hits)
+        .iter()
+        .map(|h| h.0)
+        .collect();
     let set: HashSet<[u8; 32]> = precomputed.iter().copied().collect();
 
     let mut g = c.benchmark_group("query_256_pages_tp8");
-    g.bench_function("ours", |b| b.iter(|| w.session.query(black_box(&Lookup::tokens(&w.hits))).unwrap()));
-    g.bench_function("reference", |b| b.iter(|| w.reference.query(&layout, black_box(&w.hits))));
+    g.bench_function("ours", |b| {
+        b.iter(|| {
+            w.session
+                .query(black_box(&Lookup::tokens(&w.hits)))
+                .unwrap()
+        })
+    });
+    g.bench_function("reference", |b| {
+        b.iter(|| w.reference.query(&layout, black_box(&w.hits)))
+    });
     g.bench_function("limit_sha256", |b| {
-        b.iter(|| PageHashes::new(black_box(&w.hits[..]), 64, false, Namespace::NONE).fold(0u8, |a, h| a ^ h.0[0]))
+        b.iter(|| {
+            PageHashes::new(black_box(&w.hits[..]), 64, false, Namespace::NONE)
+                .fold(0u8, |a, h| a ^ h.0[0])
+        })
     });
     g.bench_function("limit_hashbrown_probe", |b| {
-        b.iter(|| black_box(&precomputed).iter().filter(|h| set.contains(*h)).count())
+        b.iter(|| {
+            black_box(&precomputed)
+                .iter()
+                .filter(|h| set.contains(*h))
+                .count()
+        })
     });
     g.finish();
 
     let mut g = c.benchmark_group("query_miss_at_page_8");
-    g.bench_function("ours", |b| b.iter(|| w.session.query(black_box(&Lookup::tokens(&w.miss_at_8))).unwrap()));
-    g.bench_function("reference", |b| b.iter(|| w.reference.query(&layout, black_box(&w.miss_at_8))));
+    g.bench_function("ours", |b| {
+        b.iter(|| {
+            w.session
+                .query(black_box(&Lookup::tokens(&w.miss_at_8)))
+                .unwrap()
+        })
+    });
+    g.bench_function("reference", |b| {
+        b.iter(|| w.reference.query(&layout, black_box(&w.miss_at_8)))
+    });
     g.bench_function("limit_sha256", |b| {
         b.iter(|| {
             PageHashes::new(black_box(&w.miss_at_8[..]), 64, false, Namespace::NONE)

@@ -62,7 +62,10 @@ impl ReferenceIndex {
     /// Decodes a payload with rmp-serde and applies its events; returns how many it applied.
     pub fn apply_payload(&self, payload: &[u8]) -> Result<usize, rmp_serde::decode::Error> {
         let WirePayload(_, events, _) = rmp_serde::from_slice(payload)?;
-        let mut keys = self.keys.write().expect("the reference lock is never poisoned");
+        let mut keys = self
+            .keys
+            .write()
+            .expect("the reference lock is never poisoned");
         let mut applied = 0;
         for e in events {
             let kind = e.event_type.as_deref().or(e.legacy_type.as_deref());
@@ -82,22 +85,34 @@ impl ReferenceIndex {
 
     /// Marks `key` present.
     pub fn store(&self, key: String) {
-        self.keys.write().expect("the reference lock is never poisoned").insert(key);
+        self.keys
+            .write()
+            .expect("the reference lock is never poisoned")
+            .insert(key);
     }
 
     /// Marks `key` absent.
     pub fn remove(&self, key: &str) {
-        self.keys.write().expect("the reference lock is never poisoned").remove(key);
+        self.keys
+            .write()
+            .expect("the reference lock is never poisoned")
+            .remove(key);
     }
 
     /// Reports whether `key` is present.
     pub fn contains(&self, key: &str) -> bool {
-        self.keys.read().expect("the reference lock is never poisoned").contains(key)
+        self.keys
+            .read()
+            .expect("the reference lock is never poisoned")
+            .contains(key)
     }
 
     /// Returns the number of keys present.
     pub fn len(&self) -> usize {
-        self.keys.read().expect("the reference lock is never poisoned").len()
+        self.keys
+            .read()
+            .expect("the reference lock is never poisoned")
+            .len()
     }
 
     /// Reports whether no key is present.
@@ -108,7 +123,10 @@ impl ReferenceIndex {
     /// Leading pages of `tokens` whose every all-pages object is present (trailing pools are
     /// ignored, as the first implementation did), stopping at the first miss.
     pub fn query(&self, layout: &Layout, tokens: &[u32]) -> usize {
-        let keys = self.keys.read().expect("the reference lock is never poisoned");
+        let keys = self
+            .keys
+            .read()
+            .expect("the reference lock is never poisoned");
         let suffixes: Vec<&str> = layout
             .pools
             .iter()

@@ -377,7 +377,10 @@ fn unknown_events_and_unparsable_keys_are_counted_and_ignored() {
 fn an_unknown_event_naming_an_object_makes_it_absent() {
     let layout = mha(1);
     let (mut h, t) = with_pages(config(layout.clone()), 1);
-    let key = layout.object_keys(&page_hashes(&layout, &t)[0]).next().unwrap();
+    let key = layout
+        .object_keys(&page_hashes(&layout, &t)[0])
+        .next()
+        .unwrap();
     let _ = h.batch(vec![OwnedEvent::new(EventKind::Unknown, key)]);
     assert_eq!(h.prefix(&t), 0, "doubt is a miss");
     assert_eq!(h.session.counters().unknown_events, 1);

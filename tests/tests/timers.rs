@@ -10,9 +10,19 @@ use quickcheck_macros::quickcheck;
 #[quickcheck]
 fn the_deadline_moves_forward_after_it_fires(ops: Vec<(u8, u8)>) -> bool {
     let cfg = Config {
-        reorder: ReorderConfig { max_held: 4, max_delay: Some(Duration::from_millis(3)) },
-        resync: Some(ResyncConfig { fetch_timeout: Duration::from_millis(7), ..ResyncConfig::default() }),
-        verify: Some(VerifyConfig { interval: Duration::from_millis(5), timeout: Duration::from_millis(2), ..VerifyConfig::default() }),
+        reorder: ReorderConfig {
+            max_held: 4,
+            max_delay: Some(Duration::from_millis(3)),
+        },
+        resync: Some(ResyncConfig {
+            fetch_timeout: Duration::from_millis(7),
+            ..ResyncConfig::default()
+        }),
+        verify: Some(VerifyConfig {
+            interval: Duration::from_millis(5),
+            timeout: Duration::from_millis(2),
+            ..VerifyConfig::default()
+        }),
         ..config(mha(1))
     };
     let mut h = Harness::new(cfg);
@@ -38,16 +48,26 @@ fn the_deadline_moves_forward_after_it_fires(ops: Vec<(u8, u8)>) -> bool {
                     _ => None,
                 });
                 if let Some(request) = snapshot {
-                    let fx = h.session.handle_snapshot(h.now, request, std::iter::empty());
+                    let fx = h
+                        .session
+                        .handle_snapshot(h.now, request, std::iter::empty());
                     let _ = h.record(fx);
                 }
             }
             _ => {
-                let Some(deadline) = h.session.poll_timeout() else { continue };
+                let Some(deadline) = h.session.poll_timeout() else {
+                    continue;
+                };
                 let fired_at = h.now.max(deadline);
                 let _ = h.fire_timeout();
-                if h.session.poll_timeout().is_some_and(|next| next <= fired_at) {
-                    eprintln!("deadline {deadline:?} fired at {fired_at:?}, next {:?}", h.session.poll_timeout());
+                if h.session
+                    .poll_timeout()
+                    .is_some_and(|next| next <= fired_at)
+                {
+                    eprintln!(
+                        "deadline {deadline:?} fired at {fired_at:?}, next {:?}",
+                        h.session.poll_timeout()
+                    );
                     return false;
                 }
             }

@@ -16,7 +16,11 @@ fn target() -> PathBuf {
 
 /// Mean time of a criterion benchmark, in nanoseconds.
 fn mean_ns(group: &str, function: &str) -> Option<f64> {
-    let path = target().join("criterion").join(group).join(function).join("new/estimates.json");
+    let path = target()
+        .join("criterion")
+        .join(group)
+        .join(function)
+        .join("new/estimates.json");
     let v: Value = serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()?;
     v["mean"]["point_estimate"].as_f64()
 }
@@ -47,7 +51,10 @@ fn cpu() -> String {
     let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     let model = info
         .lines()
-        .find_map(|l| l.strip_prefix("model name").map(|r| r.trim_start_matches([' ', '\t', ':']).to_owned()))
+        .find_map(|l| {
+            l.strip_prefix("model name")
+                .map(|r| r.trim_start_matches([' ', '\t', ':']).to_owned())
+        })
         .unwrap_or_else(|| "unknown CPU".into());
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
     format!("{model}, {cores} cores")
@@ -58,12 +65,25 @@ fn main() {
     println!("| row | ours | reference | limit | ratios | goal |");
     println!("|---|---|---|---|---|---|");
     for (group, label, limit_fn) in [
-        ("query_256_pages_tp8", "1. query, 256 pages at TP 8, all hits", "limit_sha256"),
-        ("query_miss_at_page_8", "1. query, miss at page 8", "limit_sha256"),
+        (
+            "query_256_pages_tp8",
+            "1. query, 256 pages at TP 8, all hits",
+            "limit_sha256",
+        ),
+        (
+            "query_miss_at_page_8",
+            "1. query, miss at page 8",
+            "limit_sha256",
+        ),
     ] {
-        match (mean_ns(group, "ours"), mean_ns(group, "reference"), mean_ns(group, limit_fn)) {
+        match (
+            mean_ns(group, "ours"),
+            mean_ns(group, "reference"),
+            mean_ns(group, limit_fn),
+        ) {
             (Some(ours), Some(reference), Some(limit)) => {
-                let probe = mean_ns(group, "limit_hashbrown_probe").map_or(String::new(), |p| format!(" (+ probe {})", time(p)));
+                let probe = mean_ns(group, "limit_hashbrown_probe")
+                    .map_or(String::new(), |p| format!(" (+ probe {})", time(p)));
                 let (vs_limit, vs_ref) = (ours / limit, reference / ours);
                 println!(
                     "| {label} | {} | {} | SHA-256 only {}{probe} | {vs_limit:.2}x the limit, {vs_ref:.1}x faster than the reference | ≤ 1.3x limit: {}; ≥ 8x reference: {} |",
