@@ -152,14 +152,16 @@ pub enum Effect {
         /// Why it is not.
         reason: StrayReason,
     },
-    /// Fetch the master's key list (`GET /get_all_keys`) and hand it to `handle_snapshot`, or
-    /// report failure with `handle_snapshot_failed`.
+    /// Read the master's watermark, then its key list, and hand both to `handle_snapshot` (or
+    /// report failure with `handle_snapshot_failed`). In this order: `GET /kv_events/status`,
+    /// whose `published_batches + dropped_events` is the last sequence the master assigned, then
+    /// `GET /get_all_keys`. A master without the status endpoint gives no watermark (`None`).
     FetchSnapshot {
         /// The request number to answer with.
         request: u64,
     },
     /// Ask the master which of `keys` exist (`GET /batch_query_keys`) and hand the answer to
-    /// `handle_verify_result`.
+    /// `handle_verify_result`, or report failure with `handle_verify_failed`.
     VerifyKeys {
         /// The request number to answer with.
         request: u64,

@@ -79,6 +79,10 @@ pub struct Counters {
     pub resyncs_failed: u64,
     /// Keys applied from snapshots.
     pub snapshot_keys: u64,
+    /// Snapshots that could not be anchored to the stream (fetched again).
+    pub unanchored_snapshots: u64,
+    /// Verification rounds the driver reported as failed.
+    pub verify_failures: u64,
     /// Snapshot or verification answers for a request no longer current.
     pub stale_answers: u64,
     /// Verification rounds completed.

@@ -213,10 +213,14 @@ enum Resync {
         deadline: Instant,
         buffer: Vec<HeldBatch>,
         bytes: usize,
+        /// The first sequence of the stream when the fetch was asked for, if it had begun.
+        stream_at_request: Option<Seq>,
     },
     Waiting {
         retry_at: Instant,
     },
+    /// A snapshot could not be anchored to the stream: fetch again once a batch has arrived.
+    AwaitingStream,
 }
 
 /// An outstanding verification.
@@ -233,6 +237,10 @@ pub struct Session {
     index: Index,
     tracker: SequenceTracker<HeldBatch>,
     link: Link,
+    /// The first sequence applied since the stream's baseline was last reset.
+    stream_start: Option<Seq>,
+    /// The latest sequence the stream may begin at for the last snapshot to hold (watermark + 1).
+    anchor: Option<Seq>,
     attempts: u32,
     endpoint: Option<String>,
     health: Health,
@@ -295,6 +303,8 @@ impl Session {
             index,
             tracker: SequenceTracker::new(config.reorder),
             link: Link::Down { retry_at },
+            stream_start: None,
+            anchor: None,
             attempts: 0,
             endpoint,
             health: Health::Disconnected,
@@ -372,6 +382,7 @@ impl Session {
             Resync::Idle => None,
             Resync::Fetching { deadline, .. } => Some(*deadline),
             Resync::Waiting { retry_at } => Some(*retry_at),
+            Resync::AwaitingStream => None,
         };
         let verify = match self.verify.in_flight {
             Some((_, _, deadline)) => Some(deadline),
@@ -471,8 +482,14 @@ impl Session {
         }
         let seq = batch.seq;
         let fingerprint = Fingerprint::of(&batch);
+        let continuing = self.tracker.last_applied().is_some();
         match self.tracker.observe(seq, fingerprint) {
-            Verdict::Apply => self.apply_in_order(now, &batch, fingerprint, frames[2], &mut fx),
+            Verdict::Apply => {
+                if !continuing {
+                    self.begin_stream(now, seq, &mut fx);
+                }
+                self.apply_in_order(now, &batch, fingerprint, frames[2], &mut fx);
+            }
             Verdict::Duplicate => {
                 self.counters.duplicates += 1;
                 fx.push(Effect::Duplicate { seq });
@@ -490,13 +507,9 @@ impl Session {
                     self.reorder_loss(now, loss, &mut fx);
                 }
             }
-            Verdict::Gap { expected, missing } => {
-                self.counters.gaps += 1;
-                self.counters.missing_sequences += missing;
-                fx.push(Effect::Gap {
-                    expected,
-                    received: seq,
-                });
+            Verdict::Gap { expected, .. } => {
+                self.note_gap(expected, seq, &mut fx);
+                self.begin_stream(now, seq, &mut fx);
                 self.forget(now, ClearReason::Gap, &mut fx);
                 self.apply_in_order(now, &batch, fingerprint, frames[2], &mut fx);
             }
@@ -506,6 +519,7 @@ impl Session {
                     last,
                     received: seq,
                 });
+                self.begin_stream(now, seq, &mut fx);
                 self.forget(now, ClearReason::Restart, &mut fx);
                 self.apply_in_order(now, &batch, fingerprint, frames[2], &mut fx);
             }
@@ -514,23 +528,58 @@ impl Session {
         fx
     }
 
-    /// Hands over the master's key list (default tenant) for the fetch `request`.
-    pub fn handle_snapshot<'k, I>(&mut self, now: Instant, request: u64, keys: I) -> Effects
+    /// Hands over the master's key list (default tenant) for the fetch `request`, with the
+    /// watermark read just before it: the last sequence the master had assigned
+    /// (`published_batches + dropped_events` of `GET /kv_events/status`), or `None` when the
+    /// master does not tell.
+    ///
+    /// The snapshot holds only if the live stream covers every batch after it: the stream must
+    /// begin at or before `watermark + 1`. A stream that begins later lost batches between the
+    /// snapshot and the subscription taking effect: that is a gap, and the session fetches again.
+    /// Without a watermark, a snapshot asked for before any batch arrived cannot be anchored; the
+    /// session fetches again once the stream has begun.
+    pub fn handle_snapshot<'k, I>(
+        &mut self,
+        now: Instant,
+        request: u64,
+        watermark: Option<Seq>,
+        keys: I,
+    ) -> Effects
     where
         I: IntoIterator<Item = &'k str>,
     {
         let mut fx = Effects::new();
-        let buffer = match &mut self.resync {
+        let (buffer, stream_at_request) = match &mut self.resync {
             Resync::Fetching {
                 request: current,
                 buffer,
+                stream_at_request,
                 ..
-            } if *current == request => core::mem::take(buffer),
+            } if *current == request => (core::mem::take(buffer), *stream_at_request),
             _ => {
                 self.counters.stale_answers += 1;
                 return fx;
             }
         };
+        let max_first = watermark.map(|w| Seq(w.0.saturating_add(1)));
+        match (max_first, self.stream_start) {
+            (Some(max_first), Some(start)) if start > max_first => {
+                self.counters.unanchored_snapshots += 1;
+                self.note_gap(max_first, start, &mut fx);
+                self.resync = Resync::Idle;
+                self.forget(now, ClearReason::Gap, &mut fx);
+                self.update_health(&mut fx);
+                return fx;
+            }
+            (Some(max_first), None) => self.anchor = Some(max_first),
+            (None, _) if stream_at_request.is_none() => {
+                self.counters.unanchored_snapshots += 1;
+                self.resync = Resync::AwaitingStream;
+                self.update_health(&mut fx);
+                return fx;
+            }
+            _ => {}
+        }
         self.resync = Resync::Idle;
         let mut applied = 0usize;
         for key in keys {
@@ -570,6 +619,19 @@ impl Session {
         }
         self.update_health(&mut fx);
         fx
+    }
+
+    /// Reports that the verification `request` failed; the next round comes after the interval.
+    pub fn handle_verify_failed(&mut self, now: Instant, request: u64) -> Effects {
+        match self.verify.in_flight {
+            Some((current, _, _)) if current == request => {
+                self.verify.in_flight = None;
+                self.counters.verify_failures += 1;
+                self.schedule_verify(now);
+            }
+            _ => self.counters.stale_answers += 1,
+        }
+        Effects::new()
     }
 
     /// Hands over the master's answer to the verification `request`: each checked key and
@@ -646,7 +708,7 @@ impl Session {
     /// Forgets every page now (for example when an operator asks).
     pub fn clear(&mut self, now: Instant) -> Effects {
         let mut fx = Effects::new();
-        self.tracker.reset();
+        self.reset_stream();
         self.forget(now, ClearReason::Requested, &mut fx);
         self.update_health(&mut fx);
         fx
@@ -746,10 +808,16 @@ impl Session {
         self.apply_batch(now, batch, Some((batch.seq, payload)), fx);
         self.tracker.applied(batch.seq, fp);
         self.drain_held(now, fx);
+        if matches!(self.resync, Resync::AwaitingStream) {
+            self.start_resync(now, fx);
+        }
     }
 
     fn drain_held(&mut self, now: Instant, fx: &mut Effects) {
         while let Some((seq, held)) = self.tracker.pop_ready() {
+            if self.tracker.last_applied().is_none() {
+                self.begin_stream(now, seq, fx);
+            }
             let batch = held.decode();
             let fp = Fingerprint::of(&batch);
             self.apply_batch(now, &batch, Some((seq, &held.payload)), fx);
@@ -885,14 +953,36 @@ impl Session {
     }
 
     fn reorder_loss(&mut self, now: Instant, loss: Loss, fx: &mut Effects) {
-        self.counters.gaps += 1;
-        self.counters.missing_sequences += loss.resumed.0.saturating_sub(loss.expected.0);
-        fx.push(Effect::Gap {
-            expected: loss.expected,
-            received: loss.resumed,
-        });
+        self.note_gap(loss.expected, loss.resumed, fx);
         self.forget(now, ClearReason::Gap, fx);
         self.drain_held(now, fx);
+    }
+
+    /// Counts and reports a gap from `expected` to `received`.
+    fn note_gap(&mut self, expected: Seq, received: Seq, fx: &mut Effects) {
+        self.counters.gaps += 1;
+        self.counters.missing_sequences += received.0.saturating_sub(expected.0);
+        fx.push(Effect::Gap { expected, received });
+    }
+
+    /// Records that a stream begins at `seq`: the batch about to apply is a baseline. A snapshot
+    /// applied before the stream began holds only if the stream begins at or before its anchor.
+    fn begin_stream(&mut self, now: Instant, seq: Seq, fx: &mut Effects) {
+        self.stream_start = Some(seq);
+        if let Some(max_first) = self.anchor.take() {
+            if seq > max_first {
+                self.counters.unanchored_snapshots += 1;
+                self.note_gap(max_first, seq, fx);
+                self.forget(now, ClearReason::Gap, fx);
+            }
+        }
+    }
+
+    /// Forgets the stream's continuity: the next batch is a silent baseline.
+    fn reset_stream(&mut self) {
+        self.tracker.reset();
+        self.stream_start = None;
+        self.anchor = None;
     }
 
     fn start_resync(&mut self, now: Instant, fx: &mut Effects) {
@@ -907,6 +997,7 @@ impl Session {
             deadline: now + limits.fetch_timeout,
             buffer: Vec::new(),
             bytes: 0,
+            stream_at_request: self.stream_start,
         };
         fx.push(Effect::FetchSnapshot { request });
     }
@@ -966,7 +1057,7 @@ impl Session {
         // A new connection is a new stream: whatever was applied before it (batches that arrived
         // while the link was down) must not be continued by the next batch's silent baseline.
         let had_stream = self.tracker.last_applied().is_some() || self.index.page_count() > 0;
-        self.tracker.reset();
+        self.reset_stream();
         if had_stream {
             self.forget(now, ClearReason::Reconnected, fx);
         }
@@ -985,7 +1076,7 @@ impl Session {
         }
         self.counters.disconnects += 1;
         self.link = Link::Down { retry_at: None };
-        self.tracker.reset();
+        self.reset_stream();
         self.verify = Verify {
             next_at: None,
             in_flight: None,
@@ -1088,7 +1179,7 @@ impl Session {
         let had = self.endpoint.replace(chosen);
         if had.is_some() {
             fx.push(Effect::Disconnect);
-            self.tracker.reset();
+            self.reset_stream();
             self.forget(now, ClearReason::EndpointChanged, fx);
             self.resync = Resync::Idle;
             self.verify = Verify {

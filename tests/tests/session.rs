@@ -667,9 +667,12 @@ fn late_join_bootstraps_from_the_snapshot_and_replays_what_came_during_it() {
         .object_keys(&pages[0])
         .chain(layout.object_keys(&pages[1]))
         .collect();
-    let fx = h
-        .session
-        .handle_snapshot(h.now, request, snapshot.iter().map(String::as_str));
+    let fx = h.session.handle_snapshot(
+        h.now,
+        request,
+        Some(Seq(0)),
+        snapshot.iter().map(String::as_str),
+    );
     assert!(
         fx.contains(&Effect::Resynced {
             keys: 4,
@@ -691,7 +694,9 @@ fn gap_with_resync_fetches_and_recovers_pages_stored_before_it() {
     let layout = mha(1);
     let mut h = Harness::connected(resync_config(layout.clone()));
     let boot = fetch_request(&h.log).unwrap();
-    let _ = h.session.handle_snapshot(h.now, boot, std::iter::empty());
+    let _ = h
+        .session
+        .handle_snapshot(h.now, boot, Some(Seq(0)), std::iter::empty());
     let t = tokens(2);
     let pages = page_hashes(&layout, &t);
     let _ = h.batch(store_page(&layout, &pages[0]));
@@ -702,9 +707,124 @@ fn gap_with_resync_fetches_and_recovers_pages_stored_before_it() {
     let keys: Vec<String> = layout.object_keys(&pages[0]).collect();
     let _ = h
         .session
-        .handle_snapshot(h.now, request, keys.iter().map(String::as_str));
+        .handle_snapshot(h.now, request, None, keys.iter().map(String::as_str));
     assert_eq!(h.prefix(&t), 2);
     assert_eq!(h.health(), Health::Live);
+}
+
+#[test]
+fn a_snapshot_taken_before_the_stream_holds_only_if_the_stream_begins_by_the_watermark() {
+    let layout = mha(1);
+    let t = tokens(2);
+    let pages = page_hashes(&layout, &t);
+    for (first_seq, holds) in [(6, true), (7, false)] {
+        let mut h = Harness::connected(resync_config(layout.clone()));
+        let request = fetch_request(&h.log).unwrap();
+        // The master had assigned sequences up to 5 when the key list was read.
+        let keys: Vec<String> = layout.object_keys(&pages[0]).collect();
+        let fx = h.session.handle_snapshot(
+            h.now,
+            request,
+            Some(Seq(5)),
+            keys.iter().map(String::as_str),
+        );
+        assert!(
+            fx.iter().any(|e| matches!(e, Effect::Resynced { .. })),
+            "{fx:?}"
+        );
+        assert_eq!(h.prefix(&t), 1);
+        // The subscription takes effect: the first batch the stream delivers.
+        let fx = h.batch_at(first_seq, store_page(&layout, &pages[1]));
+        if holds {
+            assert!(fx.is_empty(), "{fx:?}");
+            assert_eq!(h.prefix(&t), 2);
+        } else {
+            assert!(
+                fx.contains(&Effect::Gap {
+                    expected: Seq(6),
+                    received: Seq(7)
+                }),
+                "batch 6 was lost: {fx:?}"
+            );
+            assert!(fetch_request(&fx).is_some(), "fetched again");
+            assert_eq!(h.prefix(&t), 0, "the snapshot no longer counts");
+            assert_eq!(h.session.counters().unanchored_snapshots, 1);
+        }
+    }
+}
+
+#[test]
+fn a_stream_that_began_after_the_watermark_voids_the_snapshot() {
+    let layout = mha(1);
+    let mut h = Harness::connected(resync_config(layout.clone()));
+    let request = fetch_request(&h.log).unwrap();
+    let _ = h.batch_at(9, vec![stored("a_key")]);
+    let keys: Vec<String> = layout
+        .object_keys(&page_hashes(&layout, &tokens(1))[0])
+        .collect();
+    let fx = h.session.handle_snapshot(
+        h.now,
+        request,
+        Some(Seq(5)),
+        keys.iter().map(String::as_str),
+    );
+    assert!(
+        fx.contains(&Effect::Gap {
+            expected: Seq(6),
+            received: Seq(9)
+        }),
+        "{fx:?}"
+    );
+    assert!(fetch_request(&fx).is_some());
+    assert_eq!(h.prefix(&tokens(1)), 0);
+}
+
+#[test]
+fn without_a_watermark_a_snapshot_asked_before_the_stream_is_fetched_again_after_it_begins() {
+    let layout = mha(1);
+    let mut h = Harness::connected(resync_config(layout.clone()));
+    let request = fetch_request(&h.log).unwrap();
+    let keys: Vec<String> = layout
+        .object_keys(&page_hashes(&layout, &tokens(1))[0])
+        .collect();
+    let fx = h
+        .session
+        .handle_snapshot(h.now, request, None, keys.iter().map(String::as_str));
+    assert!(fx.is_empty(), "not applied: {fx:?}");
+    assert_eq!(h.prefix(&tokens(1)), 0);
+    assert_eq!(h.health(), Health::Recovering);
+    let fx = h.batch_at(3, vec![stored("a_key")]);
+    let again = fetch_request(&fx).expect("the stream began: fetch again");
+    let fx = h
+        .session
+        .handle_snapshot(h.now, again, None, keys.iter().map(String::as_str));
+    assert!(
+        fx.iter().any(|e| matches!(e, Effect::Resynced { .. })),
+        "{fx:?}"
+    );
+    assert_eq!(h.prefix(&tokens(1)), 1);
+}
+
+#[test]
+fn a_failed_verification_schedules_the_next_round() {
+    let mut cfg = config(mha(1));
+    cfg.verify = Some(VerifyConfig {
+        interval: Duration::from_secs(1),
+        ..VerifyConfig::default()
+    });
+    let (mut h, _) = with_pages(cfg, 1);
+    let fx = h.fire_timeout().unwrap();
+    let request = fx
+        .iter()
+        .find_map(|e| match e {
+            Effect::VerifyKeys { request, .. } => Some(*request),
+            _ => None,
+        })
+        .unwrap();
+    let at = h.now;
+    let _ = h.session.handle_verify_failed(h.now, request);
+    assert_eq!(h.session.counters().verify_failures, 1);
+    assert_eq!(h.session.poll_timeout(), Some(at + Duration::from_secs(1)));
 }
 
 #[test]
@@ -721,7 +841,7 @@ fn snapshot_answer_for_an_old_request_is_ignored() {
         .collect();
     let fx = h
         .session
-        .handle_snapshot(h.now, first, keys.iter().map(String::as_str));
+        .handle_snapshot(h.now, first, None, keys.iter().map(String::as_str));
     assert!(fx.is_empty());
     assert_eq!(h.session.counters().stale_answers, 1);
     assert_eq!(h.health(), Health::Recovering);

@@ -50,7 +50,7 @@ fn the_deadline_moves_forward_after_it_fires(ops: Vec<(u8, u8)>) -> bool {
                 if let Some(request) = snapshot {
                     let fx = h
                         .session
-                        .handle_snapshot(h.now, request, std::iter::empty());
+                        .handle_snapshot(h.now, request, None, std::iter::empty());
                     let _ = h.record(fx);
                 }
             }

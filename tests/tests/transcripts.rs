@@ -17,9 +17,12 @@ fn loss_scenario(cfg: Config) -> String {
     let fx = h.session.handle_connected(h.now);
     transcript_lines(&mut out, "connected", &fx);
     if let Some(Effect::FetchSnapshot { request }) = fx.first().cloned() {
-        let fx = h
-            .session
-            .handle_snapshot(h.now, request, std::iter::empty());
+        let fx = h.session.handle_snapshot(
+            h.now,
+            request,
+            Some(hicache_index::Seq(0)),
+            std::iter::empty(),
+        );
         transcript_lines(&mut out, "empty snapshot", &fx);
     }
     let tokens: Vec<u32> = (1..=12).collect();

@@ -1,0 +1,493 @@
+//! A minimal synchronous driver of [`hicache_index::Session`] for these tests.
+//!
+//! One thread, one ZeroMQ SUB socket with its monitor, HTTP calls on helper threads. It follows
+//! the core's driving contract to the letter and nothing more, so that the scenarios exercise
+//! the core against the real master; the production transports (tokio, smol) can replace it
+//! behind the same few methods ([`IndexDriver::new`], [`IndexDriver::step`],
+//! [`IndexDriver::run_until`], [`IndexDriver::session`]).
+//!
+//! ```text
+//! step(max_wait):
+//!     deadline due      -> session.handle_timeout(now)
+//!     SUB messages      -> session.feed(now, &frames)            (drained before the monitor)
+//!     monitor events    -> handle_connected / handle_disconnected
+//!     HTTP answers      -> handle_snapshot / handle_snapshot_failed / handle_verify_result
+//!     every Effect      -> Connect: new SUB socket (+ monitor); Disconnect: drop it;
+//!                          FetchSnapshot: GET /kv_events/status, then /get_all_keys, on a thread;
+//!                          VerifyKeys: GET /batch_query_keys on a thread; others: recorded
+//! ```
+//!
+//! Besides driving, it records every effect with its time, and what the stream itself showed
+//! (sequence numbers, gaps, batch sizes, publisher-to-index lag) independently of the core, so
+//! that tests can compare the two.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use hicache_index::{decode, Config, Effect, Effects, EventKind, Instant, Seq, Session, Timestamp};
+
+use crate::http;
+
+/// The receive high-water mark of the SUB socket, in messages: large, so that libzmq does not
+/// drop on our side while a test thread is busy elsewhere.
+const RECEIVE_HWM: i32 = 1_000_000;
+
+/// The longest the loop sleeps while an HTTP answer may be on its way.
+const HTTP_POLL: Duration = Duration::from_millis(2);
+
+/// What the stream showed, counted by the driver from the raw frames (not by the core).
+#[derive(Clone, Debug, Default)]
+pub struct StreamStats {
+    /// Messages received (any shape).
+    pub messages: u64,
+    /// Events in messages that decoded.
+    pub events: u64,
+    /// `stored` events among them.
+    pub stored: u64,
+    /// `removed` events among them.
+    pub removed: u64,
+    /// The first sequence number received.
+    pub first_seq: Option<u64>,
+    /// The last sequence number received.
+    pub last_seq: Option<u64>,
+    /// Forward jumps of the sequence (`seq > last + 1`).
+    pub gaps: u64,
+    /// Sequence numbers skipped by those jumps.
+    pub missing: u64,
+    /// Sequences that went backwards or repeated (a new master, or a duplicate).
+    pub backwards: u64,
+    /// The most events in one batch.
+    pub max_batch_events: usize,
+    /// When the first message arrived (driver clock).
+    pub first_at: Option<Instant>,
+    /// When the last message arrived (driver clock).
+    pub last_at: Option<Instant>,
+    /// Sum of (arrival wall time − batch timestamp) over batches, in milliseconds.
+    pub lag_ms_sum: i64,
+    /// The largest such lag, in milliseconds.
+    pub lag_ms_max: i64,
+    /// Every message's arrival time (driver clock), in order.
+    pub arrivals: Vec<Instant>,
+}
+
+impl StreamStats {
+    /// The mean publisher-to-index lag per batch, in milliseconds.
+    pub fn mean_lag_ms(&self) -> f64 {
+        if self.messages == 0 {
+            0.0
+        } else {
+            self.lag_ms_sum as f64 / self.messages as f64
+        }
+    }
+
+    fn observe(&mut self, now: Instant, frames: &[&[u8]]) {
+        self.messages += 1;
+        self.first_at.get_or_insert(now);
+        self.last_at = Some(now);
+        self.arrivals.push(now);
+        if let Some(seq) = frames.get(1).and_then(|f| <[u8; 8]>::try_from(*f).ok()) {
+            let seq = u64::from_be_bytes(seq);
+            self.first_seq.get_or_insert(seq);
+            match self.last_seq {
+                Some(last) if seq > last + 1 => {
+                    self.gaps += 1;
+                    self.missing += seq - last - 1;
+                }
+                Some(last) if seq <= last => self.backwards += 1,
+                _ => {}
+            }
+            self.last_seq = Some(seq);
+        }
+        if let Ok(batch) = decode(frames) {
+            self.events += batch.events.len() as u64;
+            for e in &batch.events {
+                match e.kind {
+                    EventKind::Stored => self.stored += 1,
+                    EventKind::Removed => self.removed += 1,
+                    _ => {}
+                }
+            }
+            self.max_batch_events = self.max_batch_events.max(batch.events.len());
+            if let Timestamp::Millis(ms) = batch.timestamp {
+                let wall = SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .map_or(0, |d| d.as_millis() as i64);
+                let lag = wall - ms as i64;
+                self.lag_ms_sum += lag;
+                self.lag_ms_max = self.lag_ms_max.max(lag);
+            }
+        }
+    }
+}
+
+/// An HTTP answer coming back from a helper thread.
+enum Answer {
+    Snapshot {
+        request: u64,
+        keys: Result<(Option<Seq>, Vec<String>), String>,
+    },
+    Verify {
+        request: u64,
+        results: Result<Vec<(String, bool)>, String>,
+    },
+}
+
+/// The SUB socket and the PAIR socket that receives its monitor events.
+struct Link {
+    sub: zmq::Socket,
+    monitor: zmq::Socket,
+}
+
+static MONITOR_IDS: AtomicU64 = AtomicU64::new(0);
+
+impl Link {
+    fn open(
+        ctx: &zmq::Context,
+        endpoint: &str,
+        topic: &[u8],
+        auto_reconnect: bool,
+    ) -> Result<Link, zmq::Error> {
+        let sub = ctx.socket(zmq::SUB)?;
+        sub.set_linger(0)?;
+        sub.set_rcvhwm(RECEIVE_HWM)?;
+        // Normally the session owns reconnection (with its backoff and its clear-on-reconnect).
+        sub.set_reconnect_ivl(if auto_reconnect { 100 } else { -1 })?;
+        sub.set_subscribe(topic)?;
+        let address = format!(
+            "inproc://mooncake-tests-monitor-{}",
+            MONITOR_IDS.fetch_add(1, Ordering::Relaxed)
+        );
+        let events = zmq::SocketEvent::HANDSHAKE_SUCCEEDED as i32
+            | zmq::SocketEvent::HANDSHAKE_FAILED_NO_DETAIL as i32
+            | zmq::SocketEvent::HANDSHAKE_FAILED_PROTOCOL as i32
+            | zmq::SocketEvent::DISCONNECTED as i32
+            | zmq::SocketEvent::CLOSED as i32;
+        sub.monitor(&address, events)?;
+        let monitor = ctx.socket(zmq::PAIR)?;
+        monitor.set_linger(0)?;
+        monitor.connect(&address)?;
+        sub.connect(endpoint)?;
+        Ok(Link { sub, monitor })
+    }
+}
+
+/// Drives one [`Session`] against one master (see the module docs).
+pub struct IndexDriver {
+    session: Session,
+    http: SocketAddr,
+    ctx: zmq::Context,
+    link: Option<Link>,
+    origin: std::time::Instant,
+    answers_tx: mpsc::Sender<Answer>,
+    answers: mpsc::Receiver<Answer>,
+    in_flight: usize,
+    /// How long a fetched snapshot is held back before it is handed to the session, so that
+    /// live batches arrive while the session waits for it (0 by default).
+    pub snapshot_hold: Duration,
+    /// Models a transport that never notices a lost connection: ZeroMQ reconnects by itself
+    /// (every 100 ms) and monitor events after the first connection are ignored, so only the
+    /// stream itself can tell the session that the publisher changed (off by default).
+    pub hide_disconnects: bool,
+    effects: Vec<(Instant, Effect)>,
+    stream: StreamStats,
+    snapshots: Vec<Vec<String>>,
+    fetched: Arc<AtomicU64>,
+    http_errors: Vec<String>,
+}
+
+impl std::fmt::Debug for IndexDriver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IndexDriver")
+            .field("http", &self.http)
+            .field("health", &self.session.health())
+            .field("stream", &self.stream)
+            .finish_non_exhaustive()
+    }
+}
+
+impl IndexDriver {
+    /// Makes a session from `config` (which SHOULD name the master's event endpoint) whose HTTP
+    /// effects go to the master's admin address `http`.
+    pub fn new(config: Config, http: SocketAddr) -> IndexDriver {
+        let session = Session::new(config).expect("a valid config");
+        let (answers_tx, answers) = mpsc::channel();
+        IndexDriver {
+            session,
+            http,
+            ctx: zmq::Context::new(),
+            link: None,
+            origin: std::time::Instant::now(),
+            answers_tx,
+            answers,
+            in_flight: 0,
+            snapshot_hold: Duration::ZERO,
+            hide_disconnects: false,
+            effects: Vec::new(),
+            stream: StreamStats::default(),
+            snapshots: Vec::new(),
+            fetched: Arc::new(AtomicU64::new(0)),
+            http_errors: Vec::new(),
+        }
+    }
+
+    /// The session (for queries and counters).
+    pub fn session(&self) -> &Session {
+        &self.session
+    }
+
+    /// The current time on the core's clock (nanoseconds since the driver was made).
+    pub fn now(&self) -> Instant {
+        Instant::from_nanos(u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX))
+    }
+
+    /// Every effect so far, with when it happened.
+    pub fn effects(&self) -> &[(Instant, Effect)] {
+        &self.effects
+    }
+
+    /// What the stream showed, counted from the raw frames.
+    pub fn stream(&self) -> &StreamStats {
+        &self.stream
+    }
+
+    /// The snapshots handed to the session, in order (the keys as fetched).
+    pub fn snapshots(&self) -> &[Vec<String>] {
+        &self.snapshots
+    }
+
+    /// How many snapshot fetches have read the master's key list (a held snapshot counts as
+    /// soon as it is read, before the session gets it).
+    pub fn snapshots_fetched(&self) -> u64 {
+        self.fetched.load(Ordering::SeqCst)
+    }
+
+    /// HTTP calls that failed.
+    pub fn http_errors(&self) -> &[String] {
+        &self.http_errors
+    }
+
+    /// Whether a SUB socket is open.
+    pub fn is_linked(&self) -> bool {
+        self.link.is_some()
+    }
+
+    /// Does everything due, waiting at most `max_wait` for something to arrive.
+    pub fn step(&mut self, max_wait: Duration) {
+        let now = self.now();
+        if self.session.poll_timeout().is_some_and(|at| at <= now) {
+            let fx = self.session.handle_timeout(now);
+            self.execute(now, fx);
+        }
+        let mut wait = max_wait;
+        if let Some(at) = self.session.poll_timeout() {
+            wait = wait.min(at.saturating_duration_since(self.now()));
+        }
+        if self.in_flight > 0 {
+            wait = wait.min(HTTP_POLL);
+        }
+        self.wait_for_input(wait);
+        self.drain_messages();
+        self.drain_monitor();
+        self.drain_answers();
+    }
+
+    /// Steps until `done` holds, failing after `timeout`; returns how long it took.
+    pub fn run_until(
+        &mut self,
+        what: &str,
+        timeout: Duration,
+        mut done: impl FnMut(&IndexDriver) -> bool,
+    ) -> Result<Duration, String> {
+        let started = std::time::Instant::now();
+        loop {
+            if done(self) {
+                return Ok(started.elapsed());
+            }
+            if started.elapsed() > timeout {
+                return Err(format!(
+                    "timed out after {timeout:?} waiting for {what}; health {:?}, counters {:?}, \
+                     stream {:?}, last effects {:?}, http errors {:?}",
+                    self.session.health(),
+                    self.session.counters(),
+                    self.stream,
+                    &self.effects[self.effects.len().saturating_sub(8)..],
+                    self.http_errors,
+                ));
+            }
+            self.step(Duration::from_millis(10));
+        }
+    }
+
+    /// Steps for `duration`.
+    pub fn run_for(&mut self, duration: Duration) {
+        let until = std::time::Instant::now() + duration;
+        while std::time::Instant::now() < until {
+            self.step(until.saturating_duration_since(std::time::Instant::now()));
+        }
+    }
+
+    fn wait_for_input(&mut self, wait: Duration) {
+        let ms = i64::try_from(wait.as_millis()).unwrap_or(i64::MAX);
+        let Some(link) = &self.link else {
+            std::thread::sleep(wait.min(Duration::from_millis(10)));
+            return;
+        };
+        let mut items = [
+            link.sub.as_poll_item(zmq::POLLIN),
+            link.monitor.as_poll_item(zmq::POLLIN),
+        ];
+        let _ = zmq::poll(&mut items, ms);
+    }
+
+    /// Feeds every queued message (at most a bounded number per step, so timers still run).
+    fn drain_messages(&mut self) {
+        for _ in 0..4096 {
+            let Some(link) = &self.link else { return };
+            let parts = match link.sub.recv_multipart(zmq::DONTWAIT) {
+                Ok(parts) => parts,
+                Err(zmq::Error::EAGAIN) => return,
+                Err(e) => panic!("SUB recv: {e}"),
+            };
+            let now = self.now();
+            let frames: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
+            self.stream.observe(now, &frames);
+            let fx = self.session.feed(now, &frames);
+            self.execute(now, fx);
+        }
+    }
+
+    fn drain_monitor(&mut self) {
+        loop {
+            let Some(link) = &self.link else { return };
+            let parts = match link.monitor.recv_multipart(zmq::DONTWAIT) {
+                Ok(parts) => parts,
+                Err(_) => return,
+            };
+            let Some(raw) = parts.first().and_then(|f| f.get(..2)) else {
+                continue;
+            };
+            let event = zmq::SocketEvent::from_raw(u16::from_ne_bytes([raw[0], raw[1]]));
+            let now = self.now();
+            if self.hide_disconnects && event != zmq::SocketEvent::HANDSHAKE_SUCCEEDED {
+                continue;
+            }
+            let fx = match event {
+                zmq::SocketEvent::HANDSHAKE_SUCCEEDED => self.session.handle_connected(now),
+                zmq::SocketEvent::DISCONNECTED
+                | zmq::SocketEvent::CLOSED
+                | zmq::SocketEvent::HANDSHAKE_FAILED_NO_DETAIL
+                | zmq::SocketEvent::HANDSHAKE_FAILED_PROTOCOL => {
+                    // The socket will not reconnect by itself (reconnect_ivl -1): drop it; the
+                    // session schedules the next Connect.
+                    self.link = None;
+                    self.session.handle_disconnected(now)
+                }
+                _ => continue,
+            };
+            self.execute(now, fx);
+        }
+    }
+
+    fn drain_answers(&mut self) {
+        while let Ok(answer) = self.answers.try_recv() {
+            self.in_flight -= 1;
+            let now = self.now();
+            let fx = match answer {
+                Answer::Snapshot {
+                    request,
+                    keys: Ok((watermark, keys)),
+                } => {
+                    let fx = self.session.handle_snapshot(
+                        now,
+                        request,
+                        watermark,
+                        keys.iter().map(String::as_str),
+                    );
+                    self.snapshots.push(keys);
+                    fx
+                }
+                Answer::Snapshot {
+                    request,
+                    keys: Err(e),
+                } => {
+                    self.http_errors.push(e);
+                    self.session.handle_snapshot_failed(now, request)
+                }
+                Answer::Verify {
+                    request,
+                    results: Ok(results),
+                } => self.session.handle_verify_result(
+                    now,
+                    request,
+                    results.iter().map(|(k, ok)| (k.as_str(), *ok)),
+                ),
+                Answer::Verify {
+                    results: Err(e), ..
+                } => {
+                    // No call reports a failed verification: the session's timeout ends it.
+                    self.http_errors.push(e);
+                    Effects::new()
+                }
+            };
+            self.execute(now, fx);
+        }
+    }
+
+    fn execute(&mut self, now: Instant, fx: Effects) {
+        for effect in fx {
+            match &effect {
+                Effect::Connect { endpoint } => {
+                    self.link = None;
+                    let topic = self.session.config().topic.clone();
+                    match Link::open(&self.ctx, endpoint, &topic, self.hide_disconnects) {
+                        Ok(link) => self.link = Some(link),
+                        Err(e) => {
+                            self.http_errors.push(format!("connect {endpoint}: {e}"));
+                            let more = self.session.handle_disconnected(now);
+                            self.effects.push((now, effect));
+                            self.execute(now, more);
+                            continue;
+                        }
+                    }
+                }
+                Effect::Disconnect => self.link = None,
+                Effect::FetchSnapshot { request } => {
+                    let (tx, addr, hold, request) = (
+                        self.answers_tx.clone(),
+                        self.http,
+                        self.snapshot_hold,
+                        *request,
+                    );
+                    let fetched = Arc::clone(&self.fetched);
+                    self.in_flight += 1;
+                    std::thread::spawn(move || {
+                        // The watermark first: the last sequence the master had assigned
+                        // before the key list was read.
+                        let timeout = Duration::from_secs(10);
+                        let keys = http::kv_events_status(addr, timeout).and_then(|status| {
+                            let last = status.published_batches + status.dropped_events;
+                            http::get_all_keys(addr, timeout).map(|keys| (Some(Seq(last)), keys))
+                        });
+                        fetched.fetch_add(1, Ordering::SeqCst);
+                        std::thread::sleep(hold);
+                        let _ = tx.send(Answer::Snapshot { request, keys });
+                    });
+                }
+                Effect::VerifyKeys { request, keys } => {
+                    let (tx, addr, request, keys) =
+                        (self.answers_tx.clone(), self.http, *request, keys.clone());
+                    self.in_flight += 1;
+                    std::thread::spawn(move || {
+                        let results = http::batch_query_keys(addr, &keys, Duration::from_secs(10));
+                        let _ = tx.send(Answer::Verify { request, results });
+                    });
+                }
+                _ => {}
+            }
+            self.effects.push((now, effect));
+        }
+    }
+}
