@@ -151,6 +151,11 @@ pub enum PayloadError {
     TrailingBytes,
     /// A msgpack marker that is reserved (0xc1).
     ReservedMarker,
+    /// The events array holds more than [`MAX_EVENTS`] events.
+    TooManyEvents {
+        /// How many it declares.
+        declared: u32,
+    },
 }
 
 impl fmt::Display for FrameError {
@@ -191,6 +196,12 @@ impl fmt::Display for PayloadError {
             }
             PayloadError::TrailingBytes => f.write_str("bytes follow the top-level array"),
             PayloadError::ReservedMarker => f.write_str("the reserved msgpack marker 0xc1 appears"),
+            PayloadError::TooManyEvents { declared } => {
+                write!(
+                    f,
+                    "the batch declares {declared} events, more than {MAX_EVENTS}"
+                )
+            }
         }
     }
 }
@@ -200,6 +211,11 @@ impl core::error::Error for PayloadError {}
 
 /// How many arrays and maps may nest in a payload, the top-level array included.
 pub const MAX_DEPTH: u32 = 32;
+
+/// The most events one batch may hold (the Mooncake master sends at most 64; vLLM and SGLang
+/// publishers a few hundred). A batch declaring more is a [`PayloadError::TooManyEvents`], which
+/// bounds what one message can make the decoder allocate.
+pub const MAX_EVENTS: u32 = 1 << 16;
 
 /// Decodes one message, `[topic, seq, payload]`, into a [`Batch`] borrowing from the payload.
 ///
@@ -501,7 +517,14 @@ impl<'a> Reader<'a> {
     /// Reads the events array, allocating its `Vec` once.
     fn events(&mut self) -> Result<Vec<Event<'a>>, FrameError> {
         let at = self.pos;
-        let len = to_usize(self.array_len()?);
+        let declared = self.array_len()?;
+        if declared > MAX_EVENTS {
+            return Err(FrameError::Payload {
+                offset: at,
+                kind: PayloadError::TooManyEvents { declared },
+            });
+        }
+        let len = to_usize(declared);
         self.check_items(len, at)?;
         let mut events = Vec::with_capacity(len);
         for _ in 0..len {

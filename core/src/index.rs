@@ -26,6 +26,12 @@ pub const MAX_SUFFIXES: usize = 128;
 /// Trailing-page pools a query can honour; a layout with more answers no hits.
 pub const MAX_TRAILING_POOLS: usize = 8;
 
+/// The longest tenant the index tracks; objects of longer ones are counted as untracked.
+pub const MAX_TENANT_LEN: usize = 256;
+
+/// The longest key prefix the index tracks; objects under longer ones are counted as untracked.
+pub const MAX_PREFIX_LEN: usize = 1024;
+
 /// The tenant Mooncake uses when none is configured, and the one events without a tenant mean.
 pub const DEFAULT_TENANT: &str = "default";
 
@@ -648,6 +654,9 @@ impl Index {
     }
 
     fn intern(&mut self, tenant: &str, prefix: Option<&str>, suffix: &str) -> Option<(u32, u32)> {
+        if tenant.len() > MAX_TENANT_LEN || prefix.is_some_and(|p| p.len() > MAX_PREFIX_LEN) {
+            return None;
+        }
         let ns = match self.find_namespace(tenant, prefix) {
             Some(ns) => ns,
             None => {

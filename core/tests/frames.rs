@@ -254,9 +254,19 @@ fn a_str32_claiming_four_gigabytes_is_truncated_without_allocating_it() {
 }
 
 #[test]
-fn an_array32_of_four_billion_events_in_ten_bytes_is_truncated_without_allocating() {
+fn an_array32_of_four_billion_events_is_too_many_without_allocating() {
     // [0, array32(u32::MAX) ..., 0]: 10 bytes in all.
     let payload = [0x93, 0x00, 0xdd, 0xff, 0xff, 0xff, 0xff, 0x00, 0x00, 0x00];
+    let (result, allocs) = count_allocations(|| decode_payload(&payload).map(|_| ()));
+    let too_many = PayloadError::TooManyEvents { declared: u32::MAX };
+    assert_eq!(result, Err(payload_error(2, too_many)));
+    assert_eq!(allocs.count, 0);
+}
+
+#[test]
+fn an_events_array_longer_than_the_bytes_left_is_truncated_without_allocating() {
+    // [0, array16(1000) ..., 0]: 1,000 events declared, 3 bytes left.
+    let payload = [0x93, 0x00, 0xdc, 0x03, 0xe8, 0x80, 0x80, 0x00];
     let (result, allocs) = count_allocations(|| decode_payload(&payload).map(|_| ()));
     assert_eq!(result, Err(payload_error(2, PayloadError::Truncated)));
     assert_eq!(allocs.count, 0);

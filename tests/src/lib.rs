@@ -107,7 +107,7 @@ impl Harness {
     /// Publishes `events` as batch `seq` (the next batch is `seq + 1`).
     pub fn batch_at(&mut self, seq: u64, events: Vec<OwnedEvent>) -> Effects {
         let frames = self.frames(seq, events);
-        self.next_seq = seq + 1;
+        self.next_seq = seq.wrapping_add(1);
         self.feed_frames(&frames)
     }
 
