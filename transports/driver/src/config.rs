@@ -1,0 +1,141 @@
+//! What a subscriber is made from: the core's [`Config`] plus the IO settings a driver needs.
+
+use std::fmt;
+use std::time::Duration;
+
+use hicache_index::{Config, ConfigError, ResyncConfig, VerifyConfig};
+
+/// Everything a subscriber (tokio or smol) is made from.
+#[derive(Clone, Debug)]
+pub struct SubscriberConfig {
+    /// The session's configuration: endpoint, topic, layouts, limits, resync and verification.
+    pub session: Config,
+    /// The master's HTTP admin base URL (e.g. `http://10.0.0.5:9003`). It MUST be set when
+    /// `session.resync` or `session.verify` is on: they are executed over it.
+    pub master_http: Option<String>,
+    /// ZeroMQ socket limits.
+    pub socket: SocketConfig,
+    /// HTTP client limits.
+    pub http: HttpConfig,
+    /// How often every counter is exported to the `metrics` facade.
+    pub metrics_interval: Duration,
+}
+
+impl SubscriberConfig {
+    /// Wraps a session configuration with the default IO settings and no master HTTP side.
+    pub fn new(session: Config) -> SubscriberConfig {
+        SubscriberConfig {
+            session,
+            master_http: None,
+            socket: SocketConfig::default(),
+            http: HttpConfig::default(),
+            metrics_interval: Duration::from_secs(1),
+        }
+    }
+
+    /// Sets the master's HTTP base URL and turns on resynchronisation and verification with
+    /// their defaults where the session configuration left them off.
+    pub fn with_master_http(mut self, url: impl Into<String>) -> SubscriberConfig {
+        self.master_http = Some(url.into());
+        self.session
+            .resync
+            .get_or_insert_with(ResyncConfig::default);
+        self.session
+            .verify
+            .get_or_insert_with(VerifyConfig::default);
+        self
+    }
+}
+
+/// Limits of the ZeroMQ SUB socket, so that a runaway publisher cannot exhaust memory.
+///
+/// The memory libzmq may hold for one subscriber is bounded by about
+/// `receive_hwm * max_message_bytes * 3` (three frames a message).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SocketConfig {
+    /// `ZMQ_MAXMSGSIZE`: a larger frame drops the connection (the core then clears and
+    /// reconnects). A Mooncake batch of 64 events is about 25 KiB.
+    pub max_message_bytes: i64,
+    /// `ZMQ_RCVHWM`: messages queued before libzmq drops (a drop shows up as a gap).
+    pub receive_hwm: i32,
+    /// `ZMQ_HEARTBEAT_IVL`: how often the subscriber pings the publisher (zero: never).
+    pub heartbeat_interval: Duration,
+    /// `ZMQ_HEARTBEAT_TIMEOUT`: a publisher silent this long after a ping is disconnected.
+    pub heartbeat_timeout: Duration,
+    /// Messages fed per turn of the driver loop before it looks at timers and answers again.
+    pub drain_budget: usize,
+}
+
+impl Default for SocketConfig {
+    fn default() -> Self {
+        SocketConfig {
+            max_message_bytes: 1 << 20,
+            receive_hwm: 8192,
+            heartbeat_interval: Duration::from_secs(5),
+            heartbeat_timeout: Duration::from_secs(15),
+            drain_budget: 256,
+        }
+    }
+}
+
+/// Limits of the master HTTP client.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HttpConfig {
+    /// Time allowed for one request, connect to last byte. It SHOULD be shorter than the core's
+    /// fetch and verify timeouts, or answers arrive after the core gave up on them.
+    pub request_timeout: Duration,
+    /// The largest response body accepted (a `/get_all_keys` of 1M keys is about 100 MB).
+    pub max_body_bytes: usize,
+    /// The longest request target; `/batch_query_keys` key lists are split to stay under it.
+    pub max_target_bytes: usize,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        HttpConfig {
+            request_timeout: Duration::from_secs(5),
+            max_body_bytes: 512 << 20,
+            max_target_bytes: 6000,
+        }
+    }
+}
+
+/// Why a subscriber could not be started.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Error {
+    /// The session refused its configuration.
+    Config(ConfigError),
+    /// Resync or verification is on but no master HTTP URL is set.
+    MasterHttpRequired,
+    /// The master HTTP URL is not `http://host[:port][/path]`.
+    MasterHttpUrl(String),
+    /// A socket setting is out of range.
+    Socket(&'static str),
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Config(e) => write!(f, "invalid session configuration: {e}"),
+            Error::MasterHttpRequired => {
+                f.write_str("resync and verification need the master's HTTP URL")
+            }
+            Error::MasterHttpUrl(url) => {
+                write!(
+                    f,
+                    "master HTTP URL {url:?} is not http://host[:port][/path]"
+                )
+            }
+            Error::Socket(what) => write!(f, "invalid socket setting: {what}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+impl From<ConfigError> for Error {
+    fn from(e: ConfigError) -> Error {
+        Error::Config(e)
+    }
+}

@@ -1,0 +1,303 @@
+//! The body of a driver loop, shared by the runtimes: feed messages, turn monitor events into
+//! `handle_connected`/`handle_disconnected`, answer timers and HTTP outcomes, and turn effects
+//! into [`Action`]s for the runtime.
+
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hicache_index::{Effect, Effects, Health, Instant, Seq, Session};
+
+use crate::config::SocketConfig;
+use crate::handle::{Control, Inbox, Shared};
+use crate::http::{HttpJob, HttpOutcome, MasterHttp};
+use crate::report;
+use crate::socket::{self, Link, LinkEvent, MAX_FRAMES};
+
+/// What the runtime must do for the driver, in order.
+#[derive(Debug)]
+pub enum Action {
+    /// Drop the current link (deregistering its sockets first), then register and use this
+    /// new one.
+    Open(Link),
+    /// Drop the current link.
+    Close,
+    /// Run this job with [`HttpJob::run`] off the loop and hand its outcome back with
+    /// [`Control::deliver`].
+    Spawn(HttpJob),
+}
+
+/// The runtime-independent state of one subscriber's loop.
+///
+/// Dropping it (the loop ended, was cancelled or panicked) marks the subscriber stopped: the
+/// index forgets and the health becomes [`Health::Disconnected`], so nobody trusts an index that
+/// no longer follows the stream.
+pub struct Driver {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) ctx: zmq::Context,
+    pub(crate) start: std::time::Instant,
+    pub(crate) topic: Vec<u8>,
+    pub(crate) socket: SocketConfig,
+    pub(crate) http: Option<Arc<MasterHttp>>,
+    pub(crate) control: Control,
+    pub(crate) actions: VecDeque<Action>,
+    pub(crate) parts: Vec<zmq::Message>,
+    pub(crate) deadline: Option<Instant>,
+    pub(crate) metrics_interval: Duration,
+    pub(crate) next_export: std::time::Instant,
+}
+
+impl std::fmt::Debug for Driver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Driver")
+            .field("topic", &self.topic)
+            .field("http", &self.http)
+            .field("deadline", &self.deadline)
+            .field("actions", &self.actions)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Driver {
+    /// The current time on the core's clock (nanoseconds since the driver was made).
+    pub fn now(&self) -> Instant {
+        let nanos = self.start.elapsed().as_nanos();
+        Instant::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
+    }
+
+    /// When the loop must wake up at the latest (the core's deadline or the next metrics
+    /// export).
+    pub fn deadline(&self) -> std::time::Instant {
+        let core = self
+            .deadline
+            .and_then(|d| self.start.checked_add(Duration::from_nanos(d.as_nanos())));
+        match core {
+            Some(at) => at.min(self.next_export),
+            None => self.next_export,
+        }
+    }
+
+    /// Fires the core's timer if it is due, and exports metrics if they are due.
+    pub fn handle_timeout(&mut self) {
+        if self.deadline.is_some_and(|d| d <= self.now()) {
+            self.call(|s, now| s.handle_timeout(now));
+        }
+        if std::time::Instant::now() >= self.next_export {
+            if let Ok(s) = self.shared.session.read() {
+                report::export_counters(&s.counters());
+                report::export_health(s.health());
+            }
+            self.next_export = std::time::Instant::now() + self.metrics_interval;
+        }
+    }
+
+    /// Does one turn's reading of `link`: its queued messages (at most the drain budget), then
+    /// its monitor's events. Returns true when the loop must come back without waiting for the
+    /// FDs: messages may remain, or actions are queued.
+    ///
+    /// Both sockets are read until `EAGAIN` with `ZMQ_EVENTS` re-checked (their FDs are
+    /// edge-triggered), unless the budget ran out or the link is being replaced.
+    pub fn drain(&mut self, link: &Link) -> bool {
+        let more = self.drain_messages(&link.sub);
+        if !self.link_changing() {
+            self.drain_monitor(&link.monitor);
+        }
+        more || !self.actions.is_empty()
+    }
+
+    /// Reports whether a queued action closes or replaces the link.
+    fn link_changing(&self) -> bool {
+        self.actions
+            .iter()
+            .any(|a| matches!(a, Action::Open(_) | Action::Close))
+    }
+
+    /// Feeds queued messages of `sub`, at most the drain budget; returns true when messages
+    /// may remain.
+    fn drain_messages(&mut self, sub: &zmq::Socket) -> bool {
+        let now = self.now();
+        for _ in 0..self.socket.drain_budget {
+            let count = match socket::recv_message(sub, &mut self.parts) {
+                Ok(count) => count,
+                Err(zmq::Error::EAGAIN) if socket::has_input(sub) => continue,
+                Err(zmq::Error::EAGAIN) => return false,
+                Err(e) => {
+                    tracing::warn!(error = %e, "receiving from the SUB socket failed");
+                    return false;
+                }
+            };
+            let kept = count.min(MAX_FRAMES);
+            let mut frames: [&[u8]; MAX_FRAMES] = [&[]; MAX_FRAMES];
+            for (frame, part) in frames.iter_mut().zip(&self.parts[..kept]) {
+                *frame = part;
+            }
+            let fx = match self.shared.session.write() {
+                Ok(mut session) => {
+                    let fx = session.feed(now, &frames[..kept]);
+                    self.deadline = session.poll_timeout();
+                    fx
+                }
+                Err(_) => return false,
+            };
+            self.execute(fx);
+            if self.link_changing() {
+                return true;
+            }
+        }
+        true
+    }
+
+    /// Reads the monitor's queued events and reports connection changes to the core.
+    fn drain_monitor(&mut self, monitor: &zmq::Socket) {
+        loop {
+            let event = match socket::recv_message(monitor, &mut self.parts) {
+                Ok(_) => socket::parse_monitor_event(&self.parts[0]),
+                Err(zmq::Error::EAGAIN) if socket::has_input(monitor) => continue,
+                Err(_) => return,
+            };
+            match event {
+                Some(LinkEvent::Connected) => {
+                    tracing::info!("connected to the publisher");
+                    self.call(|s, now| s.handle_connected(now));
+                }
+                Some(LinkEvent::Disconnected) => {
+                    tracing::info!("connection to the publisher lost or refused");
+                    // libzmq does not reconnect by itself: this link is dead.
+                    self.actions.push_back(Action::Close);
+                    self.call(|s, now| s.handle_disconnected(now));
+                }
+                Some(LinkEvent::Other(raw)) => tracing::trace!(event = raw, "socket event"),
+                None => {}
+            }
+        }
+    }
+
+    /// Handles a request or an HTTP outcome; returns false when the loop must stop.
+    pub fn handle_inbox(&mut self, msg: Inbox) -> bool {
+        match msg {
+            Inbox::Stop => return false,
+            Inbox::Worker { worker, info } => {
+                self.call(|s, now| s.handle_worker(now, &worker, info))
+            }
+            Inbox::Clear => self.call(|s, now| s.clear(now)),
+            Inbox::Http(HttpOutcome::Snapshot {
+                request,
+                watermark,
+                keys,
+            }) => match keys {
+                Ok(body) => self.call(|s, now| {
+                    s.handle_snapshot(now, request, watermark.map(Seq), body.lines())
+                }),
+                Err(error) => {
+                    tracing::warn!(request, %error, "fetching the master's key list failed");
+                    self.call(|s, now| s.handle_snapshot_failed(now, request));
+                }
+            },
+            Inbox::Http(HttpOutcome::Verify {
+                request,
+                results,
+                error,
+            }) => {
+                if let Some(error) = &error {
+                    tracing::warn!(request, %error, answered = results.len(), "verification failed");
+                }
+                if error.is_some() && results.is_empty() {
+                    self.call(|s, now| s.handle_verify_failed(now, request));
+                } else {
+                    // Keys of chunks that failed are left out: neither present nor absent.
+                    let answers = results.iter().map(|(k, ok)| (k.as_str(), *ok));
+                    self.call(|s, now| s.handle_verify_result(now, request, answers));
+                }
+            }
+        }
+        true
+    }
+
+    /// Reports that the runtime could not register a link's sockets: the connection failed.
+    pub fn link_failed(&mut self, error: &std::io::Error) {
+        tracing::warn!(%error, "registering the sockets failed");
+        self.call(|s, now| s.handle_disconnected(now));
+    }
+
+    /// Returns the next thing the runtime must do.
+    pub fn poll_action(&mut self) -> Option<Action> {
+        self.actions.pop_front()
+    }
+
+    /// Returns the master's HTTP side, for running [`Action::Spawn`] jobs.
+    pub fn http(&self) -> Option<Arc<MasterHttp>> {
+        self.http.clone()
+    }
+
+    /// Returns a control handle, for handing HTTP outcomes back.
+    pub fn control(&self) -> Control {
+        self.control.clone()
+    }
+
+    /// Calls into the session under the write lock (for that call only), then executes what it
+    /// returned.
+    fn call(&mut self, f: impl FnOnce(&mut Session, Instant) -> Effects) {
+        let now = self.now();
+        let fx = match self.shared.session.write() {
+            Ok(mut session) => {
+                let fx = f(&mut session, now);
+                self.deadline = session.poll_timeout();
+                fx
+            }
+            Err(_) => return,
+        };
+        self.execute(fx);
+    }
+
+    fn execute(&mut self, fx: Effects) {
+        for effect in fx {
+            match effect {
+                Effect::Connect { endpoint } => {
+                    tracing::info!(endpoint, "connecting");
+                    match socket::open(&self.ctx, &endpoint, &self.topic, &self.socket) {
+                        Ok(link) => self.actions.push_back(Action::Open(link)),
+                        Err(error) => {
+                            tracing::warn!(endpoint, %error, "opening the SUB socket failed");
+                            self.actions.push_back(Action::Close);
+                            self.call(|s, now| s.handle_disconnected(now));
+                        }
+                    }
+                }
+                Effect::Disconnect => {
+                    tracing::info!("disconnecting");
+                    self.actions.push_back(Action::Close);
+                }
+                Effect::FetchSnapshot { request } => match self.http {
+                    Some(_) => self
+                        .actions
+                        .push_back(Action::Spawn(HttpJob::Snapshot { request })),
+                    None => self.call(|s, now| s.handle_snapshot_failed(now, request)),
+                },
+                Effect::VerifyKeys { request, keys } => {
+                    if self.http.is_some() {
+                        self.actions
+                            .push_back(Action::Spawn(HttpJob::Verify { request, keys }));
+                    }
+                }
+                other => report::log_effect(&other),
+            }
+        }
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        self.shared.running.store(false, Ordering::Release);
+        let now = self.now();
+        if let Ok(mut session) = self.shared.session.write() {
+            for effect in session.handle_disconnected(now) {
+                report::log_effect(&effect);
+            }
+            report::export_counters(&session.counters());
+        }
+        report::export_health(Health::Disconnected);
+        report::export_running(false);
+        tracing::info!("subscriber stopped");
+    }
+}

@@ -1,0 +1,298 @@
+//! What the rest of a program holds: a cheap, cloneable query handle and a control handle.
+
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
+
+use hicache_index::{
+    Counters, Health, Hits, Lookup, PageHash, PageHashes, Pages, QueryError, Seq, Session, Tokens,
+    WorkerInfo,
+};
+
+use crate::http::HttpOutcome;
+
+/// The state the driver loop and every handle share.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    /// The one session of this subscriber. The driver holds the write lock only for one call
+    /// into the session (one message, one answer), never across an await.
+    pub(crate) session: RwLock<Session>,
+    /// Whether the driver loop is running.
+    pub(crate) running: AtomicBool,
+}
+
+/// A cheap, cloneable, thread-safe handle to ask the index (the router's side).
+///
+/// Queries take a read lock for the duration of one query; many threads may query at once.
+#[derive(Clone, Debug)]
+pub struct QueryHandle {
+    shared: Arc<Shared>,
+}
+
+impl QueryHandle {
+    pub(crate) fn new(shared: Arc<Shared>) -> QueryHandle {
+        QueryHandle { shared }
+    }
+
+    /// Answers how many leading pages of the lookup are fully present.
+    ///
+    /// Tokens are hashed before the read lock is taken (SHA-256 over a long request takes tens
+    /// of microseconds, which the ingest side would otherwise wait for); only the probes run
+    /// under the lock. Every page of the request is therefore hashed, even after a miss.
+    ///
+    /// If the subscriber died while changing the index (a panic), the answer is a miss with
+    /// trust [`Health::Disconnected`]: a miss is always safe.
+    pub fn query(&self, lookup: &Lookup<'_>) -> Result<Hits, QueryError> {
+        self.answer(lookup, None)
+    }
+
+    /// Answers like [`QueryHandle::query`] and fills `map[i]` with whether page `i` is complete.
+    pub fn query_map(&self, lookup: &Lookup<'_>, map: &mut [bool]) -> Result<Hits, QueryError> {
+        self.answer(lookup, Some(map))
+    }
+
+    fn answer(&self, lookup: &Lookup<'_>, map: Option<&mut [bool]>) -> Result<Hits, QueryError> {
+        let Pages::Tokens { tokens, namespace } = lookup.pages else {
+            return self.probe(lookup, map);
+        };
+        let Some(shape) = self.read(|s| page_shape(s, lookup)) else {
+            return Ok(miss(map));
+        };
+        let shape = shape?;
+        HASHES.with_borrow_mut(|hashes| {
+            hashes.clear();
+            let (page_size, eagle) = shape;
+            match tokens {
+                Tokens::U32(t) => hashes.extend(PageHashes::new(t, page_size, eagle, namespace)),
+                Tokens::U64(t) => hashes.extend(PageHashes::new(t, page_size, eagle, namespace)),
+            }
+            let hashed = Lookup {
+                pages: Pages::Hashes(hashes),
+                ..*lookup
+            };
+            let Ok(session) = self.shared.session.read() else {
+                return Ok(miss(map));
+            };
+            // A layout advertised in between may have changed the page shape: then the
+            // session hashes by itself.
+            let lookup = if page_shape(&session, lookup) == Ok(shape) {
+                &hashed
+            } else {
+                lookup
+            };
+            match map {
+                Some(map) => session.query_map(lookup, map),
+                None => session.query(lookup),
+            }
+        })
+    }
+
+    fn probe(&self, lookup: &Lookup<'_>, map: Option<&mut [bool]>) -> Result<Hits, QueryError> {
+        let Ok(session) = self.shared.session.read() else {
+            return Ok(miss(map));
+        };
+        match map {
+            Some(map) => session.query_map(lookup, map),
+            None => session.query(lookup),
+        }
+    }
+
+    /// Returns the session's health ([`Health::Disconnected`] once the subscriber stopped).
+    pub fn health(&self) -> Health {
+        if !self.is_running() {
+            return Health::Disconnected;
+        }
+        self.read(Session::health).unwrap_or(Health::Disconnected)
+    }
+
+    /// Returns every counter and gauge of the session.
+    pub fn counters(&self) -> Counters {
+        self.read(Session::counters).unwrap_or_default()
+    }
+
+    /// Reports whether the subscriber's loop is running (false after a stop, a drop or a panic).
+    pub fn is_running(&self) -> bool {
+        self.shared.running.load(Ordering::Acquire)
+    }
+
+    /// Returns the event endpoint in use.
+    pub fn endpoint(&self) -> Option<String> {
+        self.read(|s| s.endpoint().map(String::from)).flatten()
+    }
+
+    /// Returns the sequence of the last batch applied.
+    pub fn last_applied_seq(&self) -> Option<Seq> {
+        self.read(Session::last_applied_seq).flatten()
+    }
+
+    /// Runs `f` with read access to the session (for what the methods above do not cover,
+    /// e.g. [`Session::layout_for`]). `None` if the subscriber died while changing it.
+    pub fn read<R>(&self, f: impl FnOnce(&Session) -> R) -> Option<R> {
+        self.shared.session.read().ok().map(|s| f(&s))
+    }
+}
+
+thread_local! {
+    /// Page hashes of the current query, reused so that a query does not allocate.
+    static HASHES: RefCell<Vec<PageHash>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The page size and EAGLE mode the lookup's layout hashes with.
+fn page_shape(session: &Session, lookup: &Lookup<'_>) -> Result<(u32, bool), QueryError> {
+    session
+        .layout_for(lookup.model)
+        .map(|l| (l.page_size, l.eagle))
+}
+
+/// A miss for everything, trusted by no one.
+fn miss(map: Option<&mut [bool]>) -> Hits {
+    if let Some(map) = map {
+        map.fill(false);
+    }
+    Hits {
+        prefix_pages: 0,
+        total_pages: 0,
+        pages_checked: 0,
+        memory_pages: 0,
+        disk_only_pages: 0,
+        trust: Health::Disconnected,
+    }
+}
+
+/// A request to the driver loop.
+#[derive(Debug)]
+pub enum Inbox {
+    /// Report what a worker advertises (`None`: it is gone); may change the endpoint.
+    Worker {
+        /// The worker's name.
+        worker: String,
+        /// What it advertises.
+        info: Option<WorkerInfo>,
+    },
+    /// Forget every page now.
+    Clear,
+    /// An HTTP job finished.
+    Http(HttpOutcome),
+    /// Stop the loop.
+    Stop,
+}
+
+/// A cloneable handle to steer a running subscriber (worker metadata, clears, stop).
+#[derive(Clone, Debug)]
+pub struct Control {
+    tx: async_channel::Sender<Inbox>,
+}
+
+impl Control {
+    pub(crate) fn new(tx: async_channel::Sender<Inbox>) -> Control {
+        Control { tx }
+    }
+
+    /// Reports what `worker` advertises (`None`: the worker is gone). Without a configured
+    /// endpoint, the endpoint follows the workers. Returns false if the subscriber stopped.
+    pub fn report_worker(&self, worker: &str, info: Option<WorkerInfo>) -> bool {
+        self.send(Inbox::Worker {
+            worker: worker.to_owned(),
+            info,
+        })
+    }
+
+    /// Asks the subscriber to forget every page. Returns false if it stopped.
+    pub fn clear(&self) -> bool {
+        self.send(Inbox::Clear)
+    }
+
+    /// Asks the subscriber to stop (it finishes within milliseconds); returns false if it
+    /// already stopped.
+    pub fn stop(&self) -> bool {
+        self.send(Inbox::Stop)
+    }
+
+    /// Hands an HTTP job's outcome back to the loop (used by the runtimes).
+    pub fn deliver(&self, outcome: HttpOutcome) -> bool {
+        self.send(Inbox::Http(outcome))
+    }
+
+    fn send(&self, msg: Inbox) -> bool {
+        self.tx.try_send(msg).is_ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hicache_index::{
+        Config, Effect, Instant, Layout, ModelLayout, Namespace, ResyncConfig, SglangParams,
+    };
+
+    /// A handle over a session whose index holds pages 0..3 of `tokens(1)` whole and page 1 of
+    /// them without its last object, learned from a snapshot.
+    fn handle_with_pages() -> (QueryHandle, Vec<u32>) {
+        let layout = Layout::from_sglang(&SglangParams::new(4, 2)).unwrap();
+        let mut session = Session::new(Config {
+            endpoint: Some("tcp://127.0.0.1:1".into()),
+            layouts: vec![ModelLayout {
+                model: None,
+                layout: layout.clone(),
+            }],
+            resync: Some(ResyncConfig::default()),
+            ..Config::default()
+        })
+        .unwrap();
+        let now = Instant::ZERO;
+        let _ = session.handle_timeout(now);
+        let fx = session.handle_connected(now);
+        let request = fx
+            .iter()
+            .find_map(|e| match e {
+                Effect::FetchSnapshot { request } => Some(*request),
+                _ => None,
+            })
+            .expect("a fetch");
+        let tokens: Vec<u32> = (0..40).collect();
+        let mut keys = Vec::new();
+        for (i, page) in layout.page_hashes(&tokens, Namespace::NONE).enumerate() {
+            let mut page_keys: Vec<String> = layout.object_keys(&page).collect();
+            if i == 3 {
+                page_keys.pop();
+            }
+            keys.extend(page_keys);
+        }
+        let _ =
+            session.handle_snapshot(now, request, Some(Seq(0)), keys.iter().map(String::as_str));
+        assert!(session.counters().objects > 0, "{:?}", session.counters());
+        let shared = Arc::new(Shared {
+            session: RwLock::new(session),
+            running: AtomicBool::new(true),
+        });
+        (QueryHandle::new(shared), tokens)
+    }
+
+    #[test]
+    fn hashing_outside_the_lock_answers_like_the_session() {
+        let (q, tokens) = handle_with_pages();
+        let wide: Vec<u64> = tokens.iter().map(|&t| u64::from(t)).collect();
+        let other: Vec<u32> = (100..140).collect();
+        let ns = Namespace {
+            extra_key: Some("user"),
+            cache_salt: None,
+        };
+        let lookups = [
+            Lookup::tokens(&tokens),
+            Lookup::tokens(&tokens[..13]),
+            Lookup::tokens(&other),
+            Lookup::tokens(&tokens).with_namespace(ns),
+            Lookup::tokens_u64(&wide),
+            Lookup::tokens(&tokens).with_model("unknown"),
+        ];
+        for lookup in &lookups {
+            let direct = q.read(|s| s.query(lookup)).unwrap();
+            assert_eq!(q.query(lookup), direct, "{lookup:?}");
+            let (mut a, mut b) = ([false; 12], [false; 12]);
+            let direct = q.read(|s| s.query_map(lookup, &mut a)).unwrap();
+            assert_eq!(q.query_map(lookup, &mut b), direct, "{lookup:?}");
+            assert_eq!(a, b, "{lookup:?}");
+        }
+        assert_eq!(q.query(&lookups[0]).unwrap().prefix_pages, 3);
+    }
+}

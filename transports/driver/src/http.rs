@@ -1,0 +1,533 @@
+//! The master's HTTP admin side, sans IO: request bytes, an HTTP/1.1 response reader, and the
+//! two jobs the core asks for.
+//!
+//! A runtime supplies one async `GET` (connect, write [`MasterHttp::request`], read into a
+//! [`ResponseReader`] until it yields the body, all under [`MasterHttp::timeout`]); everything
+//! else is here:
+//! ```text
+//! Effect::FetchSnapshot -> GET {base}/kv_events/status             -> watermark
+//!                          GET {base}/get_all_keys                 -> lines  -> handle_snapshot
+//! Effect::VerifyKeys    -> GET {base}/batch_query_keys?keys=k1,k2  -> {"success":true,
+//!                          (split so every target stays short)         "data":{"k1":{"ok":true}}}
+//!                                                                     -> handle_verify_result
+//! ```
+
+use std::fmt;
+use std::future::Future;
+use std::time::Duration;
+
+use crate::config::{Error, HttpConfig};
+
+/// Where the master's HTTP side is, and the client's limits.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MasterHttp {
+    host: String,
+    port: u16,
+    base_path: String,
+    config: HttpConfig,
+}
+
+/// Why an HTTP request to the master failed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum HttpError {
+    /// Connecting, writing or reading failed.
+    Io(String),
+    /// The request did not complete within the timeout.
+    Timeout,
+    /// The master answered with a status other than 200.
+    Status(u16),
+    /// The answer was not a readable HTTP response or not the JSON expected.
+    Malformed(&'static str),
+    /// The body was larger than allowed.
+    TooLarge,
+}
+
+impl fmt::Display for HttpError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            HttpError::Io(e) => write!(f, "io error: {e}"),
+            HttpError::Timeout => f.write_str("timed out"),
+            HttpError::Status(s) => write!(f, "status {s}"),
+            HttpError::Malformed(what) => write!(f, "malformed answer: {what}"),
+            HttpError::TooLarge => f.write_str("answer too large"),
+        }
+    }
+}
+
+impl std::error::Error for HttpError {}
+
+impl From<std::io::Error> for HttpError {
+    fn from(e: std::io::Error) -> HttpError {
+        HttpError::Io(e.to_string())
+    }
+}
+
+impl MasterHttp {
+    /// Parses `http://host[:port][/path]` (port 80 by default).
+    pub fn new(url: &str, config: HttpConfig) -> Result<MasterHttp, Error> {
+        let bad = || Error::MasterHttpUrl(url.to_owned());
+        let rest = url.strip_prefix("http://").ok_or_else(bad)?;
+        let (authority, path) = match rest.find('/') {
+            Some(i) => (&rest[..i], rest[i..].trim_end_matches('/')),
+            None => (rest, ""),
+        };
+        let (host, port) = match authority.strip_prefix('[') {
+            Some(v6) => {
+                let (host, rest) = v6.split_once(']').ok_or_else(bad)?;
+                (host, rest.strip_prefix(':'))
+            }
+            None => match authority.rsplit_once(':') {
+                Some((host, port)) => (host, Some(port)),
+                None => (authority, None),
+            },
+        };
+        let port = match port {
+            Some(p) => p.parse::<u16>().map_err(|_| bad())?,
+            None => 80,
+        };
+        if host.is_empty() || !path.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err(bad());
+        }
+        Ok(MasterHttp {
+            host: host.to_owned(),
+            port,
+            base_path: path.to_owned(),
+            config,
+        })
+    }
+
+    /// The host and port to connect to.
+    pub fn addr(&self) -> (&str, u16) {
+        (&self.host, self.port)
+    }
+
+    /// The time allowed for one request.
+    pub fn timeout(&self) -> Duration {
+        self.config.request_timeout
+    }
+
+    /// The bytes of a `GET` for `target` (a path under the base, with its query).
+    pub fn request(&self, target: &str) -> Vec<u8> {
+        let host = if self.host.contains(':') {
+            format!("[{}]:{}", self.host, self.port)
+        } else {
+            format!("{}:{}", self.host, self.port)
+        };
+        format!(
+            "GET {}{target} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: hicache-index\r\n\
+             Accept: */*\r\nConnection: close\r\n\r\n",
+            self.base_path
+        )
+        .into_bytes()
+    }
+
+    /// A reader for one response, with this client's body limit.
+    pub fn response_reader(&self) -> ResponseReader {
+        ResponseReader::new(self.config.max_body_bytes)
+    }
+
+    /// The targets that ask about `keys`, split so each stays within the target limit.
+    pub fn batch_query_targets(&self, keys: &[String]) -> Vec<String> {
+        const PATH: &str = "/batch_query_keys?keys=";
+        let limit = self.config.max_target_bytes.max(PATH.len() + 64);
+        let mut targets = Vec::new();
+        let mut current = String::from(PATH);
+        for key in keys {
+            let mut encoded = String::new();
+            percent_encode(key, &mut encoded);
+            let fresh = current.len() == PATH.len();
+            if !fresh && current.len() + 1 + encoded.len() > limit {
+                targets.push(std::mem::replace(&mut current, String::from(PATH)));
+            }
+            if current.len() > PATH.len() {
+                current.push(',');
+            }
+            current.push_str(&encoded);
+        }
+        if current.len() > PATH.len() {
+            targets.push(current);
+        }
+        targets
+    }
+}
+
+/// Percent-encodes everything but RFC 3986's unreserved characters.
+fn percent_encode(s: &str, out: &mut String) {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(b));
+        } else {
+            out.push('%');
+            out.push(char::from(HEX[usize::from(b >> 4)]));
+            out.push(char::from(HEX[usize::from(b & 15)]));
+        }
+    }
+}
+
+/// Reads one HTTP/1.1 response: feed it what the socket gives, in order.
+#[derive(Debug)]
+pub struct ResponseReader {
+    buf: Vec<u8>,
+    max_body: usize,
+    head: Option<Head>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Head {
+    status: u16,
+    body_start: usize,
+    framing: Framing,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Framing {
+    Length(usize),
+    Chunked,
+    UntilClose,
+}
+
+impl ResponseReader {
+    /// Makes a reader accepting bodies up to `max_body` bytes.
+    pub fn new(max_body: usize) -> ResponseReader {
+        ResponseReader {
+            buf: Vec::new(),
+            max_body,
+            head: None,
+        }
+    }
+
+    /// Takes the next bytes read (an empty slice means the peer closed the connection) and
+    /// returns the body once the response is complete and its status is 200.
+    pub fn feed(&mut self, bytes: &[u8]) -> Result<Option<Vec<u8>>, HttpError> {
+        let eof = bytes.is_empty();
+        if self.buf.len() + bytes.len() > self.max_body.saturating_add(64 << 10) {
+            return Err(HttpError::TooLarge);
+        }
+        self.buf.extend_from_slice(bytes);
+        if self.head.is_none() {
+            self.head = parse_head(&self.buf)?;
+        }
+        let Some(head) = self.head else {
+            return if eof {
+                Err(HttpError::Malformed("connection closed before the headers"))
+            } else {
+                Ok(None)
+            };
+        };
+        if head.status != 200 {
+            return Err(HttpError::Status(head.status));
+        }
+        let body = &self.buf[head.body_start..];
+        let done = match head.framing {
+            Framing::Length(n) if n > self.max_body => return Err(HttpError::TooLarge),
+            Framing::Length(n) if body.len() >= n => Some(body[..n].to_vec()),
+            Framing::Length(_) => None,
+            Framing::Chunked => decode_chunked(body, self.max_body)?,
+            Framing::UntilClose if eof => Some(body.to_vec()),
+            Framing::UntilClose => None,
+        };
+        match done {
+            Some(body) => Ok(Some(body)),
+            None if eof => Err(HttpError::Malformed("connection closed mid-body")),
+            None => Ok(None),
+        }
+    }
+}
+
+fn parse_head(buf: &[u8]) -> Result<Option<Head>, HttpError> {
+    let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+        return if buf.len() > 64 << 10 {
+            Err(HttpError::Malformed("headers too long"))
+        } else {
+            Ok(None)
+        };
+    };
+    let text = std::str::from_utf8(&buf[..end]).map_err(|_| HttpError::Malformed("headers"))?;
+    let mut lines = text.split("\r\n");
+    let status_line = lines.next().unwrap_or("");
+    let mut words = status_line.split(' ');
+    let (Some(version), Some(code)) = (words.next(), words.next()) else {
+        return Err(HttpError::Malformed("status line"));
+    };
+    if !version.starts_with("HTTP/1.") {
+        return Err(HttpError::Malformed("status line"));
+    }
+    let status = code
+        .parse::<u16>()
+        .map_err(|_| HttpError::Malformed("status code"))?;
+    let mut framing = Framing::UntilClose;
+    for line in lines {
+        let Some((name, value)) = line.split_once(':') else {
+            continue;
+        };
+        let value = value.trim();
+        if name.eq_ignore_ascii_case("transfer-encoding")
+            && value.to_ascii_lowercase().contains("chunked")
+        {
+            framing = Framing::Chunked;
+        } else if name.eq_ignore_ascii_case("content-length")
+            && !matches!(framing, Framing::Chunked)
+        {
+            let n = value
+                .parse()
+                .map_err(|_| HttpError::Malformed("content-length"))?;
+            framing = Framing::Length(n);
+        }
+    }
+    Ok(Some(Head {
+        status,
+        body_start: end + 4,
+        framing,
+    }))
+}
+
+/// Decodes a chunked body if it is complete.
+fn decode_chunked(mut body: &[u8], max: usize) -> Result<Option<Vec<u8>>, HttpError> {
+    let mut out = Vec::new();
+    loop {
+        let Some(eol) = body.windows(2).position(|w| w == b"\r\n") else {
+            return Ok(None);
+        };
+        let size_text =
+            std::str::from_utf8(&body[..eol]).map_err(|_| HttpError::Malformed("chunk size"))?;
+        let size_text = size_text.split(';').next().unwrap_or("").trim();
+        let size =
+            usize::from_str_radix(size_text, 16).map_err(|_| HttpError::Malformed("chunk size"))?;
+        let data = &body[eol + 2..];
+        if size == 0 {
+            return Ok(Some(out));
+        }
+        if out.len() + size > max {
+            return Err(HttpError::TooLarge);
+        }
+        if data.len() < size + 2 {
+            return Ok(None);
+        }
+        out.extend_from_slice(&data[..size]);
+        body = &data[size + 2..];
+    }
+}
+
+/// Work the core asked for over HTTP, run off the driver loop.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HttpJob {
+    /// `GET /get_all_keys` for the fetch `request`.
+    Snapshot {
+        /// The core's request number.
+        request: u64,
+    },
+    /// `GET /batch_query_keys` for the verification `request`.
+    Verify {
+        /// The core's request number.
+        request: u64,
+        /// The keys to check.
+        keys: Vec<String>,
+    },
+}
+
+/// What an [`HttpJob`] found, handed back to the driver loop.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HttpOutcome {
+    /// The watermark and the key list (one key per line), or why the list could not be had.
+    Snapshot {
+        /// The core's request number.
+        request: u64,
+        /// The last sequence the master had assigned before the list was read
+        /// (`published_batches + dropped_events` of `/kv_events/status`); `None` when the
+        /// master did not tell.
+        watermark: Option<u64>,
+        /// The body of `/get_all_keys`.
+        keys: Result<String, HttpError>,
+    },
+    /// Which keys exist; keys the master did not answer about are left out.
+    Verify {
+        /// The core's request number.
+        request: u64,
+        /// Each answered key and whether it exists.
+        results: Vec<(String, bool)>,
+        /// The first failure, when some part of the key list could not be checked.
+        error: Option<HttpError>,
+    },
+}
+
+impl HttpJob {
+    /// Runs the job with `get`, the runtime's `GET` of a target (path and query).
+    pub async fn run<F, Fut>(self, http: &MasterHttp, get: F) -> HttpOutcome
+    where
+        F: Fn(String) -> Fut,
+        Fut: Future<Output = Result<Vec<u8>, HttpError>>,
+    {
+        match self {
+            HttpJob::Snapshot { request } => {
+                // The watermark first: every batch after it must then reach the stream.
+                let watermark = match get("/kv_events/status".to_owned()).await {
+                    Ok(body) => parse_watermark(&body),
+                    Err(_) => None,
+                };
+                let keys = get("/get_all_keys".to_owned()).await.map(|body| {
+                    String::from_utf8(body)
+                        .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+                });
+                HttpOutcome::Snapshot {
+                    request,
+                    watermark,
+                    keys,
+                }
+            }
+            HttpJob::Verify { request, keys } => {
+                let mut results = Vec::with_capacity(keys.len());
+                let mut error = None;
+                for target in http.batch_query_targets(&keys) {
+                    match get(target).await.and_then(|b| parse_batch_query(&b)) {
+                        Ok(found) => results.extend(found),
+                        Err(e) => {
+                            error.get_or_insert(e);
+                        }
+                    }
+                }
+                HttpOutcome::Verify {
+                    request,
+                    results,
+                    error,
+                }
+            }
+        }
+    }
+}
+
+/// Reads the watermark from a `/kv_events/status` answer: `published_batches + dropped_events`,
+/// the last sequence the master assigned (each dropped event consumes one).
+pub fn parse_watermark(body: &[u8]) -> Option<u64> {
+    let value: serde_json::Value = serde_json::from_slice(body).ok()?;
+    let field = |name| value.get(name).and_then(serde_json::Value::as_u64);
+    field("published_batches")?.checked_add(field("dropped_events")?)
+}
+
+/// Reads a `/batch_query_keys` answer: `{"success":true,"data":{"<key>":{"ok":bool,...}}}`.
+pub fn parse_batch_query(body: &[u8]) -> Result<Vec<(String, bool)>, HttpError> {
+    let value: serde_json::Value =
+        serde_json::from_slice(body).map_err(|_| HttpError::Malformed("not JSON"))?;
+    if value.get("success").and_then(serde_json::Value::as_bool) != Some(true) {
+        return Err(HttpError::Malformed("success is not true"));
+    }
+    let data = value
+        .get("data")
+        .and_then(serde_json::Value::as_object)
+        .ok_or(HttpError::Malformed("no data object"))?;
+    Ok(data
+        .iter()
+        .filter_map(|(key, entry)| {
+            let ok = entry.get("ok").and_then(serde_json::Value::as_bool)?;
+            Some((key.clone(), ok))
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn master(url: &str) -> MasterHttp {
+        MasterHttp::new(url, HttpConfig::default()).expect("a valid URL")
+    }
+
+    #[test]
+    fn urls_parse_into_host_port_and_base() {
+        let m = master("http://10.0.0.5:9003");
+        assert_eq!(m.addr(), ("10.0.0.5", 9003));
+        let m = master("http://master/admin/");
+        assert_eq!(m.addr(), ("master", 80));
+        assert!(String::from_utf8(m.request("/get_all_keys"))
+            .unwrap()
+            .starts_with("GET /admin/get_all_keys HTTP/1.1\r\nHost: master:80\r\n"));
+        assert_eq!(master("http://[::1]:9003").addr(), ("::1", 9003));
+        for bad in ["https://x", "http://", "http://h:notaport", "ftp://h:1"] {
+            assert!(
+                MasterHttp::new(bad, HttpConfig::default()).is_err(),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn key_lists_are_split_to_keep_targets_short_and_encoded() {
+        let mut m = master("http://h:1");
+        m.config.max_target_bytes = 200;
+        let keys: Vec<String> = (0..50).map(|i| format!("model/a,b_{i:04}_k")).collect();
+        let targets = m.batch_query_targets(&keys);
+        assert!(targets.len() > 1);
+        let mut seen = 0;
+        for t in &targets {
+            assert!(t.len() <= 200, "{t}");
+            assert!(!t.contains('/') || t.starts_with("/batch_query_keys?keys="));
+            seen += t.split('=').nth(1).unwrap().split(',').count();
+        }
+        assert_eq!(seen, 50);
+        assert!(targets[0].contains("model%2Fa%2Cb_0000_k"));
+    }
+
+    #[test]
+    fn responses_with_length_chunks_or_close_are_read() {
+        let mut r = ResponseReader::new(1 << 20);
+        assert_eq!(
+            r.feed(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nab"),
+            Ok(None)
+        );
+        assert_eq!(r.feed(b"cde"), Ok(Some(b"abcde".to_vec())));
+
+        let mut r = ResponseReader::new(1 << 20);
+        let chunked = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n";
+        let (a, b) = chunked.split_at(50);
+        assert_eq!(r.feed(a), Ok(None));
+        assert_eq!(r.feed(b), Ok(Some(b"abcde".to_vec())));
+
+        let mut r = ResponseReader::new(1 << 20);
+        assert_eq!(r.feed(b"HTTP/1.0 200 OK\r\n\r\nk1\nk2\n"), Ok(None));
+        assert_eq!(r.feed(b""), Ok(Some(b"k1\nk2\n".to_vec())));
+    }
+
+    #[test]
+    fn bad_statuses_truncation_and_oversize_are_errors() {
+        let mut r = ResponseReader::new(1 << 20);
+        assert_eq!(
+            r.feed(b"HTTP/1.1 503 Busy\r\nContent-Length: 0\r\n\r\n"),
+            Err(HttpError::Status(503))
+        );
+        let mut r = ResponseReader::new(1 << 20);
+        assert_eq!(
+            r.feed(b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\nab"),
+            Ok(None)
+        );
+        assert!(matches!(r.feed(b""), Err(HttpError::Malformed(_))));
+        let mut r = ResponseReader::new(4);
+        assert_eq!(
+            r.feed(b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\n"),
+            Err(HttpError::TooLarge)
+        );
+        let mut r = ResponseReader::new(1 << 20);
+        assert!(matches!(
+            r.feed(b"SSH-2.0\r\n\r\n"),
+            Err(HttpError::Malformed(_))
+        ));
+    }
+
+    #[test]
+    fn batch_query_answers_name_each_key() {
+        let body = br#"{"success":true,"data":{"a":{"ok":true,"size":3},"b":{"ok":false},"c":{}}}"#;
+        let mut found = parse_batch_query(body).unwrap();
+        found.sort();
+        assert_eq!(found, vec![("a".into(), true), ("b".into(), false)]);
+        assert!(parse_batch_query(br#"{"success":false}"#).is_err());
+        assert!(parse_batch_query(b"<html>").is_err());
+    }
+
+    #[test]
+    fn the_watermark_is_published_batches_plus_dropped_events() {
+        let body = br#"{"enabled":true,"published_batches":70,"dropped_events":11593,"skipped_unparsed_keys":0}"#;
+        assert_eq!(parse_watermark(body), Some(11_663));
+        assert_eq!(parse_watermark(br#"{"enabled":true}"#), None);
+        assert_eq!(parse_watermark(b"not found"), None);
+    }
+}

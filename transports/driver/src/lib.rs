@@ -1,0 +1,113 @@
+//! The runtime-independent half of the hicache-index transports.
+//!
+//! `hicache-index-tokio` and `hicache-index-smol` are thin loops around a [`Driver`]; this
+//! crate holds everything that does not depend on the runtime: ZeroMQ socket setup and draining
+//! ([`socket`]), the master's HTTP side as request bytes and a response reader ([`http`]), the
+//! cloneable [`QueryHandle`] and [`Control`], and the export of counters to `metrics` and of
+//! effects to `tracing` ([`report`]). No sequence, gap, backoff or health logic lives here:
+//! that is the core's [`hicache_index::Session`].
+//!
+//! # A runtime's loop
+//! ```text
+//! let Parts { mut driver, query, control, inbox } = prepare(config)?;
+//! loop {
+//!     while let Ok(msg) = inbox.try_recv() { if !driver.handle_inbox(msg) { break 'outer } }
+//!     busy = link.map_or(false, |l| driver.drain(&l));   // messages, then monitor events
+//!     driver.handle_timeout();
+//!     while let Some(action) = driver.poll_action() {
+//!         Open(link) => drop the old registration, register link.sub/link.monitor FDs
+//!         Close      => drop the registration
+//!         Spawn(job) => spawn { control.deliver(job.run(&http, get).await) }
+//!     }
+//!     if !busy && no action ran { wait: inbox.recv(), sub FD, monitor FD, driver.deadline() }
+//! }
+//! drop(driver)  // marks the subscriber stopped
+//! ```
+//! The ZeroMQ FDs are edge-triggered: the loop above drains until `EAGAIN` and re-checks
+//! `ZMQ_EVENTS` before waiting, which [`Driver::drain`] does; when it returns true (budget
+//! spent, actions queued) the loop comes back without waiting.
+
+pub mod config;
+pub mod driver;
+pub mod handle;
+pub mod http;
+pub mod report;
+pub mod socket;
+
+use std::collections::VecDeque;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, RwLock};
+
+pub use config::{Error, HttpConfig, SocketConfig, SubscriberConfig};
+pub use driver::{Action, Driver};
+pub use handle::{Control, Inbox, QueryHandle};
+pub use http::{HttpError, HttpJob, HttpOutcome, MasterHttp, ResponseReader};
+
+use hicache_index::Session;
+
+/// What [`prepare`] makes: the loop's state, the handles, and the loop's inbox.
+#[derive(Debug)]
+pub struct Parts {
+    /// The loop's state.
+    pub driver: Driver,
+    /// The query handle to give to routers.
+    pub query: QueryHandle,
+    /// The control handle.
+    pub control: Control,
+    /// Requests and HTTP outcomes for the loop.
+    pub inbox: async_channel::Receiver<Inbox>,
+}
+
+/// Checks `config` and makes a session and everything around it; the runtime then runs the
+/// loop. The session is moved in: one subscriber per index, by construction.
+pub fn prepare(config: SubscriberConfig) -> Result<Parts, Error> {
+    let SubscriberConfig {
+        session,
+        master_http,
+        socket,
+        http,
+        metrics_interval,
+    } = config;
+    let wants_http = session.resync.is_some() || session.verify.is_some();
+    let http = match (master_http, wants_http) {
+        (Some(url), _) => Some(Arc::new(MasterHttp::new(&url, http)?)),
+        (None, true) => return Err(Error::MasterHttpRequired),
+        (None, false) => None,
+    };
+    if socket.max_message_bytes <= 0 || socket.receive_hwm <= 0 || socket.drain_budget == 0 {
+        return Err(Error::Socket(
+            "max_message_bytes, receive_hwm and drain_budget must be positive",
+        ));
+    }
+    let topic = session.topic.clone();
+    let session = Session::new(session)?;
+    let deadline = session.poll_timeout();
+    let shared = Arc::new(handle::Shared {
+        session: RwLock::new(session),
+        running: AtomicBool::new(true),
+    });
+    let (tx, inbox) = async_channel::unbounded();
+    let control = Control::new(tx);
+    let start = std::time::Instant::now();
+    report::export_running(true);
+    let driver = Driver {
+        shared: shared.clone(),
+        ctx: zmq::Context::new(),
+        start,
+        topic,
+        socket,
+        http,
+        control: control.clone(),
+        actions: VecDeque::new(),
+        parts: Vec::new(),
+        deadline,
+        metrics_interval,
+        next_export: start,
+    };
+    Ok(Parts {
+        driver,
+        query: QueryHandle::new(shared),
+        control,
+        inbox,
+    })
+}

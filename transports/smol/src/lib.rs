@@ -1,0 +1,263 @@
+//! A smol (async-io) driver for hicache-index: subscribes to a Mooncake master's KV events over
+//! ZeroMQ, keeps the index live, and hands routers a cheap [`QueryHandle`].
+//!
+//! The loop reads the SUB socket (readiness from its `ZMQ_FD` through [`smol::Async`]), converts
+//! time, calls the core and executes its effects; everything runtime-independent is in
+//! [`hicache_index_driver`]. No sequence, gap, backoff or health logic lives here.
+//!
+//! # Example
+//! ```no_run
+//! use hicache_index::{Config, Layout, Lookup, ModelLayout, SglangParams};
+//! use hicache_index_smol::{Subscriber, SubscriberConfig};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let layout = Layout::from_sglang(&SglangParams::new(64, 8)).expect("a valid layout");
+//! let config = SubscriberConfig::new(Config {
+//!     endpoint: Some("tcp://10.0.0.5:5557".into()),
+//!     layouts: vec![ModelLayout { model: None, layout }],
+//!     ..Config::default()
+//! })
+//! .with_master_http("http://10.0.0.5:9003");
+//! let (index, task) = Subscriber::spawn(config)?;
+//! let tokens: Vec<u32> = (0..4096).collect();
+//! let hits = index.query(&Lookup::tokens(&tokens)).expect("one layout");
+//! println!("{} of {} pages cached ({:?})", hits.prefix_pages, hits.total_pages, hits.trust);
+//! smol::block_on(task.shutdown());
+//! # Ok(())
+//! # }
+//! ```
+
+use std::future::Future;
+use std::os::fd::{AsFd, BorrowedFd, RawFd};
+use std::sync::Arc;
+
+use hicache_index_driver::socket::Link;
+use hicache_index_driver::{prepare, Action, Driver, HttpError, HttpJob, Inbox, MasterHttp, Parts};
+use smol::future;
+use smol::io::{AsyncReadExt, AsyncWriteExt};
+use smol::{Async, Executor, Task, Timer};
+use tracing::Instrument;
+
+pub use hicache_index_driver::{
+    Control, Error, HttpConfig, QueryHandle, SocketConfig, SubscriberConfig,
+};
+
+/// Starts subscribers on a smol executor.
+#[derive(Debug)]
+pub struct Subscriber;
+
+impl Subscriber {
+    /// Makes the session from `config` and spawns its loop on smol's global executor.
+    ///
+    /// Returns the query handle and the running task. The session is moved into the task: one
+    /// subscriber per index.
+    pub fn spawn(config: SubscriberConfig) -> Result<(QueryHandle, SubscriberTask), Error> {
+        Subscriber::start(config, smol::spawn)
+    }
+
+    /// Like [`Subscriber::spawn`], on `executor` (which the caller MUST keep running).
+    pub fn spawn_on(
+        executor: &Arc<Executor<'static>>,
+        config: SubscriberConfig,
+    ) -> Result<(QueryHandle, SubscriberTask), Error> {
+        let ex = executor.clone();
+        Subscriber::start(config, move |f| ex.spawn(f))
+    }
+
+    fn start(
+        config: SubscriberConfig,
+        spawn: impl Fn(BoxedJob) -> Task<()> + Send + Sync + 'static,
+    ) -> Result<(QueryHandle, SubscriberTask), Error> {
+        let Parts {
+            driver,
+            query,
+            control,
+            inbox,
+        } = prepare(config)?;
+        let spawn: Spawner = Arc::new(spawn);
+        let span = tracing::info_span!("hicache_index_subscriber", runtime = "smol");
+        let task = spawn(Box::pin(run(driver, inbox, spawn.clone()).instrument(span)));
+        Ok((
+            query,
+            SubscriberTask {
+                task: Some(task),
+                control,
+            },
+        ))
+    }
+}
+
+type BoxedJob = std::pin::Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
+type Spawner = Arc<dyn Fn(BoxedJob) -> Task<()> + Send + Sync>;
+
+/// A running subscriber. Dropping it cancels the loop (the index is marked stopped at once).
+#[derive(Debug)]
+pub struct SubscriberTask {
+    task: Option<Task<()>>,
+    control: Control,
+}
+
+impl SubscriberTask {
+    /// Returns a handle to steer the subscriber (worker metadata, clears, stop).
+    pub fn control(&self) -> Control {
+        self.control.clone()
+    }
+
+    /// Reports whether the loop has ended.
+    pub fn is_finished(&self) -> bool {
+        self.task.as_ref().is_none_or(Task::is_finished)
+    }
+
+    /// Stops the loop and waits until it has ended (sockets closed, index marked stopped).
+    pub async fn shutdown(mut self) {
+        self.control.stop();
+        if let Some(task) = self.task.take() {
+            task.await;
+        }
+    }
+}
+
+impl Drop for SubscriberTask {
+    fn drop(&mut self) {
+        self.control.stop();
+    }
+}
+
+/// A ZeroMQ socket's `ZMQ_FD`, registered with async-io; the socket outlives it (see
+/// [`Registered`]).
+struct ZmqFd(RawFd);
+
+#[allow(unsafe_code)]
+impl AsFd for ZmqFd {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        // SAFETY: a `ZmqFd` only exists inside a `Registered`, next to the socket owning the FD;
+        // its field drops before the socket's, so the FD is open for as long as `self` lives.
+        unsafe { BorrowedFd::borrow_raw(self.0) }
+    }
+}
+
+/// A link whose FDs are registered. Field order matters: the FDs deregister before the
+/// sockets close.
+struct Registered {
+    sub_fd: Async<ZmqFd>,
+    monitor_fd: Async<ZmqFd>,
+    link: Link,
+}
+
+impl Registered {
+    fn new(link: Link) -> std::io::Result<Registered> {
+        let fd = |s: &zmq::Socket| s.get_fd().map(ZmqFd).map_err(std::io::Error::from);
+        Ok(Registered {
+            sub_fd: Async::new_nonblocking(fd(&link.sub)?)?,
+            monitor_fd: Async::new_nonblocking(fd(&link.monitor)?)?,
+            link,
+        })
+    }
+}
+
+/// What ended a wait.
+enum Wake {
+    Inbox(Result<Inbox, async_channel::RecvError>),
+    Other,
+}
+
+/// The loop: drain, fire timers, execute actions; wait only when nothing is pending.
+async fn run(mut driver: Driver, inbox: async_channel::Receiver<Inbox>, spawn: Spawner) {
+    let mut link: Option<Registered> = None;
+    let mut jobs: Vec<Task<()>> = Vec::new();
+    'run: loop {
+        while let Ok(msg) = inbox.try_recv() {
+            if !driver.handle_inbox(msg) {
+                break 'run;
+            }
+        }
+        let mut again = false;
+        if let Some(l) = &link {
+            again = driver.drain(&l.link);
+        }
+        driver.handle_timeout();
+        while let Some(action) = driver.poll_action() {
+            again = true;
+            match action {
+                Action::Open(new) => {
+                    link = None;
+                    match Registered::new(new) {
+                        Ok(registered) => link = Some(registered),
+                        Err(e) => driver.link_failed(&e),
+                    }
+                }
+                Action::Close => link = None,
+                Action::Spawn(job) => jobs.extend(spawn_job(&spawn, &driver, job)),
+            }
+        }
+        jobs.retain(|t| !t.is_finished());
+        if again {
+            future::yield_now().await;
+            continue;
+        }
+        let deadline = driver.deadline();
+        let fds = link.as_ref().map(|l| (&l.sub_fd, &l.monitor_fd));
+        let wake = future::or(async { Wake::Inbox(inbox.recv().await) }, async {
+            future::or(readable(fds), async {
+                Timer::at(deadline).await;
+            })
+            .await;
+            Wake::Other
+        })
+        .await;
+        if let Wake::Inbox(msg) = wake {
+            if !msg.is_ok_and(|msg| driver.handle_inbox(msg)) {
+                break 'run;
+            }
+        }
+    }
+    drop(jobs);
+}
+
+/// Waits until either FD signals (the loop then drains and re-checks `ZMQ_EVENTS`).
+async fn readable(fds: Option<(&Async<ZmqFd>, &Async<ZmqFd>)>) {
+    let Some((sub, monitor)) = fds else {
+        return future::pending().await;
+    };
+    if future::or(sub.readable(), monitor.readable())
+        .await
+        .is_err()
+    {
+        future::pending::<()>().await;
+    }
+}
+
+fn spawn_job(spawn: &Spawner, driver: &Driver, job: HttpJob) -> Option<Task<()>> {
+    let http = driver.http()?;
+    let control = driver.control();
+    let span = tracing::info_span!("master_http", job = ?std::mem::discriminant(&job));
+    Some(spawn(Box::pin(
+        async move {
+            let outcome = job.run(&http, |target| get(http.clone(), target)).await;
+            control.deliver(outcome);
+        }
+        .instrument(span),
+    )))
+}
+
+/// One `GET` to the master over a fresh connection, under the request timeout.
+async fn get(http: Arc<MasterHttp>, target: String) -> Result<Vec<u8>, HttpError> {
+    let exchange = async {
+        let (host, port) = http.addr();
+        let mut stream = smol::net::TcpStream::connect((host, port)).await?;
+        stream.write_all(&http.request(&target)).await?;
+        let mut reader = http.response_reader();
+        let mut buf = vec![0u8; 64 << 10];
+        loop {
+            let n = stream.read(&mut buf).await?;
+            if let Some(body) = reader.feed(&buf[..n])? {
+                return Ok::<_, HttpError>(body);
+            }
+        }
+    };
+    future::or(exchange, async {
+        Timer::after(http.timeout()).await;
+        Err(HttpError::Timeout)
+    })
+    .await
+}

@@ -1,0 +1,262 @@
+//! Measurements over loopback (run them in release mode; nothing here asserts a time):
+//! ingest rate with zero gaps, and query latency while ingesting at full speed.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hicache_index::{Config, EventKind, Layout, Lookup, ModelLayout, SglangParams};
+use hicache_index_driver::{QueryHandle, SubscriberConfig};
+use hicache_index_emulator::{Emulator, EmulatorConfig};
+
+use crate::{wait_subscribed, EmulatorPeer, Runtime};
+
+/// What an ingest run measured.
+#[derive(Clone, Copy, Debug)]
+pub struct IngestReport {
+    /// Events applied during the timed part.
+    pub events: u64,
+    /// Batches applied during the timed part.
+    pub batches: u64,
+    /// Seconds from the first batch sent to the last one applied.
+    pub seconds: f64,
+    /// Gaps the subscriber saw (must be 0 for the figure to count).
+    pub gaps: u64,
+    /// Messages dropped as malformed or stray (must be 0).
+    pub dropped: u64,
+}
+
+impl IngestReport {
+    /// Events per second.
+    pub fn events_per_second(&self) -> f64 {
+        self.events as f64 / self.seconds
+    }
+}
+
+/// What a query-latency run measured.
+#[derive(Clone, Debug)]
+pub struct LatencyReport {
+    /// Queries answered.
+    pub queries: usize,
+    /// Latency percentiles (p50, p90, p99, p99.9) and the maximum.
+    pub p50: Duration,
+    /// 90th percentile.
+    pub p90: Duration,
+    /// 99th percentile.
+    pub p99: Duration,
+    /// 99.9th percentile.
+    pub p999: Duration,
+    /// Slowest query.
+    pub max: Duration,
+    /// Events per second ingested meanwhile (0 when not ingesting).
+    pub ingest_events_per_second: f64,
+    /// Prefix pages of every answer (the request is fully present: must equal the pages asked).
+    pub prefix_pages: usize,
+}
+
+/// The benchmark's layout: page size 64, TP 8 (16 objects a page, 4 pages a 64-event batch).
+pub fn bench_layout() -> Layout {
+    Layout::from_sglang(&SglangParams::new(64, 8)).expect("a valid layout")
+}
+
+/// Pre-encoded batches: `pairs` batches storing 4 fresh pages each, then `pairs` batches
+/// removing them, so the index stays bounded however long the stream runs.
+fn churn_payloads(emulator: &Emulator, layout: &Layout, pairs: usize) -> Vec<Vec<u8>> {
+    let mut stores = Vec::with_capacity(pairs);
+    let mut removes = Vec::with_capacity(pairs);
+    for b in 0..pairs as u32 {
+        let tokens: Vec<u32> = (0..4 * 64).map(|i| 1_000_000 + b * 1024 + i).collect();
+        let keys: Vec<String> = layout
+            .page_hashes(&tokens, hicache_index::Namespace::NONE)
+            .flat_map(|p| layout.object_keys(&p).collect::<Vec<_>>())
+            .collect();
+        assert_eq!(keys.len(), 64);
+        stores.push(emulator.encode_batch(EventKind::Stored, &keys));
+        removes.push(emulator.encode_batch(EventKind::Removed, &keys));
+    }
+    stores.extend(removes);
+    stores
+}
+
+fn subscriber_config(endpoint: String) -> SubscriberConfig {
+    let mut config = SubscriberConfig::new(Config {
+        endpoint: Some(endpoint),
+        layouts: vec![ModelLayout {
+            model: None,
+            layout: bench_layout(),
+        }],
+        ..Config::default()
+    });
+    config.metrics_interval = Duration::from_secs(1);
+    config
+}
+
+/// Publishes `payloads` cyclically until `stop`, never more than `window` batches ahead of the
+/// subscriber (flow control, so nothing is dropped); returns batches sent.
+fn publish(
+    emulator: &Emulator,
+    q: &QueryHandle,
+    payloads: &[Vec<u8>],
+    total_batches: u64,
+    window: u64,
+    stop: &dyn Fn() -> bool,
+) -> u64 {
+    let base = q.counters().batches;
+    let mut sent = 0u64;
+    let mut next = 0usize;
+    while sent < total_batches && !stop() {
+        let applied = q.counters().batches - base;
+        if sent - applied >= window / 2 {
+            // Ahead enough: let the subscriber work (a spinning publisher steals its core).
+            std::thread::sleep(Duration::from_micros(200));
+            continue;
+        }
+        let n = (window - (sent - applied))
+            .min(256)
+            .min(total_batches - sent) as usize;
+        let chunk = (0..n).map(|i| payloads[(next + i) % payloads.len()].as_slice());
+        emulator.send_payloads(chunk);
+        next = (next + n) % payloads.len();
+        sent += n as u64;
+    }
+    sent
+}
+
+/// Measures how fast a subscriber applies `total_events` published over loopback in batches of
+/// 64 events.
+pub fn ingest_throughput<R: Runtime>(total_events: u64) -> IngestReport {
+    let emulator = Emulator::start(EmulatorConfig {
+        send_hwm: 0,
+        ..EmulatorConfig::default()
+    })
+    .expect("the emulator starts");
+    let layout = bench_layout();
+    let payloads = churn_payloads(&emulator, &layout, 2048);
+    let peer = EmulatorPeer(emulator);
+    let (q, _control, running) = R::spawn(subscriber_config(peer.0.event_endpoint()));
+    wait_subscribed(&peer, &q);
+    let before = q.counters();
+    let total_batches = total_events / 64;
+    let start = Instant::now();
+    publish(&peer.0, &q, &payloads, total_batches, 4096, &|| false);
+    while q.counters().batches - before.batches < total_batches {
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    let seconds = start.elapsed().as_secs_f64();
+    let after = q.counters();
+    R::shutdown(running);
+    IngestReport {
+        events: after.events - before.events,
+        batches: after.batches - before.batches,
+        seconds,
+        gaps: after.gaps - before.gaps,
+        dropped: after.malformed_payload + after.malformed_seq + after.stray_topic
+            - before.malformed_payload
+            - before.malformed_seq
+            - before.stray_topic,
+    }
+}
+
+/// Measures the latency of queries for a fully present request of `pages` pages from `threads`
+/// threads for `duration`, while the subscriber ingests at full speed (`ingest`) or not.
+pub fn query_latency<R: Runtime>(
+    threads: usize,
+    pages: usize,
+    duration: Duration,
+    ingest: bool,
+) -> LatencyReport {
+    let emulator = Emulator::start(EmulatorConfig {
+        send_hwm: 0,
+        ..EmulatorConfig::default()
+    })
+    .expect("the emulator starts");
+    let layout = bench_layout();
+    let payloads = churn_payloads(&emulator, &layout, 2048);
+    let peer = EmulatorPeer(emulator);
+    let (q, _control, running) = R::spawn(subscriber_config(peer.0.event_endpoint()));
+    wait_subscribed(&peer, &q);
+    let tokens: Arc<Vec<u32>> = Arc::new((0..(pages * 64) as u32).collect());
+    let hashes: Vec<_> = layout
+        .page_hashes(&tokens[..], hicache_index::Namespace::NONE)
+        .collect();
+    peer.0.store_pages(&layout, &hashes);
+    crate::wait_until(&q, "the queried pages", crate::PATIENCE, || {
+        crate::prefix(&q, &tokens) == pages
+    });
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let events_before = q.counters().events;
+    let start = Instant::now();
+    let workers: Vec<_> = (0..threads)
+        .map(|_| {
+            let (q, tokens, stop) = (q.clone(), tokens.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut samples = Vec::with_capacity(1 << 16);
+                let mut prefix = usize::MAX;
+                while !stop.load(Ordering::Relaxed) {
+                    let t = Instant::now();
+                    let hits = q.query(&Lookup::tokens(&tokens)).expect("a layout");
+                    samples.push(t.elapsed());
+                    prefix = prefix.min(hits.prefix_pages);
+                }
+                (samples, prefix)
+            })
+        })
+        .collect();
+    if ingest {
+        let done = || start.elapsed() >= duration;
+        publish(&peer.0, &q, &payloads, u64::MAX, 4096, &done);
+    } else {
+        std::thread::sleep(duration);
+    }
+    stop.store(true, Ordering::Relaxed);
+    let elapsed = start.elapsed().as_secs_f64();
+    let mut samples = Vec::new();
+    let mut prefix = usize::MAX;
+    for w in workers {
+        let (s, p) = w.join().expect("a query thread");
+        samples.extend(s);
+        prefix = prefix.min(p);
+    }
+    let ingested = q.counters().events - events_before;
+    R::shutdown(running);
+    samples.sort_unstable();
+    let at = |f: f64| samples[((samples.len() as f64 * f) as usize).min(samples.len() - 1)];
+    LatencyReport {
+        queries: samples.len(),
+        p50: at(0.50),
+        p90: at(0.90),
+        p99: at(0.99),
+        p999: at(0.999),
+        max: *samples.last().expect("some queries"),
+        ingest_events_per_second: ingested as f64 / elapsed,
+        prefix_pages: prefix,
+    }
+}
+
+/// Measures the core alone (no IO): how fast one session applies the benchmark's batches fed
+/// from memory, for comparison with [`ingest_throughput`].
+pub fn core_feed_rate(total_events: u64) -> IngestReport {
+    let emulator = Emulator::start(EmulatorConfig::default()).expect("the emulator starts");
+    let payloads = churn_payloads(&emulator, &bench_layout(), 2048);
+    let mut config = subscriber_config(emulator.event_endpoint()).session;
+    config.endpoint = None;
+    let mut session = hicache_index::Session::new(config).expect("a valid configuration");
+    let batches = total_events / 64;
+    let start = Instant::now();
+    let now = hicache_index::Instant::ZERO;
+    for seq in 1..=batches {
+        let payload = &payloads[(seq as usize - 1) % payloads.len()];
+        let fx = session.feed(now, &[b"", &seq.to_be_bytes(), payload]);
+        debug_assert!(fx.is_empty(), "{fx:?}");
+    }
+    let seconds = start.elapsed().as_secs_f64();
+    let c = session.counters();
+    IngestReport {
+        events: c.events,
+        batches: c.batches,
+        seconds,
+        gaps: c.gaps,
+        dropped: c.malformed_payload + c.malformed_seq + c.stray_topic,
+    }
+}

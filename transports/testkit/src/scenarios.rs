@@ -1,0 +1,399 @@
+//! The scenarios, each generic over the runtime and the peer.
+
+use std::time::{Duration, Instant};
+
+use hicache_index::{
+    BackoffConfig, Config, EventKind, Health, ModelLayout, ResyncConfig, Seq, Timestamp,
+    VerifyConfig, WorkerInfo,
+};
+use hicache_index_driver::SubscriberConfig;
+use hicache_index_sim::encode::{encode_payload, MasterFlavor, OwnedBatch, OwnedEvent};
+
+use crate::{
+    clears, layout, object_keys, prefix, tokens, wait_subscribed, wait_until, Peer, Runtime,
+    PATIENCE,
+};
+
+/// A subscriber configuration for the scenarios: fast backoff, and resync over `http` if given.
+pub fn config(endpoint: Option<String>, http: Option<String>) -> SubscriberConfig {
+    let session = Config {
+        endpoint,
+        layouts: vec![ModelLayout {
+            model: None,
+            layout: layout(),
+        }],
+        backoff: BackoffConfig {
+            initial: Duration::from_millis(20),
+            max: Duration::from_millis(200),
+            reset_after: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(2),
+        },
+        ..Config::default()
+    };
+    let mut config = SubscriberConfig::new(session);
+    if let Some(http) = http {
+        config = config.with_master_http(http);
+        config.session.resync = Some(ResyncConfig {
+            fetch_timeout: Duration::from_secs(3),
+            retry_after: Duration::from_millis(100),
+            ..ResyncConfig::default()
+        });
+        config.session.verify = None;
+    }
+    config.http.request_timeout = Duration::from_secs(2);
+    config
+}
+
+/// A payload that would remove `keys` if it were applied.
+fn removal_payload(keys: &[String]) -> Vec<u8> {
+    let batch = OwnedBatch {
+        seq: Seq(0),
+        timestamp: Timestamp::Millis(1_767_225_600_000),
+        dp_rank: Some(0),
+        events: keys
+            .iter()
+            .map(|k| OwnedEvent::new(EventKind::Removed, k.clone()))
+            .collect(),
+    };
+    encode_payload(&batch, MasterFlavor::Upstream)
+}
+
+/// Objects stored appear as hits; a removed object ends the prefix at its page.
+pub fn live_ingest_and_removals_answer_correct_hits<R: Runtime, P: Peer>() {
+    let peer = P::start();
+    let (q, _control, running) = R::spawn(config(Some(peer.event_endpoint()), None));
+    wait_subscribed(&peer, &q);
+    let t = tokens(1, 3);
+    let keys = object_keys(&t);
+    peer.store(&keys);
+    wait_until(&q, "three pages", PATIENCE, || prefix(&q, &t) == 3);
+    assert_eq!(prefix(&q, &tokens(2, 3)), 0, "never stored");
+    // The second page's `_1_v` object goes: only the first page is left whole.
+    let gone = keys[4..8]
+        .iter()
+        .find(|k| k.ends_with("_1_v"))
+        .expect("a _1_v key")
+        .clone();
+    peer.remove(&[gone]);
+    wait_until(&q, "the prefix to end at page 1", PATIENCE, || {
+        prefix(&q, &t) == 1
+    });
+    let c = q.counters();
+    assert_eq!(
+        (c.gaps, clears(&c), c.malformed_payload),
+        (0, 0, 0),
+        "{c:#?}"
+    );
+    assert!(c.stored >= 12 && c.removed == 1, "{c:#?}");
+    assert_eq!(q.health(), Health::Live);
+    R::shutdown(running);
+}
+
+/// A restarted master lost its objects: the subscriber forgets them, reconnects, resyncs and
+/// follows the new stream from sequence 1.
+pub fn publisher_restart_forgets_lost_objects_and_follows_the_new_stream<R: Runtime, P: Peer>() {
+    let peer = P::start();
+    let (q, _control, running) =
+        R::spawn(config(Some(peer.event_endpoint()), Some(peer.http_base())));
+    wait_subscribed(&peer, &q);
+    let before = tokens(1, 2);
+    peer.store(&object_keys(&before));
+    wait_until(&q, "the first pages", PATIENCE, || prefix(&q, &before) == 2);
+    peer.restart();
+    wait_until(&q, "the lost pages to go", PATIENCE, || {
+        prefix(&q, &before) == 0
+    });
+    wait_subscribed(&peer, &q);
+    wait_until(&q, "live again", PATIENCE, || q.health() == Health::Live);
+    let after = tokens(2, 2);
+    peer.store(&object_keys(&after));
+    wait_until(&q, "the new pages", PATIENCE, || prefix(&q, &after) == 2);
+    assert_eq!(
+        prefix(&q, &before),
+        0,
+        "objects lost in the restart are misses"
+    );
+    let c = q.counters();
+    assert!(c.disconnects + c.restarts >= 1, "{c:#?}");
+    R::shutdown(running);
+}
+
+/// A new subscriber learns from the master's key list what was stored before it started.
+pub fn subscriber_restart_bootstraps_objects_stored_while_away<R: Runtime, P: Peer>() {
+    let peer = P::start();
+    let first = tokens(1, 2);
+    peer.store(&object_keys(&first));
+    let cfg = || config(Some(peer.event_endpoint()), Some(peer.http_base()));
+    let (q, _control, running) = R::spawn(cfg());
+    wait_until(&q, "the bootstrap", PATIENCE, || prefix(&q, &first) == 2);
+    R::shutdown(running);
+    assert_eq!(prefix(&q, &first), 0, "a stopped subscriber answers misses");
+
+    let second = tokens(2, 3);
+    peer.store(&object_keys(&second));
+    let (q, _control, running) = R::spawn(cfg());
+    wait_until(&q, "both sets", PATIENCE, || {
+        prefix(&q, &first) == 2 && prefix(&q, &second) == 3
+    });
+    assert!(q.counters().snapshot_keys >= 20);
+    assert_eq!(q.health(), Health::Live);
+    R::shutdown(running);
+}
+
+/// Without a configured endpoint the subscriber follows what workers advertise; a new endpoint
+/// means a new stream: forget, reconnect, and ignore the old one.
+pub fn endpoint_change_follows_worker_metadata<R: Runtime, P: Peer>() {
+    let (one, two) = (P::start(), P::start());
+    let (q, control, running) = R::spawn(config(None, None));
+    let advertise = |endpoint: String| WorkerInfo {
+        event_endpoint: Some(endpoint),
+        ..WorkerInfo::default()
+    };
+    assert!(control.report_worker("worker-0", Some(advertise(one.event_endpoint()))));
+    wait_subscribed(&one, &q);
+    let a = tokens(1, 2);
+    one.store(&object_keys(&a));
+    wait_until(&q, "pages from the first master", PATIENCE, || {
+        prefix(&q, &a) == 2
+    });
+
+    assert!(control.report_worker("worker-0", Some(advertise(two.event_endpoint()))));
+    wait_until(&q, "the change to clear", PATIENCE, || {
+        q.counters().clears_endpoint == 1 && prefix(&q, &a) == 0
+    });
+    wait_subscribed(&two, &q);
+    let (b, c) = (tokens(2, 2), tokens(3, 2));
+    one.store(&object_keys(&c));
+    two.store(&object_keys(&b));
+    wait_until(&q, "pages from the second master", PATIENCE, || {
+        prefix(&q, &b) == 2
+    });
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(prefix(&q, &c), 0, "the old endpoint is not listened to");
+    assert_eq!(q.endpoint(), Some(two.event_endpoint()));
+    R::shutdown(running);
+}
+
+/// Messages of another topic on the same socket are counted and ignored, even ones that would
+/// remove present objects with a sequence far ahead.
+pub fn stray_topic_on_the_same_endpoint_never_clears<R: Runtime, P: Peer>() {
+    let peer = P::start();
+    let (q, _control, running) = R::spawn(config(Some(peer.event_endpoint()), None));
+    wait_subscribed(&peer, &q);
+    let a = tokens(1, 2);
+    let keys = object_keys(&a);
+    peer.store(&keys);
+    wait_until(&q, "the pages", PATIENCE, || prefix(&q, &a) == 2);
+    for topic in [&b"kv-events"[..], b"\x00"] {
+        peer.send_frames(&[
+            topic.to_vec(),
+            1_000_000u64.to_be_bytes().to_vec(),
+            removal_payload(&keys),
+        ]);
+    }
+    wait_until(&q, "two strays", PATIENCE, || q.counters().stray_topic == 2);
+    assert_eq!(prefix(&q, &a), 2, "a stray publisher removes nothing");
+    let b = tokens(2, 1);
+    peer.store(&object_keys(&b));
+    wait_until(&q, "the stream to go on", PATIENCE, || prefix(&q, &b) == 1);
+    let c = q.counters();
+    assert_eq!((c.gaps, clears(&c), c.removed), (0, 0, 0), "{c:#?}");
+    R::shutdown(running);
+}
+
+/// Messages that cannot be read are counted by kind and dropped; the index and the stream
+/// carry on.
+pub fn malformed_messages_are_counted_and_dropped<R: Runtime, P: Peer>() {
+    let peer = P::start();
+    let (q, _control, running) = R::spawn(config(Some(peer.event_endpoint()), None));
+    wait_subscribed(&peer, &q);
+    let a = tokens(1, 2);
+    let keys = object_keys(&a);
+    peer.store(&keys);
+    wait_until(&q, "the pages", PATIENCE, || prefix(&q, &a) == 2);
+    let removal = removal_payload(&keys);
+    peer.send_frames(&[vec![], vec![0, 0, 0, 0, 0, 0, 9], removal.clone()]);
+    peer.send_frames(&[vec![], u64::MAX.to_be_bytes().to_vec(), vec![0xc1, 0x93]]);
+    peer.send_frames(&[vec![], 7u64.to_be_bytes().to_vec()]);
+    peer.send_frames(&[vec![], 7u64.to_be_bytes().to_vec(), removal, vec![1]]);
+    wait_until(&q, "every bad message counted", PATIENCE, || {
+        let c = q.counters();
+        c.malformed_seq == 1 && c.malformed_payload == 1 && c.stray_frame_count == 2
+    });
+    assert_eq!(prefix(&q, &a), 2);
+    let b = tokens(2, 1);
+    peer.store(&object_keys(&b));
+    wait_until(&q, "the stream to go on", PATIENCE, || prefix(&q, &b) == 1);
+    let c = q.counters();
+    assert_eq!((c.gaps, clears(&c), c.removed), (0, 0, 0), "{c:#?}");
+    R::shutdown(running);
+}
+
+/// After lost sequences the subscriber forgets and resynchronises from the key list: objects
+/// stored before it started, before the gap and in the lost batches are all hits again.
+pub fn gap_then_resync_recovers_objects_from_before_the_gap_and_the_start<R: Runtime, P: Peer>() {
+    let peer = P::start();
+    let (before_start, before_gap, lost, after) =
+        (tokens(1, 2), tokens(2, 2), tokens(3, 2), tokens(4, 2));
+    peer.store(&object_keys(&before_start));
+    let (q, _control, running) =
+        R::spawn(config(Some(peer.event_endpoint()), Some(peer.http_base())));
+    wait_until(&q, "the bootstrap", PATIENCE, || {
+        prefix(&q, &before_start) == 2
+    });
+    wait_subscribed(&peer, &q);
+    peer.store(&object_keys(&before_gap));
+    wait_until(&q, "live pages", PATIENCE, || prefix(&q, &before_gap) == 2);
+    let started = q.counters().resyncs_completed;
+    peer.store_unpublished(&object_keys(&lost));
+    peer.store(&object_keys(&after));
+    wait_until(&q, "a resync after the gap", PATIENCE, || {
+        let c = q.counters();
+        c.gaps == 1 && c.resyncs_completed > started && q.health() == Health::Live
+    });
+    for (name, t) in [
+        ("before start", &before_start),
+        ("before gap", &before_gap),
+        ("lost", &lost),
+        ("after", &after),
+    ] {
+        wait_until(&q, name, PATIENCE, || prefix(&q, t) == 2);
+    }
+    assert_eq!(q.counters().clears_gap, 1);
+    R::shutdown(running);
+}
+
+/// An object removed without an event is found by verification over `/batch_query_keys`.
+pub fn silent_removal_is_found_by_verification<R: Runtime, P: Peer>() {
+    let peer = P::start();
+    let mut cfg = config(Some(peer.event_endpoint()), Some(peer.http_base()));
+    cfg.session.verify = Some(VerifyConfig {
+        interval: Duration::from_millis(100),
+        timeout: Duration::from_secs(2),
+        ..VerifyConfig::default()
+    });
+    let (q, _control, running) = R::spawn(cfg);
+    wait_subscribed(&peer, &q);
+    let a = tokens(1, 2);
+    let keys = object_keys(&a);
+    peer.store(&keys);
+    wait_until(&q, "the pages", PATIENCE, || prefix(&q, &a) == 2);
+    peer.remove_silently(&keys[..1]);
+    wait_until(&q, "verification to catch it", PATIENCE, || {
+        prefix(&q, &a) == 0
+    });
+    assert!(q.counters().stale_keys_found >= 1);
+    R::shutdown(running);
+}
+
+/// Stopping ends the loop within 100 ms; the stopped index answers misses, untrusted.
+pub fn shutdown_stops_within_100ms_and_leaves_misses<R: Runtime, P: Peer>() {
+    let peer = P::start();
+    let (q, control, running) =
+        R::spawn(config(Some(peer.event_endpoint()), Some(peer.http_base())));
+    wait_subscribed(&peer, &q);
+    let a = tokens(1, 2);
+    peer.store(&object_keys(&a));
+    wait_until(&q, "the pages", PATIENCE, || prefix(&q, &a) == 2);
+    let took = R::shutdown(running);
+    assert!(took < Duration::from_millis(100), "shutdown took {took:?}");
+    assert!(!q.is_running());
+    assert_eq!(q.health(), Health::Disconnected);
+    assert_eq!(prefix(&q, &a), 0);
+    assert!(!control.clear(), "a stopped subscriber takes no requests");
+}
+
+/// Dropping the task handle stops the loop within 100 ms too.
+pub fn dropping_the_task_stops_within_100ms<R: Runtime, P: Peer>() {
+    let peer = P::start();
+    let (q, _control, mut running) = R::spawn(config(Some(peer.event_endpoint()), None));
+    wait_subscribed(&peer, &q);
+    let start = Instant::now();
+    R::drop_task(&mut running);
+    wait_until(&q, "the loop to end", Duration::from_secs(1), || {
+        !q.is_running()
+    });
+    let took = start.elapsed();
+    assert!(took < Duration::from_millis(100), "stopping took {took:?}");
+    assert_eq!(q.health(), Health::Disconnected);
+    drop(running);
+}
+
+/// A free TCP port on loopback (nothing listens on it when this returns).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// A subscriber started before its publisher keeps trying (refused connections are
+/// disconnections, retried on the core's schedule with fresh sockets) and connects once the
+/// publisher is there.
+pub fn publisher_started_late_is_reached_by_retrying<R: Runtime, P: Peer>() {
+    let port = free_port();
+    let (q, _control, running) = R::spawn(config(Some(format!("tcp://127.0.0.1:{port}")), None));
+    wait_until(&q, "refused attempts", PATIENCE, || {
+        q.counters().disconnects >= 2
+    });
+    assert_eq!(q.health(), Health::Disconnected);
+    let peer = P::start_on(port);
+    wait_subscribed(&peer, &q);
+    let a = tokens(1, 2);
+    peer.store(&object_keys(&a));
+    wait_until(&q, "the pages", PATIENCE, || prefix(&q, &a) == 2);
+    R::shutdown(running);
+}
+
+/// A frame larger than the socket's limit drops the connection instead of filling memory; the
+/// subscriber forgets, reconnects and resynchronises.
+pub fn oversized_message_drops_the_connection_and_recovers<R: Runtime, P: Peer>() {
+    let peer = P::start();
+    let mut cfg = config(Some(peer.event_endpoint()), Some(peer.http_base()));
+    cfg.socket.max_message_bytes = 64 << 10;
+    let (q, _control, running) = R::spawn(cfg);
+    wait_subscribed(&peer, &q);
+    let a = tokens(1, 2);
+    peer.store(&object_keys(&a));
+    wait_until(&q, "the pages", PATIENCE, || prefix(&q, &a) == 2);
+    let connects = q.counters().connects;
+    peer.send_frames(&[vec![], 1u64.to_be_bytes().to_vec(), vec![0x90; 100 << 10]]);
+    wait_until(&q, "a new connection", PATIENCE, || {
+        let c = q.counters();
+        c.connects > connects && c.clears_disconnected >= 1
+    });
+    wait_until(&q, "live again with the pages", PATIENCE, || {
+        q.health() == Health::Live && prefix(&q, &a) == 2
+    });
+    let c = q.counters();
+    assert_eq!(c.malformed_payload + c.malformed_seq, 0, "{c:#?}");
+    R::shutdown(running);
+}
+
+/// A TCP peer that accepts but never speaks ZeroMQ is given up on after the core's connect
+/// timeout, and tried again later; the subscriber never claims to be connected.
+pub fn silent_tcp_peer_times_out_and_is_retried<R: Runtime>() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a listener");
+    let port = listener.local_addr().expect("an address").port();
+    let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = accepted.clone();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in listener.incoming() {
+            count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            held.push(stream);
+            if held.len() >= 3 {
+                break;
+            }
+        }
+        std::thread::sleep(Duration::from_secs(2));
+    });
+    let mut cfg = config(Some(format!("tcp://127.0.0.1:{port}")), None);
+    cfg.session.backoff.connect_timeout = Duration::from_millis(200);
+    let (q, _control, running) = R::spawn(cfg);
+    wait_until(&q, "two timed-out attempts", PATIENCE, || {
+        accepted.load(std::sync::atomic::Ordering::SeqCst) >= 2 && q.counters().disconnects >= 1
+    });
+    assert_ne!(q.health(), Health::Live);
+    R::shutdown(running);
+}
