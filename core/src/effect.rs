@@ -225,7 +225,7 @@ pub enum Effect {
 /// The effects of one call, in the order they happened.
 #[must_use = "effects ask the driver to act; dropping them loses connects, fetches and reports"]
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct Effects(Vec<Effect>);
+pub struct Effects(pub(crate) Vec<Effect>);
 
 impl Effects {
     /// Makes an empty list (no allocation).

@@ -71,3 +71,14 @@ impl From<LayoutError> for ConfigError {
         ConfigError::Layout(e)
     }
 }
+
+impl core::error::Error for QueryError {}
+
+impl core::error::Error for ConfigError {
+    fn source(&self) -> Option<&(dyn core::error::Error + 'static)> {
+        match self {
+            ConfigError::Layout(e) => Some(e),
+            _ => None,
+        }
+    }
+}

@@ -92,7 +92,7 @@ pub use frame::{
 pub use hash::{Namespace, PageHash, PageHashes};
 pub use index::{Index, IndexConfig, DEFAULT_TENANT};
 pub use layout::{parse_object_key, HitPolicy, Layout, LayoutError, ObjectKey, Pool, SglangParams};
-pub use metrics::Counters;
+pub use metrics::{Counters, Kind};
 pub use query::{Hits, Lookup, Pages, Tokens};
 pub use sequence::ReorderConfig;
 pub use session::{

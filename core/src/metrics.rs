@@ -1,5 +1,14 @@
 //! Counters: everything the session saw, as one plain struct.
 
+/// Whether a figure only grows or goes up and down.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Kind {
+    /// Only grows.
+    Counter,
+    /// Goes up and down.
+    Gauge,
+}
+
 /// Every counter and gauge of a session, readable at any time with `Session::counters`.
 ///
 /// Counters only grow (until the session is dropped); `pages`, `objects`, `held_batches` and
@@ -99,4 +108,78 @@ pub struct Counters {
     pub queries: u64,
     /// Pages reported as hits (prefix pages) across all queries.
     pub hit_pages: u64,
+}
+
+impl Counters {
+    /// Lists every figure with its name and kind, so exporters need not name them one by one.
+    pub fn fields(&self) -> [(&'static str, u64, Kind); 46] {
+        [
+            ("batches", self.batches, Kind::Counter),
+            ("events", self.events, Kind::Counter),
+            ("stored", self.stored, Kind::Counter),
+            ("removed", self.removed, Kind::Counter),
+            ("publisher_clears", self.publisher_clears, Kind::Counter),
+            ("unknown_events", self.unknown_events, Kind::Counter),
+            ("stored_without_key", self.stored_without_key, Kind::Counter),
+            (
+                "unreadable_removals",
+                self.unreadable_removals,
+                Kind::Counter,
+            ),
+            ("duplicates", self.duplicates, Kind::Counter),
+            ("late", self.late, Kind::Counter),
+            ("held", self.held, Kind::Counter),
+            ("gaps", self.gaps, Kind::Counter),
+            ("missing_sequences", self.missing_sequences, Kind::Counter),
+            ("restarts", self.restarts, Kind::Counter),
+            ("clears_gap", self.clears_gap, Kind::Counter),
+            ("clears_restart", self.clears_restart, Kind::Counter),
+            (
+                "clears_disconnected",
+                self.clears_disconnected,
+                Kind::Counter,
+            ),
+            ("clears_endpoint", self.clears_endpoint, Kind::Counter),
+            (
+                "clears_unreadable_removal",
+                self.clears_unreadable_removal,
+                Kind::Counter,
+            ),
+            ("clears_requested", self.clears_requested, Kind::Counter),
+            ("stray_topic", self.stray_topic, Kind::Counter),
+            ("stray_frame_count", self.stray_frame_count, Kind::Counter),
+            ("malformed_seq", self.malformed_seq, Kind::Counter),
+            ("malformed_payload", self.malformed_payload, Kind::Counter),
+            ("unparsed_keys", self.unparsed_keys, Kind::Counter),
+            ("untracked_objects", self.untracked_objects, Kind::Counter),
+            (
+                "group_id_mismatches",
+                self.group_id_mismatches,
+                Kind::Counter,
+            ),
+            ("evictions", self.evictions, Kind::Counter),
+            ("pages", self.pages, Kind::Gauge),
+            ("objects", self.objects, Kind::Gauge),
+            ("connects", self.connects, Kind::Counter),
+            ("disconnects", self.disconnects, Kind::Counter),
+            ("resyncs_started", self.resyncs_started, Kind::Counter),
+            ("resyncs_completed", self.resyncs_completed, Kind::Counter),
+            ("resyncs_failed", self.resyncs_failed, Kind::Counter),
+            ("snapshot_keys", self.snapshot_keys, Kind::Counter),
+            (
+                "unanchored_snapshots",
+                self.unanchored_snapshots,
+                Kind::Counter,
+            ),
+            ("verify_failures", self.verify_failures, Kind::Counter),
+            ("stale_answers", self.stale_answers, Kind::Counter),
+            ("verify_rounds", self.verify_rounds, Kind::Counter),
+            ("verified_keys", self.verified_keys, Kind::Counter),
+            ("stale_keys_found", self.stale_keys_found, Kind::Counter),
+            ("held_batches", self.held_batches, Kind::Gauge),
+            ("buffered_batches", self.buffered_batches, Kind::Gauge),
+            ("queries", self.queries, Kind::Counter),
+            ("hit_pages", self.hit_pages, Kind::Counter),
+        ]
+    }
 }

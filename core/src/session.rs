@@ -215,6 +215,8 @@ enum Resync {
         bytes: usize,
         /// The first sequence of the stream when the fetch was asked for, if it had begun.
         stream_at_request: Option<Seq>,
+        /// Keys applied so far, once the driver began handing the snapshot over.
+        applied: Option<usize>,
     },
     Waiting {
         retry_at: Instant,
@@ -548,14 +550,31 @@ impl Session {
     where
         I: IntoIterator<Item = &'k str>,
     {
+        let mut fx = self.begin_snapshot(now, request, watermark);
+        if self.snapshot_keys(request, keys).is_some() {
+            fx.0.extend(self.finish_snapshot(now, request).0);
+        }
+        fx
+    }
+
+    /// Begins handing over the snapshot of `request` in chunks (see [`Session::handle_snapshot`]
+    /// for the watermark). Then call [`Session::snapshot_keys`] any number of times and
+    /// [`Session::finish_snapshot`] once; queries and live batches may come in between, which
+    /// lets a driver release its lock between chunks of a large key list.
+    pub fn begin_snapshot(
+        &mut self,
+        now: Instant,
+        request: u64,
+        watermark: Option<Seq>,
+    ) -> Effects {
         let mut fx = Effects::new();
-        let (buffer, stream_at_request) = match &mut self.resync {
+        let stream_at_request = match &self.resync {
             Resync::Fetching {
                 request: current,
-                buffer,
                 stream_at_request,
+                applied: None,
                 ..
-            } if *current == request => (core::mem::take(buffer), *stream_at_request),
+            } if *current == request => *stream_at_request,
             _ => {
                 self.counters.stale_answers += 1;
                 return fx;
@@ -568,28 +587,69 @@ impl Session {
                 self.note_gap(max_first, start, &mut fx);
                 self.resync = Resync::Idle;
                 self.forget(now, ClearReason::Gap, &mut fx);
-                self.update_health(&mut fx);
-                return fx;
             }
-            (Some(max_first), None) => self.anchor = Some(max_first),
             (None, _) if stream_at_request.is_none() => {
                 self.counters.unanchored_snapshots += 1;
                 self.resync = Resync::AwaitingStream;
-                self.update_health(&mut fx);
-                return fx;
             }
-            _ => {}
+            (max_first, start) => {
+                if let (Some(max_first), None) = (max_first, start) {
+                    self.anchor = Some(max_first);
+                }
+                if let Resync::Fetching { applied, .. } = &mut self.resync {
+                    *applied = Some(0);
+                }
+            }
         }
-        self.resync = Resync::Idle;
-        let mut applied = 0usize;
+        self.update_health(&mut fx);
+        fx
+    }
+
+    /// Applies a chunk of the snapshot of `request` (keys of the default tenant, one per item;
+    /// blank items are skipped). Returns how many keys it applied in all so far, or `None` when
+    /// `request` is not being handed over (stale, refused by [`Session::begin_snapshot`]).
+    pub fn snapshot_keys<'k, I>(&mut self, request: u64, keys: I) -> Option<usize>
+    where
+        I: IntoIterator<Item = &'k str>,
+    {
+        let Resync::Fetching {
+            request: current,
+            applied: Some(applied),
+            ..
+        } = &mut self.resync
+        else {
+            return None;
+        };
+        if *current != request {
+            return None;
+        }
         for key in keys {
             let key = key.trim();
-            if key.is_empty() {
-                continue;
+            if !key.is_empty() {
+                let _ = self.index.store(DEFAULT_TENANT, key, None, None);
+                *applied += 1;
             }
-            let _ = self.index.store(DEFAULT_TENANT, key, None, None);
-            applied += 1;
         }
+        Some(*applied)
+    }
+
+    /// Ends the snapshot of `request`: replays the live batches buffered since the fetch was
+    /// asked for, and the index is live again.
+    pub fn finish_snapshot(&mut self, now: Instant, request: u64) -> Effects {
+        let mut fx = Effects::new();
+        let (buffer, applied) = match &mut self.resync {
+            Resync::Fetching {
+                request: current,
+                buffer,
+                applied: Some(applied),
+                ..
+            } if *current == request => (core::mem::take(buffer), *applied),
+            _ => {
+                self.counters.stale_answers += 1;
+                return fx;
+            }
+        };
+        self.resync = Resync::Idle;
         for held in &buffer {
             let batch = held.decode();
             self.apply_batch(now, &batch, None, &mut fx);
@@ -703,6 +763,35 @@ impl Session {
         self.choose_endpoint(now, &mut fx);
         self.update_health(&mut fx);
         fx
+    }
+
+    /// Reports that the driver stopped for good: the index forgets, nothing is scheduled, and the
+    /// health is [`Health::Disconnected`] until a new endpoint or [`Session::handle_timeout`]
+    /// after [`Session::restart`].
+    pub fn handle_stopped(&mut self, now: Instant) -> Effects {
+        let mut fx = Effects::new();
+        self.link = Link::Down { retry_at: None };
+        self.reset_stream();
+        self.verify = Verify {
+            next_at: None,
+            in_flight: None,
+        };
+        if self.index.page_count() > 0 {
+            self.forget(now, ClearReason::Requested, &mut fx);
+        }
+        self.resync = Resync::Idle;
+        self.update_health(&mut fx);
+        fx
+    }
+
+    /// Asks to connect again at `now` after [`Session::handle_stopped`] (backoff reset).
+    pub fn restart(&mut self, now: Instant) {
+        self.attempts = 0;
+        if self.endpoint.is_some() {
+            self.link = Link::Down {
+                retry_at: Some(now),
+            };
+        }
     }
 
     /// Forgets every page now (for example when an operator asks).
@@ -998,6 +1087,7 @@ impl Session {
             buffer: Vec::new(),
             bytes: 0,
             stream_at_request: self.stream_start,
+            applied: None,
         };
         fx.push(Effect::FetchSnapshot { request });
     }

@@ -828,6 +828,81 @@ fn a_failed_verification_schedules_the_next_round() {
 }
 
 #[test]
+fn a_snapshot_in_chunks_with_live_batches_between_them_ends_exact() {
+    let layout = mha(1);
+    let mut h = Harness::connected(resync_config(layout.clone()));
+    let request = fetch_request(&h.log).unwrap();
+    let t = tokens(3);
+    let pages = page_hashes(&layout, &t);
+    let all: Vec<String> = pages.iter().flat_map(|p| layout.object_keys(p)).collect();
+    let fx = h.session.begin_snapshot(h.now, request, Some(Seq(0)));
+    assert!(fx.is_empty(), "{fx:?}");
+    assert_eq!(
+        h.session
+            .snapshot_keys(request, all[..2].iter().map(String::as_str)),
+        Some(2)
+    );
+    // Between chunks: a live batch removes an object of the last page, listed in a later chunk.
+    let _ = h.batch_at(1, vec![removed(all[5].clone())]);
+    assert_eq!(
+        h.session
+            .snapshot_keys(request, all[2..].iter().map(String::as_str)),
+        Some(6)
+    );
+    assert_eq!(h.health(), Health::Recovering);
+    let fx = h.session.finish_snapshot(h.now, request);
+    assert!(
+        fx.contains(&Effect::Resynced {
+            keys: 6,
+            replayed: 1
+        }),
+        "{fx:?}"
+    );
+    assert_eq!(
+        h.prefix(&t),
+        2,
+        "the live removal wins over the chunk that listed the key"
+    );
+    assert_eq!(h.health(), Health::Live);
+    assert_eq!(
+        h.session.snapshot_keys(request, std::iter::once("x")),
+        None,
+        "finished"
+    );
+}
+
+#[test]
+fn stopping_forgets_and_schedules_nothing_until_restarted() {
+    let (mut h, t) = with_pages(config(mha(1)), 1);
+    let fx = h.session.handle_stopped(h.now);
+    assert_eq!(cleared(&fx), vec![ClearReason::Requested]);
+    assert_eq!(
+        (h.prefix(&t), h.health(), h.session.poll_timeout()),
+        (0, Health::Disconnected, None)
+    );
+    assert_eq!(h.session.counters().disconnects, 0);
+    h.session.restart(h.now);
+    let fx = h.fire_timeout().unwrap();
+    assert!(
+        fx.contains(&Effect::Connect {
+            endpoint: ENDPOINT.into()
+        }),
+        "{fx:?}"
+    );
+}
+
+#[test]
+fn every_counter_is_listed_once_by_name() {
+    let h = Harness::connected(config(mha(1)));
+    let fields = h.session.counters().fields();
+    let mut names: Vec<&str> = fields.iter().map(|(n, _, _)| *n).collect();
+    names.sort_unstable();
+    names.dedup();
+    assert_eq!(names.len(), fields.len());
+    assert!(names.contains(&"gaps") && names.contains(&"hit_pages"));
+}
+
+#[test]
 fn snapshot_answer_for_an_old_request_is_ignored() {
     let layout = mha(1);
     let mut h = Harness::connected(resync_config(layout.clone()));

@@ -5,31 +5,18 @@
 //! connected: live or recovering), `hicache_index_healthy` (1 while live) and
 //! `hicache_index_subscriber_running` (0 once the loop stopped, was dropped or panicked).
 
-use hicache_index::{ClearReason, Counters, Effect, Health};
+use hicache_index::{ClearReason, Counters, Effect, Health, Kind};
 
-macro_rules! export_fields {
-    ($c:expr; counters: $($counter:ident),* ; gauges: $($gauge:ident),* $(,)?) => {
-        $( metrics::counter!(concat!("hicache_index_", stringify!($counter), "_total"))
-            .absolute($c.$counter); )*
-        $( metrics::gauge!(concat!("hicache_index_", stringify!($gauge)))
-            .set($c.$gauge as f64); )*
-    };
-}
-
-/// Exports every counter and gauge of the session.
+/// Exports every counter and gauge of the session, by the core's own list of them.
 pub fn export_counters(c: &Counters) {
-    export_fields!(c;
-        counters: batches, events, stored, removed, publisher_clears, unknown_events,
-            stored_without_key, unreadable_removals, duplicates, late, held, gaps,
-            missing_sequences, restarts, clears_gap, clears_restart, clears_disconnected,
-            clears_endpoint, clears_unreadable_removal, clears_requested, stray_topic,
-            stray_frame_count, malformed_seq, malformed_payload, unparsed_keys,
-            untracked_objects, group_id_mismatches, evictions, connects, disconnects,
-            resyncs_started, resyncs_completed, resyncs_failed, snapshot_keys, unanchored_snapshots,
-            verify_failures, stale_answers,
-            verify_rounds, verified_keys, stale_keys_found, queries, hit_pages;
-        gauges: pages, objects, held_batches, buffered_batches,
-    );
+    for (name, value, kind) in c.fields() {
+        match kind {
+            Kind::Counter => {
+                metrics::counter!(format!("hicache_index_{name}_total")).absolute(value)
+            }
+            Kind::Gauge => metrics::gauge!(format!("hicache_index_{name}")).set(value as f64),
+        }
+    }
 }
 
 /// Exports the connected and healthy gauges for `health`.
