@@ -48,10 +48,16 @@ impl PageHash {
             return None;
         }
         let mut out = [0u8; 32];
-        for (i, pair) in hex.chunks_exact(2).enumerate() {
-            out[i] = (lower_hex_value(pair[0])? << 4) | lower_hex_value(pair[1])?;
+        let mut bad = 0u8;
+        for (byte, pair) in out.iter_mut().zip(hex.chunks_exact(2)) {
+            let (hi, lo) = (
+                HEX_VALUE[usize::from(pair[0])],
+                HEX_VALUE[usize::from(pair[1])],
+            );
+            bad |= (hi | lo) & 0x10;
+            *byte = (hi << 4) | (lo & 0x0f);
         }
-        Some(PageHash(out))
+        (bad == 0).then_some(PageHash(out))
     }
 
     /// Writes the 64 lowercase hex characters into `out`.
@@ -64,14 +70,21 @@ impl PageHash {
     }
 }
 
-/// Returns the value of a lowercase hex digit.
-pub(crate) fn lower_hex_value(c: u8) -> Option<u8> {
-    match c {
-        b'0'..=b'9' => Some(c - b'0'),
-        b'a'..=b'f' => Some(c - b'a' + 10),
-        _ => None,
+/// The value of each lowercase hex digit; 0x10 marks every other byte.
+const HEX_VALUE: [u8; 256] = {
+    let mut table = [0x10u8; 256];
+    let mut i = 0;
+    while i < 10 {
+        table[b'0' as usize + i] = i as u8;
+        i += 1;
     }
-}
+    let mut i = 0;
+    while i < 6 {
+        table[b'a' as usize + i] = 10 + i as u8;
+        i += 1;
+    }
+    table
+};
 
 impl fmt::Display for PageHash {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -140,6 +140,8 @@ pub struct Index {
     free: Vec<u32>,
     namespaces: Vec<Namespace>,
     ns_table: HashTable<u32>,
+    /// The namespace of the last store: consecutive events nearly always share it.
+    last_ns: Option<u32>,
     watched_layouts: Vec<Layout>,
     deltas: Vec<Delta>,
     clock_hand: usize,
@@ -160,6 +162,7 @@ impl Index {
             free: Vec::new(),
             namespaces: Vec::new(),
             ns_table: HashTable::new(),
+            last_ns: None,
             watched_layouts: Vec::new(),
             deltas: Vec::new(),
             clock_hand: 0,
@@ -657,7 +660,11 @@ impl Index {
         if tenant.len() > MAX_TENANT_LEN || prefix.is_some_and(|p| p.len() > MAX_PREFIX_LEN) {
             return None;
         }
-        let ns = match self.find_namespace(tenant, prefix) {
+        let cached = self.last_ns.filter(|&i| {
+            let ns = &self.namespaces[i as usize];
+            ns.tenant == tenant && ns.prefix.as_deref() == prefix
+        });
+        let ns = match cached.or_else(|| self.find_namespace(tenant, prefix)) {
             Some(ns) => ns,
             None => {
                 if self.namespaces.len() >= self.config.max_namespaces {
@@ -680,6 +687,7 @@ impl Index {
                 ns
             }
         };
+        self.last_ns = Some(ns);
         let slot = self.intern_suffix(ns as usize, suffix)?;
         Some((ns, slot))
     }
