@@ -149,6 +149,7 @@ pub struct Index {
     live_objects: usize,
     stamp: u64,
     verify_cursor: usize,
+    verify_slot: u32,
     counters: IndexCounters,
 }
 
@@ -170,6 +171,7 @@ impl Index {
             live_objects: 0,
             stamp: 0,
             verify_cursor: 0,
+            verify_slot: 0,
             counters: IndexCounters::default(),
             config: IndexConfig {
                 max_pages: cap,
@@ -321,6 +323,7 @@ impl Index {
         self.live_pages = 0;
         self.live_objects = 0;
         self.verify_cursor = 0;
+        self.verify_slot = 0;
         self.stamp += 1;
         forgotten
     }
@@ -407,29 +410,33 @@ impl Index {
     /// back to [`Index::remove_stale`].
     pub fn sample_keys(&mut self, tenant: &str, max: usize, out: &mut Vec<String>) -> u64 {
         let len = self.pages.len();
+        // A round that starts inside a page comes back to it for the slots before the cursor.
+        let limit = len + usize::from(self.verify_slot > 0);
         let mut visited = 0;
-        while out.len() < max && visited < len {
+        while out.len() < max && visited < limit && len > 0 {
             let idx = self.verify_cursor % len;
-            self.verify_cursor = (idx + 1) % len;
-            visited += 1;
             let page = &self.pages[idx];
-            if page.present == 0 {
-                continue;
-            }
             let ns = &self.namespaces[page.ns as usize];
-            if ns.tenant != tenant {
-                continue;
+            if page.present != 0 && ns.tenant == tenant {
+                // Resume where the last round stopped within this page.
+                let mut bits = page.present & (!0u128).checked_shl(self.verify_slot).unwrap_or(0);
+                while bits != 0 {
+                    if out.len() >= max {
+                        return self.stamp;
+                    }
+                    let slot = bits.trailing_zeros();
+                    bits &= bits - 1;
+                    out.push(object_key(
+                        ns.prefix.as_deref(),
+                        &page.hash,
+                        &ns.suffixes[slot as usize],
+                    ));
+                    self.verify_slot = slot + 1;
+                }
             }
-            let mut bits = page.present;
-            while bits != 0 && out.len() < max {
-                let slot = bits.trailing_zeros() as usize;
-                bits &= bits - 1;
-                out.push(object_key(
-                    ns.prefix.as_deref(),
-                    &page.hash,
-                    &ns.suffixes[slot],
-                ));
-            }
+            self.verify_cursor = (idx + 1) % len;
+            self.verify_slot = 0;
+            visited += 1;
         }
         self.stamp
     }

@@ -3,8 +3,12 @@
 //! The rules (spec section 3):
 //! - The first batch, and the first after [`SequenceTracker::reset`], is a new baseline whatever
 //!   its sequence: no gap is reported for it.
-//! - `seq == last + 1` applies. `seq == last` with the same fingerprint is a duplicate; with a
-//!   different fingerprint it is a publisher that started again (a restart).
+//! - `seq == last + 1` applies, unless both batches carry event ids and the new batch's first
+//!   event id is not the one after the last applied: the Mooncake master counts every event
+//!   from 1 and skips a sequence number for every event it loses, so consecutive batches carry
+//!   consecutive event ids, and a batch that does not is a publisher that started again whose
+//!   first batches were lost (a restart). `seq == last` with the same fingerprint is a duplicate; with a different
+//!   fingerprint it is a restart.
 //! - A jump forward is loss. Without a reorder window it is reported at once. With one, the batch
 //!   is held until the hole fills (then everything applies in order), until more than
 //!   `max_held` batches wait, or until the oldest has waited `max_delay`: then the hole is loss.
@@ -149,7 +153,12 @@ impl<T> SequenceTracker<T> {
             };
         }
         if seq.0 == last.0.wrapping_add(1) && seq.0 != 0 {
-            return Verdict::Apply;
+            return match (last_fp.last_event_id, fingerprint.first_event_id) {
+                (Some(last_id), Some(first_id)) if Some(first_id) != last_id.checked_add(1) => {
+                    self.restart(last)
+                }
+                _ => Verdict::Apply,
+            };
         }
         if seq > last {
             if self.config.max_held == 0 {
@@ -311,6 +320,40 @@ mod tests {
             }
         );
         assert_eq!(apply(&mut t, 6), Verdict::Apply);
+    }
+
+    #[test]
+    fn next_sequence_with_event_ids_starting_over_is_a_restart() {
+        let mut t = SequenceTracker::<()>::new(ReorderConfig::default());
+        apply(&mut t, 7);
+        let restarted = Fingerprint {
+            timestamp: 1,
+            events: 1,
+            first_event_id: Some(1),
+            last_event_id: Some(1),
+        };
+        assert_eq!(
+            t.observe(Seq(8), restarted),
+            Verdict::Restart { last: Seq(7) }
+        );
+        let ahead = Fingerprint {
+            timestamp: 1,
+            events: 1,
+            first_event_id: Some(90),
+            last_event_id: Some(90),
+        };
+        assert_eq!(
+            t.observe(Seq(8), ahead),
+            Verdict::Restart { last: Seq(7) },
+            "ids must run on"
+        );
+        let continued = Fingerprint {
+            timestamp: 8,
+            events: 1,
+            first_event_id: Some(8),
+            last_event_id: Some(8),
+        };
+        assert_eq!(t.observe(Seq(8), continued), Verdict::Apply);
     }
 
     #[test]

@@ -591,6 +591,10 @@ impl Session {
             (None, _) if stream_at_request.is_none() => {
                 self.counters.unanchored_snapshots += 1;
                 self.resync = Resync::AwaitingStream;
+                if self.stream_start.is_some() {
+                    // The stream began while this fetch was under way: a new one is anchored.
+                    self.start_resync(now, &mut fx);
+                }
             }
             (max_first, start) => {
                 if let (Some(max_first), None) = (max_first, start) {
@@ -1032,7 +1036,10 @@ impl Session {
         if connected
             && matches!(
                 reason,
-                ClearReason::Gap | ClearReason::Restart | ClearReason::UnreadableRemoval
+                ClearReason::Gap
+                    | ClearReason::Restart
+                    | ClearReason::UnreadableRemoval
+                    | ClearReason::Requested
             )
         {
             self.start_resync(now, fx);

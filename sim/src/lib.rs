@@ -1,5 +1,49 @@
-//! Deterministic simulator for hicache-index (std side): encoders, a Mooncake master model, a
-//! faulty network and a reference oracle.
+//! Deterministic simulator for hicache-index: a Mooncake master model, a faulty network, a
+//! reference oracle, and a world that drives a session in virtual time and checks it.
+//!
+//! Everything is a pure function of one `u64` seed (style rule 11): the seed expands to
+//! [`Options`] (a named fault mix, a [`Preset`], plus knobs drawn from the seed), and the run to
+//! a [`Report`] whose transcript hash proves determinism.
+//!
+//! ```text
+//! Master --Published--> Network --frames--> System (Session) --Effects--> World
+//!    |  records                                  ^  queries              | HTTP: all_keys, batch_query
+//!    v                                           |                       v
+//! Oracle (event history E, true state T) ---- checks: safety, staleness, liveness, bounds
+//! ```
+//!
+//! # Modules
+//! - [`rng`]: the seeded generator; [`options`]: presets and knobs, expanded from a seed.
+//! - [`master`]: the Mooncake master model (puts, replicas, evictions, silent removals, a
+//!   bounded queue, restarts, the HTTP side), emitting real frames through [`encode`].
+//! - [`network`]: the per-message netem between PUB and SUB.
+//! - [`oracle`]: the event history and the true state, and the safety rule (documented there).
+//! - [`system`]: the session's API as a trait, with a deliberately broken implementation.
+//! - [`world`]: the driver in virtual time and the checks; [`sweep`]: many seeds, one summary.
+//!
+//! # Running it
+//! - Sweep: `cargo run -p hicache-index-sim --release -- --seeds 0..10000 [--preset NAME]
+//!   [--events N] [--jobs N]`; every failing seed is printed with its options and the command
+//!   that replays it, and the exit status is 1.
+//! - Replay one seed in the tests: `SIM_SEED=n [SIM_PRESET=..] [SIM_EVENTS=..] [SIM_TRACE=1]
+//!   cargo test -p hicache-index-sim --test replay -- --nocapture`, or on the command line with
+//!   `--trace`.
+//! - The CI sweep: `cargo test -p hicache-index-sim --release --test sweep -- --ignored`.
+//! - Known core bugs are not provoked unless asked ([`options::Avoid`], `--provoke-known-bugs`);
+//!   each has a regression test in `sim/tests/regressions.rs`.
 
 pub mod encode;
+pub mod master;
+pub mod network;
+pub mod options;
+pub mod oracle;
 pub mod reference;
+pub mod rng;
+pub mod sweep;
+pub mod system;
+pub mod util;
+pub mod world;
+
+pub use options::{Options, Preset};
+pub use system::{GapBlindSession, System};
+pub use world::{run, run_catching, run_with, Failure, FailureKind, Report, RunStats, World};

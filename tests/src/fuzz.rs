@@ -288,6 +288,7 @@ pub fn session_ops(data: &[u8]) {
     let mut removed_at: BTreeMap<usize, u64> = BTreeMap::new();
     let mut sent: Vec<[Vec<u8>; 3]> = Vec::new();
     let mut seq = 0u64;
+    let mut event_id = 0u64;
     let mut now = 0u64;
     let mut bytes = data.iter().copied().skip(1);
     let mut step = 0;
@@ -302,7 +303,14 @@ pub fn session_ops(data: &[u8]) {
         let fx = match op % 10 {
             // Publish a batch of 1-4 events, delivered.
             0..=3 => {
-                let frames = publish(&mut seq, arg, &keys, &mut present, &mut removed_at);
+                let frames = publish(
+                    &mut seq,
+                    &mut event_id,
+                    arg,
+                    &keys,
+                    &mut present,
+                    &mut removed_at,
+                );
                 let refs: Vec<&[u8]> = frames.iter().map(Vec::as_slice).collect();
                 let fx = session.feed(at, &refs);
                 sent.push(frames);
@@ -310,7 +318,14 @@ pub fn session_ops(data: &[u8]) {
             }
             // Publish a batch the network loses.
             4 => {
-                sent.push(publish(&mut seq, arg, &keys, &mut present, &mut removed_at));
+                sent.push(publish(
+                    &mut seq,
+                    &mut event_id,
+                    arg,
+                    &keys,
+                    &mut present,
+                    &mut removed_at,
+                ));
                 hicache_index::Effects::default()
             }
             // Redeliver an old batch (duplicate or reordered copy).
@@ -364,6 +379,7 @@ pub fn session_ops(data: &[u8]) {
 
 fn publish(
     seq: &mut u64,
+    event_id: &mut u64,
     arg: u8,
     keys: &[String],
     present: &mut BTreeSet<usize>,
@@ -387,7 +403,9 @@ fn publish(
             EventKind::Removed
         };
         let mut e = OwnedEvent::new(kind, keys[k].clone());
-        e.event_id = Some(*seq * 8 + i as u64);
+        // Consecutive batches carry consecutive event ids, as the master numbers them.
+        *event_id += 1;
+        e.event_id = Some(*event_id);
         events.push(e);
     }
     let batch = OwnedBatch {

@@ -167,9 +167,9 @@ fn reorder_within_window_applies_in_order() {
     let page = page_hashes(&layout, &t)[0];
     let key = layout.object_keys(&page).next().unwrap();
     // Batch 2 stores the object, batch 3 removes it; 3 arrives first.
+    let _ = h.batch_at(1, vec![stored("warm_up_key")]);
     let store2 = h.frames(2, vec![stored(key.clone())]);
     let remove3 = h.frames(3, vec![removed(key.clone())]);
-    let _ = h.batch_at(1, vec![stored("warm_up_key")]);
     let fx = h.feed_frames(&remove3);
     assert!(fx.is_empty(), "held, not applied: {fx:?}");
     let fx = h.feed_frames(&store2);

@@ -1,0 +1,193 @@
+//! Sweeps: many seeds, one summary.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::ops::Range;
+use std::time::Duration;
+
+use crate::options::{Options, Preset};
+
+use crate::world::{run_catching, Report};
+
+/// Figures summed over a sweep.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Summary {
+    /// Runs.
+    pub runs: u64,
+    /// Seeds that failed, with their preset.
+    pub failed: Vec<(u64, Preset)>,
+    /// Runs per preset.
+    pub presets: BTreeMap<Preset, u64>,
+    /// Events the masters created.
+    pub events: u64,
+    /// Batches sent.
+    pub batches: u64,
+    /// Events dropped by full queues.
+    pub queue_drops: u64,
+    /// Gaps the sessions saw.
+    pub gaps: u64,
+    /// Master restarts.
+    pub master_restarts: u64,
+    /// Restarts the sessions saw.
+    pub session_restarts: u64,
+    /// Clears.
+    pub clears: u64,
+    /// Resyncs completed.
+    pub resyncs: u64,
+    /// Verification rounds.
+    pub verify_rounds: u64,
+    /// Objects removed without an event.
+    pub silent_removals: u64,
+    /// Queries.
+    pub queries: u64,
+    /// Hit pages.
+    pub hit_pages: u64,
+    /// False hits.
+    pub false_hits: u64,
+    /// Stale hit pages (default tenant).
+    pub stale_hits: u64,
+    /// Stale hit pages (other tenants).
+    pub stale_hits_other_tenants: u64,
+    /// Pages checked for liveness.
+    pub liveness_pages: u64,
+    /// Runs whose liveness check was skipped (index evictions).
+    pub liveness_skipped: u64,
+    /// Messages dropped, duplicated, truncated, corrupted, with a bad topic or frame count.
+    pub net_faults: u64,
+    /// Disconnects and partitions.
+    pub link_faults: u64,
+    /// Stray and junk messages sent.
+    pub stray: u64,
+    /// Stray and malformed messages the sessions ignored.
+    pub ignored: u64,
+    /// Virtual time simulated.
+    pub virtual_time: Duration,
+}
+
+impl Summary {
+    /// Adds one run.
+    pub fn add(&mut self, r: &Report) {
+        let s = &r.stats;
+        self.runs += 1;
+        if !r.passed() {
+            self.failed.push((r.options.seed, r.options.preset));
+        }
+        *self.presets.entry(r.options.preset).or_default() += 1;
+        self.events += s.events;
+        self.batches += s.batches;
+        self.queue_drops += s.queue_drops;
+        self.gaps += s.gaps;
+        self.master_restarts += s.master_restarts;
+        self.session_restarts += s.session_restarts;
+        self.clears += s.clears;
+        self.resyncs += s.resyncs;
+        self.verify_rounds += s.verify_rounds;
+        self.silent_removals += s.silent_removals;
+        self.queries += s.queries;
+        self.hit_pages += s.hit_pages;
+        self.false_hits += s.false_hits;
+        self.stale_hits += s.stale_hits;
+        self.stale_hits_other_tenants += s.stale_hits_other_tenants;
+        self.liveness_pages += s.liveness_pages;
+        self.liveness_skipped += u64::from(s.liveness_skipped);
+        let n = &s.net;
+        self.net_faults +=
+            n.dropped + n.duplicated + n.truncated + n.corrupted + n.bad_topic + n.bad_frame_count;
+        self.link_faults += n.disconnects + n.partitions + n.connect_fails + n.connect_hangs;
+        self.stray += n.stray;
+        self.ignored += s.ignored_messages;
+        self.virtual_time += s.virtual_time;
+    }
+
+    /// Renders the summary; with the wall time, also the events simulated per second.
+    pub fn render(&self, wall: Option<Duration>) -> String {
+        let mut s = String::new();
+        let presets: Vec<String> = self
+            .presets
+            .iter()
+            .map(|(p, n)| format!("{p}={n}"))
+            .collect();
+        let _ = writeln!(
+            s,
+            "runs {} ({}), failed {}",
+            self.runs,
+            presets.join(" "),
+            self.failed.len()
+        );
+        let _ = writeln!(
+            s,
+            "events {}  batches {}  queue drops {}  silent removals {}  virtual time {:.1}s",
+            self.events,
+            self.batches,
+            self.queue_drops,
+            self.silent_removals,
+            self.virtual_time.as_secs_f64()
+        );
+        let _ = writeln!(
+            s,
+            "gaps {}  restarts {} (master {})  clears {}  resyncs {}  verify rounds {}",
+            self.gaps,
+            self.session_restarts,
+            self.master_restarts,
+            self.clears,
+            self.resyncs,
+            self.verify_rounds
+        );
+        let _ = writeln!(
+            s,
+            "network faults {}  link faults {}  stray/junk {}  ignored by sessions {}",
+            self.net_faults, self.link_faults, self.stray, self.ignored
+        );
+        let _ = writeln!(
+            s,
+            "queries {}  hit pages {}  FALSE HITS {}  stale hits {} (other tenants {})  \
+             liveness pages {} (skipped runs {})",
+            self.queries,
+            self.hit_pages,
+            self.false_hits,
+            self.stale_hits,
+            self.stale_hits_other_tenants,
+            self.liveness_pages,
+            self.liveness_skipped
+        );
+        if let Some(wall) = wall {
+            let secs = wall.as_secs_f64().max(1e-9);
+            let _ = writeln!(
+                s,
+                "wall {:.2}s  events/s simulated {:.0}",
+                secs,
+                self.events as f64 / secs
+            );
+        }
+        s
+    }
+}
+
+/// Runs `seeds` on `jobs` threads, each with the options `make` expands it to; returns the
+/// reports in seed order.
+pub fn run_seeds<F>(seeds: Range<u64>, jobs: usize, make: F) -> Vec<Report>
+where
+    F: Fn(u64) -> Options + Sync,
+{
+    let jobs = jobs.max(1) as u64;
+    let make = &make;
+    let mut reports: Vec<Report> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..jobs)
+            .map(|k| {
+                let seeds = seeds.clone();
+                scope.spawn(move || {
+                    seeds
+                        .filter(|s| s % jobs == k)
+                        .map(|seed| run_catching(&make(seed)))
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().expect("a sweep thread panicked"))
+            .collect()
+    });
+    reports.sort_by_key(|r| r.options.seed);
+    reports
+}

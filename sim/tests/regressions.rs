@@ -1,0 +1,459 @@
+//! Failures the simulator found, as minimal scenarios driven straight through the session's
+//! public API. A test that fails against today's core is `#[ignore]`d with the reason, so the
+//! suite stays green; the simulator avoids provoking it ([`hicache_index_sim::options::Avoid`])
+//! until the core is fixed.
+
+use hicache_index::{
+    Config, Effect, Effects, EventKind, Instant, Layout, Lookup, ModelLayout, Namespace, PageHash,
+    ResyncConfig, Seq, Session, SglangParams, Timestamp,
+};
+use hicache_index_sim::encode::{encode_message, MasterFlavor, OwnedBatch, OwnedEvent};
+
+fn layout() -> Layout {
+    Layout::from_sglang(&SglangParams::new(4, 1)).expect("a valid layout")
+}
+
+fn config(resync: bool) -> Config {
+    Config {
+        endpoint: Some("tcp://master:5557".into()),
+        layouts: vec![ModelLayout {
+            model: None,
+            layout: layout(),
+        }],
+        resync: resync.then(ResyncConfig::default),
+        ..Config::default()
+    }
+}
+
+/// A request of one page: its four tokens and its page hash.
+fn page(first_token: u32) -> (Vec<u32>, PageHash) {
+    let tokens: Vec<u32> = (first_token..first_token + 4).collect();
+    let hash = layout()
+        .page_hashes(&tokens, Namespace::NONE)
+        .next()
+        .expect("one full page");
+    (tokens, hash)
+}
+
+fn keys(hash: &PageHash) -> Vec<String> {
+    layout().object_keys(hash).collect()
+}
+
+/// A master batch; `event_id` numbers its first event (the master's per-event counter).
+fn batch(seq: u64, ms: u64, event_id: u64, events: &[(EventKind, &str)]) -> [Vec<u8>; 3] {
+    let events = events
+        .iter()
+        .enumerate()
+        .map(|(i, &(kind, key))| OwnedEvent {
+            event_id: Some(event_id + i as u64),
+            timestamp_ms: ms,
+            ..OwnedEvent::new(kind, key)
+        })
+        .collect();
+    let batch = OwnedBatch {
+        seq: Seq(seq),
+        timestamp: Timestamp::Millis(ms),
+        dp_rank: Some(0),
+        events,
+    };
+    encode_message(b"", &batch, MasterFlavor::Upstream)
+}
+
+fn feed(session: &mut Session, now: Instant, frames: &[Vec<u8>; 3]) -> Effects {
+    session.feed(now, &[&frames[0], &frames[1], &frames[2]])
+}
+
+fn hit_pages(session: &Session, tokens: &[u32]) -> usize {
+    session
+        .query(&Lookup::tokens(tokens))
+        .expect("the default layout")
+        .prefix_pages
+}
+
+fn connect(session: &mut Session) -> Effects {
+    let fx = session.handle_timeout(Instant::ZERO);
+    assert!(matches!(fx.first(), Some(Effect::Connect { .. })));
+    session.handle_connected(Instant::from_millis(1))
+}
+
+/// Found by the simulator: `cargo run -p hicache-index-sim --release -- --seeds 0..3000 --jobs 2
+/// --provoke-known-bugs` fails 24 seeds this way (restart-heavy 165, 398, 510, ...): a master restarts, ZeroMQ reconnects underneath, and the
+/// new master's first batches are lost while it does. The first batch that arrives carries
+/// exactly the sequence after the old master's last one, so the session applies it as a
+/// continuation and keeps every object the restart lost: false hits until the next loss.
+///
+/// The sequence alone cannot tell, but the master's `event_id` can: it restarts at 1 with the
+/// master, and a genuine continuation (`seq == last + 1`) always starts at the old batch's last
+/// `event_id + 1` (a dropped event skips both a sequence and an event id). A continuation whose
+/// first event id does not follow the last applied one is a restart (or another publisher).
+#[test]
+fn restart_whose_first_batches_were_lost_is_not_a_continuation() {
+    let mut session = Session::new(config(false)).expect("a valid config");
+    let _ = connect(&mut session);
+    let (a_tokens, a) = page(1);
+    let (_, b) = page(100);
+    let (_, c) = page(200);
+    let (ka, kb, kc) = (keys(&a), keys(&b), keys(&c));
+    // The old master: two batches, event ids 1..=4.
+    let fx = feed(
+        &mut session,
+        Instant::from_millis(2),
+        &batch(
+            1,
+            1_000,
+            1,
+            &[(EventKind::Stored, &ka[0]), (EventKind::Stored, &ka[1])],
+        ),
+    );
+    assert!(fx.is_empty(), "{fx:?}");
+    let fx = feed(
+        &mut session,
+        Instant::from_millis(3),
+        &batch(
+            2,
+            1_001,
+            3,
+            &[(EventKind::Stored, &kb[0]), (EventKind::Stored, &kb[1])],
+        ),
+    );
+    assert!(fx.is_empty(), "{fx:?}");
+    assert_eq!(hit_pages(&session, &a_tokens), 1);
+    // The master restarts and loses A and B. Its batches 1 and 2 (event ids 1 and 2) are lost
+    // while the subscriber reconnects; batch 3 (event ids 3 and 4) arrives.
+    let _ = feed(
+        &mut session,
+        Instant::from_millis(500),
+        &batch(
+            3,
+            1_500,
+            3,
+            &[(EventKind::Stored, &kc[0]), (EventKind::Stored, &kc[1])],
+        ),
+    );
+    assert_eq!(
+        hit_pages(&session, &a_tokens),
+        0,
+        "page A was lost with the old master, yet it is a hit"
+    );
+}
+
+/// Found by the simulator (reorder-heavy seed 180, hostile seeds 227 and 234, lossy seed 387,
+/// before the fix): at (re)connect the session fetched the snapshot at once, before any batch had
+/// arrived, and then took the first batch it received as a baseline whatever its sequence. A
+/// batch published after the snapshot was taken and lost before the first one received (PUB/SUB
+/// slow joiner, a drop) went unnoticed: a removal in it left a false hit. Fixed in core by
+/// anchoring the snapshot to the master's watermark (commit ef87d54).
+#[test]
+fn resync_at_connect_notices_a_batch_lost_after_the_snapshot() {
+    for with_watermark in [true, false] {
+        let mut session = Session::new(config(true)).expect("a valid config");
+        let (a_tokens, a) = page(1);
+        let (_, c) = page(200);
+        let (ka, kc) = (keys(&a), keys(&c));
+        // The master's true state and last assigned sequence, as its HTTP side tells them.
+        let mut state: Vec<String> = ka.clone();
+        let mut watermark = 7u64;
+        let answer = |session: &mut Session,
+                      fx: Effects,
+                      now: Instant,
+                      state: &[String],
+                      w: u64| {
+            for effect in fx.iter() {
+                if let Effect::FetchSnapshot { request } = effect {
+                    let w = with_watermark.then_some(Seq(w));
+                    let _ =
+                        session.handle_snapshot(now, *request, w, state.iter().map(String::as_str));
+                }
+            }
+        };
+        // Page A was stored before the subscriber connected (batches 1..=7 never reached it).
+        let fx = connect(&mut session);
+        answer(&mut session, fx, Instant::from_millis(2), &state, watermark);
+        // Batch 8 removes one object of A; the subscriber does not receive it (slow joiner).
+        state.retain(|k| k != &ka[0]);
+        watermark = 8;
+        // Batch 9 stores page C and is the first batch to arrive.
+        state.extend(kc.iter().cloned());
+        watermark += 1;
+        let fx = feed(
+            &mut session,
+            Instant::from_millis(10),
+            &batch(
+                9,
+                2_000,
+                20,
+                &[(EventKind::Stored, &kc[0]), (EventKind::Stored, &kc[1])],
+            ),
+        );
+        answer(
+            &mut session,
+            fx,
+            Instant::from_millis(11),
+            &state,
+            watermark,
+        );
+        assert_eq!(
+            hit_pages(&session, &a_tokens),
+            0,
+            "page A lost an object after the snapshot, yet it is a hit (watermark: {with_watermark})"
+        );
+    }
+}
+
+/// Found by the simulator with `--provoke-known-bugs` (hostile seed 234): the snapshot is taken
+/// from the old master, which restarts before the first batch arrives; the new master's first
+/// batch that arrives has a sequence at or below the snapshot's watermark + 1, so the stream
+/// counts as anchored and the old master's objects (all lost in the restart) stay hits.
+///
+/// The watermark cannot tell, but the batch can: a stream that begins at or below the
+/// watermark replays batches the master had already assigned before the snapshot, so their
+/// timestamps (and event ids) are not newer than the snapshot's. A first batch stamped after the
+/// fetch began while its sequence claims to predate the snapshot is another run of the master.
+#[test]
+#[ignore = "core bug: a master restart between the snapshot and the first batch goes unnoticed (see the doc comment)"]
+fn restart_between_the_snapshot_and_the_first_batch_is_noticed() {
+    let mut session = Session::new(config(true)).expect("a valid config");
+    let (a_tokens, a) = page(1);
+    let (_, c) = page(200);
+    let (ka, kc) = (keys(&a), keys(&c));
+    let fx = connect(&mut session);
+    for effect in fx.iter() {
+        if let Effect::FetchSnapshot { request } = effect {
+            // The old master had assigned 20 sequences and holds page A.
+            let _ = session.handle_snapshot(
+                Instant::from_millis(2),
+                *request,
+                Some(Seq(20)),
+                ka.iter().map(String::as_str),
+            );
+        }
+    }
+    assert_eq!(hit_pages(&session, &a_tokens), 1);
+    // The master restarts (page A is gone); its batches 1 and 2 are lost, batch 3 arrives.
+    let fx = feed(
+        &mut session,
+        Instant::from_millis(300),
+        &batch(
+            3,
+            5_000,
+            3,
+            &[(EventKind::Stored, &kc[0]), (EventKind::Stored, &kc[1])],
+        ),
+    );
+    for effect in fx.iter() {
+        if let Effect::FetchSnapshot { request } = effect {
+            let _ = session.handle_snapshot(
+                Instant::from_millis(301),
+                *request,
+                Some(Seq(3)),
+                kc.iter().map(String::as_str),
+            );
+        }
+    }
+    assert_eq!(
+        hit_pages(&session, &a_tokens),
+        0,
+        "page A was lost with the old master, yet it is a hit"
+    );
+}
+
+/// Found by the simulator's fault property (shrunk to: put, put, restart; calm preset): the
+/// session applied the old master's batch 2, then the master restarted and stayed idle. Every
+/// snapshot of the new master comes with watermark 0, below the stream's start minus one, so the
+/// session reads a gap, clears and fetches again at once: it never becomes live, and fetches the
+/// full key list back to back until the new master publishes something.
+///
+/// A watermark below the last sequence already applied means the master restarted (its counter
+/// is behind what it sent before): forget as for a restart, apply the snapshot, and anchor the
+/// next stream at `watermark + 1`.
+#[test]
+#[ignore = "core liveness gap (open): an idle restarted master makes the session refetch snapshots until it publishes; a fix that trusted the watermark opened a false-hit window (see the doc comment)"]
+fn snapshot_of_an_idle_restarted_master_makes_the_session_live() {
+    let mut session = Session::new(config(true)).expect("a valid config");
+    let (a_tokens, a) = page(1);
+    let ka = keys(&a);
+    let fx = connect(&mut session);
+    let first = fx
+        .iter()
+        .find_map(|e| match e {
+            Effect::FetchSnapshot { request } => Some(*request),
+            _ => None,
+        })
+        .expect("a resync at connect");
+    // The old master's batch 2 arrives while the first fetch is under way.
+    let _ = feed(
+        &mut session,
+        Instant::from_millis(2),
+        &batch(
+            2,
+            1_000,
+            5,
+            &[(EventKind::Stored, &ka[0]), (EventKind::Stored, &ka[1])],
+        ),
+    );
+    // The master restarts and serves nothing more; every fetch answers an empty store that has
+    // assigned no sequence yet.
+    let mut pending = vec![first];
+    let mut fetches = 0;
+    let mut now = Instant::from_millis(10);
+    while let Some(request) = pending.pop() {
+        fetches += 1;
+        if fetches > 10 {
+            break;
+        }
+        let fx = session.handle_snapshot(now, request, Some(Seq(0)), std::iter::empty());
+        pending.extend(fx.iter().filter_map(|e| match e {
+            Effect::FetchSnapshot { request } => Some(*request),
+            _ => None,
+        }));
+        now = now + std::time::Duration::from_millis(10);
+    }
+    assert!(fetches <= 2, "{fetches} snapshots fetched back to back");
+    assert_eq!(session.health(), hicache_index::Health::Live);
+    assert_eq!(
+        hit_pages(&session, &a_tokens),
+        0,
+        "page A went with the old master"
+    );
+}
+
+/// Found by the simulator's fault property (shrunk to one put; restart-heavy preset, a master
+/// without `GET /kv_events/status`): the fetch at connect was asked for before the stream began;
+/// batches arrived during the fetch; the answer (no watermark) came after the last of them. The
+/// session cannot anchor it and waits for *another* batch before fetching again, although the
+/// stream had already begun and a new fetch would be anchored. With an idle master it stays
+/// `Recovering` for good. Fetching again at once when the stream has begun meanwhile fixes it.
+#[test]
+fn unanchored_snapshot_is_fetched_again_when_the_stream_began_during_the_fetch() {
+    let mut session = Session::new(config(true)).expect("a valid config");
+    let (_, c) = page(200);
+    let kc = keys(&c);
+    let fx = connect(&mut session);
+    let first = fx
+        .iter()
+        .find_map(|e| match e {
+            Effect::FetchSnapshot { request } => Some(*request),
+            _ => None,
+        })
+        .expect("a resync at connect");
+    // The stream begins while the fetch is under way; then the master goes quiet.
+    let _ = feed(
+        &mut session,
+        Instant::from_millis(2),
+        &batch(
+            5,
+            1_000,
+            9,
+            &[(EventKind::Stored, &kc[0]), (EventKind::Stored, &kc[1])],
+        ),
+    );
+    let mut pending = vec![first];
+    let mut fetches = 0;
+    while let Some(request) = pending.pop() {
+        fetches += 1;
+        if fetches > 3 {
+            break;
+        }
+        let fx = session.handle_snapshot(
+            Instant::from_millis(10),
+            request,
+            None,
+            kc.iter().map(String::as_str),
+        );
+        pending.extend(fx.iter().filter_map(|e| match e {
+            Effect::FetchSnapshot { request } => Some(*request),
+            _ => None,
+        }));
+    }
+    assert_eq!(session.health(), hicache_index::Health::Live);
+}
+
+/// Found by the CI sweep (calm seed 1890, default options): a stale object survived 147
+/// verification rounds. `Index::sample_keys` stops a round as soon as it has `sample` keys, even
+/// in the middle of a page, and its cursor has already moved past that page: the page's
+/// remaining keys are skipped. In a stable index the rounds start at the same pages pass after
+/// pass, so the same objects are never verified and their staleness is not bounded.
+///
+/// Here: pages A and B of two objects each, a sample of 3: every round checks A_k, A_v, B_k and
+/// never B_v. A fix: keep the cursor on the page until all its keys were sampled (or sample
+/// whole pages, letting a round exceed the sample by less than one page).
+#[test]
+fn verification_reaches_every_object_of_a_page_split_by_the_sample() {
+    let mut cfg = config(false);
+    cfg.verify = Some(hicache_index::VerifyConfig {
+        interval: std::time::Duration::from_millis(10),
+        sample: 3,
+        timeout: std::time::Duration::from_secs(1),
+        resync_stale_percent: 100,
+    });
+    let mut session = Session::new(cfg).expect("a valid config");
+    let _ = connect(&mut session);
+    let (a_tokens, a) = page(1);
+    let (b_tokens, b) = page(100);
+    let (ka, kb) = (keys(&a), keys(&b));
+    let fx = feed(
+        &mut session,
+        Instant::from_millis(2),
+        &batch(
+            1,
+            1_000,
+            1,
+            &[
+                (EventKind::Stored, &ka[0]),
+                (EventKind::Stored, &ka[1]),
+                (EventKind::Stored, &kb[0]),
+                (EventKind::Stored, &kb[1]),
+            ],
+        ),
+    );
+    assert!(fx.is_empty(), "{fx:?}");
+    // B_v goes without an event; the master still has A_k, A_v, B_k.
+    let present = [&ka[0], &ka[1], &kb[0]];
+    for _ in 0..20 {
+        let now = session.poll_timeout().expect("verification is scheduled");
+        let fx = session.handle_timeout(now);
+        for effect in fx.iter() {
+            if let Effect::VerifyKeys { request, keys } = effect {
+                let results: Vec<(&str, bool)> = keys
+                    .iter()
+                    .map(|k| (k.as_str(), present.contains(&k)))
+                    .collect();
+                let _ = session.handle_verify_result(now, *request, results);
+            }
+        }
+    }
+    assert_eq!(hit_pages(&session, &a_tokens), 1);
+    assert_eq!(
+        hit_pages(&session, &b_tokens),
+        0,
+        "B_v is gone from the master, yet 20 verification rounds kept page B"
+    );
+}
+
+/// The scenarios above are sound as written: the same sessions give the right answers when
+/// nothing is lost.
+#[test]
+fn regression_scenarios_hit_when_nothing_is_lost() {
+    let mut session = Session::new(config(false)).expect("a valid config");
+    let _ = connect(&mut session);
+    let (a_tokens, a) = page(1);
+    let ka = keys(&a);
+    let fx = feed(
+        &mut session,
+        Instant::from_millis(2),
+        &batch(
+            1,
+            1_000,
+            1,
+            &[(EventKind::Stored, &ka[0]), (EventKind::Stored, &ka[1])],
+        ),
+    );
+    assert!(fx.is_empty(), "{fx:?}");
+    assert_eq!(hit_pages(&session, &a_tokens), 1);
+    let _ = feed(
+        &mut session,
+        Instant::from_millis(3),
+        &batch(2, 1_001, 3, &[(EventKind::Removed, &ka[0])]),
+    );
+    assert_eq!(hit_pages(&session, &a_tokens), 0);
+}
