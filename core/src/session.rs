@@ -217,6 +217,12 @@ enum Resync {
         stream_at_request: Option<Seq>,
         /// Keys applied so far, once the driver began handing the snapshot over.
         applied: Option<usize>,
+        /// The last live event of each default-tenant key since the fetch was asked for
+        /// (`true`: stored): a snapshot key whose last live event removed it is not applied,
+        /// so that no query between chunks sees it again.
+        seen: BTreeMap<String, bool>,
+        /// A live `cleared` of the default tenant came since the fetch was asked for.
+        cleared: bool,
     },
     Waiting {
         retry_at: Instant,
@@ -619,6 +625,8 @@ impl Session {
         let Resync::Fetching {
             request: current,
             applied: Some(applied),
+            seen,
+            cleared,
             ..
         } = &mut self.resync
         else {
@@ -629,10 +637,16 @@ impl Session {
         }
         for key in keys {
             let key = key.trim();
-            if !key.is_empty() {
-                let _ = self.index.store(DEFAULT_TENANT, key, None, None);
-                *applied += 1;
+            if key.is_empty() {
+                continue;
             }
+            // A live batch since the fetch decides the key's state: removed (or cleared) keys
+            // stay out, stored ones are in already.
+            if *cleared || seen.contains_key(key) {
+                continue;
+            }
+            let _ = self.index.store(DEFAULT_TENANT, key, None, None);
+            *applied += 1;
         }
         Some(*applied)
     }
@@ -964,6 +978,20 @@ impl Session {
                     }
                 }
             }
+            if live.is_some() && tenant == DEFAULT_TENANT {
+                if let Resync::Fetching { seen, cleared, .. } = &mut self.resync {
+                    match (event.kind, event.object_key) {
+                        (EventKind::Stored, Some(key)) => {
+                            seen.insert(key.into(), true);
+                        }
+                        (EventKind::Removed | EventKind::Unknown, Some(key)) => {
+                            seen.insert(key.into(), false);
+                        }
+                        (EventKind::Cleared, _) => *cleared = true,
+                        _ => {}
+                    }
+                }
+            }
         }
         self.counters.batches += 1;
         self.counters.events += batch.events.len() as u64;
@@ -1095,6 +1123,8 @@ impl Session {
             bytes: 0,
             stream_at_request: self.stream_start,
             applied: None,
+            seen: BTreeMap::new(),
+            cleared: false,
         };
         fx.push(Effect::FetchSnapshot { request });
     }

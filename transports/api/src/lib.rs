@@ -10,4 +10,4 @@ pub mod request;
 pub mod tools;
 
 pub use layout_args::LayoutArgs;
-pub use request::{answer, ApiError, Limits, Query, QueryAnswer, QueryRequest};
+pub use request::{answer, answer_with, ApiError, Limits, Query, QueryAnswer, QueryRequest};

@@ -95,6 +95,18 @@ impl ApiError {
     pub fn to_json(&self) -> String {
         serde_json::json!({ "error": self.to_string() }).to_string()
     }
+
+    /// Returns the error as the msgpack map `{"error": "..."}`.
+    pub fn to_msgpack(&self) -> Vec<u8> {
+        #[derive(Serialize)]
+        struct Reply {
+            error: String,
+        }
+        rmp_serde::to_vec_named(&Reply {
+            error: self.to_string(),
+        })
+        .expect("a string map always serialises")
+    }
 }
 
 impl fmt::Display for ApiError {
@@ -345,16 +357,29 @@ impl QueryAnswer {
 
 /// Asks `session` the query, with the per-page map.
 pub fn answer(session: &Session, query: &Query) -> Result<QueryAnswer, ApiError> {
+    answer_with(
+        query,
+        |model| session.layout_for(model).map(|l| (l.page_size, l.eagle)),
+        |lookup, map| session.query_map(lookup, map),
+    )
+}
+
+/// Asks the query through any index front, for example a driver's query handle (which hashes
+/// outside the index's lock): `page_shape` returns the page size and EAGLE mode of the layout
+/// of a model (`None`: the default layout), which size the per-page map; `query_map` answers.
+pub fn answer_with(
+    query: &Query,
+    page_shape: impl FnOnce(Option<&str>) -> Result<(u32, bool), QueryError>,
+    query_map: impl FnOnce(&Lookup<'_>, &mut [bool]) -> Result<Hits, QueryError>,
+) -> Result<QueryAnswer, ApiError> {
     let lookup = query.lookup();
-    let layout = session.layout_for(lookup.model).map_err(ApiError::Query)?;
+    let (page_size, eagle) = page_shape(lookup.model).map_err(ApiError::Query)?;
     let total = match lookup.pages {
         Pages::Hashes(h) => h.len(),
-        Pages::Tokens { tokens, .. } => page_count(tokens.len(), layout.page_size, layout.eagle),
+        Pages::Tokens { tokens, .. } => page_count(tokens.len(), page_size, eagle),
     };
     let mut map = vec![false; total];
-    let hits = session
-        .query_map(&lookup, &mut map)
-        .map_err(ApiError::Query)?;
+    let hits = query_map(&lookup, &mut map).map_err(ApiError::Query)?;
     Ok(QueryAnswer::new(hits, map))
 }
 

@@ -8,9 +8,12 @@
 //! waits again, or it hangs. [`recv_message`] and [`has_input`] do exactly that.
 //!
 //! # Reconnection
-//! libzmq's own reconnection is off (`ZMQ_RECONNECT_IVL = -1`): the core owns the backoff, and
-//! every `Connect` makes new sockets, so nothing queued for an old endpoint leaks into the new
-//! stream.
+//! libzmq's own reconnection is off in effect: the core owns the backoff, and every `Connect`
+//! makes new sockets, so nothing queued for an old endpoint leaks into the new stream. The
+//! interval is the largest (`i32::MAX` ms) rather than `-1`: with `-1`, a lost connection makes
+//! libzmq 4.3.4 terminate the SUB socket's pipe from inside `recv`, and a multipart message being
+//! received at that moment aborts the process (`Assertion failed: !_more (src/fq.cpp:112)`,
+//! libzmq issue 2163); a master restart under load did exactly that.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -66,7 +69,7 @@ pub fn open(
     sub.set_linger(0)?;
     sub.set_maxmsgsize(config.max_message_bytes)?;
     sub.set_rcvhwm(config.receive_hwm)?;
-    sub.set_reconnect_ivl(-1)?;
+    sub.set_reconnect_ivl(i32::MAX)?;
     let millis = |d: std::time::Duration| i32::try_from(d.as_millis()).unwrap_or(i32::MAX);
     if !config.heartbeat_interval.is_zero() {
         sub.set_heartbeat_ivl(millis(config.heartbeat_interval))?;

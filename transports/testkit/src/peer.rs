@@ -213,35 +213,48 @@ fn to_hex(bytes: &[u8]) -> String {
 /// from PyPI this panics with pip's output: the Python tests fail, they never pass silently.
 pub fn python() -> PathBuf {
     static PYTHON: OnceLock<PathBuf> = OnceLock::new();
-    PYTHON.get_or_init(make_venv).clone()
+    PYTHON
+        .get_or_init(|| {
+            let dir = match std::env::var_os("HICACHE_INDEX_PY_VENV") {
+                Some(dir) => dir.into(),
+                None => target_dir().join("py-venv"),
+            };
+            make_venv(&dir, &["pyzmq", "msgpack"], "import zmq, msgpack")
+        })
+        .clone()
 }
 
-fn venv_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("HICACHE_INDEX_PY_VENV") {
-        return dir.into();
-    }
-    let target = std::env::var_os("CARGO_TARGET_DIR")
+/// The Python of the venv `target/{name}`, made on first use with `packages` from PyPI, and
+/// reused while it runs `imports` (e.g. `"import pynng, msgpack"`). Built beside its place and
+/// renamed into it, like [`python`]'s; panics with pip's output when PyPI cannot be reached.
+pub fn venv_python(name: &str, packages: &[&str], imports: &str) -> PathBuf {
+    make_venv(&target_dir().join(name), packages, imports)
+}
+
+fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target"));
-    target.join("py-venv")
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target"))
 }
 
-fn works(python: &Path) -> bool {
+fn works(python: &Path, imports: &str) -> bool {
     Command::new(python)
-        .args(["-c", "import zmq, msgpack"])
+        .args(["-c", imports])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status()
         .is_ok_and(|s| s.success())
 }
 
-fn make_venv() -> PathBuf {
-    let dir = venv_dir();
+fn make_venv(dir: &Path, packages: &[&str], imports: &str) -> PathBuf {
     let python = dir.join("bin/python");
-    if works(&python) {
+    if works(&python, imports) {
         return python;
     }
-    let tmp = dir.with_file_name(format!("py-venv.tmp-{}", std::process::id()));
+    let name = dir
+        .file_name()
+        .map_or("py-venv".into(), |n| n.to_string_lossy());
+    let tmp = dir.with_file_name(format!("{name}.tmp-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&tmp);
     let run = |cmd: &mut Command, what: &str| {
         let out = cmd.output();
@@ -251,7 +264,8 @@ fn make_venv() -> PathBuf {
         let out = out.unwrap_or_else(|e| panic!("{what}: {e}"));
         assert!(
             out.status.success(),
-            "{what} failed (the Python tests need PyPI's pyzmq and msgpack):\n{}\n{}",
+            "{what} failed (the Python tests need PyPI's {}):\n{}\n{}",
+            packages.join(" and "),
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
@@ -263,26 +277,22 @@ fn make_venv() -> PathBuf {
         "python3 -m venv",
     );
     run(
-        Command::new(tmp.join("bin/pip")).args([
-            "install",
-            "--disable-pip-version-check",
-            "--quiet",
-            "pyzmq",
-            "msgpack",
-        ]),
-        "pip install pyzmq msgpack",
+        Command::new(tmp.join("bin/pip"))
+            .args(["install", "--disable-pip-version-check", "--quiet"])
+            .args(packages),
+        &format!("pip install {}", packages.join(" ")),
     );
     // Scripts in a venv name its path: a renamed venv still works for `python -c`/scripts run
     // through its interpreter, which is all we use.
-    if dir.exists() && !works(&python) {
-        let _ = std::fs::remove_dir_all(&dir);
+    if dir.exists() && !works(&python, imports) {
+        let _ = std::fs::remove_dir_all(dir);
     }
-    if std::fs::rename(&tmp, &dir).is_err() {
+    if std::fs::rename(&tmp, dir).is_err() {
         let _ = std::fs::remove_dir_all(&tmp);
     }
     assert!(
-        works(&python),
-        "the venv at {} cannot import zmq and msgpack",
+        works(&python, imports),
+        "the venv at {} cannot run {imports:?}",
         dir.display()
     );
     python

@@ -1,0 +1,557 @@
+//! `demo`: the whole system on one machine, with nothing external.
+//!
+//! An emulated Mooncake master (real ZeroMQ PUB socket, real HTTP admin side) on loopback; a
+//! subscriber on tokio following it over real ZeroMQ, with resync and verification on; router
+//! threads asking the index about a synthetic workload with prefix sharing (a few hundred
+//! shared system prompts, multi-turn conversations with random continuations, TP 8); a
+//! "workers" thread storing the pages of served requests into the master and removing the
+//! oldest beyond a cap; and two injected faults: events lost in the master's queue (a gap) and
+//! a master restart. A live progress line on stderr, a report at the end.
+//!
+//! Every hit page's objects are checked against the master's own key set. A page claimed while
+//! its removal was still on its way to the index (removed from the master, not yet confirmed
+//! forgotten by the index before the query began) is counted apart; any other page claimed but
+//! absent is a false hit, and the demo fails.
+
+mod workers;
+mod workload;
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::io::IsTerminal;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use hicache_index::{
+    Config, Health, Layout, Lookup, ModelLayout, Namespace, PageHash, ResyncConfig, SglangParams,
+    VerifyConfig,
+};
+use hicache_index_emulator::{Emulator, EmulatorConfig};
+use hicache_index_tokio::{QueryHandle, Subscriber, SubscriberConfig};
+
+use crate::latency::Latency;
+use crate::{parse_duration, say, Outcome};
+use workers::{workers, Plan};
+use workload::{router, system_prompts};
+
+/// Tokens per page.
+const PAGE: u32 = 64;
+/// The TP size: 16 objects (K and V per rank) a page.
+const TP: u32 = 8;
+/// The served model (part of every key).
+const MODEL: &str = "Qwen/Qwen3-32B";
+
+/// `demo [--duration 30s]`
+#[derive(Args, Debug)]
+pub(crate) struct DemoArgs {
+    /// How long the workload runs.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "30s")]
+    duration: Duration,
+    /// Router threads asking the index.
+    #[arg(long, value_name = "N", default_value_t = 2)]
+    routers: usize,
+    /// Requests per second, all routers together.
+    #[arg(long, value_name = "N", default_value_t = 1000)]
+    rate: u32,
+    /// The most pages the emulated store holds; beyond it the oldest are removed (with events).
+    #[arg(long, value_name = "N", default_value_t = 30_000)]
+    store_pages: usize,
+    /// Seeds the workload.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    seed: u64,
+}
+
+/// What the threads share.
+struct World {
+    emulator: Emulator,
+    layout: Layout,
+    index: QueryHandle,
+    /// When the demo started (the clock of `in_flight` and `asking`).
+    start: Instant,
+    /// Pages removed from the master whose removal may still be on its way to the index: when
+    /// the index was seen to have forgotten each (ns since start; `u64::MAX` until then).
+    in_flight: Mutex<HashMap<PageHash, u64>>,
+    /// For each router, when its current query began (ns since start; `u64::MAX` when idle).
+    asking: Vec<AtomicU64>,
+    stop: AtomicBool,
+    latency: Latency,
+    queries: AtomicU64,
+    pages_asked: AtomicU64,
+    pages_hit: AtomicU64,
+    false_hits: AtomicU64,
+    in_flight_claims: AtomicU64,
+    first_false_hit: Mutex<Option<String>>,
+    faults: Mutex<Faults>,
+}
+
+/// When the faults were injected and when the index had recovered from them.
+#[derive(Default, Debug)]
+struct Faults {
+    gap_at: Option<Duration>,
+    gap_pages: usize,
+    gap_recovered: Option<Duration>,
+    restart_at: Option<Duration>,
+    restart_recovered: Option<Duration>,
+    restart_forgotten: Option<Duration>,
+    removals: u64,
+    removal_waits_timed_out: u64,
+}
+
+/// Runs the demo and prints the report; fails on a false hit or a fault not recovered.
+pub(crate) fn run(args: DemoArgs) -> Outcome {
+    if args.routers == 0 || args.rate == 0 || args.store_pages < 100 {
+        return Err("--routers and --rate must be positive, --store-pages at least 100".into());
+    }
+    let layout = Layout::from_sglang(&SglangParams {
+        model: Some(MODEL.into()),
+        ..SglangParams::new(PAGE, TP)
+    })
+    .map_err(|e| format!("invalid demo layout: {e}"))?;
+    let emulator = Emulator::start(EmulatorConfig {
+        // Unlimited: the faults are the injected ones, not the PUB socket's drops.
+        send_hwm: 0,
+        ..EmulatorConfig::default()
+    })
+    .map_err(|e| format!("cannot start the emulated master: {e}"))?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the runtime: {e}"))?;
+    let config = SubscriberConfig::new(Config {
+        endpoint: Some(emulator.event_endpoint()),
+        layouts: vec![ModelLayout {
+            model: None,
+            layout: layout.clone(),
+        }],
+        resync: Some(ResyncConfig::default()),
+        verify: Some(VerifyConfig {
+            interval: Duration::from_secs(2),
+            ..VerifyConfig::default()
+        }),
+        ..Config::default()
+    })
+    .with_master_http(emulator.http_base());
+    let (index, task) = runtime
+        .block_on(async { Subscriber::spawn(config) })
+        .map_err(|e| format!("cannot start the subscriber: {e}"))?;
+    let world = Arc::new(World {
+        emulator,
+        layout,
+        index,
+        start: Instant::now(),
+        in_flight: Mutex::new(HashMap::new()),
+        asking: (0..args.routers)
+            .map(|_| AtomicU64::new(u64::MAX))
+            .collect(),
+        stop: AtomicBool::new(false),
+        latency: Latency::new(),
+        queries: AtomicU64::new(0),
+        pages_asked: AtomicU64::new(0),
+        pages_hit: AtomicU64::new(0),
+        false_hits: AtomicU64::new(0),
+        in_flight_claims: AtomicU64::new(0),
+        first_false_hit: Mutex::new(None),
+        faults: Mutex::new(Faults::default()),
+    });
+    eprintln!(
+        "hicache-index demo: emulated Mooncake master at {} (events) and {} (HTTP); {} router threads, {} requests/s, {:?}",
+        world.emulator.event_endpoint(),
+        world.emulator.http_base(),
+        args.routers,
+        args.rate,
+        args.duration
+    );
+    wait_subscribed(&world)?;
+
+    let start = Instant::now();
+    let (tx, rx) = mpsc::sync_channel::<Vec<PageHash>>(1024);
+    let prompts = Arc::new(system_prompts(args.seed));
+    let mut threads = Vec::new();
+    for id in 0..args.routers {
+        let (world, prompts, tx) = (world.clone(), prompts.clone(), tx.clone());
+        let interval = Duration::from_secs_f64(args.routers as f64 / f64::from(args.rate));
+        let seed = args.seed.wrapping_mul(1000).wrapping_add(id as u64);
+        threads.push(spawn(&format!("router-{id}"), move || {
+            router(&world, id, &prompts, &tx, seed, interval)
+        })?);
+    }
+    drop(tx);
+    let workers = {
+        let world = world.clone();
+        let plan = Plan {
+            start,
+            gap_at: args.duration.mul_f64(0.3),
+            restart_at: args.duration.mul_f64(0.6),
+            cap: args.store_pages,
+        };
+        spawn("workers", move || workers(&world, &rx, &plan))?
+    };
+
+    let tty = std::io::stderr().is_terminal();
+    let mut last_line = Instant::now();
+    while start.elapsed() < args.duration {
+        std::thread::sleep(
+            Duration::from_millis(250).min(args.duration.saturating_sub(start.elapsed())),
+        );
+        if tty {
+            eprint!("\r{}\x1b[K", progress(&world, start.elapsed()));
+        } else if last_line.elapsed() >= Duration::from_secs(5) {
+            eprintln!("{}", progress(&world, start.elapsed()));
+            last_line = Instant::now();
+        }
+    }
+    world.stop.store(true, Ordering::Release);
+    for t in threads {
+        let _ = t.join();
+    }
+    let _ = workers.join();
+    let elapsed = start.elapsed();
+    if tty {
+        eprintln!("\r{}\x1b[K", progress(&world, elapsed));
+    }
+    let counters = world.index.counters();
+    let health = world.index.health();
+    runtime.block_on(task.shutdown());
+    let report = report(&world, &counters, health, elapsed, &args);
+    say(&report.text);
+    if let Some(failure) = report.failure {
+        return Err(failure);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn spawn(
+    name: &str,
+    f: impl FnOnce() + Send + 'static,
+) -> Result<std::thread::JoinHandle<()>, String> {
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(f)
+        .map_err(|e| format!("cannot start a thread: {e}"))
+}
+
+/// Waits until the index is live and follows the stream (ZeroMQ drops what is published before
+/// a subscription arrives): probe pages are stored until one is a hit.
+fn wait_subscribed(world: &World) -> Result<(), String> {
+    let start = Instant::now();
+    let mut n = 0u32;
+    while start.elapsed() < Duration::from_secs(15) {
+        if world.index.health() == Health::Live {
+            let probe = page_hashes(&world.layout, &[u32::MAX - n; PAGE as usize]);
+            world.emulator.store_pages(&world.layout, &probe);
+            let probing = Instant::now();
+            while probing.elapsed() < Duration::from_millis(200) {
+                if prefix(&world.index, &probe) == probe.len() {
+                    return Ok(());
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            n += 1;
+        } else {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+    Err(format!(
+        "the subscriber did not follow the emulated master within 15 s (health {})",
+        world.index.health().as_str()
+    ))
+}
+
+fn page_hashes(layout: &Layout, tokens: &[u32]) -> Vec<PageHash> {
+    layout.page_hashes(tokens, Namespace::NONE).collect()
+}
+
+/// Leading pages of `hashes` the index claims.
+fn prefix(index: &QueryHandle, hashes: &[PageHash]) -> usize {
+    index
+        .query(&Lookup::page_hashes(hashes))
+        .map_or(0, |h| h.prefix_pages)
+}
+
+impl World {
+    /// Nanoseconds since the demo started.
+    fn nanos(&self) -> u64 {
+        u64::try_from(self.start.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    /// Marks `pages` as being removed (before they leave the master).
+    fn removing(&self, pages: &[PageHash]) {
+        let mut in_flight = self
+            .in_flight
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for page in pages {
+            in_flight.insert(*page, u64::MAX);
+        }
+    }
+
+    /// Marks `pages` as forgotten by the index now, and drops the entries no query in progress
+    /// can need: confirmed before every current query began, and more than 5 s ago.
+    fn forgotten(&self, pages: &[PageHash]) {
+        let now = self.nanos();
+        let oldest_query = self
+            .asking
+            .iter()
+            .map(|a| a.load(Ordering::SeqCst))
+            .min()
+            .unwrap_or(u64::MAX);
+        let horizon = oldest_query.min(now.saturating_sub(5_000_000_000));
+        let mut in_flight = self
+            .in_flight
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for page in pages {
+            in_flight.insert(*page, now);
+        }
+        in_flight.retain(|_, at| *at >= horizon);
+    }
+}
+
+fn lock(world: &World) -> std::sync::MutexGuard<'_, Faults> {
+    world
+        .faults
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The live progress line.
+fn progress(world: &World, elapsed: Duration) -> String {
+    let c = world.index.counters();
+    let secs = elapsed.as_secs_f64().max(1e-3);
+    let asked = world.pages_asked.load(Ordering::Relaxed).max(1);
+    format!(
+        "{:5.1} s  events {} ({}/s)  queries {}  hit rate {:.1}%  p99 {}  {}  gaps {}  restarts {}  false hits {}",
+        secs,
+        thousands(c.events),
+        thousands((c.events as f64 / secs) as u64),
+        thousands(world.queries.load(Ordering::Relaxed)),
+        100.0 * world.pages_hit.load(Ordering::Relaxed) as f64 / asked as f64,
+        micros(world.latency.quantile(0.99)),
+        world.index.health().as_str(),
+        c.gaps,
+        c.restarts + c.disconnects,
+        world.false_hits.load(Ordering::Relaxed),
+    )
+}
+
+/// The report and whether the demo failed.
+struct Report {
+    text: String,
+    failure: Option<String>,
+}
+
+fn report(
+    world: &World,
+    c: &hicache_index::Counters,
+    health: Health,
+    elapsed: Duration,
+    args: &DemoArgs,
+) -> Report {
+    let f = lock(world);
+    let secs = elapsed.as_secs_f64();
+    let per_second = |n: u64| thousands((n as f64 / secs) as u64);
+    let queries = world.queries.load(Ordering::Relaxed);
+    let asked = world.pages_asked.load(Ordering::Relaxed);
+    let hit = world.pages_hit.load(Ordering::Relaxed);
+    let false_hits = world.false_hits.load(Ordering::Relaxed);
+    let mut failures = Vec::new();
+    let mut t = format!(
+        "hicache-index demo: {secs:.1} s against an emulated Mooncake master (loopback, real ZeroMQ and HTTP)\n"
+    );
+    let mut row = |label: &str, text: String| {
+        let _ = writeln!(t, "  {label:<19}{text}");
+    };
+    row(
+        "layout",
+        format!(
+            "{MODEL}, TP {TP} MHA, {PAGE} tokens a page, 16 objects a page; store cap {} pages",
+            thousands(args.store_pages as u64)
+        ),
+    );
+    row(
+        "events ingested",
+        format!(
+            "{} ({}/s) in {} batches",
+            thousands(c.events),
+            per_second(c.events),
+            thousands(c.batches)
+        ),
+    );
+    row(
+        "from snapshots",
+        format!(
+            "{} keys in {} of {} resyncs ({} failed)",
+            thousands(c.snapshot_keys),
+            c.resyncs_completed,
+            c.resyncs_started,
+            c.resyncs_failed
+        ),
+    );
+    row(
+        "verification",
+        format!(
+            "{} rounds, {} keys checked, {} stale",
+            c.verify_rounds,
+            thousands(c.verified_keys),
+            c.stale_keys_found
+        ),
+    );
+    row(
+        "index at the end",
+        format!(
+            "{} pages, {} objects, health {}",
+            thousands(c.pages),
+            thousands(c.objects),
+            health.as_str()
+        ),
+    );
+    match f.gap_at {
+        Some(at) => {
+            let seen = if c.gaps > 0 {
+                format!(
+                    "seen ({} gap, {} sequences missing)",
+                    c.gaps, c.missing_sequences
+                )
+            } else {
+                failures.push("the gap was not seen");
+                "NOT SEEN".into()
+            };
+            let recovered = match f.gap_recovered {
+                Some(r) => format!(
+                    "recovered in {} ms (its {} pages are hits again, by resync)",
+                    r.saturating_sub(at).as_millis(),
+                    f.gap_pages
+                ),
+                None => {
+                    failures.push("the gap was not recovered from");
+                    "NOT RECOVERED".into()
+                }
+            };
+            row(
+                &format!("gap at {:.1} s", at.as_secs_f64()),
+                format!(
+                    "{} events lost in the master's queue: {seen}, {recovered}",
+                    f.gap_pages * 16
+                ),
+            );
+        }
+        None => {
+            failures.push("the gap was not injected");
+            row("gap", "NOT INJECTED (no traffic)".into());
+        }
+    }
+    match f.restart_at {
+        Some(at) => {
+            let forgotten = match f.restart_forgotten {
+                Some(r) => format!(
+                    "lost objects forgotten in {} ms",
+                    r.saturating_sub(at).as_millis()
+                ),
+                None => "lost objects NOT forgotten".into(),
+            };
+            let recovered = match f.restart_recovered {
+                Some(r) => format!(
+                    "live with new pages in {} ms",
+                    r.saturating_sub(at).as_millis()
+                ),
+                None => {
+                    failures.push("the restart was not recovered from");
+                    "NOT RECOVERED".into()
+                }
+            };
+            row(
+                &format!("restart at {:.1} s", at.as_secs_f64()),
+                format!(
+                    "seen ({} disconnects, {} sequence restarts), {forgotten}, {recovered}",
+                    c.disconnects, c.restarts
+                ),
+            );
+        }
+        None => {
+            failures.push("the restart was not injected");
+            row("restart", "NOT INJECTED (the run ended first)".into());
+        }
+    }
+    row(
+        "removals",
+        format!(
+            "{} pages removed with events ({} waits for the index timed out)",
+            thousands(f.removals),
+            f.removal_waits_timed_out
+        ),
+    );
+    row(
+        "queries",
+        format!(
+            "{} ({}/s) from {} router threads",
+            thousands(queries),
+            per_second(queries),
+            args.routers
+        ),
+    );
+    row(
+        "latency p50 / p99",
+        format!(
+            "{} / {} (in process: hashing and probes)",
+            micros(world.latency.quantile(0.5)),
+            micros(world.latency.quantile(0.99))
+        ),
+    );
+    row(
+        "hit rate",
+        format!(
+            "{:.1}% of pages ({} of {})",
+            100.0 * hit as f64 / asked.max(1) as f64,
+            thousands(hit),
+            thousands(asked)
+        ),
+    );
+    row(
+        "removals racing",
+        format!(
+            "{} pages claimed while their removal was on its way (not false hits)",
+            thousands(world.in_flight_claims.load(Ordering::Relaxed))
+        ),
+    );
+    row(
+        "false hits",
+        format!("{false_hits} (every hit page's 16 objects checked against the master's keys)"),
+    );
+    if false_hits > 0 {
+        let first = world
+            .first_false_hit
+            .lock()
+            .map(|g| g.clone().unwrap_or_default())
+            .unwrap_or_default();
+        failures.push("false hits");
+        row("first false hit", first);
+    }
+    Report {
+        text: t.trim_end().to_owned(),
+        failure: (!failures.is_empty()).then(|| format!("demo failed: {}", failures.join(", "))),
+    }
+}
+
+/// Formats `n` with thousands separators.
+fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn micros(d: Option<Duration>) -> String {
+    match d {
+        Some(d) => format!("{:.1} µs", d.as_secs_f64() * 1e6),
+        None => "-".into(),
+    }
+}

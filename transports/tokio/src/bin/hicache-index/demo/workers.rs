@@ -1,0 +1,187 @@
+//! The workers side of the demo: pages stored as requests are served, the oldest removed
+//! beyond the cap, and the injected faults with their recovery.
+
+use std::collections::{HashSet, VecDeque};
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::Receiver;
+use std::time::{Duration, Instant};
+
+use hicache_index::{Health, Lookup, PageHash};
+use hicache_index_tokio::QueryHandle;
+
+use super::{lock, World};
+
+/// When the workers thread injects what.
+pub(super) struct Plan {
+    pub(super) start: Instant,
+    pub(super) gap_at: Duration,
+    pub(super) restart_at: Duration,
+    pub(super) cap: usize,
+}
+
+/// The workers thread: stores the new pages of served requests (SGLang never puts a key that
+/// exists), removes the oldest pages beyond the cap, and injects the faults.
+pub(super) fn workers(world: &World, rx: &Receiver<Vec<PageHash>>, plan: &Plan) {
+    let mut stored: HashSet<PageHash> = HashSet::new();
+    let mut order: VecDeque<PageHash> = VecDeque::new();
+    let (mut gap_done, mut restart_done) = (false, false);
+    let mut gap_pages: Vec<PageHash> = Vec::new();
+    let mut after_restart: Vec<PageHash> = Vec::new();
+    let mut stopping_since: Option<Instant> = None;
+    loop {
+        if world.stop.load(Ordering::Acquire) {
+            // Give a pending recovery a few more seconds to be seen, then stop.
+            let pending =
+                (gap_done && !gap_pages.is_empty() && lock(world).gap_recovered.is_none())
+                    || (restart_done && lock(world).restart_recovered.is_none());
+            let since = *stopping_since.get_or_insert_with(Instant::now);
+            if !pending || since.elapsed() > Duration::from_secs(5) {
+                return;
+            }
+        }
+        let t = plan.start.elapsed();
+        let mut fresh = Vec::new();
+        if let Ok(pages) = rx.recv_timeout(Duration::from_millis(5)) {
+            for page in std::iter::once(pages).chain(rx.try_iter()).flatten() {
+                if stored.insert(page) {
+                    order.push_back(page);
+                    fresh.push(page);
+                }
+            }
+        }
+        if !gap_done && t >= plan.gap_at && !fresh.is_empty() {
+            // The master's queue overflows: these pages are stored, their events lost.
+            gap_done = true;
+            gap_pages = fresh.split_off(fresh.len().saturating_sub(32));
+            let keys: Vec<String> = gap_pages
+                .iter()
+                .flat_map(|p| world.layout.object_keys(p))
+                .collect();
+            world.emulator.store_unpublished(keys);
+            let mut f = lock(world);
+            f.gap_at = Some(t);
+            f.gap_pages = gap_pages.len();
+        }
+        if !fresh.is_empty() && !world.stop.load(Ordering::Acquire) {
+            world.emulator.store_pages(&world.layout, &fresh);
+            if restart_done && after_restart.is_empty() {
+                after_restart = fresh.clone();
+            }
+        }
+        // One fault at a time: the restart waits until the gap is recovered from.
+        let gap_settled = !gap_done || lock(world).gap_recovered.is_some();
+        if !restart_done
+            && t >= plan.restart_at
+            && gap_settled
+            && !world.stop.load(Ordering::Acquire)
+        {
+            restart_done = true;
+            restart(world, &mut stored, &mut order, plan.start);
+        }
+        if order.len() > plan.cap {
+            // Down to the cap, at least 1 % of it at a time; the pages whose recovery is being
+            // watched stay.
+            let excess = (order.len() - plan.cap)
+                .max(plan.cap / 100)
+                .min(order.len());
+            let (victims, watched): (Vec<PageHash>, Vec<PageHash>) = order
+                .drain(..excess)
+                .partition(|p| !gap_pages.contains(p) && !after_restart.contains(p));
+            order.extend(watched);
+            for v in &victims {
+                stored.remove(v);
+            }
+            remove(world, &victims);
+        }
+        check_recovery(world, &gap_pages, &after_restart, plan.start);
+    }
+}
+
+/// Removes pages from the master (with events) and waits until the index has forgotten them.
+fn remove(world: &World, victims: &[PageHash]) {
+    let keys: Vec<String> = victims
+        .iter()
+        .flat_map(|p| world.layout.object_keys(p))
+        .collect();
+    world.removing(victims);
+    world.emulator.remove(keys);
+    let forgotten = wait_forgotten(&world.index, victims, Duration::from_secs(10));
+    if forgotten {
+        world.forgotten(victims);
+    }
+    let mut f = lock(world);
+    f.removals += victims.len() as u64;
+    if !forgotten {
+        f.removal_waits_timed_out += 1;
+    }
+}
+
+/// Restarts the master (every object lost, no event) and waits until the index has forgotten
+/// what it held.
+fn restart(
+    world: &World,
+    stored: &mut HashSet<PageHash>,
+    order: &mut VecDeque<PageHash>,
+    start: Instant,
+) {
+    let lost: Vec<PageHash> = order.drain(..).collect();
+    stored.clear();
+    world.removing(&lost);
+    let at = start.elapsed();
+    if world.emulator.restart().is_err() {
+        return;
+    }
+    let forgotten = wait_forgotten(&world.index, &lost, Duration::from_secs(10));
+    if forgotten {
+        world.forgotten(&lost);
+    }
+    let mut f = lock(world);
+    f.restart_at = Some(at);
+    if forgotten {
+        f.restart_forgotten = Some(start.elapsed());
+    }
+}
+
+/// Polls until the index claims none of `pages`; false after `timeout`.
+fn wait_forgotten(index: &QueryHandle, pages: &[PageHash], timeout: Duration) -> bool {
+    let start = Instant::now();
+    let mut map = vec![false; pages.len()];
+    loop {
+        map.fill(false);
+        let _ = index.query_map(&Lookup::page_hashes(pages), &mut map);
+        if !map.contains(&true) {
+            return true;
+        }
+        if start.elapsed() > timeout {
+            return false;
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+}
+
+/// Notes when the pages lost in the gap, and the first pages stored after the restart, are
+/// hits: the index has recovered.
+fn check_recovery(
+    world: &World,
+    gap_pages: &[PageHash],
+    after_restart: &[PageHash],
+    start: Instant,
+) {
+    let mut f = lock(world);
+    if f.gap_recovered.is_none() && !gap_pages.is_empty() && all_hit(&world.index, gap_pages) {
+        f.gap_recovered = Some(start.elapsed());
+    }
+    if f.restart_recovered.is_none()
+        && !after_restart.is_empty()
+        && world.index.health() == Health::Live
+        && all_hit(&world.index, after_restart)
+    {
+        f.restart_recovered = Some(start.elapsed());
+    }
+}
+
+fn all_hit(index: &QueryHandle, pages: &[PageHash]) -> bool {
+    let mut map = vec![false; pages.len()];
+    let _ = index.query_map(&Lookup::page_hashes(pages), &mut map);
+    map.iter().all(|&b| b)
+}

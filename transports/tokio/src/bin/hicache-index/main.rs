@@ -1,0 +1,169 @@
+//! `hicache-index`: the sidecar service, an embedded demo, and the operator's tools.
+//!
+//! - `demo`: an emulated Mooncake master, a synthetic router workload and injected faults, with
+//!   a report at the end (needs nothing external).
+//! - `serve`: the sidecar routers ask over HTTP (`POST /v1/query`) or nng.
+//! - `watch`: prints each batch of a master's event stream.
+//! - `hash`, `keys`, `decode`: page hashes of tokens, object keys of a page, captured messages
+//!   as JSON.
+//!
+//! Errors are one line on stderr and a non-zero exit: 1 for a failure, 2 for a usage error.
+
+mod demo;
+mod latency;
+mod serve;
+mod tools;
+mod watch;
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::error::ErrorKind;
+use clap::{Parser, Subcommand};
+
+/// An index of the SGLang HiCache pages present in a Mooncake store, fed by the Mooncake
+/// master's KV events, for routers.
+#[derive(Parser, Debug)]
+#[command(name = "hicache-index", version)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+#[allow(clippy::large_enum_variant, reason = "parsed once at start")]
+enum Command {
+    /// Run an emulated Mooncake master, a router workload and injected faults; print a report.
+    Demo(demo::DemoArgs),
+    /// Serve queries over HTTP (and nng) from the index of a master's event stream.
+    Serve(serve::ServeArgs),
+    /// Print each batch of a master's event stream (sequence, events, gaps, restarts).
+    Watch(watch::WatchArgs),
+    /// Print the page hashes of tokens, one lowercase hex digest per line.
+    Hash(tools::HashArgs),
+    /// Print the object keys of a page, one per line.
+    Keys(tools::KeysArgs),
+    /// Decode captured messages (JSON lines with "frames_hex") into JSON lines.
+    Decode(tools::DecodeArgs),
+}
+
+/// What a subcommand returns: its exit code, or the one line that says why it failed.
+type Outcome = Result<ExitCode, String>;
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return usage_error(&e),
+    };
+    let outcome = match cli.command {
+        Command::Demo(args) => {
+            init_logging("error");
+            demo::run(args)
+        }
+        Command::Serve(args) => {
+            init_logging("info");
+            serve::run(args)
+        }
+        Command::Watch(args) => {
+            init_logging("warn");
+            watch::run(args)
+        }
+        Command::Hash(args) => tools::hash(args),
+        Command::Keys(args) => tools::keys(args),
+        Command::Decode(args) => tools::decode(args),
+    };
+    match outcome {
+        Ok(code) => code,
+        Err(message) => {
+            eprintln!("hicache-index: error: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Prints help or the version as clap does, and any other parse error as one line.
+fn usage_error(e: &clap::Error) -> ExitCode {
+    match e.kind() {
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
+            let _ = e.print();
+            ExitCode::SUCCESS
+        }
+        ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            let _ = e.print();
+            ExitCode::from(2)
+        }
+        _ => {
+            let rendered = e.render().to_string();
+            let first: Vec<&str> = rendered
+                .lines()
+                .take_while(|l| !l.trim().is_empty())
+                .map(str::trim)
+                .collect();
+            let line = first.join(" ");
+            let line = line.strip_prefix("error: ").unwrap_or(&line);
+            eprintln!("hicache-index: error: {line} (see --help)");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// Prints a line on stdout; returns false when stdout is closed (a reader that went away).
+fn say(line: &str) -> bool {
+    use std::io::Write;
+    writeln!(std::io::stdout().lock(), "{line}").is_ok()
+}
+
+/// Logs to stderr at `default` level, or as `RUST_LOG` says (e.g. `RUST_LOG=debug`).
+fn init_logging(default: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .try_init();
+}
+
+/// Parses a duration: a number with a unit (`ms`, `s`, `m`, `h`; seconds without one), e.g.
+/// `30s`, `1.5s`, `250ms`, `2m`.
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration like 30s, 250ms or 2m"))?;
+    let scale = match unit.trim() {
+        "ms" => 0.001,
+        "" | "s" => 1.0,
+        "m" | "min" => 60.0,
+        "h" => 3600.0,
+        other => return Err(format!("unknown unit {other:?} (use ms, s, m or h)")),
+    };
+    Duration::try_from_secs_f64(value * scale).map_err(|_| format!("{text:?} is out of range"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_with_and_without_units() {
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("1.5"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert!(parse_duration("").is_err());
+        assert!(parse_duration("5 parsecs").is_err());
+        assert!(parse_duration("1e400").is_err());
+        assert!(parse_duration("99999999999999999999999h").is_err());
+    }
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+}

@@ -1,0 +1,483 @@
+//! `serve`: the sidecar. Subscribes to a master's KV events and answers routers over HTTP
+//! (`POST /v1/query`, `GET /metrics`, `GET /healthz`, `GET /readyz`) and, when built with the
+//! `nng` feature, over an nng REP socket.
+//!
+//! Clients are served by hyper on tokio: every connection is its own task, request headers
+//! must arrive within `--client-timeout` and bodies within it too, bodies are bounded, and at
+//! most `--max-connections` are open at once. Query latency is measured from the decoded body
+//! to the encoded answer, so a slow client never shows in it.
+
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use clap::Args;
+use hicache_index::{Config, Health, IndexConfig, Kind, ModelLayout, ResyncConfig, VerifyConfig};
+use hicache_index_api::{answer_with, ApiError, LayoutArgs, Limits, QueryRequest};
+use hicache_index_tokio::{HttpConfig, QueryHandle, Subscriber, SubscriberConfig};
+use http_body_util::{BodyExt, Limited};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+
+use crate::latency::Latency;
+use crate::{parse_duration, Outcome};
+
+/// `serve --events URL [--master-http URL] LAYOUT [--listen ADDR] [--nng-listen URL]`
+#[derive(Args, Debug)]
+pub(crate) struct ServeArgs {
+    /// The master's KV event endpoint (its --kv_events_bind_endpoint), e.g. tcp://10.0.0.5:5557.
+    #[arg(long, value_name = "URL")]
+    events: String,
+    /// The topic subscribed to; the Mooncake master sends an empty one.
+    #[arg(long, value_name = "T", default_value = "")]
+    topic: String,
+    /// The master's HTTP admin side (e.g. http://10.0.0.5:9003). Turns on the bootstrap from
+    /// its key list at start, resync after loss, and periodic verification.
+    #[arg(long, value_name = "URL")]
+    master_http: Option<String>,
+    /// Turn the bootstrap and the resync after loss off (loss then only clears).
+    #[arg(long, requires = "master_http")]
+    no_resync: bool,
+    /// How long fetching the master's key list may take.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "10s")]
+    resync_timeout: Duration,
+    /// Turn the periodic verification against silent removals off.
+    #[arg(long, requires = "master_http")]
+    no_verify: bool,
+    /// Time between verification rounds.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "5s")]
+    verify_interval: Duration,
+    /// Keys checked per verification round.
+    #[arg(long, value_name = "N", default_value_t = 1024)]
+    verify_sample: usize,
+    #[command(flatten)]
+    layout: LayoutArgs,
+    /// The most pages the index holds; a full index evicts the least recently useful.
+    #[arg(long, value_name = "N", default_value_t = 1 << 20)]
+    max_pages: usize,
+    /// The HTTP address to listen on.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9100")]
+    listen: SocketAddr,
+    /// Also answer over nng on this URL (e.g. tcp://127.0.0.1:9101 or ipc:///run/hicache.ipc).
+    #[arg(long, value_name = "URL")]
+    nng_listen: Option<String>,
+    /// The largest request body, in bytes.
+    #[arg(long, value_name = "BYTES", default_value_t = Limits::default().max_body_bytes)]
+    max_body_bytes: usize,
+    /// The most tokens in one request.
+    #[arg(long, value_name = "N", default_value_t = Limits::default().max_tokens)]
+    max_tokens: usize,
+    /// The most page hashes in one request.
+    #[arg(long, value_name = "N", default_value_t = Limits::default().max_page_hashes)]
+    max_page_hashes: usize,
+    /// Time a client has to send a request's headers, and then its body.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "10s")]
+    client_timeout: Duration,
+    /// The most HTTP connections open at once.
+    #[arg(long, value_name = "N", default_value_t = 1024)]
+    max_connections: usize,
+}
+
+/// What the handlers share.
+struct App {
+    index: QueryHandle,
+    limits: Limits,
+    client_timeout: Duration,
+    http_latency: Latency,
+    nng_latency: Arc<Latency>,
+    rejected: AtomicU64,
+}
+
+/// Runs the service until SIGINT or SIGTERM.
+pub(crate) fn run(args: ServeArgs) -> Outcome {
+    check_endpoint(&args.events)?;
+    if args.max_connections == 0 || args.max_body_bytes == 0 || args.client_timeout.is_zero() {
+        return Err(
+            "--max-connections, --max-body-bytes and --client-timeout must be positive".into(),
+        );
+    }
+    if cfg!(not(feature = "nng")) && args.nng_listen.is_some() {
+        return Err("--nng-listen: this hicache-index was built without nng support (build with --features nng)".into());
+    }
+    let layout = args.layout.to_layout()?;
+    let mut session = Config {
+        endpoint: Some(args.events.clone()),
+        topic: args.topic.clone().into_bytes(),
+        layouts: vec![ModelLayout {
+            model: args.layout.model.clone(),
+            layout,
+        }],
+        index: IndexConfig {
+            max_pages: args.max_pages,
+            ..IndexConfig::default()
+        },
+        ..Config::default()
+    };
+    let mut http = HttpConfig::default();
+    if args.master_http.is_some() {
+        if !args.no_resync {
+            session.resync = Some(ResyncConfig {
+                fetch_timeout: args.resync_timeout,
+                ..ResyncConfig::default()
+            });
+            http.request_timeout = http.request_timeout.min(args.resync_timeout);
+        }
+        if !args.no_verify {
+            let verify = VerifyConfig {
+                interval: args.verify_interval,
+                sample: args.verify_sample,
+                ..VerifyConfig::default()
+            };
+            http.request_timeout = http.request_timeout.min(verify.timeout);
+            session.verify = Some(verify);
+        }
+    }
+    let config = SubscriberConfig {
+        master_http: args.master_http.clone(),
+        http,
+        ..SubscriberConfig::new(session)
+    };
+    let limits = Limits {
+        max_body_bytes: args.max_body_bytes,
+        max_tokens: args.max_tokens,
+        max_page_hashes: args.max_page_hashes,
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the runtime: {e}"))?;
+    runtime.block_on(serve(args, config, limits))
+}
+
+async fn serve(args: ServeArgs, config: SubscriberConfig, limits: Limits) -> Outcome {
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
+    let local = listener
+        .local_addr()
+        .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
+    let (index, task) = Subscriber::spawn(config).map_err(|e| e.to_string())?;
+    let app = Arc::new(App {
+        index: index.clone(),
+        limits,
+        client_timeout: args.client_timeout,
+        http_latency: Latency::new(),
+        nng_latency: Arc::new(Latency::new()),
+        rejected: AtomicU64::new(0),
+    });
+    // Closed when this function returns, after the subscriber stopped.
+    let _nng = start_nng(&args, &app)?;
+    crate::say(&format!("hicache-index: http listening on http://{local}"));
+    if let Some(url) = &args.nng_listen {
+        crate::say(&format!("hicache-index: nng listening on {url}"));
+    }
+    tracing::info!(
+        target: "hicache_index_serve",
+        "subscribing to {} (master http: {})",
+        args.events,
+        args.master_http
+            .as_deref()
+            .unwrap_or("none: loss only clears")
+    );
+    let router = router(app);
+    tokio::select! {
+        () = accept_loop(listener, router, args.client_timeout, args.max_connections) => {}
+        () = shutdown_signal() => tracing::info!(target: "hicache_index_serve", "stopping"),
+    }
+    task.shutdown().await;
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(feature = "nng")]
+fn start_nng(
+    args: &ServeArgs,
+    app: &Arc<App>,
+) -> Result<Option<hicache_index_nng::Service>, String> {
+    let Some(url) = &args.nng_listen else {
+        return Ok(None);
+    };
+    let latency = app.nng_latency.clone();
+    let options = hicache_index_nng::Options {
+        limits: app.limits,
+        observer: Some(Arc::new(move |d| latency.record(d))),
+        ..hicache_index_nng::Options::default()
+    };
+    hicache_index_nng::serve_with(app.index.clone(), url, options)
+        .map(Some)
+        .map_err(|e| e.to_string())
+}
+
+/// Stands for the nng service in a build without it (`--nng-listen` was refused earlier).
+#[cfg(not(feature = "nng"))]
+struct NoNng;
+
+#[cfg(not(feature = "nng"))]
+fn start_nng(_args: &ServeArgs, _app: &Arc<App>) -> Result<Option<NoNng>, String> {
+    Ok(None)
+}
+
+/// Accepts connections forever, each served on its own task under the limits.
+async fn accept_loop(
+    listener: tokio::net::TcpListener,
+    router: Router,
+    client_timeout: Duration,
+    max_connections: usize,
+) {
+    let slots = Arc::new(tokio::sync::Semaphore::new(max_connections));
+    loop {
+        let Ok(slot) = slots.clone().acquire_owned().await else {
+            return;
+        };
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                // Out of file descriptors and the like: wait a moment rather than spin.
+                tracing::warn!(target: "hicache_index_serve", "accepting a connection failed: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let service = TowerToHyperService::new(router.clone());
+        tokio::spawn(async move {
+            let connection = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(client_timeout)
+                .serve_connection(TokioIo::new(stream), service);
+            let _ = connection.await;
+            drop(slot);
+        });
+    }
+}
+
+async fn shutdown_signal() {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => tokio::select! {
+                _ = interrupt => {}
+                _ = term.recv() => {}
+            },
+            Err(_) => {
+                let _ = interrupt.await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = interrupt.await;
+    }
+}
+
+fn router(app: Arc<App>) -> Router {
+    Router::new()
+        .route("/v1/query", post(query))
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .with_state(app)
+}
+
+/// `POST /v1/query`: the JSON query of `hicache_index_api`.
+async fn query(State(app): State<Arc<App>>, body: Body) -> Response {
+    let body = match read_body(body, &app).await {
+        Ok(body) => body,
+        Err(response) => {
+            app.rejected.fetch_add(1, Ordering::Relaxed);
+            return response;
+        }
+    };
+    let start = Instant::now();
+    let answer = QueryRequest::from_json(&body, &app.limits).and_then(|query| {
+        answer_with(
+            &query,
+            |model| {
+                // `None`: the subscriber died while changing the index; the handle then
+                // answers a miss for no page, which this shape matches.
+                app.index
+                    .read(|s| s.layout_for(model).map(|l| (l.page_size, l.eagle)))
+                    .unwrap_or(Ok((u32::MAX, false)))
+            },
+            |lookup, map| app.index.query_map(lookup, map),
+        )
+    });
+    let response = match answer {
+        Ok(answer) => json(StatusCode::OK, answer.to_json()),
+        Err(error) => {
+            app.rejected.fetch_add(1, Ordering::Relaxed);
+            api_error(&error)
+        }
+    };
+    app.http_latency.record(start.elapsed());
+    response
+}
+
+/// Reads a body within the size limit and the client timeout.
+async fn read_body(body: Body, app: &App) -> Result<Bytes, Response> {
+    let limit = app.limits.max_body_bytes;
+    let collect = Limited::new(body, limit).collect();
+    match tokio::time::timeout(app.client_timeout, collect).await {
+        Ok(Ok(collected)) => Ok(collected.to_bytes()),
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => {
+            Err(api_error(&ApiError::TooLarge { limit }))
+        }
+        Ok(Err(e)) => Err(error_json(
+            StatusCode::BAD_REQUEST,
+            &format!("cannot read the request body: {e}"),
+        )),
+        Err(_) => Err(error_json(
+            StatusCode::REQUEST_TIMEOUT,
+            "the request body did not arrive in time",
+        )),
+    }
+}
+
+/// `GET /metrics`: every core counter and gauge, the connection gauges, query latencies.
+async fn metrics(State(app): State<Arc<App>>) -> Response {
+    let counters = app.index.counters();
+    let health = app.index.health();
+    let mut out = String::with_capacity(8 << 10);
+    for (name, value, kind) in counters.fields() {
+        let (name, kind) = match kind {
+            Kind::Counter => (format!("hicache_index_{name}_total"), "counter"),
+            Kind::Gauge => (format!("hicache_index_{name}"), "gauge"),
+        };
+        let _ = writeln!(out, "# TYPE {name} {kind}\n{name} {value}");
+    }
+    let connected = matches!(health, Health::Live | Health::Recovering);
+    let running = app.index.is_running();
+    for (name, help, value) in [
+        (
+            "connected",
+            "1 while connected to the publisher (live or recovering)",
+            connected,
+        ),
+        (
+            "healthy",
+            "1 while live: the index reflects every event since its last clear",
+            health == Health::Live,
+        ),
+        (
+            "subscriber_running",
+            "0 once the subscriber loop stopped",
+            running,
+        ),
+    ] {
+        let _ = writeln!(
+            out,
+            "# HELP hicache_index_{name} {help}\n# TYPE hicache_index_{name} gauge\nhicache_index_{name} {}",
+            u8::from(value)
+        );
+    }
+    let _ = writeln!(out, "# HELP hicache_index_health 1 for the current health state\n# TYPE hicache_index_health gauge");
+    for state in [
+        Health::Live,
+        Health::Recovering,
+        Health::Connecting,
+        Health::Disconnected,
+    ] {
+        let _ = writeln!(
+            out,
+            "hicache_index_health{{state=\"{}\"}} {}",
+            state.as_str(),
+            u8::from(state == health)
+        );
+    }
+    let name = "hicache_index_query_duration_seconds";
+    let _ = writeln!(
+        out,
+        "# HELP {name} Time to decode, answer and encode one query (not the client's network time)\n# TYPE {name} histogram"
+    );
+    app.http_latency
+        .write_prometheus(&mut out, name, "transport=\"http\"");
+    if app.nng_latency.count() > 0 {
+        app.nng_latency
+            .write_prometheus(&mut out, name, "transport=\"nng\"");
+    }
+    let _ = writeln!(
+        out,
+        "# HELP hicache_index_http_rejected_total HTTP queries refused (4xx)\n# TYPE hicache_index_http_rejected_total counter\nhicache_index_http_rejected_total {}",
+        app.rejected.load(Ordering::Relaxed)
+    );
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        out,
+    )
+        .into_response()
+}
+
+/// `GET /healthz`: the process answers.
+async fn healthz() -> Response {
+    json(StatusCode::OK, r#"{"status":"alive"}"#.to_owned())
+}
+
+/// `GET /readyz`: 200 only while the index is live.
+async fn readyz(State(app): State<Arc<App>>) -> Response {
+    let health = app.index.health();
+    let status = if health == Health::Live {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    json(status, format!(r#"{{"health":"{}"}}"#, health.as_str()))
+}
+
+async fn not_found() -> Response {
+    error_json(
+        StatusCode::NOT_FOUND,
+        "no such endpoint (POST /v1/query, GET /metrics, /healthz, /readyz)",
+    )
+}
+
+async fn method_not_allowed() -> Response {
+    error_json(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method not allowed (POST /v1/query, GET /metrics, /healthz, /readyz)",
+    )
+}
+
+fn api_error(error: &ApiError) -> Response {
+    let status = StatusCode::from_u16(error.status()).unwrap_or(StatusCode::BAD_REQUEST);
+    json(status, error.to_json())
+}
+
+fn error_json(status: StatusCode, message: &str) -> Response {
+    json(status, serde_json::json!({ "error": message }).to_string())
+}
+
+fn json(status: StatusCode, body: String) -> Response {
+    (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+/// Checks that `url` is a ZeroMQ endpoint a SUB socket can connect to.
+pub(crate) fn check_endpoint(url: &str) -> Result<(), String> {
+    let bad = || format!("--events {url:?} is not tcp://HOST:PORT or ipc://PATH");
+    if let Some(rest) = url.strip_prefix("tcp://") {
+        let (host, port) = rest.rsplit_once(':').ok_or_else(bad)?;
+        if host.is_empty() || port.parse::<u16>().map_or(true, |p| p == 0) {
+            return Err(bad());
+        }
+        return Ok(());
+    }
+    match url.strip_prefix("ipc://") {
+        Some(path) if !path.is_empty() => Ok(()),
+        _ => Err(bad()),
+    }
+}

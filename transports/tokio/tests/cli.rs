@@ -1,0 +1,971 @@
+//! The `hicache-index` binary, run for real: every subcommand, against the shared vectors, the
+//! emulated master over real ZeroMQ, and real HTTP (and, with the `nng` feature, pynng) clients.
+//! Every process is killed when its test ends; everything stays on 127.0.0.1.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::mpsc::{self, Receiver};
+use std::time::{Duration, Instant};
+
+use hicache_index::EventKind;
+use hicache_index_emulator::{Emulator, EmulatorConfig};
+use hicache_index_testkit::{object_keys, page_hashes, tokens};
+use serde_json::{json, Value};
+
+const BIN: &str = env!("CARGO_BIN_EXE_hicache-index");
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../core/tests/fixtures");
+const PATIENCE: Duration = Duration::from_secs(15);
+
+/// Runs the binary to its end (killed after 60 s), with `stdin` as its input.
+fn run(args: &[&str], stdin: &str) -> Output {
+    let mut child = Command::new(BIN)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the binary starts");
+    let mut input = child.stdin.take().expect("piped stdin");
+    let stdin = stdin.to_owned();
+    let feeder = std::thread::spawn(move || {
+        let _ = input.write_all(stdin.as_bytes());
+    });
+    let out = wait_output(child, Duration::from_secs(60));
+    let _ = feeder.join();
+    out
+}
+
+/// Waits for `child` to end and collects its output; kills it after `timeout`.
+fn wait_output(mut child: Child, timeout: Duration) -> Output {
+    let mut stdout = child.stdout.take().expect("piped stdout");
+    let mut stderr = child.stderr.take().expect("piped stderr");
+    let out = std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        let _ = stdout.read_to_end(&mut buf);
+        buf
+    });
+    let err = std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        let _ = stderr.read_to_end(&mut buf);
+        buf
+    });
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("the child can be waited for") {
+            break status;
+        }
+        if start.elapsed() > timeout {
+            let _ = child.kill();
+            panic!("{BIN} did not end within {timeout:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    Output {
+        status,
+        stdout: out.join().unwrap_or_default(),
+        stderr: err.join().unwrap_or_default(),
+    }
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Asserts a failure with exit `code` and exactly one line on stderr containing `says`.
+fn assert_fails(out: &Output, code: i32, says: &str) {
+    let err = stderr(out);
+    assert_eq!(out.status.code(), Some(code), "stderr: {err}");
+    assert_eq!(err.lines().count(), 1, "one line expected: {err:?}");
+    assert!(err.contains(says), "{err:?} should say {says:?}");
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+/// A running binary, killed when dropped, whose stdout lines arrive on a channel.
+struct Running {
+    child: Child,
+    lines: Receiver<String>,
+    seen: Vec<String>,
+}
+
+impl Running {
+    fn start(args: &[&str]) -> Running {
+        let mut child = Command::new(BIN)
+            .args(args)
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("the binary starts");
+        let out = child.stdout.take().expect("piped stdout");
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines() {
+                let Ok(line) = line else { return };
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        Running {
+            child,
+            lines,
+            seen: Vec::new(),
+        }
+    }
+
+    /// Waits for a stdout line that satisfies `f` and returns it.
+    fn line(&mut self, what: &str, mut f: impl FnMut(&str) -> bool) -> String {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => {
+                    self.seen.push(line.clone());
+                    if f(&line) {
+                        return line;
+                    }
+                }
+                Err(_) => panic!(
+                    "no line with {what} within {PATIENCE:?}; saw {:#?}",
+                    self.seen
+                ),
+            }
+        }
+    }
+
+    /// Waits for a JSON line that satisfies `f`.
+    fn json(&mut self, what: &str, mut f: impl FnMut(&Value) -> bool) -> Value {
+        let line = self.line(what, |l| serde_json::from_str(l).is_ok_and(|v| f(&v)));
+        serde_json::from_str(&line).expect("JSON")
+    }
+
+    /// Reports whether a batch line (JSON or text) arrives within `timeout`.
+    fn batch_within(&mut self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        while let Ok(line) = self
+            .lines
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+        {
+            self.seen.push(line.clone());
+            if line.starts_with("seq ") || line.contains("\"seq\":") {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Sends SIGTERM and waits for the exit.
+    fn terminate(&mut self) -> ExitStatus {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().expect("waitable") {
+                return status;
+            }
+            assert!(start.elapsed() < PATIENCE, "no exit after SIGTERM");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn emulator() -> Emulator {
+    Emulator::start(EmulatorConfig::default()).expect("the emulator starts")
+}
+
+fn fixture(name: &str) -> Value {
+    let text = std::fs::read_to_string(format!("{FIXTURES}/{name}")).expect("the fixture");
+    serde_json::from_str(&text).expect("JSON")
+}
+
+/// Tokens of a vector: a list, or the Python text `"list(range(a, b))"`.
+fn vector_tokens(v: &Value) -> Vec<String> {
+    match v {
+        Value::Array(list) => list.iter().map(|t| t.to_string()).collect(),
+        Value::String(text) => {
+            let inner = text
+                .strip_prefix("list(range(")
+                .and_then(|t| t.strip_suffix("))"))
+                .expect("list(range(a, b))");
+            let (a, b) = inner.split_once(',').expect("two bounds");
+            let (a, b): (u64, u64) = (a.trim().parse().unwrap(), b.trim().parse().unwrap());
+            (a..b).map(|t| t.to_string()).collect()
+        }
+        other => panic!("unexpected tokens {other}"),
+    }
+}
+
+#[test]
+fn hash_prints_the_page_hashes_of_the_shared_vectors() {
+    let vectors = fixture("page_hashes.json");
+    for v in vectors["vectors"].as_array().unwrap() {
+        let page_size = v["page_size"].to_string();
+        let mut args = vec!["hash", "--page-size", &page_size];
+        if v["eagle"] == true {
+            args.push("--eagle");
+        }
+        let extra_key = v["extra_key"].as_str().map(str::to_owned);
+        let cache_salt = v["cache_salt"].as_str().map(str::to_owned);
+        if let Some(k) = &extra_key {
+            args.extend(["--extra-key", k]);
+        }
+        if let Some(s) = &cache_salt {
+            args.extend(["--cache-salt", s]);
+        }
+        let tokens = vector_tokens(&v["tokens"]);
+        args.extend(tokens.iter().map(String::as_str));
+        let out = run(&args, "");
+        assert!(out.status.success(), "{}: {}", v["name"], stderr(&out));
+        let expected: Vec<&str> = v["page_hashes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|h| h.as_str().unwrap())
+            .collect();
+        assert_eq!(
+            stdout(&out).lines().collect::<Vec<_>>(),
+            expected,
+            "{}",
+            v["name"]
+        );
+    }
+}
+
+#[test]
+fn hash_accepts_comma_lists_and_refuses_bad_tokens() {
+    let spaced = run(&["hash", "--page-size", "4", "1", "2", "3", "4"], "");
+    let commas = run(&["hash", "--page-size", "4", "1,2,3,4"], "");
+    assert!(spaced.status.success() && commas.status.success());
+    assert_eq!(stdout(&spaced), stdout(&commas));
+    assert_fails(
+        &run(&["hash", "--page-size", "4", "1", "x"], ""),
+        1,
+        "\"x\" is not a token id",
+    );
+    assert_fails(
+        &run(&["hash", "--page-size", "0", "1"], ""),
+        1,
+        "--page-size must be at least 1",
+    );
+    assert_fails(
+        &run(&["hash", "--page-size", "4", "-5"], ""),
+        2,
+        "see --help",
+    );
+    assert_fails(&run(&["hash", "--page-size", "4"], ""), 2, "TOKEN");
+}
+
+#[test]
+fn keys_prints_the_object_keys_of_the_shared_layouts() {
+    let vectors = fixture("object_keys.json");
+    let h = vectors["H"].as_str().unwrap();
+    for v in vectors["layouts"].as_array().unwrap() {
+        let layout = &v["layout"];
+        let (tp, pp) = (layout["tp"].to_string(), layout["pp"].to_string());
+        let mut args = vec![
+            "keys",
+            "--page-hash",
+            h,
+            "--page-size",
+            "4",
+            "--tp",
+            &tp,
+            "--pp",
+            &pp,
+        ];
+        if layout["mla"] == true {
+            args.push("--mla");
+        }
+        let lcm = layout["tp_lcm"].as_u64().map(|n| n.to_string());
+        if let Some(lcm) = &lcm {
+            args.extend(["--tp-lcm", lcm]);
+        }
+        if let Some(tag) = layout["tag"].as_str() {
+            args.extend(["--tag", tag]);
+        }
+        if let Some(model) = layout["model"].as_str() {
+            args.extend(["--model", model]);
+        }
+        let out = run(&args, "");
+        assert!(out.status.success(), "{}: {}", v["name"], stderr(&out));
+        let expected: Vec<String> = v["keys"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|k| k.as_str().unwrap().replace("{H}", h))
+            .collect();
+        assert_eq!(
+            stdout(&out).lines().collect::<Vec<_>>(),
+            expected,
+            "{}",
+            v["name"]
+        );
+    }
+}
+
+#[test]
+fn keys_refuses_a_bad_hash_and_a_missing_layout_in_one_line() {
+    let h = "cf97adeedb59e05bfd73a2b4c2a8885708c4f4f70c84c64b27120e72ab733b72";
+    assert_fails(
+        &run(
+            &["keys", "--page-hash", "zz", "--page-size", "4", "--tp", "2"],
+            "",
+        ),
+        1,
+        "64 lowercase hex",
+    );
+    assert_fails(
+        &run(&["keys", "--page-hash", h], ""),
+        1,
+        "--page-size is required",
+    );
+    assert_fails(
+        &run(
+            &["keys", "--page-hash", h, "--page-size", "4", "--tp", "0"],
+            "",
+        ),
+        1,
+        "invalid layout",
+    );
+    assert_fails(
+        &run(
+            &["keys", "--page-hash", h, "--layout", "/nonexistent.json"],
+            "",
+        ),
+        1,
+        "cannot read",
+    );
+}
+
+#[test]
+fn decode_prints_each_captured_message_and_an_error_for_a_bad_line() {
+    let text = std::fs::read_to_string(format!("{FIXTURES}/mooncake_frames.jsonl")).unwrap();
+    let input = format!("{text}\nnot json\n{{\"frames_hex\": [\"\", \"00\", \"c1\"]}}\n");
+    let out = run(&["decode"], &input);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let printed: Vec<Value> = stdout(&out)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("one JSON object a line"))
+        .collect();
+    let vectors: Vec<Value> = text
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(printed.len(), vectors.len() + 2);
+    for (v, p) in vectors.iter().zip(&printed) {
+        let decoded = &v["decoded"];
+        if v.get("frames_hex").is_none() || decoded.is_null() {
+            assert!(p["error"].is_string(), "{}: {p}", v["name"]);
+            continue;
+        }
+        let seq = u64::from_str_radix(v["frames_hex"][1].as_str().unwrap(), 16).unwrap();
+        assert_eq!(p["seq"], seq, "{}", v["name"]);
+        assert_eq!(p["timestamp_ms"], decoded[0], "{}", v["name"]);
+        let events = decoded[1].as_array().unwrap();
+        assert_eq!(p["events"].as_array().unwrap().len(), events.len());
+        for (e, pe) in events.iter().zip(p["events"].as_array().unwrap()) {
+            for field in [
+                "event_type",
+                "object_key",
+                "tenant_id",
+                "group_id",
+                "medium",
+                "event_id",
+            ] {
+                assert_eq!(pe[field], e[field], "{} {field}", v["name"]);
+            }
+        }
+    }
+    assert!(printed[vectors.len()]["error"]
+        .as_str()
+        .unwrap()
+        .contains("not JSON"));
+    assert!(printed[vectors.len() + 1]["error"].is_string());
+}
+
+#[test]
+fn decode_reads_a_file_and_fails_in_one_line_on_a_missing_one() {
+    let path = format!("{FIXTURES}/mooncake_frames.jsonl");
+    let out = run(&["decode", &path], "");
+    assert!(out.status.success());
+    assert!(stdout(&out).lines().count() >= 3);
+    assert_fails(
+        &run(&["decode", "/nonexistent.jsonl"], ""),
+        1,
+        "cannot read /nonexistent.jsonl",
+    );
+}
+
+#[test]
+fn usage_errors_are_one_line_and_exit_2() {
+    assert_fails(&run(&["frobnicate"], ""), 2, "unrecognized subcommand");
+    assert_fails(&run(&["serve", "--bogus"], ""), 2, "--bogus");
+    assert_fails(&run(&["demo", "--duration", "soon"], ""), 2, "duration");
+    let help = run(&["--help"], "");
+    assert!(help.status.success());
+    for sub in ["demo", "serve", "watch", "hash", "keys", "decode"] {
+        assert!(stdout(&help).contains(sub), "{sub} in --help");
+    }
+}
+
+/// Stores probe keys until every watcher has printed a batch (ZeroMQ drops what is published
+/// before the subscription arrives); returns the sequence of one more probe, which all see.
+fn probe_until(emulator: &Emulator, watchers: &mut [&mut Running]) -> u64 {
+    for watcher in watchers.iter_mut() {
+        watcher.line("connected", |l| {
+            l.contains("connected") && !l.contains("connecting")
+        });
+    }
+    let mut subscribed = vec![false; watchers.len()];
+    let mut n = 0;
+    let start = Instant::now();
+    while subscribed.contains(&false) {
+        assert!(start.elapsed() < PATIENCE, "no batch reached every watcher");
+        emulator.store([format!("probe-{n}")]);
+        n += 1;
+        for (watcher, seen) in watchers.iter_mut().zip(&mut subscribed) {
+            *seen |= watcher.batch_within(Duration::from_millis(100));
+        }
+    }
+    let seq = emulator.status().published_batches + 1;
+    emulator.store(["probe-last".to_owned()]);
+    seq
+}
+
+#[test]
+fn watch_prints_batches_gaps_duplicates_restarts_and_bad_messages() {
+    let emulator = emulator();
+    let endpoint = emulator.event_endpoint();
+    let mut json_watch = Running::start(&["watch", "--events", &endpoint, "--json"]);
+    let mut text_watch = Running::start(&["watch", "--events", &endpoint]);
+    let seq = probe_until(&emulator, &mut [&mut json_watch, &mut text_watch]);
+    let batch = json_watch.json("the last probe", |v| v["seq"] == seq);
+    assert_eq!(
+        (batch["events"].as_u64(), batch["stored"].as_u64()),
+        (Some(1), Some(1))
+    );
+    assert_eq!(batch["gap"], Value::Null);
+
+    // A gap: three events lost in the master's queue, then a batch.
+    emulator.store_unpublished(["a", "b", "c"].map(String::from));
+    emulator.store(["d".to_owned()]);
+    let gap = json_watch.json("a gap", |v| !v["gap"].is_null());
+    assert_eq!(
+        gap["gap"],
+        json!({ "expected": seq + 1, "received": seq + 4, "missing": 3 })
+    );
+    text_watch.line("GAP", |l| {
+        l.contains(&format!("GAP: expected {}, 3 missing", seq + 1))
+    });
+
+    // The same batch twice: a duplicate. Then the master uses that sequence for other content:
+    // a restart.
+    let payload = emulator.encode_batch(EventKind::Removed, &["d".to_owned()]);
+    let next = (seq + 5).to_be_bytes();
+    emulator.send_frames(&[b"", &next, &payload]);
+    emulator.send_frames(&[b"", &next, &payload]);
+    let dup = json_watch.json("a duplicate", |v| v["duplicate"] == true);
+    assert_eq!(
+        (dup["seq"].as_u64(), dup["removed"].as_u64()),
+        (Some(seq + 5), Some(1))
+    );
+    emulator.store(["e".to_owned()]);
+    let restart = json_watch.json("a restart", |v| !v["restart"].is_null());
+    assert_eq!(
+        restart["restart"],
+        json!({ "last": seq + 5, "received": seq + 5 })
+    );
+    text_watch.line("RESTART", |l| l.contains("RESTART"));
+
+    // Stray and malformed messages are shown, not applied.
+    emulator.send_frames(&[b"other-topic", &next, &payload]);
+    emulator.send_frames(&[b"", &[0, 1], &payload]);
+    emulator.send_frames(&[b"", &(seq + 6).to_be_bytes(), b"\xc1"]);
+    json_watch.json("a stray", |v| v["stray"] == "topic");
+    json_watch.json("a bad sequence", |v| v["malformed"].is_string());
+    let bad = json_watch.json("a bad payload", |v| v["malformed"].is_string());
+    assert!(bad["malformed"].as_str().unwrap().len() > 3);
+    text_watch.line("stray", |l| l.starts_with("stray: another topic"));
+    text_watch.line("malformed", |l| l.starts_with("malformed: "));
+
+    // The master goes away: the watcher says so and reconnects.
+    drop(emulator);
+    json_watch.json("a disconnect", |v| v["connection"] == "disconnected");
+}
+
+#[test]
+fn watch_stops_after_count_with_a_summary() {
+    let emulator = emulator();
+    let endpoint = emulator.event_endpoint();
+    let child = Command::new(BIN)
+        .args([
+            "watch",
+            "--events",
+            &endpoint,
+            "--count",
+            "3",
+            "--duration",
+            "20s",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let feeding = stop.clone();
+    let feeder = std::thread::spawn(move || {
+        let mut n = 0;
+        while !feeding.load(std::sync::atomic::Ordering::Relaxed) {
+            emulator.store([format!("k-{n}")]);
+            n += 1;
+            std::thread::sleep(Duration::from_millis(25));
+        }
+    });
+    let out = wait_output(child, Duration::from_secs(30));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let _ = feeder.join();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        stdout(&out)
+            .lines()
+            .filter(|l| l.starts_with("seq "))
+            .count(),
+        3,
+        "{}",
+        stdout(&out)
+    );
+    assert!(
+        stderr(&out).contains("3 messages: 3 batches"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn watch_refuses_a_bad_endpoint_in_one_line() {
+    assert_fails(
+        &run(&["watch", "--events", "localhost:5557"], ""),
+        1,
+        "tcp://HOST:PORT",
+    );
+}
+
+/// One HTTP/1.1 request over a fresh connection: the status and the body.
+fn http(addr: SocketAddr, method: &str, path: &str, body: &[u8]) -> (u16, String) {
+    let mut stream = TcpStream::connect(addr).expect("the service accepts");
+    stream.set_read_timeout(Some(PATIENCE)).unwrap();
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).unwrap();
+    let _ = stream.write_all(body);
+    let mut response = Vec::new();
+    let _ = stream.read_to_end(&mut response);
+    let response = String::from_utf8_lossy(&response).into_owned();
+    let status = response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no status in {response:?}"));
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    (status, body)
+}
+
+fn query(addr: SocketAddr, body: &Value) -> Value {
+    let (status, text) = http(addr, "POST", "/v1/query", body.to_string().as_bytes());
+    assert_eq!(status, 200, "{text}");
+    serde_json::from_str(&text).expect("a JSON answer")
+}
+
+fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !f() {
+        assert!(start.elapsed() < PATIENCE, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Starts `serve` on a free port against `emulator`; returns it and its HTTP address.
+fn serve(emulator: &Emulator, extra: &[&str]) -> (Running, SocketAddr) {
+    let endpoint = emulator.event_endpoint();
+    let base = emulator.http_base();
+    let mut args = vec![
+        "serve",
+        "--events",
+        &endpoint,
+        "--master-http",
+        &base,
+        "--page-size",
+        "4",
+        "--tp",
+        "2",
+        "--listen",
+        "127.0.0.1:0",
+    ];
+    args.extend_from_slice(extra);
+    let mut service = Running::start(&args);
+    let line = service.line("the HTTP address", |l| {
+        l.contains("http listening on http://")
+    });
+    let addr = line
+        .rsplit("http://")
+        .next()
+        .and_then(|a| a.trim().parse().ok())
+        .expect("an address");
+    (service, addr)
+}
+
+#[test]
+fn serve_answers_queries_over_http_and_refuses_bad_requests_with_json() {
+    let emulator = emulator();
+    let (mut service, addr) = serve(
+        &emulator,
+        &[
+            "--max-body-bytes",
+            "2000",
+            "--verify-interval",
+            "300ms",
+            "--model",
+            "Qwen/Qwen3-8B",
+            "--key-prefix",
+            "",
+        ],
+    );
+    wait_for("ready", || http(addr, "GET", "/readyz", b"").0 == 200);
+    // `--key-prefix ""` makes the keys `_{H}_{r}_{k|v}`.
+    let keys: Vec<String> = object_keys(&tokens(1, 3))
+        .iter()
+        .map(|k| format!("_{k}"))
+        .collect();
+    emulator.store(keys);
+    let ask = json!({ "tokens": tokens(1, 5) });
+    wait_for("three pages", || query(addr, &ask)["prefix_pages"] == 3);
+    let answer = query(addr, &ask);
+    assert_eq!(answer["pages"], json!([true, true, true, false, false]));
+    assert_eq!(
+        (answer["total_pages"].as_u64(), answer["trust"].as_str()),
+        (Some(5), Some("live"))
+    );
+    let hashes: Vec<String> = page_hashes(&tokens(1, 5))
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    let by_hash = query(
+        addr,
+        &json!({ "page_hashes": hashes, "model": "Qwen/Qwen3-8B", "tenant": "default" }),
+    );
+    assert_eq!(by_hash["pages"], answer["pages"]);
+    let salted = query(
+        addr,
+        &json!({ "tokens": tokens(1, 5), "cache_salt": "s", "extra_key": null }),
+    );
+    assert_eq!(salted["prefix_pages"], 0);
+
+    for (method, path, body, status, says) in [
+        ("POST", "/v1/query", b"{".to_vec(), 400, "malformed"),
+        (
+            "POST",
+            "/v1/query",
+            br#"{"tokens": [1], "page_hashes": []}"#.to_vec(),
+            400,
+            "exactly one",
+        ),
+        (
+            "POST",
+            "/v1/query",
+            br#"{"page_hashes": ["zz"]}"#.to_vec(),
+            400,
+            "page_hashes[0]",
+        ),
+        (
+            "POST",
+            "/v1/query",
+            br#"{"tokens": [1,2,3,4], "model": "other"}"#.to_vec(),
+            404,
+            "model",
+        ),
+        (
+            "POST",
+            "/v1/query",
+            vec![b' '; 3000],
+            413,
+            "larger than 2000",
+        ),
+        ("GET", "/v1/query", Vec::new(), 405, "method not allowed"),
+        ("GET", "/nope", Vec::new(), 404, "no such endpoint"),
+    ] {
+        let (got, text) = http(addr, method, path, &body);
+        assert_eq!(got, status, "{method} {path}: {text}");
+        let error: Value = serde_json::from_str(&text).unwrap_or_else(|_| panic!("JSON: {text}"));
+        assert!(
+            error["error"].as_str().unwrap().contains(says),
+            "{text} should say {says}"
+        );
+    }
+
+    let (status, metrics) = http(addr, "GET", "/metrics", b"");
+    assert_eq!(status, 200);
+    for line in [
+        "# TYPE hicache_index_batches_total counter",
+        "# TYPE hicache_index_pages gauge",
+        "hicache_index_connected 1",
+        "hicache_index_healthy 1",
+        "hicache_index_health{state=\"live\"} 1",
+        "# TYPE hicache_index_query_duration_seconds histogram",
+        "hicache_index_query_duration_seconds_bucket{transport=\"http\",le=\"+Inf\"}",
+        "hicache_index_http_rejected_total 5",
+    ] {
+        assert!(metrics.contains(line), "{line} in\n{metrics}");
+    }
+    let figure = |name: &str| -> u64 {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{name} ")))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{name} in\n{metrics}"))
+    };
+    assert!(figure("hicache_index_batches_total") > 0);
+    assert!(figure("hicache_index_resyncs_completed_total") >= 1);
+    assert!(figure("hicache_index_pages") >= 3);
+    assert_eq!(http(addr, "GET", "/healthz", b"").0, 200);
+
+    // SIGTERM stops the service cleanly.
+    assert!(service.terminate().success());
+}
+
+#[test]
+fn readyz_follows_the_index_health() {
+    let emulator = emulator();
+    let (_service, addr) = serve(&emulator, &[]);
+    wait_for("ready", || http(addr, "GET", "/readyz", b"").0 == 200);
+    let (_, body) = http(addr, "GET", "/readyz", b"");
+    assert_eq!(body, r#"{"health":"live"}"#);
+    // The master restarts with its HTTP side down: the index cannot resync, it is not ready.
+    emulator.set_http_available(false);
+    emulator.restart().expect("the emulator binds again");
+    wait_for("not ready", || http(addr, "GET", "/readyz", b"").0 == 503);
+    let (_, body) = http(addr, "GET", "/readyz", b"");
+    assert!(!body.contains("live"), "{body}");
+    assert_eq!(http(addr, "GET", "/healthz", b"").0, 200, "alive all along");
+    emulator.set_http_available(true);
+    wait_for("ready again", || http(addr, "GET", "/readyz", b"").0 == 200);
+}
+
+#[test]
+fn slow_clients_do_not_hold_up_others_and_are_cut_off() {
+    let emulator = emulator();
+    let (_service, addr) = serve(
+        &emulator,
+        &["--client-timeout", "1s", "--max-connections", "4"],
+    );
+    wait_for("ready", || http(addr, "GET", "/readyz", b"").0 == 200);
+    // One client stops in the middle of its headers, another in the middle of its body.
+    let mut slow_head = TcpStream::connect(addr).unwrap();
+    slow_head
+        .write_all(b"POST /v1/query HTTP/1.1\r\nHost: x\r\n")
+        .unwrap();
+    let mut slow_body = TcpStream::connect(addr).unwrap();
+    slow_body
+        .write_all(b"POST /v1/query HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"tokens\"")
+        .unwrap();
+    let start = Instant::now();
+    let answer = query(addr, &json!({ "tokens": [1, 2, 3, 4] }));
+    assert_eq!(answer["total_pages"], 1);
+    assert!(
+        start.elapsed() < Duration::from_millis(900),
+        "answered in {:?}",
+        start.elapsed()
+    );
+    // After the client timeout both are answered or closed.
+    for (stream, what) in [(&mut slow_head, "headers"), (&mut slow_body, "body")] {
+        stream
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        let mut response = Vec::new();
+        let read = stream.read_to_end(&mut response);
+        let text = String::from_utf8_lossy(&response);
+        assert!(
+            read.is_ok() || !response.is_empty(),
+            "slow {what}: {read:?}"
+        );
+        if what == "body" {
+            assert!(text.starts_with("HTTP/1.1 408"), "slow body: {text}");
+        }
+    }
+    // The slots were given back.
+    for _ in 0..8 {
+        assert_eq!(http(addr, "GET", "/healthz", b"").0, 200);
+    }
+}
+
+#[test]
+fn serve_refuses_bad_configurations_in_one_line() {
+    let layout = ["--page-size", "4", "--tp", "2"];
+    let with = |extra: &[&str]| {
+        let mut args = vec!["serve"];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&layout);
+        run(&args, "")
+    };
+    assert_fails(&with(&["--events", "127.0.0.1:5557"]), 1, "tcp://HOST:PORT");
+    assert_fails(
+        &with(&["--events", "tcp://127.0.0.1:0"]),
+        1,
+        "tcp://HOST:PORT",
+    );
+    assert_fails(
+        &with(&["--events", "tcp://127.0.0.1:1", "--no-verify"]),
+        2,
+        "--master-http",
+    );
+    assert_fails(
+        &with(&[
+            "--events",
+            "tcp://127.0.0.1:1",
+            "--master-http",
+            "ftp://x",
+            "--listen",
+            "127.0.0.1:0",
+        ]),
+        1,
+        "master HTTP URL",
+    );
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = busy.local_addr().unwrap().to_string();
+    assert_fails(
+        &with(&["--events", "tcp://127.0.0.1:1", "--listen", &addr]),
+        1,
+        "cannot listen on",
+    );
+    assert_fails(
+        &run(
+            &["serve", "--events", "tcp://127.0.0.1:1", "--page-size", "4"],
+            "",
+        ),
+        1,
+        "--tp is required",
+    );
+    #[cfg(not(feature = "nng"))]
+    assert_fails(
+        &with(&[
+            "--events",
+            "tcp://127.0.0.1:1",
+            "--nng-listen",
+            "tcp://127.0.0.1:9101",
+        ]),
+        1,
+        "built without nng support",
+    );
+}
+
+#[test]
+fn demo_ends_with_a_report_and_zero_false_hits() {
+    let out = run(
+        &[
+            "demo",
+            "--duration",
+            "8s",
+            "--rate",
+            "300",
+            "--store-pages",
+            "3000",
+        ],
+        "",
+    );
+    let report = stdout(&out);
+    assert!(out.status.success(), "{report}\n{}", stderr(&out));
+    for line in [
+        "events ingested",
+        "latency p50 / p99",
+        "hit rate",
+        "recovered in",
+        "live with new pages in",
+    ] {
+        assert!(report.contains(line), "{line:?} in\n{report}");
+    }
+    assert!(report.contains("false hits         0 "), "{report}");
+    assert!(
+        stderr(&out).contains("hicache-index demo:"),
+        "{}",
+        stderr(&out)
+    );
+    assert_fails(&run(&["demo", "--routers", "0"], ""), 1, "--routers");
+}
+
+#[cfg(feature = "nng")]
+#[test]
+fn serve_answers_pynng_clients_on_nng_like_http() {
+    let emulator = emulator();
+    let path = std::env::temp_dir().join(format!("hicache-cli-{}.ipc", std::process::id()));
+    let url = format!("ipc://{}", path.display());
+    let (mut service, addr) = serve(&emulator, &["--nng-listen", &url]);
+    service.line("the nng URL", |l| l.contains("nng listening on ipc://"));
+    wait_for("ready", || http(addr, "GET", "/readyz", b"").0 == 200);
+    emulator.store(object_keys(&tokens(1, 3)));
+    let ask = json!({ "tokens": tokens(1, 5) });
+    wait_for("three pages", || query(addr, &ask)["prefix_pages"] == 3);
+    let over_http = query(addr, &ask);
+    let python = hicache_index_testkit::peer::venv_python(
+        "py-venv-nng",
+        &["pynng", "msgpack"],
+        "import pynng, msgpack",
+    );
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../nng/tests/pynng_client.py");
+    let mut child = Command::new(python)
+        .args([script, &url])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("python starts");
+    let requests = json!([ask, { "tokens": [1, 2], "model": "nope" }]);
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(requests.to_string().as_bytes())
+        .unwrap();
+    let out = wait_output(child, Duration::from_secs(60));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let lines: Vec<Value> = stdout(&out)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines[0], over_http);
+    assert!(
+        lines[1]["error"].as_str().unwrap().contains("model"),
+        "{}",
+        lines[1]
+    );
+    println!(
+        "[nng] pynng round trip through the binary: {:.1} µs",
+        lines[2]["round_trip_us"]
+    );
+    let (_, metrics) = http(addr, "GET", "/metrics", b"");
+    assert!(
+        metrics.contains("hicache_index_query_duration_seconds_count{transport=\"nng\"}"),
+        "{metrics}"
+    );
+    // SIGTERM closes the socket, which removes the socket file.
+    assert!(service.terminate().success());
+    let _ = std::fs::remove_file(&path);
+}
