@@ -23,12 +23,17 @@ use hicache_index_sim::encode::{
 pub mod meter {
     use std::alloc::{GlobalAlloc, Layout, System};
     use std::cell::Cell;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// Bytes allocated and not yet freed, over all threads.
+    static LIVE: AtomicUsize = AtomicUsize::new(0);
 
     thread_local! {
         static LARGEST: Cell<usize> = const { Cell::new(0) };
     }
 
-    /// The recording allocator (forwards to the system allocator).
+    /// The recording allocator (forwards to the system allocator): the largest allocation per
+    /// thread, and the bytes live in the process.
     pub struct Meter;
 
     #[allow(unsafe_code)]
@@ -37,15 +42,19 @@ pub mod meter {
     unsafe impl GlobalAlloc for Meter {
         unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
             note(layout.size());
+            LIVE.fetch_add(layout.size(), Ordering::Relaxed);
             unsafe { System.alloc(layout) }
         }
 
         unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+            LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
             unsafe { System.dealloc(ptr, layout) }
         }
 
         unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
             note(new_size);
+            LIVE.fetch_add(new_size, Ordering::Relaxed);
+            LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
             unsafe { System.realloc(ptr, layout, new_size) }
         }
     }
@@ -57,6 +66,11 @@ pub mod meter {
     /// Forgets the largest allocation seen on this thread so far.
     pub fn reset() {
         let _ = LARGEST.try_with(|l| l.set(0));
+    }
+
+    /// Returns the bytes allocated and not yet freed in the whole process.
+    pub fn live_bytes() -> usize {
+        LIVE.load(Ordering::Relaxed)
     }
 
     /// Returns the largest single allocation on this thread since [`reset`].

@@ -1,37 +1,11 @@
 //! Memory per page at TP 8 (16 objects a page), counted by a global allocator: the index must
 //! hold a page in at most 128 bytes (8 per object).
-#![allow(unsafe_code)]
-
-use std::alloc::{GlobalAlloc, Layout as AllocLayout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use hicache_index::{Index, IndexConfig, Layout, Medium, PageHash, SglangParams};
-
-struct Counting;
-
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: forwards to the system allocator and only counts bytes.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: AllocLayout) -> *mut u8 {
-        LIVE.fetch_add(layout.size(), Ordering::Relaxed);
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: AllocLayout) {
-        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: AllocLayout, new_size: usize) -> *mut u8 {
-        LIVE.fetch_add(new_size, Ordering::Relaxed);
-        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
+use hicache_index_tests::fuzz::meter::{self, Meter};
 
 #[global_allocator]
-static ALLOCATOR: Counting = Counting;
+static ALLOCATOR: Meter = Meter;
 
 #[test]
 fn a_full_index_at_tp8_holds_a_page_in_at_most_128_bytes() {
@@ -42,7 +16,7 @@ fn a_full_index_at_tp8_holds_a_page_in_at_most_128_bytes() {
     let suffixes: Vec<String> = layout.suffixes().map(|(s, _)| s.to_owned()).collect();
     let mut key = String::new();
 
-    let before = LIVE.load(Ordering::Relaxed);
+    let before = meter::live_bytes();
     let mut index = Index::new(IndexConfig {
         max_pages: PAGES,
         ..IndexConfig::default()
@@ -57,7 +31,7 @@ fn a_full_index_at_tp8_holds_a_page_in_at_most_128_bytes() {
             let _ = index.store("default", &key, None, Some(Medium::Cpu));
         }
     }
-    let bytes = LIVE.load(Ordering::Relaxed) - before;
+    let bytes = meter::live_bytes() - before;
     assert_eq!(index.page_count(), PAGES);
     assert_eq!(index.object_count(), PAGES * 16);
     assert_eq!(index.counters().evictions, 0);
