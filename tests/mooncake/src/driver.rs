@@ -154,7 +154,9 @@ impl Link {
         sub.set_linger(0)?;
         sub.set_rcvhwm(RECEIVE_HWM)?;
         // Normally the session owns reconnection (with its backoff and its clear-on-reconnect).
-        sub.set_reconnect_ivl(if auto_reconnect { 100 } else { -1 })?;
+        // Not -1: with it libzmq 4.3.4 can abort on a half-read multipart message when it tears
+        // the pipe down (as in transports/driver/src/socket.rs); i32::MAX never comes in practice.
+        sub.set_reconnect_ivl(if auto_reconnect { 100 } else { i32::MAX })?;
         sub.set_subscribe(topic)?;
         let address = format!(
             "inproc://mooncake-tests-monitor-{}",
