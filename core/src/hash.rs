@@ -227,18 +227,25 @@ pub struct PageHashes<'t, T: Token> {
     page_count: usize,
 }
 
+/// Returns how many full pages `tokens` tokens make: with EAGLE a page is made of bigrams, of
+/// which there are `tokens - 1`; a page size of 0 makes none.
+pub fn page_count(tokens: usize, page_size: u32, eagle: bool) -> usize {
+    let page_size = usize::try_from(page_size).unwrap_or(usize::MAX);
+    let units = if eagle {
+        tokens.saturating_sub(1)
+    } else {
+        tokens
+    };
+    units.checked_div(page_size).unwrap_or(0)
+}
+
 impl<'t, T: Token> PageHashes<'t, T> {
     /// Prepares to hash the full pages of `tokens`; only the namespace seed is computed here.
     ///
     /// `page_size` is in tokens (in bigrams with `eagle`); a page size of 0 yields no pages.
     pub fn new(tokens: &'t [T], page_size: u32, eagle: bool, namespace: Namespace<'_>) -> Self {
+        let page_count = page_count(tokens.len(), page_size, eagle);
         let page_size = usize::try_from(page_size).unwrap_or(usize::MAX);
-        let units = if eagle {
-            tokens.len().saturating_sub(1)
-        } else {
-            tokens.len()
-        };
-        let page_count = units.checked_div(page_size).unwrap_or(0);
         PageHashes {
             tokens,
             page_size,

@@ -376,19 +376,11 @@ pub fn answer_with(
     let (page_size, eagle) = page_shape(lookup.model).map_err(ApiError::Query)?;
     let total = match lookup.pages {
         Pages::Hashes(h) => h.len(),
-        Pages::Tokens { tokens, .. } => page_count(tokens.len(), page_size, eagle),
+        Pages::Tokens { tokens, .. } => {
+            hicache_index::hash::page_count(tokens.len(), page_size, eagle)
+        }
     };
     let mut map = vec![false; total];
     let hits = query_map(&lookup, &mut map).map_err(ApiError::Query)?;
     Ok(QueryAnswer::new(hits, map))
-}
-
-/// Full pages in `tokens` tokens: EAGLE pages are made of the `tokens - 1` bigrams.
-fn page_count(tokens: usize, page_size: u32, eagle: bool) -> usize {
-    let units = if eagle {
-        tokens.saturating_sub(1)
-    } else {
-        tokens
-    };
-    units.checked_div(page_size as usize).unwrap_or(0)
 }
