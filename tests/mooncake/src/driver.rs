@@ -2,9 +2,9 @@
 //!
 //! One thread, one ZeroMQ SUB socket with its monitor, HTTP calls on helper threads. It follows
 //! the core's driving contract to the letter and nothing more, so that the scenarios exercise
-//! the core against the real master; the production transports (tokio, smol) can replace it
-//! behind the same few methods ([`IndexDriver::new`], [`IndexDriver::step`],
-//! [`IndexDriver::run_until`], [`IndexDriver::session`]).
+//! the core against the real master. The production transports run the same scenarios through
+//! [`crate::index::IndexUnderTest`]; this driver adds a mode they do not have
+//! ([`IndexDriver::hide_disconnects`]) and the record of every effect.
 //!
 //! ```text
 //! step(max_wait):
@@ -17,17 +17,15 @@
 //!                          VerifyKeys: GET /batch_query_keys on a thread; others: recorded
 //! ```
 //!
-//! Besides driving, it records every effect with its time, and what the stream itself showed
-//! (sequence numbers, gaps, batch sizes, publisher-to-index lag) independently of the core, so
-//! that tests can compare the two.
+//! Besides driving, it records every effect with its time, so that tests can check what the core
+//! decided (what the stream itself showed is counted by [`crate::observer::Observer`]).
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
-use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
-use hicache_index::{decode, Config, Effect, Effects, EventKind, Instant, Seq, Session, Timestamp};
+use hicache_index::{Config, Effect, Effects, Instant, Seq, Session};
 
 use crate::http;
 
@@ -37,91 +35,6 @@ const RECEIVE_HWM: i32 = 1_000_000;
 
 /// The longest the loop sleeps while an HTTP answer may be on its way.
 const HTTP_POLL: Duration = Duration::from_millis(2);
-
-/// What the stream showed, counted by the driver from the raw frames (not by the core).
-#[derive(Clone, Debug, Default)]
-pub struct StreamStats {
-    /// Messages received (any shape).
-    pub messages: u64,
-    /// Events in messages that decoded.
-    pub events: u64,
-    /// `stored` events among them.
-    pub stored: u64,
-    /// `removed` events among them.
-    pub removed: u64,
-    /// The first sequence number received.
-    pub first_seq: Option<u64>,
-    /// The last sequence number received.
-    pub last_seq: Option<u64>,
-    /// Forward jumps of the sequence (`seq > last + 1`).
-    pub gaps: u64,
-    /// Sequence numbers skipped by those jumps.
-    pub missing: u64,
-    /// Sequences that went backwards or repeated (a new master, or a duplicate).
-    pub backwards: u64,
-    /// The most events in one batch.
-    pub max_batch_events: usize,
-    /// When the first message arrived (driver clock).
-    pub first_at: Option<Instant>,
-    /// When the last message arrived (driver clock).
-    pub last_at: Option<Instant>,
-    /// Sum of (arrival wall time − batch timestamp) over batches, in milliseconds.
-    pub lag_ms_sum: i64,
-    /// The largest such lag, in milliseconds.
-    pub lag_ms_max: i64,
-    /// Every message's arrival time (driver clock), in order.
-    pub arrivals: Vec<Instant>,
-}
-
-impl StreamStats {
-    /// The mean publisher-to-index lag per batch, in milliseconds.
-    pub fn mean_lag_ms(&self) -> f64 {
-        if self.messages == 0 {
-            0.0
-        } else {
-            self.lag_ms_sum as f64 / self.messages as f64
-        }
-    }
-
-    fn observe(&mut self, now: Instant, frames: &[&[u8]]) {
-        self.messages += 1;
-        self.first_at.get_or_insert(now);
-        self.last_at = Some(now);
-        self.arrivals.push(now);
-        if let Some(seq) = frames.get(1).and_then(|f| <[u8; 8]>::try_from(*f).ok()) {
-            let seq = u64::from_be_bytes(seq);
-            self.first_seq.get_or_insert(seq);
-            match self.last_seq {
-                Some(last) if seq > last + 1 => {
-                    self.gaps += 1;
-                    self.missing += seq - last - 1;
-                }
-                Some(last) if seq <= last => self.backwards += 1,
-                _ => {}
-            }
-            self.last_seq = Some(seq);
-        }
-        if let Ok(batch) = decode(frames) {
-            self.events += batch.events.len() as u64;
-            for e in &batch.events {
-                match e.kind {
-                    EventKind::Stored => self.stored += 1,
-                    EventKind::Removed => self.removed += 1,
-                    _ => {}
-                }
-            }
-            self.max_batch_events = self.max_batch_events.max(batch.events.len());
-            if let Timestamp::Millis(ms) = batch.timestamp {
-                let wall = SystemTime::now()
-                    .duration_since(UNIX_EPOCH)
-                    .map_or(0, |d| d.as_millis() as i64);
-                let lag = wall - ms as i64;
-                self.lag_ms_sum += lag;
-                self.lag_ms_max = self.lag_ms_max.max(lag);
-            }
-        }
-    }
-}
 
 /// An HTTP answer coming back from a helper thread.
 enum Answer {
@@ -186,17 +99,11 @@ pub struct IndexDriver {
     answers_tx: mpsc::Sender<Answer>,
     answers: mpsc::Receiver<Answer>,
     in_flight: usize,
-    /// How long a fetched snapshot is held back before it is handed to the session, so that
-    /// live batches arrive while the session waits for it (0 by default).
-    pub snapshot_hold: Duration,
     /// Models a transport that never notices a lost connection: ZeroMQ reconnects by itself
     /// (every 100 ms) and monitor events after the first connection are ignored, so only the
     /// stream itself can tell the session that the publisher changed (off by default).
     pub hide_disconnects: bool,
     effects: Vec<(Instant, Effect)>,
-    stream: StreamStats,
-    snapshots: Vec<Vec<String>>,
-    fetched: Arc<AtomicU64>,
     http_errors: Vec<String>,
 }
 
@@ -205,7 +112,6 @@ impl std::fmt::Debug for IndexDriver {
         f.debug_struct("IndexDriver")
             .field("http", &self.http)
             .field("health", &self.session.health())
-            .field("stream", &self.stream)
             .finish_non_exhaustive()
     }
 }
@@ -225,12 +131,8 @@ impl IndexDriver {
             answers_tx,
             answers,
             in_flight: 0,
-            snapshot_hold: Duration::ZERO,
             hide_disconnects: false,
             effects: Vec::new(),
-            stream: StreamStats::default(),
-            snapshots: Vec::new(),
-            fetched: Arc::new(AtomicU64::new(0)),
             http_errors: Vec::new(),
         }
     }
@@ -248,22 +150,6 @@ impl IndexDriver {
     /// Every effect so far, with when it happened.
     pub fn effects(&self) -> &[(Instant, Effect)] {
         &self.effects
-    }
-
-    /// What the stream showed, counted from the raw frames.
-    pub fn stream(&self) -> &StreamStats {
-        &self.stream
-    }
-
-    /// The snapshots handed to the session, in order (the keys as fetched).
-    pub fn snapshots(&self) -> &[Vec<String>] {
-        &self.snapshots
-    }
-
-    /// How many snapshot fetches have read the master's key list (a held snapshot counts as
-    /// soon as it is read, before the session gets it).
-    pub fn snapshots_fetched(&self) -> u64 {
-        self.fetched.load(Ordering::SeqCst)
     }
 
     /// HTTP calls that failed.
@@ -311,10 +197,9 @@ impl IndexDriver {
             if started.elapsed() > timeout {
                 return Err(format!(
                     "timed out after {timeout:?} waiting for {what}; health {:?}, counters {:?}, \
-                     stream {:?}, last effects {:?}, http errors {:?}",
+                     last effects {:?}, http errors {:?}",
                     self.session.health(),
                     self.session.counters(),
-                    self.stream,
                     &self.effects[self.effects.len().saturating_sub(8)..],
                     self.http_errors,
                 ));
@@ -355,7 +240,6 @@ impl IndexDriver {
             };
             let now = self.now();
             let frames: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
-            self.stream.observe(now, &frames);
             let fx = self.session.feed(now, &frames);
             self.execute(now, fx);
         }
@@ -401,16 +285,12 @@ impl IndexDriver {
                 Answer::Snapshot {
                     request,
                     keys: Ok((watermark, keys)),
-                } => {
-                    let fx = self.session.handle_snapshot(
-                        now,
-                        request,
-                        watermark,
-                        keys.iter().map(String::as_str),
-                    );
-                    self.snapshots.push(keys);
-                    fx
-                }
+                } => self.session.handle_snapshot(
+                    now,
+                    request,
+                    watermark,
+                    keys.iter().map(String::as_str),
+                ),
                 Answer::Snapshot {
                     request,
                     keys: Err(e),
@@ -457,13 +337,7 @@ impl IndexDriver {
                 }
                 Effect::Disconnect => self.link = None,
                 Effect::FetchSnapshot { request } => {
-                    let (tx, addr, hold, request) = (
-                        self.answers_tx.clone(),
-                        self.http,
-                        self.snapshot_hold,
-                        *request,
-                    );
-                    let fetched = Arc::clone(&self.fetched);
+                    let (tx, addr, request) = (self.answers_tx.clone(), self.http, *request);
                     self.in_flight += 1;
                     std::thread::spawn(move || {
                         // The watermark first: the last sequence the master had assigned
@@ -473,8 +347,6 @@ impl IndexDriver {
                             let last = status.published_batches + status.dropped_events;
                             http::get_all_keys(addr, timeout).map(|keys| (Some(Seq(last)), keys))
                         });
-                        fetched.fetch_add(1, Ordering::SeqCst);
-                        std::thread::sleep(hold);
                         let _ = tx.send(Answer::Snapshot { request, keys });
                     });
                 }

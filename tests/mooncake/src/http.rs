@@ -24,18 +24,47 @@ pub struct KvEventsStatus {
 
 /// Sends `GET path` to `addr` and returns the status code and body, within `timeout`.
 pub fn get(addr: SocketAddr, path: &str, timeout: Duration) -> Result<(u16, Vec<u8>), String> {
+    request(addr, "GET", path, None, timeout)
+}
+
+/// Sends `POST path` with a JSON `body` to `addr` and returns the status code and body, within
+/// `timeout`.
+pub fn post_json(
+    addr: SocketAddr,
+    path: &str,
+    body: &str,
+    timeout: Duration,
+) -> Result<(u16, Vec<u8>), String> {
+    request(addr, "POST", path, Some(body), timeout)
+}
+
+/// Sends one request (`Connection: close`) and reads the whole answer, within `timeout`.
+fn request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+    timeout: Duration,
+) -> Result<(u16, Vec<u8>), String> {
     let deadline = Instant::now() + timeout;
     let mut stream =
         TcpStream::connect_timeout(&addr, timeout).map_err(|e| format!("connect {addr}: {e}"))?;
     stream.set_nodelay(true).ok();
-    let request = format!(
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nUser-Agent: hicache-index-mooncake-tests\r\n\
-         Accept: */*\r\nConnection: close\r\n\r\n"
+    let mut request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nUser-Agent: hicache-index-mooncake-tests\r\n\
+         Accept: */*\r\nConnection: close\r\n"
     );
+    match body {
+        Some(body) => request.push_str(&format!(
+            "Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )),
+        None => request.push_str("\r\n"),
+    }
     stream
         .set_write_timeout(Some(timeout))
         .and_then(|()| stream.write_all(request.as_bytes()))
-        .map_err(|e| format!("send GET {addr}{}: {e}", short(path)))?;
+        .map_err(|e| format!("send {method} {addr}{}: {e}", short(path)))?;
     let mut buf = Vec::new();
     let mut chunk = [0u8; 64 * 1024];
     loop {
@@ -44,17 +73,18 @@ pub fn get(addr: SocketAddr, path: &str, timeout: Duration) -> Result<(u16, Vec<
         }
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            return Err(format!("GET {addr}{}: timed out", short(path)));
+            return Err(format!("{method} {addr}{}: timed out", short(path)));
         }
         stream.set_read_timeout(Some(left)).ok();
         match stream.read(&mut chunk) {
             Ok(0) => {
-                return parse_response(&buf, true)?
-                    .ok_or_else(|| format!("GET {addr}{}: connection closed early", short(path)));
+                return parse_response(&buf, true)?.ok_or_else(|| {
+                    format!("{method} {addr}{}: connection closed early", short(path))
+                });
             }
             Ok(n) => buf.extend_from_slice(&chunk[..n]),
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(format!("GET {addr}{}: {e}", short(path))),
+            Err(e) => return Err(format!("{method} {addr}{}: {e}", short(path))),
         }
     }
 }
@@ -152,7 +182,7 @@ fn percent_encode(s: &str, out: &mut String) {
 
 /// Parses a complete response from `buf`; `None` while more bytes are needed. `closed`: the
 /// peer closed, so a body without length ends here.
-fn parse_response(buf: &[u8], closed: bool) -> Result<Option<(u16, Vec<u8>)>, String> {
+pub(crate) fn parse_response(buf: &[u8], closed: bool) -> Result<Option<(u16, Vec<u8>)>, String> {
     let Some(head_end) = find(buf, b"\r\n\r\n") else {
         return Ok(None);
     };
@@ -213,7 +243,7 @@ fn dechunk(mut body: &[u8]) -> Result<Option<Vec<u8>>, String> {
     }
 }
 
-fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+pub(crate) fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
     haystack.windows(needle.len()).position(|w| w == needle)
 }
 

@@ -12,13 +12,19 @@
 //!   store client driver (`store_client.py`, which computes SGLang HiCache keys on its own), both
 //!   killed with their process groups when dropped;
 //! - [`http`]: a tiny HTTP/1.1 `GET` for the master's admin side;
-//! - [`driver`]: a minimal synchronous driver of the core's `Session`, to be swapped for the
-//!   production transport later;
+//! - [`index`]: the index under test, run three ways (the core on [`driver`], the tokio
+//!   library, the `hicache-index serve` binary over HTTP) behind one interface;
+//! - [`driver`]: a minimal synchronous driver of the core's `Session`;
+//! - [`observer`]: a bystander SUB socket counting what the stream itself showed;
+//! - [`proxy`]: an HTTP proxy in front of the master that can hold back key lists;
 //! - this module: layouts described once for both sides, and helpers the scenarios share.
 
 pub mod driver;
 pub mod http;
+pub mod index;
+pub mod observer;
 pub mod process;
+pub mod proxy;
 
 use std::time::Duration;
 
@@ -28,7 +34,8 @@ use hicache_index::{
 };
 use serde_json::json;
 
-use crate::driver::IndexDriver;
+use crate::index::IndexUnderTest;
+use crate::observer::Observer;
 use crate::process::{Master, PyLayout, StoreClient};
 
 /// One SGLang layout, described for the core and for the Python side alike.
@@ -110,30 +117,6 @@ impl TestLayout {
             .flat_map(|h| self.core.object_keys(h).collect::<Vec<_>>())
             .collect()
     }
-
-    /// Whether the session holds every object of page `hash` (one-page lookup).
-    pub fn is_hit(&self, driver: &IndexDriver, hash: &PageHash) -> bool {
-        let hashes = [*hash];
-        let mut lookup = Lookup::page_hashes(&hashes);
-        if let Some(m) = &self.lookup_model {
-            lookup = lookup.with_model(m);
-        }
-        driver
-            .session()
-            .query(&lookup)
-            .expect("a known layout")
-            .prefix_pages
-            == 1
-    }
-
-    /// How many leading pages of `tokens` the session reports.
-    pub fn prefix(&self, driver: &IndexDriver, tokens: &[u32]) -> usize {
-        driver
-            .session()
-            .query(&self.lookup(tokens))
-            .expect("a known layout")
-            .prefix_pages
-    }
 }
 
 /// A session config for `master`: its event endpoint, `layouts`, quick reconnects; no resync and
@@ -151,63 +134,88 @@ pub fn config(master: &Master, layouts: &[&TestLayout]) -> Config {
     }
 }
 
-/// Steps every driver once, each waiting at most 1 ms.
-pub fn step_all(drivers: &mut [&mut IndexDriver]) {
-    for d in drivers.iter_mut() {
-        d.step(Duration::from_millis(1));
+/// Lets every index work once (the core driver steps for at most 1 ms; the others run on their
+/// own, so this only waits 1 ms).
+pub fn pump_all(indexes: &mut [&mut IndexUnderTest]) {
+    let mut any_core = false;
+    for i in indexes.iter_mut() {
+        if i.driver().is_some() {
+            i.pump(Duration::from_millis(1));
+            any_core = true;
+        }
+    }
+    if !any_core {
+        std::thread::sleep(Duration::from_millis(1));
     }
 }
 
-/// Steps every driver until `done` holds, failing after `timeout`; returns how long it took.
-pub fn run_all_until(
-    drivers: &mut [&mut IndexDriver],
+/// Lets every index work until `done` holds, failing after `timeout`; returns how long it took.
+pub fn run_until(
+    indexes: &mut [&mut IndexUnderTest],
     what: &str,
     timeout: Duration,
-    mut done: impl FnMut(&[&mut IndexDriver]) -> bool,
+    mut done: impl FnMut(&[&mut IndexUnderTest]) -> bool,
 ) -> Duration {
     let started = std::time::Instant::now();
     loop {
-        if done(drivers) {
+        if done(indexes) {
             return started.elapsed();
         }
         if started.elapsed() > timeout {
-            let state: Vec<String> = drivers
+            let state: Vec<String> = indexes
                 .iter()
-                .map(|d| {
+                .map(|i| {
                     format!(
-                        "{:?} {:?} {:?} http errors {:?}",
-                        d.session().health(),
-                        d.session().counters(),
-                        d.stream(),
-                        d.http_errors()
+                        "{:?}: {:?} {:?} http errors {:?}",
+                        i.via(),
+                        i.health(),
+                        i.counters(),
+                        i.driver().map(|d| d.http_errors().to_vec())
                     )
                 })
                 .collect();
             panic!("timed out after {timeout:?} waiting for {what}: {state:#?}");
         }
-        step_all(drivers);
+        pump_all(indexes);
     }
 }
 
-/// Waits until every driver's subscription carries events: puts probe keys (`probe-...`, which
-/// parse as no page) one at a time until each driver has received a message. ZeroMQ drops what
-/// a PUB sends before a subscription reaches it, so a connected socket alone proves nothing.
-pub fn wait_subscribed(drivers: &mut [&mut IndexDriver], client: &mut StoreClient) {
+/// Lets every index work for `duration`.
+pub fn run_for(indexes: &mut [&mut IndexUnderTest], duration: Duration) {
+    let until = std::time::Instant::now() + duration;
+    while std::time::Instant::now() < until {
+        pump_all(indexes);
+    }
+}
+
+/// Waits until every index's subscription carries events: puts probe keys (`probe-...`, which
+/// parse as no page) one at a time until each index has applied one more batch and the
+/// observer has received one more message. ZeroMQ drops what a PUB sends before a subscription
+/// reaches it, so a connected socket alone proves nothing. Returns how many probes it put.
+pub fn wait_subscribed(
+    indexes: &mut [&mut IndexUnderTest],
+    observer: &Observer,
+    client: &mut StoreClient,
+) -> u64 {
     static PROBES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let started = std::time::Instant::now();
-    let before: Vec<u64> = drivers.iter().map(|d| d.stream().messages).collect();
+    let before: Vec<u64> = indexes.iter().map(|i| i.counters()["batches"]).collect();
+    let seen = observer.messages();
+    let mut probes = 0;
     loop {
+        probes += 1;
         let n = PROBES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         client.call(json!({"op": "put", "keys": [format!("probe-{}-{n}", std::process::id())]}));
         let round = std::time::Instant::now();
         while round.elapsed() < Duration::from_millis(200) {
-            step_all(drivers);
-            if drivers
-                .iter()
-                .zip(&before)
-                .all(|(d, b)| d.stream().messages > *b)
+            pump_all(indexes);
+            if observer.messages() > seen
+                && indexes
+                    .iter()
+                    .zip(&before)
+                    .all(|(i, b)| i.counters()["batches"] > *b)
             {
-                return;
+                return probes;
             }
         }
         assert!(

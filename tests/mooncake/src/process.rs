@@ -65,7 +65,7 @@ impl Venvs {
     }
 
     /// Makes a fresh log folder for one process.
-    fn log_file(&self, name: &str) -> PathBuf {
+    pub(crate) fn log_file(&self, name: &str) -> PathBuf {
         static N: AtomicU64 = AtomicU64::new(0);
         let n = N.fetch_add(1, Ordering::Relaxed);
         std::fs::create_dir_all(&self.logs).expect("create the log folder");
@@ -87,13 +87,13 @@ pub fn free_ports(n: usize) -> Vec<u16> {
 
 /// A child process killed, with its process group, on drop.
 #[derive(Debug)]
-struct Guarded {
+pub(crate) struct Guarded {
     child: Child,
     log: PathBuf,
 }
 
 impl Guarded {
-    fn spawn(mut cmd: Command, log: PathBuf) -> Result<Guarded, String> {
+    pub(crate) fn spawn(mut cmd: Command, log: PathBuf) -> Result<Guarded, String> {
         use std::os::unix::process::CommandExt;
         let out = std::fs::File::create(&log).map_err(|e| format!("{}: {e}", log.display()))?;
         let err = out.try_clone().map_err(|e| e.to_string())?;
@@ -107,7 +107,7 @@ impl Guarded {
     }
 
     /// Whether it is still running.
-    fn is_running(&mut self) -> bool {
+    pub(crate) fn is_running(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
     }
 
@@ -127,7 +127,7 @@ impl Guarded {
     }
 
     /// The last lines of its log, for error messages.
-    fn log_tail(&self) -> String {
+    pub(crate) fn log_tail(&self) -> String {
         let text = std::fs::read_to_string(&self.log).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();
         let from = lines.len().saturating_sub(20);

@@ -1,17 +1,22 @@
 //! hicache-index against a real Mooncake master (0.3.14, KV events on) and a real store client.
 //!
 //! Run with `.ci/mooncake-run` (one test at a time, in a private network namespace, output
-//! shown): each scenario starts its own master on free loopback ports and its own store client,
+//! shown). Every scenario runs three ways (`<scenario>::core`, `::tokio`, `::serve`): the core
+//! on the synchronous test driver, the tokio library as a router embeds it, and the
+//! `hicache-index serve` binary asked over HTTP. Each starts its own master on free loopback
+//! ports, its own store client and a bystander SUB socket that counts what the stream showed,
 //! and prints what it measured on lines starting with `[mooncake]`.
 
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use hicache_index::{ClearReason, Effect, Health, PageHash, ResyncConfig, VerifyConfig};
-use hicache_index_mooncake_tests::driver::IndexDriver;
+use hicache_index::{ClearReason, Effect, Health};
+use hicache_index_mooncake_tests::index::{IndexUnderTest, Setup, Via};
+use hicache_index_mooncake_tests::observer::Observer;
 use hicache_index_mooncake_tests::process::{strings, Master, MasterConfig, StoreClient, Venvs};
+use hicache_index_mooncake_tests::proxy::HttpProxy;
 use hicache_index_mooncake_tests::{
-    config, is_probe, report, run_all_until, wait_subscribed, TestLayout,
+    is_probe, pump_all, report, run_for, run_until, wait_subscribed, TestLayout,
 };
 
 /// The longest any single wait of these tests lasts.
@@ -22,143 +27,209 @@ fn tokens(id: u32, len: u32) -> Vec<u32> {
     (0..len).map(|i| id * 100_000 + i + 1).collect()
 }
 
-/// Starts a master, a connected store client and one live driver on it.
-fn start(
-    venvs: &Venvs,
-    name: &str,
-    cfg: impl FnOnce(&Master) -> hicache_index::Config,
-) -> (Master, StoreClient, IndexDriver) {
-    let master = Master::start(venvs, MasterConfig::new(name));
-    let mut client = StoreClient::connect(venvs, &master);
-    let mut driver = IndexDriver::new(cfg(&master), master.http_addr());
-    driver
-        .run_until("the index to be live", WAIT, |d| {
-            d.session().health() == Health::Live
-        })
-        .unwrap();
-    wait_subscribed(&mut [&mut driver], &mut client);
-    (master, client, driver)
+/// A master, a store client connected to it and a bystander on its stream.
+struct World {
+    venvs: Venvs,
+    master: Master,
+    client: StoreClient,
+    observer: Observer,
 }
 
-/// The objects the session has applied so far (stored events, live or replayed).
-fn stored(d: &IndexDriver) -> u64 {
-    d.session().counters().stored
+impl World {
+    fn start(config: MasterConfig) -> World {
+        let venvs = Venvs::from_env();
+        let master = Master::start(&venvs, config);
+        let observer = Observer::start(&master.event_endpoint());
+        let client = StoreClient::connect(&venvs, &master);
+        World {
+            venvs,
+            master,
+            client,
+            observer,
+        }
+    }
+
+    fn index(&self, via: Via, layouts: &[&TestLayout], setup: &Setup) -> IndexUnderTest {
+        IndexUnderTest::start(via, &self.venvs, &self.master, layouts, setup)
+    }
+
+    /// Waits until every index is live and its subscription (and the observer's) carries
+    /// events; returns how many probe events that took.
+    fn live(&mut self, indexes: &mut [&mut IndexUnderTest]) -> u64 {
+        run_until(indexes, "every index live", WAIT, |is| {
+            is.iter().all(|i| i.health() == Health::Live)
+        });
+        wait_subscribed(indexes, &self.observer, &mut self.client)
+    }
+
+    /// Waits until the observer has received every sequence the master assigned (so that the
+    /// master's status and the observer's counts describe the same stream), then lets the
+    /// indexes work 100 ms more to catch up.
+    fn settle(&self, indexes: &mut [&mut IndexUnderTest]) {
+        let (master, observer) = (&self.master, &self.observer);
+        run_until(indexes, "the observer to catch up", WAIT, |_| {
+            let status = master.kv_events_status();
+            observer.stats().last_seq == Some(status.published_batches + status.dropped_events)
+        });
+        run_for(indexes, Duration::from_millis(100));
+    }
 }
 
-#[test]
-fn live_ingest_hits_put_pages_and_misses_partial_and_removed_ones() {
-    let venvs = Venvs::from_env();
+/// Generates `<scenario>::core`, `::tokio` and `::serve` tests from `fn <scenario>(via: Via)`.
+macro_rules! each_way {
+    ($($scenario:ident),* $(,)?) => {
+        $(
+            mod $scenario {
+                use super::Via;
+
+                #[test]
+                fn core() {
+                    super::$scenario(Via::Core);
+                }
+
+                #[test]
+                fn tokio() {
+                    super::$scenario(Via::Tokio);
+                }
+
+                #[test]
+                fn serve() {
+                    super::$scenario(Via::Serve);
+                }
+            }
+        )*
+    };
+}
+
+each_way!(
+    live_ingest_hits_put_pages_and_misses_partial_and_removed_ones,
+    layouts_mha_tp2_mla_and_model_prefix_agree_with_the_real_client,
+    silent_removal_is_bounded_by_verification_and_visible_without_it,
+    late_join_bootstraps_from_get_all_keys_without_losing_concurrent_events,
+    master_restart_forgets_old_pages_and_hits_new_ones,
+    load_with_default_queue_keeps_up_without_gaps,
+    real_loss_is_counted_exactly_never_yields_a_false_hit_and_resync_recovers,
+);
+
+fn live_ingest_hits_put_pages_and_misses_partial_and_removed_ones(via: Via) {
+    let name = format!("live ingest ({via:?})");
     let layout = TestLayout::mha(4, 2, None);
-    let (master, mut client, mut driver) = start(&venvs, "live-ingest", |m| config(m, &[&layout]));
+    let mut w = World::start(MasterConfig::new("live-ingest"));
+    let mut index = w.index(via, &[&layout], &Setup::default());
+    w.live(&mut [&mut index]);
     let toks = tokens(1, 16); // four full pages
+    let stored = |i: &IndexUnderTest| i.counters()["stored"];
 
     // Three of four pages, put for real one object at a time.
-    let before = stored(&driver);
+    let before = stored(&index);
     let put_at = Instant::now();
-    let pages = client.put_pages(&toks, &layout.py, Some(3));
+    let pages = w.client.put_pages(&toks, &layout.py, Some(3));
     assert_eq!(
         pages.keys,
         layout.object_keys(&toks)[..12],
         "Python and core keys agree"
     );
-    let took = driver
-        .run_until("three pages to hit", WAIT, |d| layout.prefix(d, &toks) == 3)
-        .unwrap();
+    let took = run_until(&mut [&mut index], "three pages to hit", WAIT, |i| {
+        i[0].prefix(&layout, &toks) == 3
+    });
     report(
-        "live ingest",
+        &name,
         format!(
             "12 objects put one by one in {:?}; prefix 3 reached {took:?} after the last put",
             put_at.elapsed() - took
         ),
     );
-    assert_eq!(stored(&driver) - before, 12);
-    let hits = driver.session().query(&layout.lookup(&toks)).unwrap();
+    assert_eq!(stored(&index) - before, 12);
+    let answer = index.ask(&layout, &toks);
     assert_eq!(
-        (hits.prefix_pages, hits.total_pages, hits.trust),
+        (answer.prefix_pages, answer.total_pages, answer.trust),
         (3, 4, Health::Live)
     );
-    assert_eq!(hits.memory_pages, 3, "Mooncake reported medium cpu");
+    assert_eq!(answer.memory_pages, 3, "Mooncake reported medium cpu");
 
     // Putting an object that exists succeeds at the client and publishes nothing.
-    let messages = driver.stream().messages;
-    client.put(&pages.keys[..1]);
-    wait_subscribed(&mut [&mut driver], &mut client);
+    let messages = w.observer.messages();
+    w.client.put(&pages.keys[..1]);
+    let probes = w.live(&mut [&mut index]);
     assert_eq!(
-        driver.stream().messages,
-        messages + 1,
-        "only the probe was published"
+        w.observer.messages(),
+        messages + probes,
+        "only the probes were published"
     );
-    let before = before + 1; // the probe's own stored event
-    assert_eq!(stored(&driver) - before, 12);
+    let before = before + probes; // the probes' own stored events
+    assert_eq!(stored(&index) - before, 12);
 
     // Half of the fourth page: still three.
     let page4 = layout.object_keys(&toks)[12..].to_vec();
-    client.put(&page4[..2]);
-    driver
-        .run_until("two more objects", WAIT, |d| stored(d) - before == 14)
-        .unwrap();
-    let mut map = [false; 4];
-    let hits = driver
-        .session()
-        .query_map(&layout.lookup(&toks), &mut map)
-        .unwrap();
-    assert_eq!(hits.prefix_pages, 3, "a partially put page is not a hit");
-    assert_eq!(map, [true, true, true, false]);
+    w.client.put(&page4[..2]);
+    run_until(&mut [&mut index], "two more objects", WAIT, |i| {
+        stored(i[0]) - before == 14
+    });
+    let answer = index.ask(&layout, &toks);
+    assert_eq!(answer.prefix_pages, 3, "a partially put page is not a hit");
+    assert_eq!(answer.pages, [true, true, true, false]);
 
     // A forced remove of one object of page 2 (rank 1's V).
     let victim = layout.object_keys(&toks)[7].clone();
     assert!(victim.ends_with("_1_v"));
-    client.remove(std::slice::from_ref(&victim));
-    driver
-        .run_until("the removal", WAIT, |d| d.session().counters().removed == 1)
-        .unwrap();
-    let hits = driver
-        .session()
-        .query_map(&layout.lookup(&toks), &mut map)
-        .unwrap();
-    assert_eq!(hits.prefix_pages, 1, "a page missing one object is a miss");
-    assert_eq!(map, [true, false, true, false]);
+    w.client.remove(std::slice::from_ref(&victim));
+    run_until(&mut [&mut index], "the removal", WAIT, |i| {
+        i[0].counters()["removed"] == 1
+    });
+    let answer = index.ask(&layout, &toks);
+    assert_eq!(
+        answer.prefix_pages, 1,
+        "a page missing one object is a miss"
+    );
+    assert_eq!(answer.pages, [true, false, true, false]);
 
     // The rest of page 4: it is complete, but the prefix stops at page 2.
-    client.put(&page4[2..]);
-    driver
-        .run_until("page 4 complete", WAIT, |d| stored(d) - before == 16)
-        .unwrap();
-    let hits = driver
-        .session()
-        .query_map(&layout.lookup(&toks), &mut map)
-        .unwrap();
-    assert_eq!((hits.prefix_pages, map), (1, [true, false, true, true]));
+    w.client.put(&page4[2..]);
+    run_until(&mut [&mut index], "page 4 complete", WAIT, |i| {
+        stored(i[0]) - before == 16
+    });
+    let answer = index.ask(&layout, &toks);
+    assert_eq!(
+        (answer.prefix_pages, answer.pages.as_slice()),
+        (1, [true, false, true, true].as_slice())
+    );
 
     // The master agrees with every page the index calls complete.
-    let all: HashSet<String> = master.all_keys().into_iter().collect();
+    let all: HashSet<String> = w.master.all_keys().into_iter().collect();
     for (i, h) in layout.page_hashes(&toks).iter().enumerate() {
         let present = layout.core.object_keys(h).all(|k| all.contains(&k));
-        assert_eq!(map[i], present, "page {i}: index and master agree");
+        assert_eq!(answer.pages[i], present, "page {i}: index and master agree");
     }
-    let c = driver.session().counters();
-    assert_eq!((c.gaps, c.restarts, c.malformed_payload), (0, 0, 0));
-    assert_eq!(driver.stream().first_seq, Some(1), "the master starts at 1");
+    let c = index.counters();
+    assert_eq!(
+        (c["gaps"], c["restarts"], c["malformed_payload"]),
+        (0, 0, 0)
+    );
+    assert_eq!(
+        w.observer.stats().first_seq,
+        Some(1),
+        "the master starts at 1"
+    );
     report(
-        "live ingest",
+        &name,
         format!(
             "{} batches, max {} events per batch, objects {}, pages {}",
-            c.batches,
-            driver.stream().max_batch_events,
-            c.objects,
-            c.pages
+            c["batches"],
+            w.observer.stats().max_batch_events,
+            c["objects"],
+            c["pages"]
         ),
     );
 }
 
-#[test]
-fn layouts_mha_tp2_mla_and_model_prefix_agree_with_the_real_client() {
-    let venvs = Venvs::from_env();
+fn layouts_mha_tp2_mla_and_model_prefix_agree_with_the_real_client(via: Via) {
+    let name = format!("layouts ({via:?})");
     let mha = TestLayout::mha(4, 2, None);
     let mla = TestLayout::mla(4, "mla-model");
     let prefixed = TestLayout::mha(4, 2, Some("Qwen/Qwen3-8B"));
-    let (_master, mut client, mut driver) =
-        start(&venvs, "layouts", |m| config(m, &[&mha, &mla, &prefixed]));
+    let mut w = World::start(MasterConfig::new("layouts"));
+    let mut index = w.index(via, &[&mha, &mla, &prefixed], &Setup::default());
+    w.live(&mut [&mut index]);
 
     let cases = [
         (&mha, tokens(10, 13)),
@@ -167,8 +238,7 @@ fn layouts_mha_tp2_mla_and_model_prefix_agree_with_the_real_client() {
     ];
     let mut expected_objects = 0;
     for (layout, toks) in &cases {
-        let before = stored(&driver);
-        let pages = client.put_pages(toks, &layout.py, None);
+        let pages = w.client.put_pages(toks, &layout.py, None);
         let core_hashes: Vec<String> = layout
             .page_hashes(toks)
             .iter()
@@ -184,19 +254,18 @@ fn layouts_mha_tp2_mla_and_model_prefix_agree_with_the_real_client() {
             "object keys: Python and core agree"
         );
         expected_objects += pages.keys.len() as u64;
-        let n = pages.keys.len() as u64;
-        driver
-            .run_until("the pages' objects", WAIT, |d| stored(d) - before == n)
-            .unwrap();
-        let hits = driver.session().query(&layout.lookup(toks)).unwrap();
+        run_until(&mut [&mut index], "the pages' objects", WAIT, |i| {
+            i[0].prefix(layout, toks) == 3
+        });
+        let answer = index.ask(layout, toks);
         assert_eq!(
-            (hits.prefix_pages, hits.total_pages),
+            (answer.prefix_pages, answer.total_pages),
             (3, 3),
             "{:?}",
             layout.py
         );
         report(
-            "layouts",
+            &name,
             format!(
                 "{:?}: first key {}, 3 of 3 pages hit",
                 layout.py, pages.keys[0]
@@ -206,197 +275,220 @@ fn layouts_mha_tp2_mla_and_model_prefix_agree_with_the_real_client() {
     // Objects of one layout never make a page of another: the MLA pages have no `_r_k/_r_v`,
     // the prefixed pages live under their prefix.
     assert_eq!(
-        mha.prefix(&driver, &cases[1].1),
+        index.prefix(&mha, &cases[1].1),
         0,
         "MLA objects are no MHA page"
     );
     assert_eq!(
-        mla.prefix(&driver, &cases[0].1),
+        index.prefix(&mla, &cases[0].1),
         0,
         "MHA objects are no MLA page"
     );
     assert_eq!(
-        mha.prefix(&driver, &cases[2].1),
+        index.prefix(&mha, &cases[2].1),
         0,
         "prefixed objects are no unprefixed page"
     );
-    let c = driver.session().counters();
-    assert_eq!(c.objects, expected_objects);
-    assert_eq!(c.untracked_objects, 0);
+    // The index tracks every object whose key parses, whatever layout asks for it later (so
+    // each `serve` process, one per layout, holds all of them).
+    for c in index.each_counters() {
+        assert_eq!(c["objects"], expected_objects);
+        assert_eq!(c["untracked_objects"], 0);
+    }
 }
 
-#[test]
-fn silent_removal_is_bounded_by_verification_and_visible_without_it() {
-    let venvs = Venvs::from_env();
+fn silent_removal_is_bounded_by_verification_and_visible_without_it(via: Via) {
+    let name = format!("silent removal ({via:?})");
     let layout = TestLayout::mha(4, 2, None);
     let interval = Duration::from_millis(500);
-    let master = Master::start(&venvs, MasterConfig::new("silent-removal"));
-    let mut client = StoreClient::connect(&venvs, &master);
-    let mut verified = IndexDriver::new(
-        hicache_index::Config {
-            verify: Some(VerifyConfig {
-                interval,
-                ..VerifyConfig::default()
-            }),
-            resync: Some(ResyncConfig::default()),
-            ..config(&master, &[&layout])
+    let mut w = World::start(MasterConfig::new("silent-removal"));
+    let mut verified = w.index(
+        via,
+        &[&layout],
+        &Setup {
+            resync: true,
+            verify: Some(interval),
+            ..Setup::default()
         },
-        master.http_addr(),
     );
-    let mut unverified = IndexDriver::new(config(&master, &[&layout]), master.http_addr());
+    let mut unverified = w.index(via, &[&layout], &Setup::default());
     let mut both = [&mut verified, &mut unverified];
-    run_all_until(&mut both, "both live", WAIT, |ds| {
-        ds.iter().all(|d| d.session().health() == Health::Live)
-    });
-    wait_subscribed(&mut both, &mut client);
+    w.live(&mut both);
 
     let toks = tokens(2, 12);
-    let pages = client.put_pages(&toks, &layout.py, None);
-    run_all_until(&mut both, "three pages hit in both", WAIT, |ds| {
-        ds.iter().all(|d| layout.prefix(d, &toks) == 3)
+    let pages = w.client.put_pages(&toks, &layout.py, None);
+    run_until(&mut both, "three pages hit in both", WAIT, |is| {
+        is.iter().all(|i| i.prefix(&layout, &toks) == 3)
     });
 
     // Closing the client makes the master drop its keys, without any event. The close runs
     // while both indexes keep going; the master is polled to see when the keys are gone.
-    let messages_before: Vec<u64> = both.iter().map(|d| d.stream().messages).collect();
+    let messages_before = w.observer.messages();
     let close_sent = Instant::now();
-    client.send(&serde_json::json!({"op": "close"}));
-    let mut gone_at = None;
+    w.client.send(&serde_json::json!({"op": "close"}));
+    let mut gone: Option<(Instant, u64)> = None;
     let mut close_took = None;
     let mut last_poll = Instant::now();
-    run_all_until(
+    let (master, client) = (&w.master, &mut w.client);
+    run_until(
         &mut both,
         "the keys to vanish and the verified index to drop the pages",
         WAIT,
-        |ds| {
+        |is| {
             if close_took.is_none() {
                 if let Some(answer) = client.try_recv() {
                     answer.expect("close");
                     close_took = Some(close_sent.elapsed());
                 }
             }
-            if gone_at.is_none() && last_poll.elapsed() >= Duration::from_millis(5) {
+            if gone.is_none() && last_poll.elapsed() >= Duration::from_millis(5) {
                 last_poll = Instant::now();
                 if master.query_keys(&pages.keys).iter().all(|(_, ok)| !ok) {
-                    gone_at = Some(Instant::now());
+                    gone = Some((Instant::now(), is[0].counters()["verify_rounds"]));
                 }
             }
-            gone_at.is_some() && close_took.is_some() && layout.prefix(ds[0], &toks) == 0
+            gone.is_some() && close_took.is_some() && is[0].prefix(&layout, &toks) == 0
         },
     );
-    let gone_at = gone_at.expect("the keys vanished");
+    let (gone_at, rounds_when_gone) = gone.expect("the keys vanished");
     let took = gone_at.elapsed();
-    let closed_at = Instant::now();
+    let rounds_when_dropped = both[0].counters()["verify_rounds"];
     report(
-        "silent removal",
+        &name,
         format!(
             "close() took {:?}; the master dropped the keys {:?} after it was sent; with \
              verification every {interval:?} the stale pages stopped being hits {took:?} after \
-             that (bound: one interval + one /batch_query_keys round trip)",
+             that, in verification round {} after the one running then",
             close_took.unwrap_or_default(),
             gone_at - close_sent,
+            rounds_when_dropped - rounds_when_gone,
         ),
     );
+    // A round in flight when the keys vanished may have seen them; the next one cannot.
     assert!(
-        took <= interval + Duration::from_millis(500),
+        rounds_when_dropped <= rounds_when_gone + 2,
+        "dropped only {} rounds after the keys vanished",
+        rounds_when_dropped - rounds_when_gone
+    );
+    // The issue's bound is one interval (plus the round's own time); a loaded 2-core machine
+    // gets a second interval of slack, the round count above being the exact check.
+    assert!(
+        took <= 2 * interval + Duration::from_secs(1),
         "took {took:?}"
     );
 
-    // Give the unverified index two more intervals: it still claims the pages.
-    let until = Instant::now() + 2 * interval;
-    while Instant::now() < until {
-        hicache_index_mooncake_tests::step_all(&mut both);
-    }
-    for (d, before) in both.iter().zip(&messages_before) {
-        // At most the verified side's resync fetched something; no event came.
-        assert_eq!(d.stream().messages, *before, "close() published no event");
-    }
-    let v = both[0].session().counters();
-    let u = both[1].session().counters();
-    let stale_claims = layout.prefix(both[1], &toks);
+    // Give the unverified index two more intervals: it still claims the pages, and says how
+    // long its content has gone unconfirmed.
+    run_for(&mut both, 2 * interval);
+    assert_eq!(
+        w.observer.messages(),
+        messages_before,
+        "close() published no event"
+    );
+    let since_gone = gone_at.elapsed();
+    let v = both[0].counters();
+    let u = both[1].counters();
+    let stale_claims = both[1].prefix(&layout, &toks);
     report(
-        "silent removal",
+        &name,
         format!(
             "verified: verify_rounds {}, verified_keys {}, stale_keys_found {}, resyncs {}, \
-             objects {}; unverified after {:?}: prefix {stale_claims} of 3 (false hits), \
-             objects {}, stale_keys_found {}, health {:?}",
-            v.verify_rounds,
-            v.verified_keys,
-            v.stale_keys_found,
-            v.resyncs_completed,
-            v.objects,
-            closed_at.elapsed(),
-            u.objects,
-            u.stale_keys_found,
-            both[1].session().health()
+             objects {}, unconfirmed_ms {}; unverified {since_gone:?} after the keys vanished: \
+             prefix {stale_claims} of 3 (stale claims), objects {}, unconfirmed_ms {}, health \
+             {:?}",
+            v["verify_rounds"],
+            v["verified_keys"],
+            v["stale_keys_found"],
+            v["resyncs_completed"],
+            v["objects"],
+            v["unconfirmed_ms"],
+            u["objects"],
+            u["unconfirmed_ms"],
+            both[1].health()
         ),
     );
-    assert_eq!(v.stale_keys_found, 12);
-    assert!(both[0]
-        .effects()
-        .iter()
-        .any(|(_, e)| matches!(e, Effect::StaleFound { keys: 12, .. })));
+    assert_eq!(v["stale_keys_found"], 12);
+    if let Some(d) = both[0].driver() {
+        assert!(d
+            .effects()
+            .iter()
+            .any(|(_, e)| matches!(e, Effect::StaleFound { keys: 12, .. })));
+    }
     assert_eq!(
         stale_claims, 3,
-        "without verification the silent removal stays invisible"
+        "without verification the silent removal stays invisible to queries"
     );
-    assert_eq!((u.objects, u.stale_keys_found, u.verify_rounds), (12, 0, 0));
+    assert_eq!(
+        (u["objects"], u["stale_keys_found"], u["verify_rounds"]),
+        (12, 0, 0)
+    );
+    // ... but not to the counters: nothing has confirmed its content since before the keys
+    // vanished, and the gauge says so.
+    assert!(
+        u["unconfirmed_ms"] >= since_gone.as_millis() as u64,
+        "unconfirmed_ms {} < {since_gone:?}",
+        u["unconfirmed_ms"]
+    );
+    assert!(
+        v["unconfirmed_ms"] < u["unconfirmed_ms"],
+        "verification keeps the verified index confirmed"
+    );
 }
 
-#[test]
-fn late_join_bootstraps_from_get_all_keys_without_losing_concurrent_events() {
-    let venvs = Venvs::from_env();
+fn late_join_bootstraps_from_get_all_keys_without_losing_concurrent_events(via: Via) {
+    let name = format!("late join ({via:?})");
     let layout = TestLayout::mha(4, 2, None);
-    let master = Master::start(&venvs, MasterConfig::new("late-join"));
-    let mut client = StoreClient::connect(&venvs, &master);
+    let mut w = World::start(MasterConfig::new("late-join"));
 
     // Before the index exists: three requests of three pages.
     let early: Vec<Vec<u32>> = (0..3).map(|i| tokens(30 + i, 12)).collect();
     let early_keys: Vec<String> = early
         .iter()
-        .flat_map(|t| client.put_pages(t, &layout.py, None).keys)
+        .flat_map(|t| w.client.put_pages(t, &layout.py, None).keys)
         .collect();
 
-    let mut driver = IndexDriver::new(
-        hicache_index::Config {
-            resync: Some(ResyncConfig::default()),
-            ..config(&master, &[&layout])
+    // The master's key list is read at once but handed over only when the test says so: what
+    // happens in between arrives as live batches the index must buffer and replay.
+    let proxy = HttpProxy::start(w.master.http_addr());
+    proxy.hold_snapshots(true);
+    let mut index = w.index(
+        via,
+        &[&layout],
+        &Setup {
+            resync: true,
+            master_http: Some(proxy.addr()),
+            ..Setup::default()
         },
-        master.http_addr(),
     );
-    // The snapshot is read at once but handed over only after 800 ms: what happens in between
-    // arrives as live batches the session must buffer and replay.
-    driver.snapshot_hold = Duration::from_millis(800);
-    driver
-        .run_until("the snapshot to be read", WAIT, |d| {
-            d.snapshots_fetched() == 1
-        })
-        .unwrap();
-    let fetched_at = Instant::now();
-    assert_eq!(driver.session().health(), Health::Recovering);
+    run_until(&mut [&mut index], "the snapshot to be read", WAIT, |_| {
+        proxy.snapshots_fetched() == 1
+    });
+    assert_eq!(index.health(), Health::Recovering);
+    let messages_at_fetch = w.observer.messages();
 
-    // While the session waits for the snapshot: new pages, and a removal of an early object.
+    // While the index waits for the snapshot: new pages, and a removal of an early object.
     let late: Vec<Vec<u32>> = (0..2).map(|i| tokens(40 + i, 12)).collect();
     let late_keys: Vec<String> = late
         .iter()
-        .flat_map(|t| client.put_pages(t, &layout.py, None).keys)
+        .flat_map(|t| w.client.put_pages(t, &layout.py, None).keys)
         .collect();
     let victim = early_keys[4].clone(); // request 0, page 1, rank 0 K
-    client.remove(std::slice::from_ref(&victim));
-    let changed_in = fetched_at.elapsed();
+    w.client.remove(std::slice::from_ref(&victim));
+    let live_batches = late_keys.len() as u64 + 1; // one per put, one removal
+    run_until(
+        &mut [&mut index],
+        "every live batch to be buffered",
+        WAIT,
+        |i| i[0].counters()["buffered_batches"] == live_batches,
+    );
+    assert_eq!(w.observer.messages() - messages_at_fetch, live_batches);
+    assert_eq!(index.health(), Health::Recovering, "still waiting");
+    proxy.hold_snapshots(false);
 
-    driver
-        .run_until("the resync", WAIT, |d| d.session().health() == Health::Live)
-        .unwrap();
-    let (keys, replayed) = driver
-        .effects()
-        .iter()
-        .find_map(|(_, e)| match e {
-            Effect::Resynced { keys, replayed } => Some((*keys, *replayed)),
-            _ => None,
-        })
-        .expect("a Resynced effect");
-    let snapshot: HashSet<&String> = driver.snapshots()[0].iter().collect();
+    run_until(&mut [&mut index], "the resync", WAIT, |i| {
+        i[0].health() == Health::Live
+    });
+    let snapshot: HashSet<String> = proxy.snapshots()[0].iter().cloned().collect();
     assert!(
         early_keys.iter().all(|k| snapshot.contains(k)),
         "the snapshot has the early keys"
@@ -405,195 +497,198 @@ fn late_join_bootstraps_from_get_all_keys_without_losing_concurrent_events() {
         late_keys.iter().all(|k| !snapshot.contains(k)),
         "the late keys came after it"
     );
-    assert!(
-        changed_in < driver.snapshot_hold,
-        "the changes took {changed_in:?}, longer than the hold"
-    );
-    assert_eq!(
-        replayed,
-        late_keys.len() + 1,
-        "every live batch during the fetch (one per put, one removal) was replayed"
-    );
-    assert_eq!(driver.stream().messages as usize, late_keys.len() + 1);
+    if let Some(d) = index.driver() {
+        let replayed = d.effects().iter().find_map(|(_, e)| match e {
+            Effect::Resynced { replayed, .. } => Some(*replayed as u64),
+            _ => None,
+        });
+        assert_eq!(
+            replayed,
+            Some(live_batches),
+            "every buffered batch replayed"
+        );
+    }
     report(
-        "late join",
+        &name,
         format!(
-            "snapshot: {keys} keys ({} objects put before the index started); {replayed} live \
+            "snapshot: {} keys ({} objects put before the index started); {live_batches} live \
              batches buffered while it was held and replayed after it",
+            snapshot.len(),
             early_keys.len()
         ),
     );
 
     assert_eq!(
-        layout.prefix(&driver, &early[0]),
+        index.prefix(&layout, &early[0]),
         1,
         "page 1 lost an object after the snapshot"
     );
-    assert_eq!(layout.prefix(&driver, &early[1]), 3);
-    assert_eq!(layout.prefix(&driver, &early[2]), 3);
+    assert_eq!(index.prefix(&layout, &early[1]), 3);
+    assert_eq!(index.prefix(&layout, &early[2]), 3);
     for t in &late {
-        assert_eq!(layout.prefix(&driver, t), 3);
+        assert_eq!(index.prefix(&layout, t), 3);
     }
-    let c = driver.session().counters();
+    let c = index.counters();
     assert_eq!(
-        (c.resyncs_completed, c.gaps, c.objects),
-        (1, 0, 36 + 24 - 1)
+        (
+            c["resyncs_completed"],
+            c["gaps"],
+            c["buffered_batches"],
+            c["objects"]
+        ),
+        (1, 0, 0, 36 + 24 - 1)
     );
 }
 
+fn master_restart_forgets_old_pages_and_hits_new_ones(via: Via) {
+    restart_scenario(via, false);
+}
+
+/// The core driver only: the production transports always see a lost connection (the socket
+/// monitor), so only the test driver can model one that does not.
+#[test]
+fn master_restart_unnoticed_by_the_transport_is_seen_as_the_sequence_starting_again() {
+    restart_scenario(Via::Core, true);
+}
+
 /// Scenario 5: kill the master, see the index forget, start a new master on the same ports, and
-/// hit the pages put to it. `hide_disconnects`: the transport misses the disconnect, so the
-/// sequence starting again at 1 must reveal the new master.
-fn restart_scenario(name: &str, hide_disconnects: bool) {
-    let venvs = Venvs::from_env();
+/// hit the pages put to it. `hide_disconnects` (core driver only): the transport misses the
+/// disconnect, so the sequence starting again at 1 must reveal the new master.
+fn restart_scenario(via: Via, hide_disconnects: bool) {
+    let name = if hide_disconnects {
+        format!("master restart, disconnect hidden ({via:?})")
+    } else {
+        format!("master restart ({via:?})")
+    };
     let layout = TestLayout::mha(4, 2, None);
-    let mut master = Master::start(&venvs, MasterConfig::new(name));
-    let mut client = StoreClient::connect(&venvs, &master);
-    let mut driver = IndexDriver::new(
-        hicache_index::Config {
-            resync: Some(ResyncConfig::default()),
-            ..config(&master, &[&layout])
-        },
-        master.http_addr(),
-    );
-    driver.hide_disconnects = hide_disconnects;
-    driver
-        .run_until("the index to be live", WAIT, |d| {
-            d.session().health() == Health::Live
-        })
-        .unwrap();
-    wait_subscribed(&mut [&mut driver], &mut client);
+    let mut w = World::start(MasterConfig::new("restart"));
+    let setup = Setup {
+        resync: true,
+        ..Setup::default()
+    };
+    let mut index = w.index(via, &[&layout], &setup);
+    if hide_disconnects {
+        index
+            .driver_mut()
+            .expect("the core driver hides disconnects")
+            .hide_disconnects = true;
+    }
+    w.live(&mut [&mut index]);
     let old = tokens(50, 12);
-    client.put_pages(&old, &layout.py, None);
-    driver
-        .run_until("the old pages", WAIT, |d| layout.prefix(d, &old) == 3)
-        .unwrap();
-    let last_seq = driver.stream().last_seq.expect("batches arrived");
+    w.client.put_pages(&old, &layout.py, None);
+    run_until(&mut [&mut index], "the old pages", WAIT, |i| {
+        i[0].prefix(&layout, &old) == 3
+    });
+    let last_seq = w.observer.stats().last_seq.expect("batches arrived");
     assert!(last_seq > 12);
 
     // Crash the master (its client goes too: its segment lived in that master's world).
-    drop(client);
+    w.client = StoreClient::start(&w.venvs);
     let killed_at = Instant::now();
-    master.kill();
+    w.master.kill();
     if !hide_disconnects {
-        let noticed = driver
-            .run_until("the index to forget", WAIT, |d| {
-                d.session().health() != Health::Live && layout.prefix(d, &old) == 0
-            })
-            .unwrap();
+        let noticed = run_until(&mut [&mut index], "the index to forget", WAIT, |i| {
+            i[0].health() != Health::Live && i[0].prefix(&layout, &old) == 0
+        });
         report(
-            name,
+            &name,
             format!("the index forgot the old pages {noticed:?} after the kill (disconnect)"),
         );
         // Reconnect attempts fail while no master listens.
-        driver.run_for(Duration::from_millis(300));
+        run_for(&mut [&mut index], Duration::from_millis(300));
     }
-    master.start_again();
+    w.master.start_again();
     let restarted_in = killed_at.elapsed();
-    let relive = if hide_disconnects {
-        None
-    } else {
-        // The session reconnects with its backoff and resynchronises from the new master.
-        Some(
-            driver
-                .run_until("the index to reconnect", WAIT, |d| {
-                    d.session().health() == Health::Live
-                })
-                .unwrap(),
-        )
-    };
+    let relive = (!hide_disconnects).then(|| {
+        // The index reconnects with its backoff and resynchronises from the new master.
+        run_until(&mut [&mut index], "the index to reconnect", WAIT, |i| {
+            i[0].health() == Health::Live
+        })
+    });
 
-    let mut client = StoreClient::connect(&venvs, &master);
+    w.client.setup(&w.master.rpc_address());
     if hide_disconnects {
         // Nothing told the index: it still claims the old pages until the stream speaks.
-        driver.run_for(Duration::from_millis(300));
+        run_for(&mut [&mut index], Duration::from_millis(300));
         assert_eq!(
-            layout.prefix(&driver, &old),
+            index.prefix(&layout, &old),
             3,
             "no disconnect seen: old pages still claimed"
         );
     }
-    wait_subscribed(&mut [&mut driver], &mut client);
-    let took = driver
-        .run_until(
-            "the index to see the new master and be live again",
-            WAIT,
-            |d| {
-                let c = d.session().counters();
-                (c.disconnects + c.restarts) > 0
-                    && d.session().health() == Health::Live
-                    && layout.prefix(d, &old) == 0
-            },
-        )
-        .unwrap();
+    wait_subscribed(&mut [&mut index], &w.observer, &mut w.client);
+    let took = run_until(
+        &mut [&mut index],
+        "the index to see the new master and be live again",
+        WAIT,
+        |i| {
+            let c = i[0].counters();
+            (c["disconnects"] + c["restarts"]) > 0
+                && i[0].health() == Health::Live
+                && i[0].prefix(&layout, &old) == 0
+        },
+    );
     let new = tokens(51, 12);
-    client.put_pages(&new, &layout.py, None);
-    driver
-        .run_until("the new pages", WAIT, |d| layout.prefix(d, &new) == 3)
-        .unwrap();
+    w.client.put_pages(&new, &layout.py, None);
+    run_until(&mut [&mut index], "the new pages", WAIT, |i| {
+        i[0].prefix(&layout, &new) == 3
+    });
     assert_eq!(
-        layout.prefix(&driver, &old),
+        index.prefix(&layout, &old),
         0,
         "the old pages stay forgotten"
     );
 
-    let c = driver.session().counters();
-    let restart = driver.effects().iter().find_map(|(_, e)| match e {
-        Effect::Restart { last, received } => Some((last.0, received.0)),
-        _ => None,
-    });
-    let reasons: Vec<ClearReason> = driver
-        .effects()
-        .iter()
-        .filter_map(|(_, e)| match e {
-            Effect::Cleared { reason, pages, .. } if *pages > 0 => Some(*reason),
-            _ => None,
-        })
-        .collect();
+    let c = index.counters();
     report(
-        name,
+        &name,
         format!(
             "new master up {restarted_in:?} after the kill (same ports); index reconnected and \
              live {relive:?} after that; new stream seen {took:?} after the first probe arrived; \
-             disconnects {}, connects {}, restarts {} (sequence \
-             last→first {restart:?}), clears that forgot pages {reasons:?}; new pages hit, old \
-             ones miss",
-            c.disconnects, c.connects, c.restarts
+             disconnects {}, connects {}, restarts {}, clears on disconnect {}, on restart {}; \
+             new pages hit, old ones miss",
+            c["disconnects"],
+            c["connects"],
+            c["restarts"],
+            c["clears_disconnected"],
+            c["clears_restart"]
         ),
     );
     if hide_disconnects {
-        assert_eq!(c.disconnects, 0);
-        assert_eq!(
-            c.restarts, 1,
-            "the sequence going back to the start is a restart"
-        );
-        let (last, first) = restart.expect("a Restart effect");
+        assert_eq!((c["disconnects"], c["restarts"]), (0, 1));
+        let d = index.driver().expect("the core driver");
+        let (last, first) = d
+            .effects()
+            .iter()
+            .find_map(|(_, e)| match e {
+                Effect::Restart { last, received } => Some((last.0, received.0)),
+                _ => None,
+            })
+            .expect("a Restart effect");
         assert_eq!(last, last_seq);
         assert!(
             first < last,
             "the new master's sequence starts again ({first})"
         );
+        let reasons: Vec<ClearReason> = d
+            .effects()
+            .iter()
+            .filter_map(|(_, e)| match e {
+                Effect::Cleared { reason, pages, .. } if *pages > 0 => Some(*reason),
+                _ => None,
+            })
+            .collect();
         assert_eq!(reasons, [ClearReason::Restart]);
     } else {
-        assert!(c.disconnects >= 1);
-        assert_eq!(reasons, [ClearReason::Disconnected]);
+        assert!(c["disconnects"] >= 1);
+        assert!(c["clears_disconnected"] >= 1);
         assert_eq!(
-            driver.stream().backwards,
+            w.observer.stats().backwards,
             1,
             "the new master started again at 1"
         );
     }
-    assert_eq!(c.objects, 12);
-}
-
-#[test]
-fn master_restart_forgets_old_pages_and_hits_new_ones() {
-    restart_scenario("master restart", false);
-}
-
-#[test]
-fn master_restart_unnoticed_by_the_transport_is_seen_as_the_sequence_starting_again() {
-    restart_scenario("master restart, disconnect hidden", true);
+    assert_eq!(c["objects"], 12);
 }
 
 /// Requests for the load scenarios: 1,000 requests of 5 pages (page size 16, TP 2): 20,000
@@ -619,48 +714,53 @@ fn check_load_keys(layout: &TestLayout, requests: &[Vec<u32>], answer: &serde_js
     );
 }
 
-#[test]
-fn load_with_default_queue_keeps_up_without_gaps() {
-    let venvs = Venvs::from_env();
+fn load_with_default_queue_keeps_up_without_gaps(via: Via) {
+    let name = format!("load ({via:?})");
     let (layout, requests) = load_requests();
-    let (master, mut client, mut driver) = start(&venvs, "load", |m| config(m, &[&layout]));
-    let status0 = master.kv_events_status();
-    let stored0 = stored(&driver);
-    let messages0 = driver.stream().messages;
+    let mut w = World::start(MasterConfig::new("load"));
+    let mut index = w.index(via, &[&layout], &Setup::default());
+    w.live(&mut [&mut index]);
+    w.settle(&mut [&mut index]);
+    let status0 = w.master.kv_events_status();
+    let stored0 = index.counters()["stored"];
+    let messages0 = w.observer.messages();
 
     let sent = Instant::now();
-    client.send(&StoreClient::put_requests_command(
+    w.client.send(&StoreClient::put_requests_command(
         &requests, &layout.py, 1000, 0,
     ));
+    // Until the client is done: when the index applied its first object, and its progress.
+    let mut first_applied = None;
     let answer = loop {
-        if let Some(a) = client.try_recv() {
+        if let Some(a) = w.client.try_recv() {
             break a.expect("the load");
         }
         assert!(sent.elapsed() < WAIT, "the load did not finish");
-        driver.step(Duration::from_millis(1));
+        pump_all(&mut [&mut index]);
+        if first_applied.is_none() && index.counters()["stored"] > stored0 {
+            first_applied = Some(Instant::now());
+        }
     };
     let done_at = Instant::now();
-    let lag_after_done = driver
-        .run_until("every stored event", WAIT, |d| {
-            stored(d) - stored0 == 20_000
-        })
-        .unwrap();
+    let lag_after_done = run_until(&mut [&mut index], "every stored event", WAIT, |i| {
+        i[0].counters()["stored"] - stored0 == 20_000
+    });
+    let applied_at = Instant::now();
     check_load_keys(&layout, &requests, &answer);
 
-    let status = master.kv_events_status();
-    let s = driver.stream();
-    let c = driver.session().counters();
+    let status = w.master.kv_events_status();
+    let s = w.observer.stats();
+    let c = index.counters();
     let put_seconds = answer["seconds"].as_f64().unwrap_or(0.0);
-    let window = s.last_at.unwrap() - s.arrivals[messages0 as usize];
+    let window = applied_at - first_applied.unwrap_or(done_at);
     report(
-        "load",
+        &name,
         format!(
             "20,000 objects via 20 put_batch calls in {put_seconds:.3} s ({:.0} objects/s at \
-             the client); the index applied them in {} batches (max {} events) over {window:?}: \
-             {:.0} events/s; last event applied {lag_after_done:?} after the client finished \
-             ({:?} after the command was sent); per-batch lag publisher→index mean {:.1} ms, max \
-             {} ms; master dropped {} events; last seq {:?} = published_batches {} + \
-             dropped_events {}",
+             the client), {} batches (max {} events); the index applied them within \
+             {window:?} of its first: {:.0} events/s; the last {lag_after_done:?} after the \
+             client finished ({:?} after the command was sent); per-batch lag publisher→observer \
+             mean {:.1} ms, max {} ms; master dropped {} events",
             20_000.0 / put_seconds.max(1e-9),
             s.messages - messages0,
             s.max_batch_events,
@@ -669,9 +769,6 @@ fn load_with_default_queue_keeps_up_without_gaps() {
             s.mean_lag_ms(),
             s.lag_ms_max,
             status.dropped_events - status0.dropped_events,
-            s.last_seq,
-            status.published_batches,
-            status.dropped_events,
         ),
     );
     assert_eq!(
@@ -683,72 +780,65 @@ fn load_with_default_queue_keeps_up_without_gaps() {
         "the default queue drops nothing"
     );
     assert_eq!(
-        (s.gaps, c.gaps, c.missing_sequences, c.restarts),
+        (s.gaps, c["gaps"], c["missing_sequences"], c["restarts"]),
         (0, 0, 0, 0)
     );
     assert!(s.max_batch_events <= 64, "a batch holds at most 64 events");
     for t in &requests {
-        assert_eq!(layout.prefix(&driver, t), 5);
+        assert_eq!(index.prefix(&layout, t), 5);
     }
 }
 
-#[test]
-fn real_loss_is_counted_exactly_never_yields_a_false_hit_and_resync_recovers() {
-    let venvs = Venvs::from_env();
+fn real_loss_is_counted_exactly_never_yields_a_false_hit_and_resync_recovers(via: Via) {
+    let name = format!("real loss ({via:?})");
     let (layout, requests) = load_requests();
-    let master = Master::start(
-        &venvs,
-        MasterConfig {
-            queue_capacity: Some(16),
-            ..MasterConfig::new("real-loss")
-        },
-    );
-    let mut client = StoreClient::connect(&venvs, &master);
+    let mut w = World::start(MasterConfig {
+        queue_capacity: Some(16),
+        ..MasterConfig::new("real-loss")
+    });
     // One index that can only clear on loss, one that resynchronises.
-    let mut clearing = IndexDriver::new(config(&master, &[&layout]), master.http_addr());
-    let mut resyncing = IndexDriver::new(
-        hicache_index::Config {
-            resync: Some(ResyncConfig::default()),
-            ..config(&master, &[&layout])
+    let mut clearing = w.index(via, &[&layout], &Setup::default());
+    let mut resyncing = w.index(
+        via,
+        &[&layout],
+        &Setup {
+            resync: true,
+            ..Setup::default()
         },
-        master.http_addr(),
     );
     let mut both = [&mut clearing, &mut resyncing];
-    run_all_until(&mut both, "both live", WAIT, |ds| {
-        ds.iter().all(|d| d.session().health() == Health::Live)
-    });
-    wait_subscribed(&mut both, &mut client);
-    run_all_until(&mut both, "both live after the probes", WAIT, |ds| {
-        ds.iter().all(|d| d.session().health() == Health::Live)
-    });
-    let status0 = master.kv_events_status();
-    let base: Vec<_> = both.iter().map(|d| d.stream().clone()).collect();
+    w.live(&mut both);
+    w.settle(&mut both);
+    let status0 = w.master.kv_events_status();
+    let s0 = w.observer.stats();
+    let c0: Vec<_> = both.iter().map(|i| i.counters()).collect();
 
     // The same load, plus 50 single removes of the previous batch during each put_batch.
     let sent = Instant::now();
-    client.send(&StoreClient::put_requests_command(
+    w.client.send(&StoreClient::put_requests_command(
         &requests, &layout.py, 1000, 50,
     ));
     let answer = loop {
-        if let Some(a) = client.try_recv() {
+        if let Some(a) = w.client.try_recv() {
             break a.expect("the load");
         }
         assert!(sent.elapsed() < WAIT, "the load did not finish");
-        hicache_index_mooncake_tests::step_all(&mut both);
+        pump_all(&mut both);
     };
     check_load_keys(&layout, &requests, &answer);
     let removed: HashSet<String> = strings(&answer["removed"]).into_iter().collect();
 
-    // Quiet: nothing arrives for 500 ms.
+    // Quiet: nothing arrives for 500 ms (the indexes keep working meanwhile).
     let mut last = (0, Instant::now());
-    run_all_until(&mut both, "the stream to go quiet", WAIT, |ds| {
-        let n: u64 = ds.iter().map(|d| d.stream().messages).sum();
+    let observer = &w.observer;
+    run_until(&mut both, "the stream to go quiet", WAIT, |_| {
+        let n = observer.messages();
         if n != last.0 {
             last = (n, Instant::now());
         }
         last.1.elapsed() > Duration::from_millis(500)
     });
-    let status = master.kv_events_status();
+    let status = w.master.kv_events_status();
     let dropped = status.dropped_events - status0.dropped_events;
     let published = status.published_batches - status0.published_batches;
     assert!(
@@ -756,64 +846,74 @@ fn real_loss_is_counted_exactly_never_yields_a_false_hit_and_resync_recovers() {
         "a queue of 16 drops events under this load ({})",
         status.raw
     );
-
-    for (d, s0) in both.iter().zip(&base) {
-        let s = d.stream();
-        let c = d.session().counters();
-        let received = s.messages - s0.messages;
-        // The core counts exactly what the stream shows.
-        assert_eq!((c.gaps, c.missing_sequences), (s.gaps, s.missing));
-        // Every skipped sequence is a dropped event or a batch libzmq did not deliver.
-        let lost_in_zmq = published - received;
+    let s = w.observer.stats();
+    let received = s.messages - s0.messages;
+    let (gaps, missing) = (s.gaps - s0.gaps, s.missing - s0.missing);
+    // Every skipped sequence is a dropped event or a batch libzmq did not deliver.
+    assert_eq!(
+        missing,
+        dropped + (published - received),
+        "missing sequences = dropped events + undelivered batches"
+    );
+    assert_eq!(
+        s.last_seq,
+        Some(status.published_batches + status.dropped_events)
+    );
+    for (i, c0) in both.iter().zip(&c0) {
+        let c = i.counters();
+        // The index counts exactly what the stream shows.
         assert_eq!(
-            s.missing - s0.missing,
-            dropped + lost_in_zmq,
-            "missing sequences = dropped events + undelivered batches"
+            (
+                c["gaps"] - c0["gaps"],
+                c["missing_sequences"] - c0["missing_sequences"]
+            ),
+            (gaps, missing),
+            "gaps and missing sequences, index vs stream"
         );
         report(
-            "real loss",
+            &name,
             format!(
-                "{}: stream showed {} gaps skipping {} sequences; core counted gaps {} missing {}; \
-                 master dropped_events {dropped}, published {published} batches, received \
-                 {received} (libzmq lost {lost_in_zmq}); stored events seen {} of 20,000, removed \
-                 events seen {} of {}; max {} events per batch; clears on gap {}, resyncs {}/{}; \
-                 last seq {:?} = \
-                 published_batches {} + dropped_events {}",
-                if c.resyncs_started > 0 { "resyncing" } else { "clearing" },
-                s.gaps - s0.gaps,
-                s.missing - s0.missing,
-                c.gaps,
-                c.missing_sequences,
+                "{}: stream showed {gaps} gaps skipping {missing} sequences; index counted gaps \
+                 {} missing {}; master dropped_events {dropped}, published {published} \
+                 batches, observer received {received}; stored events seen {} of 20,000, \
+                 removed events seen {} of {}; max {} events per batch; clears on gap {}, \
+                 resyncs {}/{}",
+                if c["resyncs_started"] > 0 {
+                    "resyncing"
+                } else {
+                    "clearing"
+                },
+                c["gaps"] - c0["gaps"],
+                c["missing_sequences"] - c0["missing_sequences"],
                 s.stored - s0.stored,
                 s.removed - s0.removed,
                 removed.len(),
                 s.max_batch_events,
-                c.clears_gap,
-                c.resyncs_completed,
-                c.resyncs_started,
-                s.last_seq,
-                status.published_batches,
-                status.dropped_events,
+                c["clears_gap"],
+                c["resyncs_completed"],
+                c["resyncs_started"],
             ),
-        );
-        assert_eq!(
-            s.last_seq,
-            Some(status.published_batches + status.dropped_events)
         );
     }
 
     // No false hit: every page either index calls complete is complete at the master.
-    let hashes: Vec<PageHash> = requests
-        .iter()
-        .flat_map(|t| layout.page_hashes(t))
-        .collect();
-    for d in both.iter() {
-        let hit_keys: Vec<String> = hashes
+    let page_keys = |t: &Vec<u32>, i: usize| -> Vec<String> {
+        let h = layout.page_hashes(t)[i];
+        layout.core.object_keys(&h).collect()
+    };
+    for i in both.iter() {
+        let hit_keys: Vec<String> = requests
             .iter()
-            .filter(|h| layout.is_hit(d, h))
-            .flat_map(|h| layout.core.object_keys(h).collect::<Vec<_>>())
+            .flat_map(|t| {
+                let answer = i.ask(&layout, t);
+                (0..answer.pages.len())
+                    .filter(|p| answer.pages[*p])
+                    .flat_map(|p| page_keys(t, p))
+                    .collect::<Vec<_>>()
+            })
             .collect();
-        let absent: Vec<String> = master
+        let absent: Vec<String> = w
+            .master
             .query_keys(&hit_keys)
             .into_iter()
             .filter(|(_, ok)| !ok)
@@ -827,7 +927,7 @@ fn real_loss_is_counted_exactly_never_yields_a_false_hit_and_resync_recovers() {
         );
         assert!(hit_keys.iter().all(|k| !removed.contains(k)));
         report(
-            "real loss",
+            &name,
             format!(
                 "{} pages of 5,000 hit, every one complete at the master",
                 hit_keys.len() / 4
@@ -836,29 +936,31 @@ fn real_loss_is_counted_exactly_never_yields_a_false_hit_and_resync_recovers() {
     }
 
     // Recovery: the resyncing index converges to the master's key set.
-    let took = run_all_until(&mut both, "the resync to finish", WAIT, |ds| {
-        ds[1].session().health() == Health::Live
+    let took = run_until(&mut both, "the resync to finish", WAIT, |is| {
+        is[1].health() == Health::Live
     });
-    let truth: HashSet<String> = master
+    let truth: HashSet<String> = w
+        .master
         .all_keys()
         .into_iter()
         .filter(|k| !is_probe(k))
         .collect();
-    let d = &both[1];
     let mut complete = 0;
-    for h in &hashes {
-        let expected = layout.core.object_keys(h).all(|k| truth.contains(&k));
-        complete += usize::from(expected);
-        assert_eq!(
-            layout.is_hit(d, h),
-            expected,
-            "page {h}: index and master agree"
-        );
+    for t in &requests {
+        let answer = both[1].ask(&layout, t);
+        for (p, h) in layout.page_hashes(t).iter().enumerate() {
+            let expected = layout.core.object_keys(h).all(|k| truth.contains(&k));
+            complete += usize::from(expected);
+            assert_eq!(
+                answer.pages[p], expected,
+                "page {h}: index and master agree"
+            );
+        }
     }
-    assert_eq!(d.session().counters().objects as usize, truth.len());
+    assert_eq!(both[1].counters()["objects"] as usize, truth.len());
     assert_eq!(truth.len(), 20_000 - removed.len());
     report(
-        "real loss",
+        &name,
         format!(
             "resyncing index live {took:?} after the stream went quiet: {complete} complete pages \
              and {} objects, exactly the master's key set",
