@@ -1152,7 +1152,7 @@ impl Session {
             return;
         }
         let mut keys = Vec::new();
-        let stamp = self.index.sample_keys(DEFAULT_TENANT, v.sample, &mut keys);
+        let stamp = self.index.sample_keys(DEFAULT_TENANT, v.sample, &mut keys).stamp;
         if keys.is_empty() {
             self.schedule_verify(now);
             return;
