@@ -80,6 +80,8 @@ struct Namespace {
     suffixes: Vec<String>,
     /// The mask that makes a page complete under a watched layout (0: not watched).
     complete_mask: u128,
+    /// Objects present in this namespace.
+    objects: usize,
 }
 
 /// What one event did to the index.
@@ -116,6 +118,25 @@ pub struct IndexHits {
     pub memory_pages: usize,
     /// Of the prefix pages, how many were seen only on disk.
     pub disk_only_pages: usize,
+}
+
+/// What one call of [`Index::sample_keys`] covered.
+///
+/// A *sweep* is one pass of the verification cursor over the page slab, from the first slot of
+/// its first page past its last page. Every object of the sampled tenant that is present when
+/// a sweep begins and stays present until the cursor reaches it is sampled in that sweep;
+/// objects stored after the cursor passed their slot are not.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sampled {
+    /// The write stamp to pass back to [`Index::remove_stale`].
+    pub stamp: u64,
+    /// The call began where a sweep begins (the first slot of the first page).
+    pub began_sweep: bool,
+    /// The cursor went past the last page during the call: a sweep ended in it.
+    pub ended_sweep: bool,
+    /// A sweep ended and the call went on into the next one (the cursor did not stop at the
+    /// first slot of the first page): that sweep began with this call.
+    pub began_next: bool,
 }
 
 /// Counters the index keeps itself.
@@ -195,6 +216,15 @@ impl Index {
         self.live_objects
     }
 
+    /// Returns the number of objects of `tenant` present (a sum over its key prefixes).
+    pub fn tenant_object_count(&self, tenant: &str) -> usize {
+        self.namespaces
+            .iter()
+            .filter(|ns| ns.tenant == tenant)
+            .map(|ns| ns.objects)
+            .sum()
+    }
+
     /// Returns the index's own counters.
     pub fn counters(&self) -> IndexCounters {
         self.counters
@@ -268,6 +298,7 @@ impl Index {
         page.touched = self.stamp;
         if before != page.present {
             self.live_objects += 1;
+            self.namespaces[ns as usize].objects += 1;
             self.note_change(ns, parsed.page_hash, before, before | (1u128 << slot));
         }
         Applied::Applied
@@ -322,11 +353,15 @@ impl Index {
         self.clock_hand = 0;
         self.live_pages = 0;
         self.live_objects = 0;
+        for ns in &mut self.namespaces {
+            ns.objects = 0;
+        }
         self.verify_cursor = 0;
         self.verify_slot = 0;
         self.stamp += 1;
         forgotten
     }
+
     /// Answers how many leading pages of `pages` are fully present for `layout` in `tenant`.
     ///
     /// Hashing is driven by the iterator: in prefix mode (`map` is `None`) the query stops at
@@ -407,9 +442,15 @@ impl Index {
 
     /// Collects up to `max` present object keys of `tenant` for verification, round-robin
     /// through the index so that repeated calls cover every page; returns the write stamp to pass
-    /// back to [`Index::remove_stale`].
-    pub fn sample_keys(&mut self, tenant: &str, max: usize, out: &mut Vec<String>) -> u64 {
+    /// back to [`Index::remove_stale`] and where the call began and ended (see [`Sampled`]).
+    pub fn sample_keys(&mut self, tenant: &str, max: usize, out: &mut Vec<String>) -> Sampled {
         let len = self.pages.len();
+        let mut sampled = Sampled {
+            stamp: self.stamp,
+            began_sweep: self.verify_cursor == 0 && self.verify_slot == 0,
+            ended_sweep: false,
+            began_next: false,
+        };
         // A round that starts inside a page comes back to it for the slots before the cursor.
         let limit = len + usize::from(self.verify_slot > 0);
         let mut visited = 0;
@@ -422,7 +463,8 @@ impl Index {
                 let mut bits = page.present & (!0u128).checked_shl(self.verify_slot).unwrap_or(0);
                 while bits != 0 {
                     if out.len() >= max {
-                        return self.stamp;
+                        sampled.began_next = sampled.ended_sweep;
+                        return sampled;
                     }
                     let slot = bits.trailing_zeros();
                     bits &= bits - 1;
@@ -436,9 +478,11 @@ impl Index {
             }
             self.verify_cursor = (idx + 1) % len;
             self.verify_slot = 0;
+            sampled.ended_sweep |= self.verify_cursor == 0;
             visited += 1;
         }
-        self.stamp
+        sampled.began_next = sampled.ended_sweep && self.verify_cursor != 0;
+        sampled
     }
 
     /// Removes `key` of `tenant` when a verification found it absent, unless its page changed
@@ -509,6 +553,7 @@ impl Index {
         }
         self.live_objects -= 1;
         let (ns, hash, after) = (page.ns, page.hash, page.present);
+        self.namespaces[ns as usize].objects -= 1;
         self.note_change(ns, hash, before, after);
         if after == 0 {
             self.unlink(idx, h);
@@ -625,6 +670,7 @@ impl Index {
         let page = &self.pages[idx];
         let (ns, hash, present) = (page.ns, page.hash, page.present);
         self.live_objects -= present.count_ones() as usize;
+        self.namespaces[ns as usize].objects -= present.count_ones() as usize;
         self.live_pages -= 1;
         self.note_change(ns, hash, present, 0);
         self.pages[idx].present = 0;
@@ -683,6 +729,7 @@ impl Index {
                     prefix: prefix.map(String::from),
                     suffixes: Vec::new(),
                     complete_mask: 0,
+                    objects: 0,
                 });
                 let (namespaces, seed) = (&self.namespaces, self.config.seed);
                 self.ns_table

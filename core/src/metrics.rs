@@ -11,8 +11,8 @@ pub enum Kind {
 
 /// Every counter and gauge of a session, readable at any time with `Session::counters`.
 ///
-/// Counters only grow (until the session is dropped); `pages`, `objects`, `held_batches` and
-/// `buffered_batches` are gauges.
+/// Counters only grow (until the session is dropped); `pages`, `objects`, `held_batches`,
+/// `buffered_batches` and `unconfirmed_ms` are gauges.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Counters {
@@ -104,6 +104,29 @@ pub struct Counters {
     pub held_batches: u64,
     /// Batches buffered during a resynchronisation now (gauge).
     pub buffered_batches: u64,
+    /// How long, in milliseconds, the index's content has gone without confirmation from the
+    /// master (gauge): `now - confirmed_at`, where `confirmed_at` is a time at or after which
+    /// every object the index holds is known to have been present at the master
+    /// ([`crate::Session::confirmed_at`]); 0 while the index is empty.
+    ///
+    /// An object a client's departure removed without an event stays in the index until
+    /// verification finds it; this figure bounds how long ago such an object can have left.
+    /// What confirms:
+    /// - an event, the objects it stores, as of when the session received it (the stream's
+    ///   delivery delay is not counted); an index that was empty is thus confirmed as of the
+    ///   first batch it applies;
+    /// - a completed resynchronisation, every object as of when its snapshot was asked for
+    ///   ([`crate::Effect::FetchSnapshot`]), if the index was empty then: a snapshot only adds,
+    ///   so objects held before keep their own confirmation;
+    /// - with verification on, a sweep (rounds over the whole index, each answered in full,
+    ///   without a failed, timed-out or stale round or a clear in between), every object as of
+    ///   the sweep's first round, unless the index holds objects of a tenant other than
+    ///   [`crate::DEFAULT_TENANT`] (verification samples only that one).
+    ///
+    /// Objects added from older evidence (reordered or buffered batches, snapshot keys) keep
+    /// `confirmed_at` no later than that evidence. Without verification it only moves when the
+    /// index empties or such a resync completes.
+    pub unconfirmed_ms: u64,
     /// Queries answered.
     pub queries: u64,
     /// Pages reported as hits (prefix pages) across all queries.
@@ -112,7 +135,7 @@ pub struct Counters {
 
 impl Counters {
     /// Lists every figure with its name and kind, so exporters need not name them one by one.
-    pub fn fields(&self) -> [(&'static str, u64, Kind); 46] {
+    pub fn fields(&self) -> [(&'static str, u64, Kind); 47] {
         [
             ("batches", self.batches, Kind::Counter),
             ("events", self.events, Kind::Counter),
@@ -178,6 +201,7 @@ impl Counters {
             ("stale_keys_found", self.stale_keys_found, Kind::Counter),
             ("held_batches", self.held_batches, Kind::Gauge),
             ("buffered_batches", self.buffered_batches, Kind::Gauge),
+            ("unconfirmed_ms", self.unconfirmed_ms, Kind::Gauge),
             ("queries", self.queries, Kind::Counter),
             ("hit_pages", self.hit_pages, Kind::Counter),
         ]

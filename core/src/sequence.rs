@@ -226,14 +226,15 @@ impl<T> SequenceTracker<T> {
         Some((Seq(next), item))
     }
 
+    /// Returns when the batch held longest was held (it arrived then); `None` when none is.
+    pub fn held_since(&self) -> Option<Instant> {
+        self.held.values().map(|(at, _, _)| *at).min()
+    }
+
     /// Returns when the oldest held batch stops waiting for its hole.
     pub fn poll_timeout(&self) -> Option<Instant> {
         let delay = self.config.max_delay?;
-        self.held
-            .values()
-            .map(|(at, _, _)| *at)
-            .min()
-            .map(|at| at + delay)
+        self.held_since().map(|at| at + delay)
     }
 
     /// Declares loss when the oldest held batch has waited too long. The caller then forgets and

@@ -182,20 +182,23 @@ enum Link {
     Up { since: Instant },
 }
 
-/// A batch kept for later: its sequence frame and payload.
+/// A batch kept for later: its sequence frame and payload, and when it arrived.
 #[derive(Clone, Debug)]
 struct HeldBatch {
     seq: [u8; 8],
     payload: Vec<u8>,
+    /// When the session received it: what it stores was present at the master then.
+    arrived: Instant,
 }
 
 impl HeldBatch {
-    fn copy(frames: &[&[u8]]) -> HeldBatch {
+    fn copy(arrived: Instant, frames: &[&[u8]]) -> HeldBatch {
         let mut seq = [0u8; 8];
         seq.copy_from_slice(frames[1]);
         HeldBatch {
             seq,
             payload: frames[2].to_vec(),
+            arrived,
         }
     }
 
@@ -211,6 +214,11 @@ enum Resync {
     Fetching {
         request: u64,
         deadline: Instant,
+        /// When the fetch was asked for: the master's key list is read after it.
+        asked_at: Instant,
+        /// What the completed resync confirms: `asked_at`, or the index's confirmation when it
+        /// held objects already (a snapshot only adds), lowered by anything older added since.
+        confirms: Instant,
         buffer: Vec<HeldBatch>,
         bytes: usize,
         /// The first sequence of the stream when the fetch was asked for, if it had begun.
@@ -231,11 +239,44 @@ enum Resync {
     AwaitingStream,
 }
 
-/// An outstanding verification.
+/// Verification: the next round, the one in flight, and the sweep in progress.
 #[derive(Debug)]
 struct Verify {
     next_at: Option<Instant>,
-    in_flight: Option<(u64, u64, Instant)>,
+    in_flight: Option<Round>,
+    /// When the sweep in progress began, if every round of it so far was answered in full
+    /// (lowered to the arrival of anything older added since): at its end, every object the
+    /// index holds was present at the master at or after this.
+    sweep: Option<Instant>,
+}
+
+impl Verify {
+    fn idle() -> Verify {
+        Verify {
+            next_at: None,
+            in_flight: None,
+            sweep: None,
+        }
+    }
+}
+
+/// A verification round asked of the driver.
+#[derive(Debug)]
+struct Round {
+    request: u64,
+    /// The index's write stamp when the keys were sampled.
+    stamp: u64,
+    deadline: Instant,
+    /// How many keys were asked about, and their [`key_checksum`]: a full answer names each.
+    keys: usize,
+    checksum: u64,
+    /// A sweep ended within this round, and whether the next began in it (see
+    /// [`crate::index::Sampled`]).
+    ended_sweep: bool,
+    began_next: bool,
+    /// When the keys were sampled, lowered to the arrival of anything older added since: the
+    /// next sweep began then if it began in this round.
+    sampled_at: Instant,
 }
 
 /// The sans-IO machine a transport drives (see the module docs for the loop).
@@ -259,6 +300,11 @@ pub struct Session {
     rng: u64,
     next_request: u64,
     counters: Counters,
+    /// A time at or after which every object the index holds was present at the master (see
+    /// [`Counters::unconfirmed_ms`]); meaningless while the index is empty.
+    confirmed_at: Instant,
+    /// The latest time an input carried.
+    latest: Instant,
     queries: AtomicUsize,
     hit_pages: AtomicUsize,
 }
@@ -317,15 +363,14 @@ impl Session {
             endpoint,
             health: Health::Disconnected,
             resync: Resync::Idle,
-            verify: Verify {
-                next_at: None,
-                in_flight: None,
-            },
+            verify: Verify::idle(),
             workers: BTreeMap::new(),
             advertised_layouts: BTreeMap::new(),
             rng: config.seed ^ 0x9e37_79b9_7f4a_7c15,
             next_request: 1,
             counters: Counters::default(),
+            confirmed_at: Instant::ZERO,
+            latest: Instant::ZERO,
             queries: AtomicUsize::new(0),
             hit_pages: AtomicUsize::new(0),
             config,
@@ -358,8 +403,14 @@ impl Session {
         &self.index
     }
 
-    /// Returns every counter and gauge.
+    /// Returns every counter and gauge, with [`Counters::unconfirmed_ms`] as of the latest time
+    /// any input carried (see [`Session::counters_at`] for another time).
     pub fn counters(&self) -> Counters {
+        self.counters_at(self.latest)
+    }
+
+    /// Returns every counter and gauge, with [`Counters::unconfirmed_ms`] as of `now`.
+    pub fn counters_at(&self, now: Instant) -> Counters {
         let mut c = self.counters;
         let ic = self.index.counters();
         c.unparsed_keys = ic.unparsed_keys;
@@ -373,9 +424,19 @@ impl Session {
             Resync::Fetching { buffer, .. } => buffer.len() as u64,
             _ => 0,
         };
+        c.unconfirmed_ms = self.confirmed_at().map_or(0, |at| {
+            u64::try_from(now.saturating_duration_since(at).as_millis()).unwrap_or(u64::MAX)
+        });
         c.queries = self.queries.load(Ordering::Relaxed) as u64;
         c.hit_pages = self.hit_pages.load(Ordering::Relaxed) as u64;
         c
+    }
+
+    /// Returns a time at or after which every object the index holds is known to have been
+    /// present at the master; `None` while the index is empty (trivially confirmed). See
+    /// [`Counters::unconfirmed_ms`] for what confirms an object.
+    pub fn confirmed_at(&self) -> Option<Instant> {
+        (self.index.object_count() > 0).then_some(self.confirmed_at)
     }
 
     /// Returns when [`Session::handle_timeout`] must next be called; `None` when nothing timed is
@@ -392,8 +453,8 @@ impl Session {
             Resync::Waiting { retry_at } => Some(*retry_at),
             Resync::AwaitingStream => None,
         };
-        let verify = match self.verify.in_flight {
-            Some((_, _, deadline)) => Some(deadline),
+        let verify = match &self.verify.in_flight {
+            Some(round) => Some(round.deadline),
             None => self.verify.next_at,
         };
         [link, self.tracker.poll_timeout(), resync, verify]
@@ -404,6 +465,7 @@ impl Session {
 
     /// Does whatever is due at `now`; early calls do nothing.
     pub fn handle_timeout(&mut self, now: Instant) -> Effects {
+        self.see(now);
         let mut fx = Effects::new();
         match self.link {
             Link::Down { retry_at: Some(at) } if at <= now => self.connect(now, &mut fx),
@@ -423,9 +485,10 @@ impl Session {
             Resync::Waiting { retry_at } if retry_at <= now => self.start_resync(now, &mut fx),
             _ => {}
         }
-        match self.verify.in_flight {
-            Some((_, _, deadline)) if deadline <= now => {
+        match &self.verify.in_flight {
+            Some(round) if round.deadline <= now => {
                 self.verify.in_flight = None;
+                self.verify.sweep = None;
                 self.schedule_verify(now);
             }
             None if self.verify.next_at.is_some_and(|at| at <= now) => {
@@ -439,6 +502,7 @@ impl Session {
 
     /// Reports that the subscriber connected to the endpoint last asked for.
     pub fn handle_connected(&mut self, now: Instant) -> Effects {
+        self.see(now);
         let mut fx = Effects::new();
         self.link_up(now, &mut fx);
         self.update_health(&mut fx);
@@ -448,6 +512,7 @@ impl Session {
     /// Reports that the subscriber's connection was lost or failed. Events may have been missed:
     /// the index forgets, and a reconnect is scheduled.
     pub fn handle_disconnected(&mut self, now: Instant) -> Effects {
+        self.see(now);
         let mut fx = Effects::new();
         if !matches!(self.link, Link::Down { .. }) || self.index.page_count() > 0 {
             self.link_lost(now, &mut fx);
@@ -459,6 +524,7 @@ impl Session {
     /// Feeds one multipart message (`[topic, seq, payload]`). Nothing of `frames` is kept
     /// borrowed.
     pub fn feed(&mut self, now: Instant, frames: &[&[u8]]) -> Effects {
+        self.see(now);
         let mut fx = Effects::new();
         if frames.len() != 3 {
             self.counters.stray_frame_count += 1;
@@ -510,7 +576,7 @@ impl Session {
                 self.counters.held += 1;
                 if let Some(loss) =
                     self.tracker
-                        .hold(now, seq, fingerprint, HeldBatch::copy(frames))
+                        .hold(now, seq, fingerprint, HeldBatch::copy(now, frames))
                 {
                     self.reorder_loss(now, loss, &mut fx);
                 }
@@ -573,6 +639,7 @@ impl Session {
         request: u64,
         watermark: Option<Seq>,
     ) -> Effects {
+        self.see(now);
         let mut fx = Effects::new();
         let stream_at_request = match &self.resync {
             Resync::Fetching {
@@ -622,8 +689,18 @@ impl Session {
     where
         I: IntoIterator<Item = &'k str>,
     {
+        let asked_at = match &self.resync {
+            Resync::Fetching {
+                request: current,
+                applied: Some(_),
+                asked_at,
+                ..
+            } if *current == request => *asked_at,
+            _ => return None,
+        };
+        // The master's key list was read after the fetch was asked for.
+        self.note_evidence(asked_at);
         let Resync::Fetching {
-            request: current,
             applied: Some(applied),
             seen,
             cleared,
@@ -632,9 +709,6 @@ impl Session {
         else {
             return None;
         };
-        if *current != request {
-            return None;
-        }
         for key in keys {
             let key = key.trim();
             if key.is_empty() {
@@ -654,14 +728,16 @@ impl Session {
     /// Ends the snapshot of `request`: replays the live batches buffered since the fetch was
     /// asked for, and the index is live again.
     pub fn finish_snapshot(&mut self, now: Instant, request: u64) -> Effects {
+        self.see(now);
         let mut fx = Effects::new();
-        let (buffer, applied) = match &mut self.resync {
+        let (buffer, applied, confirms) = match &mut self.resync {
             Resync::Fetching {
                 request: current,
                 buffer,
                 applied: Some(applied),
+                confirms,
                 ..
-            } if *current == request => (core::mem::take(buffer), *applied),
+            } if *current == request => (core::mem::take(buffer), *applied, *confirms),
             _ => {
                 self.counters.stale_answers += 1;
                 return fx;
@@ -670,8 +746,11 @@ impl Session {
         self.resync = Resync::Idle;
         for held in &buffer {
             let batch = held.decode();
-            self.apply_batch(now, &batch, None, &mut fx);
+            self.apply_batch(now, held.arrived, &batch, None, &mut fx);
         }
+        // Every object is from the snapshot (read after the fetch was asked for) or from a batch
+        // since, unless the index held objects before: then `confirms` is their confirmation.
+        self.confirm(confirms);
         self.counters.snapshot_keys += applied as u64;
         self.counters.resyncs_completed += 1;
         fx.push(Effect::Resynced {
@@ -686,6 +765,7 @@ impl Session {
 
     /// Reports that the fetch `request` failed; it is retried later.
     pub fn handle_snapshot_failed(&mut self, now: Instant, request: u64) -> Effects {
+        self.see(now);
         let mut fx = Effects::new();
         match &self.resync {
             Resync::Fetching {
@@ -701,40 +781,58 @@ impl Session {
 
     /// Reports that the verification `request` failed; the next round comes after the interval.
     pub fn handle_verify_failed(&mut self, now: Instant, request: u64) -> Effects {
-        match self.verify.in_flight {
-            Some((current, _, _)) if current == request => {
+        self.see(now);
+        match &self.verify.in_flight {
+            Some(round) if round.request == request => {
                 self.verify.in_flight = None;
                 self.counters.verify_failures += 1;
                 self.schedule_verify(now);
             }
             _ => self.counters.stale_answers += 1,
         }
+        self.verify.sweep = None;
         Effects::new()
     }
 
     /// Hands over the master's answer to the verification `request`: each checked key and
     /// whether it exists. Keys found absent are removed unless their page changed since the keys
     /// were sampled.
+    ///
+    /// A round counts towards a sweep (see [`Counters::unconfirmed_ms`]) only when the answer
+    /// names every key asked about, each once, and every key found absent left the index; keys
+    /// the driver could not check MUST be left out, never reported present.
     pub fn handle_verify_result<'k, I>(&mut self, now: Instant, request: u64, results: I) -> Effects
     where
         I: IntoIterator<Item = (&'k str, bool)>,
     {
+        self.see(now);
         let mut fx = Effects::new();
-        let stamp = match self.verify.in_flight {
-            Some((current, stamp, _)) if current == request => stamp,
-            _ => {
+        let round = match self.verify.in_flight.take() {
+            Some(round) if round.request == request => round,
+            other => {
+                self.verify.in_flight = other;
+                self.verify.sweep = None;
                 self.counters.stale_answers += 1;
                 return fx;
             }
         };
-        self.verify.in_flight = None;
-        let (mut checked, mut stale) = (0usize, 0usize);
+        let (mut checked, mut stale, mut checksum, mut kept) = (0usize, 0usize, 0u64, false);
         for (key, exists) in results {
             checked += 1;
-            if !exists && self.index.remove_stale(DEFAULT_TENANT, key, stamp) {
-                stale += 1;
+            checksum = checksum.wrapping_add(key_checksum(key));
+            if !exists {
+                if self.index.remove_stale(DEFAULT_TENANT, key, round.stamp) {
+                    stale += 1;
+                } else {
+                    // Absent at the master, yet kept because its page changed meanwhile.
+                    kept |= self.index.contains_key(DEFAULT_TENANT, key);
+                }
             }
         }
+        self.end_round(
+            &round,
+            checked == round.keys && checksum == round.checksum && !kept,
+        );
         self.counters.verify_rounds += 1;
         self.counters.verified_keys += checked as u64;
         self.counters.stale_keys_found += stale as u64;
@@ -766,6 +864,7 @@ impl Session {
         worker: &str,
         info: Option<WorkerInfo>,
     ) -> Effects {
+        self.see(now);
         let mut fx = Effects::new();
         match info {
             Some(info) => {
@@ -787,13 +886,11 @@ impl Session {
     /// health is [`Health::Disconnected`] until a new endpoint or [`Session::handle_timeout`]
     /// after [`Session::restart`].
     pub fn handle_stopped(&mut self, now: Instant) -> Effects {
+        self.see(now);
         let mut fx = Effects::new();
         self.link = Link::Down { retry_at: None };
         self.reset_stream();
-        self.verify = Verify {
-            next_at: None,
-            in_flight: None,
-        };
+        self.verify = Verify::idle();
         if self.index.page_count() > 0 {
             self.forget(now, ClearReason::Requested, &mut fx);
         }
@@ -804,6 +901,7 @@ impl Session {
 
     /// Asks to connect again at `now` after [`Session::handle_stopped`] (backoff reset).
     pub fn restart(&mut self, now: Instant) {
+        self.see(now);
         self.attempts = 0;
         if self.endpoint.is_some() {
             self.link = Link::Down {
@@ -814,6 +912,7 @@ impl Session {
 
     /// Forgets every page now (for example when an operator asks).
     pub fn clear(&mut self, now: Instant) -> Effects {
+        self.see(now);
         let mut fx = Effects::new();
         self.reset_stream();
         self.forget(now, ClearReason::Requested, &mut fx);
@@ -912,7 +1011,7 @@ impl Session {
         payload: &[u8],
         fx: &mut Effects,
     ) {
-        self.apply_batch(now, batch, Some((batch.seq, payload)), fx);
+        self.apply_batch(now, now, batch, Some((batch.seq, payload)), fx);
         self.tracker.applied(batch.seq, fp);
         self.drain_held(now, fx);
         if matches!(self.resync, Resync::AwaitingStream) {
@@ -927,20 +1026,22 @@ impl Session {
             }
             let batch = held.decode();
             let fp = Fingerprint::of(&batch);
-            self.apply_batch(now, &batch, Some((seq, &held.payload)), fx);
+            self.apply_batch(now, held.arrived, &batch, Some((seq, &held.payload)), fx);
             self.tracker.applied(seq, fp);
         }
     }
 
-    /// Applies a batch's events; `live` carries the raw batch to buffer during a resync (replays
-    /// pass `None`).
+    /// Applies a batch's events; `arrived` is when the session received the batch, `live` carries
+    /// the raw batch to buffer during a resync (replays pass `None`).
     fn apply_batch(
         &mut self,
         now: Instant,
+        arrived: Instant,
         batch: &Batch<'_>,
         live: Option<(Seq, &[u8])>,
         fx: &mut Effects,
     ) {
+        self.note_evidence(arrived);
         for event in &batch.events {
             let tenant = event.tenant_id.unwrap_or(DEFAULT_TENANT);
             match (event.kind, event.object_key) {
@@ -996,12 +1097,19 @@ impl Session {
         self.counters.batches += 1;
         self.counters.events += batch.events.len() as u64;
         if let Some((seq, payload)) = live {
-            self.buffer_for_resync(now, seq, payload, fx);
+            self.buffer_for_resync(now, arrived, seq, payload, fx);
         }
         self.emit_deltas(fx);
     }
 
-    fn buffer_for_resync(&mut self, now: Instant, seq: Seq, payload: &[u8], fx: &mut Effects) {
+    fn buffer_for_resync(
+        &mut self,
+        now: Instant,
+        arrived: Instant,
+        seq: Seq,
+        payload: &[u8],
+        fx: &mut Effects,
+    ) {
         let Some(limits) = self.config.resync else {
             return;
         };
@@ -1018,6 +1126,7 @@ impl Session {
         buffer.push(HeldBatch {
             seq: seq.0.to_be_bytes(),
             payload: payload.to_vec(),
+            arrived,
         });
     }
 
@@ -1043,6 +1152,7 @@ impl Session {
     /// Forgets what the stream taught the index, and starts a resync when that is on.
     fn forget(&mut self, now: Instant, reason: ClearReason, fx: &mut Effects) {
         let (pages, objects) = self.index.clear();
+        self.verify.sweep = None;
         let counter = match reason {
             ClearReason::Gap => &mut self.counters.clears_gap,
             ClearReason::Restart => &mut self.counters.clears_restart,
@@ -1116,9 +1226,17 @@ impl Session {
         let request = self.next_request;
         self.next_request += 1;
         self.counters.resyncs_started += 1;
+        // A snapshot only adds: objects held already stay as confirmed as they were.
+        let confirms = if self.index.object_count() == 0 {
+            now
+        } else {
+            self.confirmed_at.min(now)
+        };
         self.resync = Resync::Fetching {
             request,
             deadline: now + limits.fetch_timeout,
+            asked_at: now,
+            confirms,
             buffer: Vec::new(),
             bytes: 0,
             stream_at_request: self.stream_start,
@@ -1152,16 +1270,96 @@ impl Session {
             return;
         }
         let mut keys = Vec::new();
-        let stamp = self.index.sample_keys(DEFAULT_TENANT, v.sample, &mut keys);
+        let sampled = self.index.sample_keys(DEFAULT_TENANT, v.sample, &mut keys);
         if keys.is_empty() {
+            // No default-tenant object at all: nothing for a sweep to confirm.
+            self.verify.sweep = None;
             self.schedule_verify(now);
             return;
+        }
+        if sampled.began_sweep && self.verify.sweep.is_none() {
+            self.verify.sweep = Some(now);
         }
         let request = self.next_request;
         self.next_request += 1;
         self.verify.next_at = None;
-        self.verify.in_flight = Some((request, stamp, now + v.timeout));
+        self.verify.in_flight = Some(Round {
+            request,
+            stamp: sampled.stamp,
+            deadline: now + v.timeout,
+            keys: keys.len(),
+            checksum: keys
+                .iter()
+                .fold(0u64, |sum, k| sum.wrapping_add(key_checksum(k))),
+            ended_sweep: sampled.ended_sweep,
+            began_next: sampled.began_next,
+            sampled_at: now,
+        });
         fx.push(Effect::VerifyKeys { request, keys });
+    }
+
+    /// Accounts an answered round to the sweep: a round answered only in part breaks it; a
+    /// round that ends a sweep all of whose rounds were answered in full confirms the index as
+    /// of the sweep's first round, unless it holds objects of a tenant verification does not
+    /// sample.
+    fn end_round(&mut self, round: &Round, full: bool) {
+        if !full {
+            self.verify.sweep = None;
+            return;
+        }
+        if !round.ended_sweep {
+            return;
+        }
+        if let Some(began) = self.verify.sweep {
+            if self.index.tenant_object_count(DEFAULT_TENANT) == self.index.object_count() {
+                self.confirm(began);
+            }
+        }
+        // The next sweep began in this round, or begins with the next one.
+        self.verify.sweep = round.began_next.then_some(round.sampled_at);
+    }
+
+    /// Records that objects the master held at `at` join the index: the index's confirmation,
+    /// and every confirmation pending (resync, sweep, round), is no later than `at`.
+    fn note_evidence(&mut self, at: Instant) {
+        self.confirmed_at = if self.index.object_count() == 0 {
+            // Nothing older is left: the new objects set the figure, capped by what is pending.
+            self.before_pending(at)
+        } else {
+            self.confirmed_at.min(at)
+        };
+        if let Some(began) = &mut self.verify.sweep {
+            *began = (*began).min(at);
+        }
+        if let Some(round) = &mut self.verify.in_flight {
+            round.sampled_at = round.sampled_at.min(at);
+        }
+        if let Resync::Fetching { confirms, .. } = &mut self.resync {
+            *confirms = (*confirms).min(at);
+        }
+    }
+
+    /// Moves the index's confirmation forward to `at`, when every object it holds is known to
+    /// have been present at the master at or after `at`.
+    fn confirm(&mut self, at: Instant) {
+        self.confirmed_at = self.confirmed_at.max(self.before_pending(at));
+    }
+
+    /// Returns `at`, or the oldest evidence still waiting to join the index if that is earlier
+    /// (a held batch's arrival, the snapshot being fetched): the confirmation is not moved past
+    /// what they will add, so that it does not move back when they do.
+    fn before_pending(&self, at: Instant) -> Instant {
+        let held = self.tracker.held_since().unwrap_or(at);
+        let snapshot = match &self.resync {
+            Resync::Fetching { asked_at, .. } => *asked_at,
+            _ => at,
+        };
+        at.min(held).min(snapshot)
+    }
+
+    /// Notes the time an input carried.
+    fn see(&mut self, now: Instant) {
+        self.latest = self.latest.max(now);
     }
 
     fn connect(&mut self, now: Instant, fx: &mut Effects) {
@@ -1204,10 +1402,7 @@ impl Session {
         self.counters.disconnects += 1;
         self.link = Link::Down { retry_at: None };
         self.reset_stream();
-        self.verify = Verify {
-            next_at: None,
-            in_flight: None,
-        };
+        self.verify = Verify::idle();
         self.forget(now, ClearReason::Disconnected, fx);
         let delay = self.backoff_delay();
         let retry_at = self.endpoint.as_ref().map(|_| now + delay);
@@ -1309,10 +1504,7 @@ impl Session {
             self.reset_stream();
             self.forget(now, ClearReason::EndpointChanged, fx);
             self.resync = Resync::Idle;
-            self.verify = Verify {
-                next_at: None,
-                in_flight: None,
-            };
+            self.verify = Verify::idle();
         }
         self.attempts = 0;
         self.connect(now, fx);
@@ -1335,4 +1527,16 @@ impl Session {
             self.health = health;
         }
     }
+}
+
+/// An order-independent checksum term of one key (FNV-1a, then mixed): a round's answer names
+/// every key asked about, each once, when the sums of the terms agree (and the counts).
+fn key_checksum(key: &str) -> u64 {
+    let mut h = 0xcbf2_9ce4_8422_2325u64;
+    for b in key.bytes() {
+        h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+    }
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^ (h >> 33)
 }

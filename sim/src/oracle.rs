@@ -246,6 +246,12 @@ impl Oracle {
         self.t.newest(obj).is_some_and(|e| e.present)
     }
 
+    /// Returns the position whose change ended `obj`'s last presence in the true state, or
+    /// `None` while it is present (or was never present).
+    pub fn t_present_until(&self, obj: ObjId) -> Option<u64> {
+        self.t.newest(obj).filter(|e| !e.present).map(|e| e.pos)
+    }
+
     /// Reports whether `obj` was present in the event history at position `pos`.
     pub fn e_at(&self, obj: ObjId, pos: u64) -> bool {
         self.e.at(obj, pos).is_some_and(|e| e.present)

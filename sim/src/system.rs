@@ -48,6 +48,8 @@ pub trait System {
     fn last_applied_seq(&self) -> Option<Seq>;
     /// Returns the counters.
     fn counters(&self) -> Counters;
+    /// Returns the counters, with the unconfirmed age as of `now`.
+    fn counters_at(&self, now: Instant) -> Counters;
     /// Returns the health.
     fn health(&self) -> Health;
     /// Reports whether the index holds one object, when the system can tell (for failure
@@ -111,6 +113,9 @@ impl System for Session {
     }
     fn counters(&self) -> Counters {
         Session::counters(self)
+    }
+    fn counters_at(&self, now: Instant) -> Counters {
+        Session::counters_at(self, now)
     }
     fn health(&self) -> Health {
         Session::health(self)
@@ -236,6 +241,9 @@ impl System for GapBlindSession {
     }
     fn counters(&self) -> Counters {
         self.inner.counters()
+    }
+    fn counters_at(&self, now: Instant) -> Counters {
+        self.inner.counters_at(now)
     }
     fn health(&self) -> Health {
         self.inner.health()

@@ -23,6 +23,9 @@
 //! - **Safety** after every query: each required object of each reported page must be justified
 //!   by the oracle's rule ([`crate::oracle`]); a page with an unjustified object is a false hit.
 //!   With [`Options::exact`] (no faults) every answer must also equal the oracle's own answer.
+//! - **Confirmation** after every query: each required object of each reported page was present
+//!   in the master's true state at or after `now - unconfirmed_ms`, allowing for the oldest
+//!   event any delivered message carried (an event counts as of its delivery).
 //! - **Staleness**: justified hits with an object absent from the master's true state, counted
 //!   (default tenant and others apart); after settling with verification on, none may be left in
 //!   the default tenant.
@@ -65,6 +68,8 @@ pub enum FailureKind {
     NotLive,
     /// Stale hits remain after enough verification rounds.
     Staleness,
+    /// A hit's object left the master before the time the index reports it confirmed.
+    Unconfirmed,
     /// A bound was exceeded (index pages, held or buffered batches).
     Bounds,
     /// The session's deadline did not move after `handle_timeout`.
@@ -315,6 +320,10 @@ pub struct World<S: System> {
     settle_keys: u64,
     verified_at_settle: u64,
     verified_while_settling: crate::util::IdSet,
+    /// The time of each history position, in position order.
+    record_times: Vec<(u64, Instant)>,
+    /// The longest a delivered message's oldest event had existed when it arrived.
+    evidence_lag: Duration,
 }
 
 /// Runs one seed's options against the real [`Session`].
@@ -419,6 +428,8 @@ impl<S: System> World<S> {
             settle_keys: 0,
             verified_at_settle: 0,
             verified_while_settling: crate::util::IdSet::new(),
+            record_times: Vec::new(),
+            evidence_lag: Duration::ZERO,
         }
     }
 
@@ -734,6 +745,7 @@ impl<S: System> World<S> {
     fn absorb_master(&mut self, out: &mut MasterOutput) {
         for record in out.records.drain(..) {
             self.oracle.apply(&record);
+            self.record_times.push((record.pos, self.now));
         }
         self.p_loss = self.p_loss.max(out.lost_upto);
         out.lost_upto = 0;
@@ -779,7 +791,17 @@ impl<S: System> World<S> {
         }
     }
 
+    /// Returns when the history position `pos` was created.
+    fn time_of(&self, pos: u64) -> Instant {
+        let i = self.record_times.partition_point(|&(p, _)| p < pos);
+        self.record_times.get(i).map_or(self.now, |&(_, at)| at)
+    }
+
     fn deliver(&mut self, msg: Message) {
+        if let Origin::Master(m) = &msg.origin {
+            let lag = self.now - self.time_of(m.first_pos);
+            self.evidence_lag = self.evidence_lag.max(lag);
+        }
         if let Origin::Master(m) = msg.origin {
             if m.intact {
                 if self.opts.avoid.restart_as_continuation && self.is_restart_continuation(&m) {
@@ -1310,6 +1332,7 @@ impl<S: System> World<S> {
                 return;
             }
             stale |= !self.oracle.t_now(obj);
+            self.check_confirmed(obj);
         }
         if stale {
             if default {
@@ -1317,6 +1340,33 @@ impl<S: System> World<S> {
             } else {
                 self.stats.stale_hits_other_tenants += 1;
             }
+        }
+    }
+
+    /// Checks that a hit's object was present at the master at or after the time the index
+    /// reports its content confirmed (less the oldest evidence a message delivered, and a
+    /// millisecond for the gauge's rounding).
+    fn check_confirmed(&mut self, obj: ObjId) {
+        let Some(until) = self.oracle.t_present_until(obj) else {
+            return;
+        };
+        let gone = self.time_of(until);
+        let age = self.sut.counters_at(self.now).unconfirmed_ms;
+        let claimed = Instant::from_nanos(
+            self.now
+                .as_nanos()
+                .saturating_sub(age.saturating_add(1).saturating_mul(1_000_000)),
+        );
+        if gone + self.evidence_lag < claimed {
+            let detail = format!(
+                "object {} left the master at {gone:?} (position {until}), but the index reports \
+                 its content confirmed {age} ms before {:?}; oldest evidence delivered {:?}; {}",
+                self.master.key(obj),
+                self.now,
+                self.evidence_lag,
+                self.oracle.describe(obj),
+            );
+            self.fail(FailureKind::Unconfirmed, detail);
         }
     }
 

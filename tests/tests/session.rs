@@ -1160,3 +1160,331 @@ fn invalid_configuration_is_refused() {
     cfg.layouts.push(cfg.layouts[0].clone());
     assert!(Session::new(cfg).is_err());
 }
+
+// How long the index has gone without confirmation (`Counters::unconfirmed_ms`).
+
+fn ms(millis: u64) -> Instant {
+    Instant::from_millis(millis)
+}
+
+fn unconfirmed(h: &Harness) -> u64 {
+    h.session.counters().unconfirmed_ms
+}
+
+/// A harness with verification every second, `sample` keys a round, and no resync.
+fn verifying(layout: Layout, sample: usize) -> Harness {
+    let mut cfg = config(layout);
+    cfg.verify = Some(VerifyConfig {
+        interval: Duration::from_secs(1),
+        sample,
+        ..VerifyConfig::default()
+    });
+    Harness::connected(cfg)
+}
+
+/// Fires the next verification round; returns its request and keys.
+fn next_round(h: &mut Harness) -> (u64, Vec<String>) {
+    loop {
+        let fx = h.fire_timeout().expect("a round is scheduled");
+        let round = fx.iter().find_map(|e| match e {
+            Effect::VerifyKeys { request, keys } => Some((*request, keys.clone())),
+            _ => None,
+        });
+        if let Some(round) = round {
+            return round;
+        }
+    }
+}
+
+/// Answers a round 100 ms after it was asked: every key exists.
+fn answer_present(h: &mut Harness, (request, keys): &(u64, Vec<String>)) {
+    h.advance(100);
+    let fx =
+        h.session
+            .handle_verify_result(h.now, *request, keys.iter().map(|k| (k.as_str(), true)));
+    assert!(fx.is_empty(), "{fx:?}");
+}
+
+#[test]
+fn an_empty_index_is_trivially_confirmed() {
+    let mut h = Harness::connected(config(mha(1)));
+    h.advance(5_000);
+    assert_eq!(h.session.confirmed_at(), None);
+    assert_eq!(h.session.counters_at(h.now).unconfirmed_ms, 0);
+}
+
+#[test]
+fn unconfirmed_age_grows_without_verification() {
+    let layout = mha(1);
+    let mut h = Harness::connected(config(layout.clone()));
+    let pages = page_hashes(&layout, &tokens(3));
+    h.advance(1_000);
+    let _ = h.batch(store_page(&layout, &pages[0]));
+    assert_eq!(h.session.confirmed_at(), Some(ms(1_000)));
+    assert_eq!(unconfirmed(&h), 0);
+    // Later events confirm only their own objects: page 0 is still known only as of 1 s.
+    for page in &pages[1..] {
+        h.advance(2_000);
+        let _ = h.batch(store_page(&layout, page));
+    }
+    assert_eq!(h.now, ms(5_000));
+    assert_eq!(unconfirmed(&h), 4_000, "as of the latest input");
+    assert_eq!(h.session.counters_at(ms(65_000)).unconfirmed_ms, 64_000);
+    assert_eq!(h.session.confirmed_at(), Some(ms(1_000)));
+}
+
+#[test]
+fn a_clear_confirms_the_empty_index() {
+    let layout = mha(1);
+    let mut h = Harness::connected(config(layout.clone()));
+    let pages = page_hashes(&layout, &tokens(2));
+    let _ = h.batch(store_page(&layout, &pages[0]));
+    h.advance(10_000);
+    assert_eq!(h.session.counters_at(h.now).unconfirmed_ms, 10_000);
+    let _ = h.session.clear(h.now);
+    assert_eq!(h.session.confirmed_at(), None);
+    assert_eq!(unconfirmed(&h), 0);
+    // What comes after the clear is confirmed by its own events.
+    h.advance(1_000);
+    let _ = h.batch(store_page(&layout, &pages[1]));
+    h.advance(2_000);
+    assert_eq!(h.session.confirmed_at(), Some(ms(11_000)));
+    assert_eq!(h.session.counters_at(h.now).unconfirmed_ms, 2_000);
+}
+
+#[test]
+fn removing_the_last_object_confirms_the_empty_index() {
+    let layout = mha(1);
+    let mut h = Harness::connected(config(layout.clone()));
+    let pages = page_hashes(&layout, &tokens(2));
+    let _ = h.batch(store_page(&layout, &pages[0]));
+    h.advance(10_000);
+    let gone: Vec<_> = layout.object_keys(&pages[0]).map(removed).collect();
+    let _ = h.batch(gone);
+    assert_eq!(unconfirmed(&h), 0);
+    h.advance(1_000);
+    let _ = h.batch(store_page(&layout, &pages[1]));
+    assert_eq!(h.session.confirmed_at(), Some(ms(11_000)));
+}
+
+#[test]
+fn a_completed_resync_confirms_as_of_the_fetch_not_the_finish() {
+    let layout = mha(1);
+    let mut h = Harness::connected(resync_config(layout.clone()));
+    let first = fetch_request(&h.log).unwrap();
+    let _ = h.session.handle_snapshot(h.now, first, Some(Seq(0)), []);
+    let pages = page_hashes(&layout, &tokens(3));
+    h.advance(1_000);
+    let _ = h.batch_at(1, store_page(&layout, &pages[0]));
+    // A gap at 10 s: the index forgets and asks for the master's key list.
+    h.advance(9_000);
+    let fx = h.batch_at(5, store_page(&layout, &pages[1]));
+    let request = fetch_request(&fx).expect("a gap fetches");
+    // A live batch during the fetch is not confirmed past the fetch either.
+    h.advance(1_000);
+    let _ = h.batch(store_page(&layout, &pages[2]));
+    assert_eq!(h.session.counters_at(h.now).unconfirmed_ms, 1_000);
+    h.advance(4_000);
+    let keys: Vec<String> = layout.object_keys(&pages[0]).collect();
+    let fx = h.session.handle_snapshot(
+        h.now,
+        request,
+        Some(Seq(4)),
+        keys.iter().map(String::as_str),
+    );
+    assert!(
+        fx.iter().any(|e| matches!(e, Effect::Resynced { .. })),
+        "{fx:?}"
+    );
+    assert_eq!(h.prefix(&tokens(3)), 3);
+    assert_eq!(h.session.confirmed_at(), Some(ms(10_000)));
+    assert_eq!(unconfirmed(&h), 5_000, "the fetch was asked for at 10 s");
+}
+
+#[test]
+fn a_resync_begun_over_held_objects_leaves_their_confirmation() {
+    let layout = mha(1);
+    let mut h = Harness::connected(resync_config(layout.clone()));
+    let first = fetch_request(&h.log).unwrap();
+    let _ = h.session.handle_snapshot_failed(h.now, first);
+    // While the fetch waits for its retry, events fill the index.
+    let pages = page_hashes(&layout, &tokens(2));
+    h.advance(100);
+    let _ = h.batch(store_page(&layout, &pages[0]));
+    let fx = h.fire_timeout().unwrap();
+    let retry = fetch_request(&fx).expect("the fetch is retried");
+    assert_eq!(h.now, ms(1_000));
+    h.advance(1_000);
+    // A snapshot only adds: page 0's objects, learnt at 100 ms, are confirmed no later.
+    let keys: Vec<String> = layout.object_keys(&pages[1]).collect();
+    let _ = h
+        .session
+        .handle_snapshot(h.now, retry, Some(Seq(1)), keys.iter().map(String::as_str));
+    assert_eq!(h.health(), Health::Live);
+    assert_eq!(h.session.confirmed_at(), Some(ms(100)));
+}
+
+#[test]
+fn a_full_verification_sweep_confirms_as_of_its_first_round() {
+    let layout = mha(1);
+    let mut h = verifying(layout.clone(), 2);
+    // Two pages of two objects: a sweep takes two rounds of two keys.
+    for page in page_hashes(&layout, &tokens(2)) {
+        let _ = h.batch(store_page(&layout, &page));
+    }
+    let first = next_round(&mut h);
+    let began = h.now;
+    answer_present(&mut h, &first);
+    assert_eq!(
+        h.session.confirmed_at(),
+        Some(Instant::ZERO),
+        "half a sweep"
+    );
+    let second = next_round(&mut h);
+    assert_ne!(first.1, second.1, "the second round checks the other page");
+    answer_present(&mut h, &second);
+    assert_eq!(h.session.confirmed_at(), Some(began));
+    assert_eq!(
+        unconfirmed(&h),
+        u64::try_from((h.now - began).as_millis()).unwrap()
+    );
+}
+
+#[test]
+fn a_sweep_with_a_failed_round_confirms_nothing() {
+    let layout = mha(1);
+    let mut h = verifying(layout.clone(), 2);
+    for page in page_hashes(&layout, &tokens(2)) {
+        let _ = h.batch(store_page(&layout, &page));
+    }
+    let (request, _) = next_round(&mut h);
+    let _ = h.session.handle_verify_failed(h.now, request);
+    let second = next_round(&mut h);
+    answer_present(&mut h, &second);
+    assert_eq!(h.session.confirmed_at(), Some(Instant::ZERO));
+    // The next sweep, answered in full, confirms.
+    let third = next_round(&mut h);
+    let began = h.now;
+    answer_present(&mut h, &third);
+    let fourth = next_round(&mut h);
+    answer_present(&mut h, &fourth);
+    assert_eq!(h.session.confirmed_at(), Some(began));
+}
+
+#[test]
+fn a_round_answered_in_part_confirms_nothing() {
+    let layout = mha(1);
+    let mut h = verifying(layout.clone(), 4);
+    for page in page_hashes(&layout, &tokens(2)) {
+        let _ = h.batch(store_page(&layout, &page));
+    }
+    // One round covers the whole index, but the answer leaves a key out.
+    let (request, keys) = next_round(&mut h);
+    assert_eq!(keys.len(), 4);
+    h.advance(100);
+    let _ = h.session.handle_verify_result(
+        h.now,
+        request,
+        keys[1..].iter().map(|k| (k.as_str(), true)),
+    );
+    assert_eq!(h.session.counters().verify_rounds, 1);
+    assert_eq!(h.session.confirmed_at(), Some(Instant::ZERO));
+    // Answering for another key in its place does not count either.
+    let (request, keys) = next_round(&mut h);
+    h.advance(100);
+    let answers = keys[1..].iter().map(|k| (k.as_str(), true));
+    let _ = h
+        .session
+        .handle_verify_result(h.now, request, answers.chain([("unknown_key", true)]));
+    assert_eq!(h.session.confirmed_at(), Some(Instant::ZERO));
+}
+
+#[test]
+fn a_stale_key_kept_by_a_racing_change_confirms_nothing() {
+    let layout = mha(1);
+    let mut h = verifying(layout.clone(), 4);
+    let pages = page_hashes(&layout, &tokens(2));
+    for page in &pages {
+        let _ = h.batch(store_page(&layout, page));
+    }
+    let (request, keys) = next_round(&mut h);
+    assert_eq!(keys.len(), 4, "one round covers the index");
+    // Page 0's value object vanished silently; its key object is stored again meanwhile, so
+    // the page changed and the absent value cannot be removed.
+    let [k, v]: [String; 2] = layout
+        .object_keys(&pages[0])
+        .collect::<Vec<_>>()
+        .try_into()
+        .unwrap();
+    h.advance(100);
+    let _ = h.batch(vec![stored(k)]);
+    let answers = keys.iter().map(|key| (key.as_str(), *key != v));
+    let _ = h.session.handle_verify_result(h.now, request, answers);
+    assert!(h.session.index().contains_key("default", &v));
+    assert_eq!(h.session.confirmed_at(), Some(Instant::ZERO));
+}
+
+#[test]
+fn a_timed_out_round_confirms_nothing() {
+    let layout = mha(1);
+    let mut h = verifying(layout.clone(), 4);
+    for page in page_hashes(&layout, &tokens(2)) {
+        let _ = h.batch(store_page(&layout, &page));
+    }
+    let round = next_round(&mut h);
+    let _ = h.fire_timeout().expect("the round times out");
+    answer_present(&mut h, &round);
+    assert_eq!(h.session.counters().stale_answers, 1);
+    assert_eq!(h.session.confirmed_at(), Some(Instant::ZERO));
+}
+
+#[test]
+fn objects_of_another_tenant_keep_a_sweep_from_confirming() {
+    let layout = mha(1);
+    let mut h = verifying(layout.clone(), 4);
+    let pages = page_hashes(&layout, &tokens(2));
+    let _ = h.batch(store_page(&layout, &pages[0]));
+    let other = |kind: EventKind| {
+        layout
+            .object_keys(&pages[1])
+            .map(|k| OwnedEvent {
+                tenant_id: Some("other".into()),
+                ..OwnedEvent::new(kind, k)
+            })
+            .collect::<Vec<_>>()
+    };
+    let _ = h.batch(other(EventKind::Stored));
+    // Verification samples only the default tenant: the other tenant's page stays unchecked.
+    let round = next_round(&mut h);
+    assert_eq!(round.1.len(), 2);
+    answer_present(&mut h, &round);
+    assert_eq!(h.session.confirmed_at(), Some(Instant::ZERO));
+    // Once it is gone, a sweep confirms.
+    let _ = h.batch(other(EventKind::Removed));
+    let round = next_round(&mut h);
+    let began = h.now;
+    answer_present(&mut h, &round);
+    assert_eq!(h.session.confirmed_at(), Some(began));
+}
+
+#[test]
+fn a_held_batch_is_confirmed_as_of_its_arrival_not_when_it_applies() {
+    let layout = mha(1);
+    let mut cfg = config(layout.clone());
+    cfg.reorder = ReorderConfig {
+        max_held: 4,
+        max_delay: Some(Duration::from_secs(1)),
+    };
+    let mut h = Harness::connected(cfg);
+    let pages = page_hashes(&layout, &tokens(2));
+    let _ = h.batch_at(1, store_page(&layout, &pages[0]));
+    h.advance(5_000);
+    // Batch 3 arrives at 5 s and waits for batch 2, which never comes: at 6 s that is loss.
+    let _ = h.batch_at(3, store_page(&layout, &pages[1]));
+    let fx = h.fire_timeout().unwrap();
+    assert_eq!(cleared(&fx), vec![ClearReason::Gap]);
+    assert_eq!(h.now, ms(6_000));
+    assert_eq!(h.prefix(&tokens(2)), 0, "page 0 was forgotten");
+    assert_eq!(h.session.confirmed_at(), Some(ms(5_000)));
+    assert_eq!(unconfirmed(&h), 1_000);
+}

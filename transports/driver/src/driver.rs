@@ -36,7 +36,6 @@ pub enum Action {
 pub struct Driver {
     pub(crate) shared: Arc<Shared>,
     pub(crate) ctx: zmq::Context,
-    pub(crate) start: std::time::Instant,
     pub(crate) topic: Vec<u8>,
     pub(crate) socket: SocketConfig,
     pub(crate) http: Option<Arc<MasterHttp>>,
@@ -60,18 +59,20 @@ impl std::fmt::Debug for Driver {
 }
 
 impl Driver {
-    /// The current time on the core's clock (nanoseconds since the driver was made).
+    /// The current time on the core's clock (nanoseconds since the driver was made; the query
+    /// handles read the same clock).
     pub fn now(&self) -> Instant {
-        let nanos = self.start.elapsed().as_nanos();
-        Instant::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
+        self.shared.now()
     }
 
     /// When the loop must wake up at the latest (the core's deadline or the next metrics
     /// export).
     pub fn deadline(&self) -> std::time::Instant {
-        let core = self
-            .deadline
-            .and_then(|d| self.start.checked_add(Duration::from_nanos(d.as_nanos())));
+        let core = self.deadline.and_then(|d| {
+            self.shared
+                .start
+                .checked_add(Duration::from_nanos(d.as_nanos()))
+        });
         match core {
             Some(at) => at.min(self.next_export),
             None => self.next_export,
@@ -84,8 +85,9 @@ impl Driver {
             self.call(|s, now| s.handle_timeout(now));
         }
         if std::time::Instant::now() >= self.next_export {
+            let now = self.now();
             if let Ok(s) = self.shared.session.read() {
-                report::export_counters(&s.counters());
+                report::export_counters(&s.counters_at(now));
                 report::export_health(s.health());
             }
             self.next_export = std::time::Instant::now() + self.metrics_interval;
@@ -296,7 +298,7 @@ impl Drop for Driver {
             for effect in session.handle_stopped(now) {
                 report::log_effect(&effect);
             }
-            report::export_counters(&session.counters());
+            report::export_counters(&session.counters_at(now));
         }
         report::export_health(Health::Disconnected);
         report::export_running(false);

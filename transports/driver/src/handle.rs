@@ -5,8 +5,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 
 use hicache_index::{
-    Counters, Health, Hits, Lookup, PageHash, PageHashes, Pages, QueryError, Seq, Session, Tokens,
-    WorkerInfo,
+    Counters, Health, Hits, Instant, Lookup, PageHash, PageHashes, Pages, QueryError, Seq, Session,
+    Tokens, WorkerInfo,
 };
 
 use crate::http::HttpOutcome;
@@ -19,6 +19,16 @@ pub(crate) struct Shared {
     pub(crate) session: RwLock<Session>,
     /// Whether the driver loop is running.
     pub(crate) running: AtomicBool,
+    /// The origin of the core's clock: the driver's `now` and the handles' read the same one.
+    pub(crate) start: std::time::Instant,
+}
+
+impl Shared {
+    /// Returns the current time on the core's clock (nanoseconds since `start`).
+    pub(crate) fn now(&self) -> Instant {
+        let nanos = self.start.elapsed().as_nanos();
+        Instant::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
+    }
 }
 
 /// A cheap, cloneable, thread-safe handle to ask the index (the router's side).
@@ -105,9 +115,11 @@ impl QueryHandle {
         self.read(Session::health).unwrap_or(Health::Disconnected)
     }
 
-    /// Returns every counter and gauge of the session.
+    /// Returns every counter and gauge of the session, with
+    /// [`Counters::unconfirmed_ms`] as of now on the driver's clock.
     pub fn counters(&self) -> Counters {
-        self.read(Session::counters).unwrap_or_default()
+        let now = self.shared.now();
+        self.read(|s| s.counters_at(now)).unwrap_or_default()
     }
 
     /// Reports whether the subscriber's loop is running (false after a stop, a drop or a panic).
@@ -228,6 +240,12 @@ mod tests {
     /// A handle over a session whose index holds pages 0..3 of `tokens(1)` whole and page 1 of
     /// them without its last object, learned from a snapshot.
     fn handle_with_pages() -> (QueryHandle, Vec<u32>) {
+        handle_with_pages_since(std::time::Instant::now())
+    }
+
+    /// [`handle_with_pages`], with the core's clock begun at `start` (the pages were learnt at
+    /// its origin).
+    fn handle_with_pages_since(start: std::time::Instant) -> (QueryHandle, Vec<u32>) {
         let layout = Layout::from_sglang(&SglangParams::new(4, 2)).unwrap();
         let mut session = Session::new(Config {
             endpoint: Some("tcp://127.0.0.1:1".into()),
@@ -264,8 +282,21 @@ mod tests {
         let shared = Arc::new(Shared {
             session: RwLock::new(session),
             running: AtomicBool::new(true),
+            start,
         });
         (QueryHandle::new(shared), tokens)
+    }
+
+    #[test]
+    fn counters_read_the_unconfirmed_age_on_the_driver_clock() {
+        // The pages were learnt at the clock's origin; a clock that began a minute ago puts
+        // them at least a minute back, whatever the session was last told.
+        let start = std::time::Instant::now()
+            .checked_sub(std::time::Duration::from_secs(60))
+            .expect("a minute after boot");
+        let (q, _) = handle_with_pages_since(start);
+        assert_eq!(q.read(Session::counters).unwrap().unconfirmed_ms, 0);
+        assert!(q.counters().unconfirmed_ms >= 60_000, "{:?}", q.counters());
     }
 
     #[test]

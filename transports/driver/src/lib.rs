@@ -82,18 +82,18 @@ pub fn prepare(config: SubscriberConfig) -> Result<Parts, Error> {
     let topic = session.topic.clone();
     let session = Session::new(session)?;
     let deadline = session.poll_timeout();
+    let start = std::time::Instant::now();
     let shared = Arc::new(handle::Shared {
         session: RwLock::new(session),
         running: AtomicBool::new(true),
+        start,
     });
     let (tx, inbox) = async_channel::unbounded();
     let control = Control::new(tx);
-    let start = std::time::Instant::now();
     report::export_running(true);
     let driver = Driver {
         shared: shared.clone(),
         ctx: zmq::Context::new(),
-        start,
         topic,
         socket,
         http,

@@ -727,6 +727,7 @@ fn serve_answers_queries_over_http_and_refuses_bad_requests_with_json() {
     for line in [
         "# TYPE hicache_index_batches_total counter",
         "# TYPE hicache_index_pages gauge",
+        "# TYPE hicache_index_unconfirmed_ms gauge",
         "hicache_index_connected 1",
         "hicache_index_healthy 1",
         "hicache_index_health{state=\"live\"} 1",
@@ -746,6 +747,7 @@ fn serve_answers_queries_over_http_and_refuses_bad_requests_with_json() {
     assert!(figure("hicache_index_batches_total") > 0);
     assert!(figure("hicache_index_resyncs_completed_total") >= 1);
     assert!(figure("hicache_index_pages") >= 3);
+    let _ = figure("hicache_index_unconfirmed_ms");
     assert_eq!(http(addr, "GET", "/healthz", b"").0, 200);
 
     // SIGTERM stops the service cleanly.
