@@ -237,7 +237,7 @@ impl IndexUnderTest {
     /// Every counter and gauge of each process (one entry unless `serve` runs several).
     pub fn each_counters(&self) -> Vec<Counts> {
         match &self.inner {
-            Inner::Core(d) => vec![Counts::from_counters(&d.session().counters())],
+            Inner::Core(d) => vec![Counts::from_counters(&d.session().counters_at(d.now()))],
             Inner::Tokio(t) => vec![Counts::from_counters(&t.handle.counters())],
             Inner::Serve(ps) => ps
                 .iter()
