@@ -52,6 +52,9 @@ pub enum ClearReason {
     PublisherCleared,
     /// The driver asked for it.
     Requested,
+    /// A verification round found at least `VerifyConfig::resync_stale_percent` of its keys
+    /// gone: the keys it did not sample are as doubtful, and a snapshot only adds.
+    Stale,
 }
 
 impl ClearReason {
@@ -66,6 +69,7 @@ impl ClearReason {
             ClearReason::UnreadableRemoval => "unreadable_removal",
             ClearReason::PublisherCleared => "publisher_cleared",
             ClearReason::Requested => "requested",
+            ClearReason::Stale => "stale",
         }
     }
 }

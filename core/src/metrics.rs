@@ -56,6 +56,8 @@ pub struct Counters {
     pub clears_unreadable_removal: u64,
     /// Clears the driver asked for.
     pub clears_requested: u64,
+    /// Clears after a verification round found too many keys gone.
+    pub clears_stale: u64,
     /// Messages with another topic.
     pub stray_topic: u64,
     /// Messages without exactly three frames.
@@ -135,7 +137,7 @@ pub struct Counters {
 
 impl Counters {
     /// Lists every figure with its name and kind, so exporters need not name them one by one.
-    pub fn fields(&self) -> [(&'static str, u64, Kind); 47] {
+    pub fn fields(&self) -> [(&'static str, u64, Kind); 48] {
         [
             ("batches", self.batches, Kind::Counter),
             ("events", self.events, Kind::Counter),
@@ -169,6 +171,7 @@ impl Counters {
                 Kind::Counter,
             ),
             ("clears_requested", self.clears_requested, Kind::Counter),
+            ("clears_stale", self.clears_stale, Kind::Counter),
             ("stray_topic", self.stray_topic, Kind::Counter),
             ("stray_frame_count", self.stray_frame_count, Kind::Counter),
             ("malformed_seq", self.malformed_seq, Kind::Counter),

@@ -93,8 +93,9 @@ pub struct VerifyConfig {
     pub sample: usize,
     /// How long the driver may take to answer.
     pub timeout: Duration,
-    /// A round that finds at least this percentage of its keys stale starts a full resync
-    /// (when resync is on).
+    /// A round that finds at least this percentage of its keys stale clears the index and
+    /// starts a full resync (when resync is on): the keys it did not sample are as doubtful,
+    /// and a snapshot only adds.
     pub resync_stale_percent: u8,
 }
 
@@ -848,7 +849,9 @@ impl Session {
             .verify
             .map_or(100, |v| usize::from(v.resync_stale_percent));
         if stale > 0 && stale * 100 >= percent.max(1) * checked && self.config.resync.is_some() {
-            self.start_resync(now, &mut fx);
+            // The keys this round did not sample are as doubtful, and a snapshot only adds:
+            // forget everything (queries miss until the snapshot is in) and resynchronise.
+            self.forget(now, ClearReason::Stale, &mut fx);
         }
         self.schedule_verify(now);
         self.update_health(&mut fx);
@@ -1162,6 +1165,7 @@ impl Session {
             ClearReason::EndpointChanged => &mut self.counters.clears_endpoint,
             ClearReason::UnreadableRemoval => &mut self.counters.clears_unreadable_removal,
             ClearReason::Requested => &mut self.counters.clears_requested,
+            ClearReason::Stale => &mut self.counters.clears_stale,
             ClearReason::PublisherCleared => &mut self.counters.publisher_clears,
         };
         *counter += 1;
@@ -1178,6 +1182,7 @@ impl Session {
                     | ClearReason::Restart
                     | ClearReason::UnreadableRemoval
                     | ClearReason::Requested
+                    | ClearReason::Stale
             )
         {
             self.start_resync(now, fx);

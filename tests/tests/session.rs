@@ -1015,6 +1015,50 @@ fn verification_removes_stale_keys_but_a_racing_store_wins() {
 }
 
 #[test]
+fn a_mostly_stale_round_forgets_the_unsampled_pages_too_and_resyncs() {
+    let layout = mha(1);
+    let cfg = Config {
+        verify: Some(VerifyConfig {
+            interval: Duration::from_secs(1),
+            sample: 2,
+            ..VerifyConfig::default()
+        }),
+        ..resync_config(layout.clone())
+    };
+    let mut h = Harness::connected(cfg);
+    let boot = fetch_request(&h.log).expect("a bootstrap fetch");
+    let _ = h.session.handle_snapshot(h.now, boot, Some(Seq(0)), []);
+    let t = tokens(2);
+    let pages = page_hashes(&layout, &t);
+    for (i, page) in pages.iter().enumerate() {
+        let _ = h.batch_at(i as u64 + 1, store_page(&layout, page));
+    }
+    assert_eq!(h.prefix(&t), 2);
+    // A client left: every object is gone at the master. The round samples page 0 only.
+    let fx = h.fire_timeout().unwrap();
+    let (request, keys) = fx
+        .iter()
+        .find_map(|e| match e {
+            Effect::VerifyKeys { request, keys } => Some((*request, keys.clone())),
+            _ => None,
+        })
+        .expect("a verification round");
+    assert_eq!(keys, layout.object_keys(&pages[0]).collect::<Vec<_>>());
+    let fx =
+        h.session
+            .handle_verify_result(h.now, request, keys.iter().map(|k| (k.as_str(), false)));
+    assert_eq!(cleared(&fx), vec![ClearReason::Stale]);
+    let again = fetch_request(&fx).expect("a resync");
+    // Page 1 was never sampled, yet it is no longer claimed, during the fetch or after it.
+    let one = Lookup::page_hashes(&pages[1..]);
+    assert_eq!(h.session.query(&one).unwrap().prefix_pages, 0);
+    let _ = h.session.handle_snapshot(h.now, again, Some(Seq(2)), []);
+    assert_eq!(h.health(), Health::Live);
+    assert_eq!(h.session.query(&one).unwrap().prefix_pages, 0);
+    assert_eq!(h.session.counters().clears_stale, 1);
+}
+
+#[test]
 fn configured_endpoint_wins_over_worker_metadata() {
     let mut h = Harness::connected(config(mha(1)));
     let info = WorkerInfo {
