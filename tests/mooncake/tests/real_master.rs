@@ -148,9 +148,11 @@ fn live_ingest_hits_put_pages_and_misses_partial_and_removed_ones(via: Via) {
     assert_eq!(answer.memory_pages, 3, "Mooncake reported medium cpu");
 
     // Putting an object that exists succeeds at the client and publishes nothing.
+    w.settle(&mut [&mut index]);
     let messages = w.observer.messages();
     w.client.put(&pages.keys[..1]);
     let probes = w.live(&mut [&mut index]);
+    w.settle(&mut [&mut index]);
     assert_eq!(
         w.observer.messages(),
         messages + probes,
@@ -323,6 +325,7 @@ fn silent_removal_is_bounded_by_verification_and_visible_without_it(via: Via) {
 
     // Closing the client makes the master drop its keys, without any event. The close runs
     // while both indexes keep going; the master is polled to see when the keys are gone.
+    w.settle(&mut both);
     let messages_before = w.observer.messages();
     let close_sent = Instant::now();
     w.client.send(&serde_json::json!({"op": "close"}));
@@ -380,6 +383,7 @@ fn silent_removal_is_bounded_by_verification_and_visible_without_it(via: Via) {
     // Give the unverified index two more intervals: it still claims the pages, and says how
     // long its content has gone unconfirmed.
     run_for(&mut both, 2 * interval);
+    w.settle(&mut both);
     assert_eq!(
         w.observer.messages(),
         messages_before,
@@ -464,6 +468,7 @@ fn late_join_bootstraps_from_get_all_keys_without_losing_concurrent_events(via: 
         proxy.snapshots_fetched() == 1
     });
     assert_eq!(index.health(), Health::Recovering);
+    w.settle(&mut [&mut index]);
     let messages_at_fetch = w.observer.messages();
 
     // While the index waits for the snapshot: new pages, and a removal of an early object.
@@ -481,6 +486,7 @@ fn late_join_bootstraps_from_get_all_keys_without_losing_concurrent_events(via: 
         WAIT,
         |i| i[0].counters()["buffered_batches"] == live_batches,
     );
+    w.settle(&mut [&mut index]);
     assert_eq!(w.observer.messages() - messages_at_fetch, live_batches);
     assert_eq!(index.health(), Health::Recovering, "still waiting");
     proxy.hold_snapshots(false);
@@ -579,6 +585,7 @@ fn restart_scenario(via: Via, hide_disconnects: bool) {
     run_until(&mut [&mut index], "the old pages", WAIT, |i| {
         i[0].prefix(&layout, &old) == 3
     });
+    w.settle(&mut [&mut index]);
     let last_seq = w.observer.stats().last_seq.expect("batches arrived");
     assert!(last_seq > 12);
 
@@ -747,6 +754,7 @@ fn load_with_default_queue_keeps_up_without_gaps(via: Via) {
     });
     let applied_at = Instant::now();
     check_load_keys(&layout, &requests, &answer);
+    w.settle(&mut [&mut index]);
 
     let status = w.master.kv_events_status();
     let s = w.observer.stats();
