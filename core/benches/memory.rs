@@ -1,6 +1,6 @@
 //! Row 3: bytes per page and per object at 1M pages, TP 8 (16 objects a page), counted by a
 //! global allocator: ours against the reference (a set of `String` keys). Writes
-//! `target/perf/memory.json` for the README table. `cargo bench -- --test` runs it small.
+//! `<target>/perf/memory.json` for the README table. `cargo bench -- --test` runs it small.
 #![allow(unsafe_code)]
 
 mod common;
@@ -9,6 +9,7 @@ use std::alloc::{GlobalAlloc, Layout as AllocLayout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use hicache_index::{Index, IndexConfig, Medium};
+use hicache_index_sim::perf::{self, BenchArgs};
 use hicache_index_sim::reference::ReferenceIndex;
 
 struct Counting;
@@ -38,7 +39,11 @@ unsafe impl GlobalAlloc for Counting {
 static ALLOCATOR: Counting = Counting;
 
 fn main() {
-    let quick = std::env::args().any(|a| a == "--test");
+    let args = BenchArgs::from_env();
+    if !args.is_selected("memory") {
+        return;
+    }
+    let quick = args.quick;
     let pages: usize = if quick { 1 << 12 } else { 1 << 20 };
     let layout = common::tp8();
     let suffixes: Vec<String> = layout.suffixes().map(|(s, _)| s.to_owned()).collect();
@@ -79,11 +84,11 @@ fn main() {
     println!("  reference  {ref_page:10.1} bytes/page {ref_object:8.2} bytes/object");
     println!("  ratio      {:10.1}x less", theirs as f64 / ours as f64);
     if !quick {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/perf");
-        std::fs::create_dir_all(&dir).expect("create target/perf");
-        let json = format!(
-            "{{\"pages\":{pages},\"objects\":{objects},\"ours_bytes\":{ours},\"reference_bytes\":{theirs}}}\n"
+        perf::write_result(
+            "memory.json",
+            &format!(
+                "{{\"pages\":{pages},\"objects\":{objects},\"ours_bytes\":{ours},\"reference_bytes\":{theirs}}}\n"
+            ),
         );
-        std::fs::write(dir.join("memory.json"), json).expect("write memory.json");
     }
 }

@@ -35,7 +35,7 @@ fn world() -> World {
     let miss_at_8 = common::tokens(PAGES, 2);
     let mut pages = common::hashes(&layout, &hits);
     pages.extend(common::hashes(&layout, &miss_at_8).into_iter().take(8));
-    for (i, payload) in common::payloads(&layout, &pages).iter().enumerate() {
+    for (i, payload) in common::payloads(&layout, &pages, 1).iter().enumerate() {
         let seq = (i as u64 + 1).to_be_bytes();
         let fx = session.feed(Instant::ZERO, &[b"", &seq, payload]);
         assert!(fx.is_empty(), "{fx:?}");

@@ -163,6 +163,54 @@ impl From<&Batch<'_>> for OwnedBatch {
     }
 }
 
+/// The smallest event id msgpack writes in 9 bytes (`0xcf` and 8 bytes big-endian): batches
+/// encoded with ids from here can be renumbered in place ([`EventIdSlots`]).
+pub const FIXED_WIDTH_EVENT_ID: u64 = 1 << 32;
+
+/// Where a payload's event ids are, to send a pre-encoded batch again with fresh ids.
+///
+/// Benchmarks cycle a few pre-encoded batches, but a stream's event ids MUST keep increasing
+/// from batch to batch (ids that go back are taken for a publisher restart, which clears the
+/// index): each batch is renumbered before it is sent again.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct EventIdSlots(Vec<usize>);
+
+impl EventIdSlots {
+    /// Finds the event ids of `payload`, an encoded batch; only ids written in 9 bytes (at
+    /// least [`FIXED_WIDTH_EVENT_ID`]) are found.
+    pub fn find(payload: &[u8]) -> EventIdSlots {
+        const KEY: &[u8] = b"\xa8event_id\xcf";
+        let slots = payload
+            .windows(KEY.len())
+            .enumerate()
+            .filter(|(_, w)| *w == KEY)
+            .map(|(at, _)| at + KEY.len())
+            .filter(|&at| at + 8 <= payload.len())
+            .collect();
+        EventIdSlots(slots)
+    }
+
+    /// Returns how many event ids were found.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Reports whether no event id was found.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Writes the ids `next, next + 1, ...` into `payload` (the one they were found in), in
+    /// order; returns the id after the last one written.
+    pub fn renumber(&self, payload: &mut [u8], mut next: u64) -> u64 {
+        for &at in &self.0 {
+            payload[at..at + 8].copy_from_slice(&next.to_be_bytes());
+            next += 1;
+        }
+        next
+    }
+}
+
 /// Encodes a whole message: `[topic, seq as 8 bytes big-endian, payload]`.
 pub fn encode_message(topic: &[u8], batch: &OwnedBatch, flavor: MasterFlavor) -> [Vec<u8>; 3] {
     [

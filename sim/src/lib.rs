@@ -20,6 +20,9 @@
 //! - [`oracle`]: the event history and the true state, and the safety rule (documented there).
 //! - [`system`]: the session's API as a trait, with a deliberately broken implementation.
 //! - [`world`]: the driver in virtual time and the checks; [`sweep`]: many seeds, one summary.
+//! - [`reference`](mod@reference): the first implementation's index, the benchmarks'
+//!   yardstick; [`perf`]: what the benchmarks of every crate share (quick mode, where figures
+//!   go).
 //!
 //! # Running it
 //! - Sweep: `cargo run -p hicache-index-sim --release -- --seeds 0..10000 [--preset NAME]
@@ -37,6 +40,7 @@ pub mod master;
 pub mod network;
 pub mod options;
 pub mod oracle;
+pub mod perf;
 pub mod reference;
 pub mod rng;
 pub mod sweep;

@@ -3,7 +3,8 @@
 use hicache_index::frame::decode;
 use hicache_index::{EventKind, Medium, Seq, Timestamp};
 use hicache_index_sim::encode::{
-    encode_message, encode_payload, encode_payload_into, MasterFlavor, OwnedBatch, OwnedEvent,
+    encode_message, encode_payload, encode_payload_into, EventIdSlots, MasterFlavor, OwnedBatch,
+    OwnedEvent, FIXED_WIDTH_EVENT_ID,
 };
 use quickcheck::{Arbitrary, Gen, QuickCheck};
 use serde_json::Value;
@@ -153,6 +154,44 @@ fn a_batch_of_64_events_uses_an_array16() {
     let frames = encode_message(b"", &batch, MasterFlavor::Release0314);
     let refs: Vec<&[u8]> = frames.iter().map(Vec::as_slice).collect();
     assert_eq!(decode(&refs).unwrap(), batch.as_batch());
+}
+
+#[test]
+fn renumbered_event_ids_decode_as_written_and_nothing_else_changes() {
+    for flavor in [MasterFlavor::Upstream, MasterFlavor::Release0314] {
+        let first = FIXED_WIDTH_EVENT_ID + 7;
+        let mut batch = OwnedBatch {
+            seq: Seq(3),
+            timestamp: Timestamp::Millis(1_767_225_600_000),
+            dp_rank: Some(0),
+            events: (0..64u64)
+                .map(|i| {
+                    let kind = [EventKind::Stored, EventKind::Removed][i as usize % 2];
+                    let mut e = OwnedEvent::new(kind, format!("key_{i}_k"));
+                    e.event_id = Some(first + i);
+                    e
+                })
+                .collect(),
+        };
+        let mut payload = encode_payload(&batch, flavor);
+        let slots = EventIdSlots::find(&payload);
+        assert_eq!(slots.len(), 64);
+        assert_eq!(slots.renumber(&mut payload, 1 << 40), (1 << 40) + 64);
+        for (i, e) in batch.events.iter_mut().enumerate() {
+            e.event_id = Some((1 << 40) + i as u64);
+        }
+        assert_eq!(payload, encode_payload(&batch, flavor), "{flavor:?}");
+    }
+    // Short ids are not found (they cannot be rewritten in place).
+    let mut e = OwnedEvent::new(EventKind::Stored, "k");
+    e.event_id = Some(1);
+    let batch = OwnedBatch {
+        seq: Seq(1),
+        timestamp: Timestamp::Millis(1),
+        dp_rank: None,
+        events: vec![e],
+    };
+    assert!(EventIdSlots::find(&encode_payload(&batch, MasterFlavor::Upstream)).is_empty());
 }
 
 /// An arbitrary batch with an arbitrary flavor.

@@ -1,32 +1,36 @@
 //! Turns benchmark results into the README's performance table (markdown on stdout).
 //!
-//! Reads criterion's estimates under `target/criterion/` (run `cargo bench -p hicache-index`
-//! first) and the JSON figures the custom benches write under `target/perf/`; rows whose results
-//! are missing are printed as "not run".
+//! Run `cargo bench` first: it leaves criterion's estimates under `<target>/criterion/` (rows 1
+//! and 2) and the figures of the other benches under `<target>/perf/` (`memory.json`,
+//! `e2e.json`, `sim.json`). Rows whose results are missing are printed as "not run". Every
+//! goal's verdict is computed from the numbers.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
+use hicache_index_sim::perf;
 use serde_json::Value;
 
-fn target() -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"))
-}
-
-/// Mean time of a criterion benchmark, in nanoseconds.
+/// Time per iteration of a criterion benchmark, in nanoseconds: the slope of its linear
+/// regression (what criterion prints), else the mean.
 fn mean_ns(group: &str, function: &str) -> Option<f64> {
-    let path = target()
+    let path: PathBuf = perf::target_dir()
         .join("criterion")
         .join(group)
         .join(function)
         .join("new/estimates.json");
     let v: Value = serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()?;
-    v["mean"]["point_estimate"].as_f64()
+    v["slope"]["point_estimate"]
+        .as_f64()
+        .or_else(|| v["mean"]["point_estimate"].as_f64())
 }
 
-fn perf(name: &str) -> Option<Value> {
-    serde_json::from_str(&std::fs::read_to_string(target().join("perf").join(name)).ok()?).ok()
+/// The figures a custom bench wrote under `<target>/perf/`.
+fn figures(name: &str) -> Option<Value> {
+    serde_json::from_str(&std::fs::read_to_string(perf::result_path(name)).ok()?).ok()
+}
+
+fn num(v: &Value) -> f64 {
+    v.as_f64().unwrap_or(f64::NAN)
 }
 
 fn time(ns: f64) -> String {
@@ -37,6 +41,23 @@ fn time(ns: f64) -> String {
     } else {
         format!("{ns:.0} ns")
     }
+}
+
+/// An integer with thousands separators (`1,048,576`).
+fn count(v: &Value) -> String {
+    let digits = v.as_u64().map_or_else(|| v.to_string(), |n| n.to_string());
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn rate(per_second: f64) -> String {
+    format!("{:.2} M", per_second / 1e6)
 }
 
 fn verdict(ok: bool) -> &'static str {
@@ -60,94 +81,176 @@ fn cpu() -> String {
     format!("{model}, {cores} cores")
 }
 
+fn not_run(label: &str) {
+    println!("| {label} | not run | | | | |");
+}
+
+fn query_rows() {
+    for (group, label) in [
+        (
+            "query_256_pages_tp8",
+            "1. query, 256 pages at TP 8, all hits",
+        ),
+        ("query_miss_at_page_8", "1. query, miss at page 8"),
+    ] {
+        let (Some(ours), Some(reference), Some(limit)) = (
+            mean_ns(group, "ours"),
+            mean_ns(group, "reference"),
+            mean_ns(group, "limit_sha256"),
+        ) else {
+            not_run(label);
+            continue;
+        };
+        let probe = mean_ns(group, "limit_hashbrown_probe").map_or(String::new(), |p| {
+            format!(" (a hashbrown probe per page: {})", time(p))
+        });
+        let (vs_limit, vs_ref) = (ours / limit, reference / ours);
+        println!(
+            "| {label} | {} | {} | SHA-256 only: {}{probe} | {vs_limit:.2}x the limit; {vs_ref:.1}x faster than the reference | ≤ 1.3x the limit: {}; ≥ 8x faster: {} |",
+            time(ours),
+            time(reference),
+            time(limit),
+            verdict(vs_limit <= 1.3),
+            verdict(vs_ref >= 8.0)
+        );
+    }
+}
+
+fn ingest_row() {
+    let group = "ingest_64_event_batches_into_1m_pages";
+    let label = "2. ingest: decode + apply, 64-event Mooncake batches into 1M pages, one core";
+    let (Some(ours), Some(reference)) = (mean_ns(group, "ours"), mean_ns(group, "reference"))
+    else {
+        not_run(label);
+        return;
+    };
+    let (eps, ref_eps) = (64.0 / ours * 1e9, 64.0 / reference * 1e9);
+    println!(
+        "| {label} | {} events/s | {} events/s | | {:.1}x the reference | ≥ 4M/s: {}; ≥ 10x: {} |",
+        rate(eps),
+        rate(ref_eps),
+        eps / ref_eps,
+        verdict(eps >= 4e6),
+        verdict(eps / ref_eps >= 10.0)
+    );
+}
+
+fn memory_row() {
+    let label = "3. memory at 1M pages, TP 8 (16 objects a page), counting allocator";
+    let Some(m) = figures("memory.json") else {
+        not_run(label);
+        return;
+    };
+    let (pages, objects) = (num(&m["pages"]), num(&m["objects"]));
+    let (ours, reference) = (num(&m["ours_bytes"]), num(&m["reference_bytes"]));
+    println!(
+        "| 3. memory at {} pages, TP 8 ({} objects), counting allocator | {:.1} B/page, {:.2} B/object | {:.0} B/page, {:.1} B/object | | {:.1}x less | ≤ 128 B/page: {}; ≥ 10x less: {} |",
+        count(&m["pages"]),
+        count(&m["objects"]),
+        ours / pages,
+        ours / objects,
+        reference / pages,
+        reference / objects,
+        reference / ours,
+        verdict(ours / pages <= 128.0),
+        verdict(reference / ours >= 10.0)
+    );
+}
+
+fn e2e_rows() {
+    let label = "4. end to end over loopback ZeroMQ";
+    let Some(e) = figures("e2e.json") else {
+        not_run(label);
+        return;
+    };
+    let core = num(&e["core_events_per_second"]);
+    let pages = &e["pages"];
+    for name in ["tokio", "smol"] {
+        let r = &e["runtimes"][name];
+        if r.is_null() {
+            not_run(&format!("{label} ({name})"));
+            continue;
+        }
+        let eps = num(&r["events_per_second"]);
+        let lost = ["gaps", "restarts", "dropped"].map(|k| r[k].as_u64().unwrap_or(u64::MAX));
+        println!(
+            "| {label} ({name}): ingest | {} events/s, {} gaps, {} restarts, {} dropped | | the core alone (no IO): {} events/s | {:.2}x the core alone | ≥ 1M/s with 0 gaps: {} |",
+            rate(eps),
+            lost[0],
+            lost[1],
+            lost[2],
+            rate(core),
+            eps / core,
+            verdict(eps >= 1e6 && lost == [0, 0, 0])
+        );
+        let runs = r["latency"].as_array().map_or(&[][..], Vec::as_slice);
+        let at = |threads: u64, ingesting: bool| {
+            runs.iter().find(|l| {
+                l["threads"].as_u64() == Some(threads)
+                    && l["ingesting"].as_bool() == Some(ingesting)
+            })
+        };
+        let Some(main) = at(4, true) else {
+            not_run(&format!("4. {name}: p99 query latency"));
+            continue;
+        };
+        let us = |v: &Value| time(num(v) * 1e3);
+        let mut others: Vec<String> = [(1, true), (2, true), (4, false)]
+            .into_iter()
+            .filter_map(|(t, ingesting)| {
+                let l = at(t, ingesting)?;
+                let threads = if t == 1 {
+                    "1 thread".to_owned()
+                } else {
+                    format!("{t} threads")
+                };
+                let when = if ingesting { "ingesting" } else { "no ingest" };
+                Some(format!("{threads}, {when}: {}", us(&l["p99_us"])))
+            })
+            .collect();
+        others.insert(0, format!("its p50 {}", us(&main["p50_us"])));
+        let p99 = num(&main["p99_us"]);
+        println!(
+            "| 4. ({name}) p99 latency of a {pages}-page query from 4 threads while ingesting ({} events/s meanwhile) | {} ({}; p99 with {}) | | | | < 50 µs: {} |",
+            rate(num(&main["ingest_events_per_second"])),
+            us(&main["p99_us"]),
+            others[0],
+            others[1..].join("; "),
+            verdict(p99 < 50.0)
+        );
+    }
+}
+
+fn sim_row() {
+    let label = "5. simulator";
+    let Some(s) = figures("sim.json") else {
+        not_run(label);
+        return;
+    };
+    let (one, all) = (&s["one_thread"], &s["all_threads"]);
+    let (one_eps, all_eps) = (
+        num(&one["events_per_second"]),
+        num(&all["events_per_second"]),
+    );
+    let jobs = &all["jobs"];
+    println!(
+        "| {label}: {} seeds x {} events, every check on | {} simulated events/s on {jobs} threads; {} on 1 | | | | ≥ 1M/s: {} on {jobs} threads, {} on 1 |",
+        count(&s["seeds"]),
+        count(&s["events_per_seed"]),
+        rate(all_eps),
+        rate(one_eps),
+        verdict(all_eps >= 1e6),
+        verdict(one_eps >= 1e6)
+    );
+}
+
 fn main() {
     println!("Machine: {}.\n", cpu());
     println!("| row | ours | reference | limit | ratios | goal |");
     println!("|---|---|---|---|---|---|");
-    for (group, label, limit_fn) in [
-        (
-            "query_256_pages_tp8",
-            "1. query, 256 pages at TP 8, all hits",
-            "limit_sha256",
-        ),
-        (
-            "query_miss_at_page_8",
-            "1. query, miss at page 8",
-            "limit_sha256",
-        ),
-    ] {
-        match (
-            mean_ns(group, "ours"),
-            mean_ns(group, "reference"),
-            mean_ns(group, limit_fn),
-        ) {
-            (Some(ours), Some(reference), Some(limit)) => {
-                let probe = mean_ns(group, "limit_hashbrown_probe")
-                    .map_or(String::new(), |p| format!(" (+ probe {})", time(p)));
-                let (vs_limit, vs_ref) = (ours / limit, reference / ours);
-                println!(
-                    "| {label} | {} | {} | SHA-256 only {}{probe} | {vs_limit:.2}x the limit, {vs_ref:.1}x faster than the reference | ≤ 1.3x limit: {}; ≥ 8x reference: {} |",
-                    time(ours),
-                    time(reference),
-                    time(limit),
-                    verdict(vs_limit <= 1.3),
-                    verdict(vs_ref >= 8.0)
-                );
-            }
-            _ => println!("| {label} | not run | | | | |"),
-        }
-    }
-    let group = "ingest_64_event_batches_into_1m_pages";
-    match (mean_ns(group, "ours"), mean_ns(group, "reference")) {
-        (Some(ours), Some(reference)) => {
-            let (eps, ref_eps) = (64.0 / ours * 1e9, 64.0 / reference * 1e9);
-            println!(
-                "| 2. ingest, decode + apply, 64-event batches into 1M pages | {:.2} M events/s | {:.2} M events/s | | {:.1}x the reference | ≥ 4M/s: {}; ≥ 10x: {} |",
-                eps / 1e6,
-                ref_eps / 1e6,
-                eps / ref_eps,
-                verdict(eps >= 4e6),
-                verdict(eps / ref_eps >= 10.0)
-            );
-        }
-        _ => println!("| 2. ingest | not run | | | | |"),
-    }
-    match perf("memory.json") {
-        Some(m) => {
-            let pages = m["pages"].as_f64().unwrap_or(1.0);
-            let objects = m["objects"].as_f64().unwrap_or(1.0);
-            let ours = m["ours_bytes"].as_f64().unwrap_or(0.0);
-            let reference = m["reference_bytes"].as_f64().unwrap_or(0.0);
-            println!(
-                "| 3. memory at {pages} pages, TP 8 | {:.1} B/page, {:.2} B/object | {:.0} B/page, {:.1} B/object | | {:.1}x less | ≤ 128 B/page: {}; ≥ 10x less: {} |",
-                ours / pages,
-                ours / objects,
-                reference / pages,
-                reference / objects,
-                reference / ours,
-                verdict(ours / pages <= 128.0),
-                verdict(reference / ours >= 10.0)
-            );
-        }
-        None => println!("| 3. memory | not run | | | | |"),
-    }
-    match perf("e2e.json") {
-        Some(e) => println!(
-            "| 4. end to end over loopback ZeroMQ | {:.2} M events/s, {} gaps; p99 query {:.1} µs from 4 threads | | | | ≥ 1M/s: {}; p99 < 50 µs: {} |",
-            e["events_per_second"].as_f64().unwrap_or(0.0) / 1e6,
-            e["gaps"],
-            e["p99_query_us"].as_f64().unwrap_or(f64::NAN),
-            verdict(e["events_per_second"].as_f64().unwrap_or(0.0) >= 1e6),
-            verdict(e["p99_query_us"].as_f64().is_some_and(|p| p < 50.0))
-        ),
-        None => println!("| 4. end to end over loopback ZeroMQ | not run | | | | |"),
-    }
-    match perf("sim.json") {
-        Some(s) => println!(
-            "| 5. simulator | {:.2} M simulated events/s | | | | ≥ 1M/s: {} |",
-            s["events_per_second"].as_f64().unwrap_or(0.0) / 1e6,
-            verdict(s["events_per_second"].as_f64().unwrap_or(0.0) >= 1e6)
-        ),
-        None => println!("| 5. simulator | not run | | | | |"),
-    }
+    query_rows();
+    ingest_row();
+    memory_row();
+    e2e_rows();
+    sim_row();
 }

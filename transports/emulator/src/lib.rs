@@ -270,10 +270,22 @@ impl Emulator {
         m.next_seq - 1
     }
 
-    /// Makes batches as this emulator would (for benchmarks that pre-encode).
+    /// Makes batches as this emulator would (for benchmarks that pre-encode), with event ids
+    /// from 1.
     pub fn encode_batch(&self, kind: EventKind, keys: &[String]) -> Vec<u8> {
+        self.encode_batch_with_ids(kind, keys, 1)
+    }
+
+    /// Makes batches as this emulator would, with event ids from `first_event_id`. A stream's
+    /// event ids MUST keep increasing from batch to batch (ids that go back are a restart).
+    pub fn encode_batch_with_ids(
+        &self,
+        kind: EventKind,
+        keys: &[String],
+        first_event_id: u64,
+    ) -> Vec<u8> {
         let m = self.master();
-        let batch = m.batch(Seq(0), kind, keys.iter().cloned(), 1);
+        let batch = m.batch(Seq(0), kind, keys.iter().cloned(), first_event_id);
         let mut out = Vec::new();
         encode_payload_into(&mut out, &batch, m.config.flavor);
         out

@@ -1,5 +1,6 @@
 //! Measurements over loopback (run them in release mode; nothing here asserts a time):
-//! ingest rate with zero gaps, and query latency while ingesting at full speed.
+//! ingest rate with zero gaps, and query latency while ingesting at full speed. The `e2e`
+//! bench of this crate runs them (`cargo bench -p hicache-index-testkit --bench e2e`).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -8,6 +9,7 @@ use std::time::{Duration, Instant};
 use hicache_index::{Config, EventKind, Layout, Lookup, ModelLayout, SglangParams};
 use hicache_index_driver::{QueryHandle, SubscriberConfig};
 use hicache_index_emulator::{Emulator, EmulatorConfig};
+use hicache_index_sim::encode::{EventIdSlots, FIXED_WIDTH_EVENT_ID};
 
 use crate::{wait_subscribed, EmulatorPeer, Runtime};
 
@@ -22,6 +24,8 @@ pub struct IngestReport {
     pub seconds: f64,
     /// Gaps the subscriber saw (must be 0 for the figure to count).
     pub gaps: u64,
+    /// Publisher restarts the subscriber saw (must be 0: each one clears the index).
+    pub restarts: u64,
     /// Messages dropped as malformed or stray (must be 0).
     pub dropped: u64,
 }
@@ -52,6 +56,10 @@ pub struct LatencyReport {
     pub ingest_events_per_second: f64,
     /// Prefix pages of every answer (the request is fully present: must equal the pages asked).
     pub prefix_pages: usize,
+    /// Gaps the subscriber saw meanwhile (must be 0).
+    pub gaps: u64,
+    /// Publisher restarts the subscriber saw meanwhile (must be 0).
+    pub restarts: u64,
 }
 
 /// The benchmark's layout: page size 64, TP 8 (16 objects a page, 4 pages a 64-event batch).
@@ -60,22 +68,67 @@ pub fn bench_layout() -> Layout {
 }
 
 /// Pre-encoded batches: `pairs` batches storing 4 fresh pages each, then `pairs` batches
-/// removing them, so the index stays bounded however long the stream runs.
-fn churn_payloads(emulator: &Emulator, layout: &Layout, pairs: usize) -> Vec<Vec<u8>> {
-    let mut stores = Vec::with_capacity(pairs);
-    let mut removes = Vec::with_capacity(pairs);
-    for b in 0..pairs as u32 {
-        let tokens: Vec<u32> = (0..4 * 64).map(|i| 1_000_000 + b * 1024 + i).collect();
-        let keys: Vec<String> = layout
-            .page_hashes(&tokens, hicache_index::Namespace::NONE)
-            .flat_map(|p| layout.object_keys(&p).collect::<Vec<_>>())
+/// removing them, so the index stays bounded however long the stream runs. Before each send a
+/// batch's event ids are renumbered to follow the last ones sent: the batches are cycled, and
+/// event ids that go back would be taken for a publisher restart (which clears the index).
+struct Churn {
+    payloads: Vec<Vec<u8>>,
+    /// Where each payload's event ids are.
+    ids: Vec<EventIdSlots>,
+    /// The next event id to send.
+    next_id: u64,
+    /// The next payload to send.
+    next: usize,
+}
+
+impl Churn {
+    fn new(emulator: &Emulator, layout: &Layout, pairs: usize) -> Churn {
+        let pages: Vec<Vec<String>> = (0..pairs as u32)
+            .map(|b| {
+                let tokens: Vec<u32> = (0..4 * 64).map(|i| 1_000_000 + b * 1024 + i).collect();
+                let keys: Vec<String> = layout
+                    .page_hashes(&tokens, hicache_index::Namespace::NONE)
+                    .flat_map(|p| layout.object_keys(&p).collect::<Vec<_>>())
+                    .collect();
+                assert_eq!(keys.len(), 64);
+                keys
+            })
             .collect();
-        assert_eq!(keys.len(), 64);
-        stores.push(emulator.encode_batch(EventKind::Stored, &keys));
-        removes.push(emulator.encode_batch(EventKind::Removed, &keys));
+        let batches = pages
+            .iter()
+            .map(|keys| (EventKind::Stored, keys))
+            .chain(pages.iter().map(|keys| (EventKind::Removed, keys)));
+        let mut payloads = Vec::with_capacity(2 * pairs);
+        let mut ids = Vec::with_capacity(2 * pairs);
+        for (i, (kind, keys)) in batches.enumerate() {
+            let first = FIXED_WIDTH_EVENT_ID + (i * keys.len()) as u64;
+            let payload = emulator.encode_batch_with_ids(kind, keys, first);
+            let slots = EventIdSlots::find(&payload);
+            assert_eq!(slots.len(), keys.len(), "every event id can be renumbered");
+            payloads.push(payload);
+            ids.push(slots);
+        }
+        Churn {
+            payloads,
+            ids,
+            next_id: FIXED_WIDTH_EVENT_ID,
+            next: 0,
+        }
     }
-    stores.extend(removes);
-    stores
+
+    /// Renumbers the next `n` batches (at most all of them) to follow the event ids handed out
+    /// so far, and returns them in order.
+    fn take(&mut self, n: usize) -> impl Iterator<Item = &[u8]> {
+        let len = self.payloads.len();
+        let (first, n) = (self.next, n.min(len));
+        for k in 0..n {
+            let i = (first + k) % len;
+            self.next_id = self.ids[i].renumber(&mut self.payloads[i], self.next_id);
+        }
+        self.next = (first + n) % len;
+        let payloads = &self.payloads;
+        (0..n).map(move |k| payloads[(first + k) % len].as_slice())
+    }
 }
 
 fn subscriber_config(endpoint: String) -> SubscriberConfig {
@@ -91,19 +144,18 @@ fn subscriber_config(endpoint: String) -> SubscriberConfig {
     config
 }
 
-/// Publishes `payloads` cyclically until `stop`, never more than `window` batches ahead of the
-/// subscriber (flow control, so nothing is dropped); returns batches sent.
+/// Publishes the churn batches cyclically until `stop`, never more than `window` batches ahead
+/// of the subscriber (flow control, so nothing is dropped); returns batches sent.
 fn publish(
     emulator: &Emulator,
     q: &QueryHandle,
-    payloads: &[Vec<u8>],
+    churn: &mut Churn,
     total_batches: u64,
     window: u64,
     stop: &dyn Fn() -> bool,
 ) -> u64 {
     let base = q.counters().batches;
     let mut sent = 0u64;
-    let mut next = 0usize;
     while sent < total_batches && !stop() {
         let applied = q.counters().batches - base;
         if sent - applied >= window / 2 {
@@ -114,9 +166,7 @@ fn publish(
         let n = (window - (sent - applied))
             .min(256)
             .min(total_batches - sent) as usize;
-        let chunk = (0..n).map(|i| payloads[(next + i) % payloads.len()].as_slice());
-        emulator.send_payloads(chunk);
-        next = (next + n) % payloads.len();
+        emulator.send_payloads(churn.take(n));
         sent += n as u64;
     }
     sent
@@ -131,14 +181,14 @@ pub fn ingest_throughput<R: Runtime>(total_events: u64) -> IngestReport {
     })
     .expect("the emulator starts");
     let layout = bench_layout();
-    let payloads = churn_payloads(&emulator, &layout, 2048);
+    let mut churn = Churn::new(&emulator, &layout, 2048);
     let peer = EmulatorPeer(emulator);
     let (q, _control, running) = R::spawn(subscriber_config(peer.0.event_endpoint()));
     wait_subscribed(&peer, &q);
     let before = q.counters();
     let total_batches = total_events / 64;
     let start = Instant::now();
-    publish(&peer.0, &q, &payloads, total_batches, 4096, &|| false);
+    publish(&peer.0, &q, &mut churn, total_batches, 4096, &|| false);
     while q.counters().batches - before.batches < total_batches {
         std::thread::sleep(Duration::from_micros(200));
     }
@@ -150,6 +200,7 @@ pub fn ingest_throughput<R: Runtime>(total_events: u64) -> IngestReport {
         batches: after.batches - before.batches,
         seconds,
         gaps: after.gaps - before.gaps,
+        restarts: after.restarts - before.restarts,
         dropped: after.malformed_payload + after.malformed_seq + after.stray_topic
             - before.malformed_payload
             - before.malformed_seq
@@ -171,7 +222,7 @@ pub fn query_latency<R: Runtime>(
     })
     .expect("the emulator starts");
     let layout = bench_layout();
-    let payloads = churn_payloads(&emulator, &layout, 2048);
+    let mut churn = Churn::new(&emulator, &layout, 2048);
     let peer = EmulatorPeer(emulator);
     let (q, _control, running) = R::spawn(subscriber_config(peer.0.event_endpoint()));
     wait_subscribed(&peer, &q);
@@ -185,7 +236,7 @@ pub fn query_latency<R: Runtime>(
     });
 
     let stop = Arc::new(AtomicBool::new(false));
-    let events_before = q.counters().events;
+    let before = q.counters();
     let start = Instant::now();
     let workers: Vec<_> = (0..threads)
         .map(|_| {
@@ -205,7 +256,7 @@ pub fn query_latency<R: Runtime>(
         .collect();
     if ingest {
         let done = || start.elapsed() >= duration;
-        publish(&peer.0, &q, &payloads, u64::MAX, 4096, &done);
+        publish(&peer.0, &q, &mut churn, u64::MAX, 4096, &done);
     } else {
         std::thread::sleep(duration);
     }
@@ -218,7 +269,7 @@ pub fn query_latency<R: Runtime>(
         samples.extend(s);
         prefix = prefix.min(p);
     }
-    let ingested = q.counters().events - events_before;
+    let after = q.counters();
     R::shutdown(running);
     samples.sort_unstable();
     let at = |f: f64| samples[((samples.len() as f64 * f) as usize).min(samples.len() - 1)];
@@ -229,16 +280,19 @@ pub fn query_latency<R: Runtime>(
         p99: at(0.99),
         p999: at(0.999),
         max: *samples.last().expect("some queries"),
-        ingest_events_per_second: ingested as f64 / elapsed,
+        ingest_events_per_second: (after.events - before.events) as f64 / elapsed,
         prefix_pages: prefix,
+        gaps: after.gaps - before.gaps,
+        restarts: after.restarts - before.restarts,
     }
 }
 
 /// Measures the core alone (no IO): how fast one session applies the benchmark's batches fed
-/// from memory, for comparison with [`ingest_throughput`].
+/// from memory, for comparison with [`ingest_throughput`]. Renumbering each batch's event ids
+/// (as the publisher does) is inside the timed loop: a few percent.
 pub fn core_feed_rate(total_events: u64) -> IngestReport {
     let emulator = Emulator::start(EmulatorConfig::default()).expect("the emulator starts");
-    let payloads = churn_payloads(&emulator, &bench_layout(), 2048);
+    let mut churn = Churn::new(&emulator, &bench_layout(), 2048);
     let mut config = subscriber_config(emulator.event_endpoint()).session;
     config.endpoint = None;
     let mut session = hicache_index::Session::new(config).expect("a valid configuration");
@@ -246,7 +300,7 @@ pub fn core_feed_rate(total_events: u64) -> IngestReport {
     let start = Instant::now();
     let now = hicache_index::Instant::ZERO;
     for seq in 1..=batches {
-        let payload = &payloads[(seq as usize - 1) % payloads.len()];
+        let payload = churn.take(1).next().expect("a batch");
         let fx = session.feed(now, &[b"", &seq.to_be_bytes(), payload]);
         debug_assert!(fx.is_empty(), "{fx:?}");
     }
@@ -257,6 +311,7 @@ pub fn core_feed_rate(total_events: u64) -> IngestReport {
         batches: c.batches,
         seconds,
         gaps: c.gaps,
+        restarts: c.restarts,
         dropped: c.malformed_payload + c.malformed_seq + c.stray_topic,
     }
 }

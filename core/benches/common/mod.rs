@@ -38,8 +38,10 @@ pub fn synthetic_page(i: u64) -> PageHash {
     PageHash(h)
 }
 
-/// Payloads of 64 `stored` events each (20-field Mooncake maps) for the objects of `pages`.
-pub fn payloads(layout: &Layout, pages: &[PageHash]) -> Vec<Vec<u8>> {
+/// Payloads of 64 `stored` events each (20-field Mooncake maps) for the objects of `pages`, with
+/// event ids from `first_event_id` (a stream's ids MUST keep increasing from batch to batch: ids
+/// that go back are a publisher restart, which clears the index).
+pub fn payloads(layout: &Layout, pages: &[PageHash], first_event_id: u64) -> Vec<Vec<u8>> {
     let keys: Vec<String> = pages.iter().flat_map(|p| layout.object_keys(p)).collect();
     keys.chunks(64)
         .enumerate()
@@ -49,7 +51,7 @@ pub fn payloads(layout: &Layout, pages: &[PageHash]) -> Vec<Vec<u8>> {
                 .enumerate()
                 .map(|(j, k)| {
                     let mut e = OwnedEvent::new(EventKind::Stored, k.clone());
-                    e.event_id = Some((i * 64 + j) as u64 + 1);
+                    e.event_id = Some(first_event_id + (i * 64 + j) as u64);
                     e.timestamp_ms = 1_767_225_600_000;
                     e.backend_id = "store-node-1".into();
                     e.group_id = Some(format!("sglang-hicache:{}", &k[..64]));
