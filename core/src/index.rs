@@ -80,8 +80,6 @@ struct Namespace {
     suffixes: Vec<String>,
     /// The mask that makes a page complete under a watched layout (0: not watched).
     complete_mask: u128,
-    /// Objects present in this namespace.
-    objects: usize,
 }
 
 /// What one event did to the index.
@@ -137,6 +135,8 @@ pub struct Sampled {
     /// A sweep ended and the call went on into the next one (the cursor did not stop at the
     /// first slot of the first page): that sweep began with this call.
     pub began_next: bool,
+    /// The cursor passed a page holding objects of another tenant (which are not sampled).
+    pub other_tenants: bool,
 }
 
 /// Counters the index keeps itself.
@@ -216,15 +216,6 @@ impl Index {
         self.live_objects
     }
 
-    /// Returns the number of objects of `tenant` present (a sum over its key prefixes).
-    pub fn tenant_object_count(&self, tenant: &str) -> usize {
-        self.namespaces
-            .iter()
-            .filter(|ns| ns.tenant == tenant)
-            .map(|ns| ns.objects)
-            .sum()
-    }
-
     /// Returns the index's own counters.
     pub fn counters(&self) -> IndexCounters {
         self.counters
@@ -298,7 +289,6 @@ impl Index {
         page.touched = self.stamp;
         if before != page.present {
             self.live_objects += 1;
-            self.namespaces[ns as usize].objects += 1;
             self.note_change(ns, parsed.page_hash, before, before | (1u128 << slot));
         }
         Applied::Applied
@@ -353,9 +343,6 @@ impl Index {
         self.clock_hand = 0;
         self.live_pages = 0;
         self.live_objects = 0;
-        for ns in &mut self.namespaces {
-            ns.objects = 0;
-        }
         self.verify_cursor = 0;
         self.verify_slot = 0;
         self.stamp += 1;
@@ -450,6 +437,7 @@ impl Index {
             began_sweep: self.verify_cursor == 0 && self.verify_slot == 0,
             ended_sweep: false,
             began_next: false,
+            other_tenants: false,
         };
         // A round that starts inside a page comes back to it for the slots before the cursor.
         let limit = len + usize::from(self.verify_slot > 0);
@@ -475,6 +463,8 @@ impl Index {
                     ));
                     self.verify_slot = slot + 1;
                 }
+            } else if page.present != 0 {
+                sampled.other_tenants = true;
             }
             self.verify_cursor = (idx + 1) % len;
             self.verify_slot = 0;
@@ -553,7 +543,6 @@ impl Index {
         }
         self.live_objects -= 1;
         let (ns, hash, after) = (page.ns, page.hash, page.present);
-        self.namespaces[ns as usize].objects -= 1;
         self.note_change(ns, hash, before, after);
         if after == 0 {
             self.unlink(idx, h);
@@ -670,7 +659,6 @@ impl Index {
         let page = &self.pages[idx];
         let (ns, hash, present) = (page.ns, page.hash, page.present);
         self.live_objects -= present.count_ones() as usize;
-        self.namespaces[ns as usize].objects -= present.count_ones() as usize;
         self.live_pages -= 1;
         self.note_change(ns, hash, present, 0);
         self.pages[idx].present = 0;
@@ -729,7 +717,6 @@ impl Index {
                     prefix: prefix.map(String::from),
                     suffixes: Vec::new(),
                     complete_mask: 0,
-                    objects: 0,
                 });
                 let (namespaces, seed) = (&self.namespaces, self.config.seed);
                 self.ns_table

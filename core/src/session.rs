@@ -245,10 +245,18 @@ enum Resync {
 struct Verify {
     next_at: Option<Instant>,
     in_flight: Option<Round>,
-    /// When the sweep in progress began, if every round of it so far was answered in full
-    /// (lowered to the arrival of anything older added since): at its end, every object the
-    /// index holds was present at the master at or after this.
-    sweep: Option<Instant>,
+    /// The sweep in progress, if every round of it so far was answered in full.
+    sweep: Option<Sweep>,
+}
+
+/// A verification sweep in progress (see [`crate::index::Sampled`]).
+#[derive(Clone, Copy, Debug)]
+struct Sweep {
+    /// When it began, lowered to the arrival of anything older added since: at its end, every
+    /// object the index holds was present at the master at or after this.
+    began: Instant,
+    /// Its rounds passed objects of another tenant, which verification does not sample.
+    other_tenants: bool,
 }
 
 impl Verify {
@@ -271,10 +279,11 @@ struct Round {
     /// How many keys were asked about, and their [`key_checksum`]: a full answer names each.
     keys: usize,
     checksum: u64,
-    /// A sweep ended within this round, and whether the next began in it (see
-    /// [`crate::index::Sampled`]).
+    /// A sweep ended within this round, whether the next began in it, and whether it passed
+    /// objects of another tenant (see [`crate::index::Sampled`]).
     ended_sweep: bool,
     began_next: bool,
+    other_tenants: bool,
     /// When the keys were sampled, lowered to the arrival of anything older added since: the
     /// next sweep began then if it began in this round.
     sampled_at: Instant,
@@ -1283,7 +1292,10 @@ impl Session {
             return;
         }
         if sampled.began_sweep && self.verify.sweep.is_none() {
-            self.verify.sweep = Some(now);
+            self.verify.sweep = Some(Sweep {
+                began: now,
+                other_tenants: false,
+            });
         }
         let request = self.next_request;
         self.next_request += 1;
@@ -1298,6 +1310,7 @@ impl Session {
                 .fold(0u64, |sum, k| sum.wrapping_add(key_checksum(k))),
             ended_sweep: sampled.ended_sweep,
             began_next: sampled.began_next,
+            other_tenants: sampled.other_tenants,
             sampled_at: now,
         });
         fx.push(Effect::VerifyKeys { request, keys });
@@ -1305,23 +1318,31 @@ impl Session {
 
     /// Accounts an answered round to the sweep: a round answered only in part breaks it; a
     /// round that ends a sweep all of whose rounds were answered in full confirms the index as
-    /// of the sweep's first round, unless it holds objects of a tenant verification does not
-    /// sample.
+    /// of the sweep's first round, unless its rounds passed objects of a tenant verification
+    /// does not sample (objects of any tenant stored since the sweep began are confirmed by
+    /// their own events).
     fn end_round(&mut self, round: &Round, full: bool) {
         if !full {
             self.verify.sweep = None;
             return;
         }
         if !round.ended_sweep {
+            if let Some(sweep) = &mut self.verify.sweep {
+                sweep.other_tenants |= round.other_tenants;
+            }
             return;
         }
-        if let Some(began) = self.verify.sweep {
-            if self.index.tenant_object_count(DEFAULT_TENANT) == self.index.object_count() {
-                self.confirm(began);
+        if let Some(sweep) = self.verify.sweep {
+            if !(sweep.other_tenants || round.other_tenants) {
+                self.confirm(sweep.began);
             }
         }
-        // The next sweep began in this round, or begins with the next one.
-        self.verify.sweep = round.began_next.then_some(round.sampled_at);
+        // The next sweep began in this round, or begins with the next one. Whether the other
+        // tenant's page was before or after the wrap is not known: count it for both.
+        self.verify.sweep = round.began_next.then_some(Sweep {
+            began: round.sampled_at,
+            other_tenants: round.other_tenants,
+        });
     }
 
     /// Records that objects the master held at `at` join the index: the index's confirmation,
@@ -1333,8 +1354,8 @@ impl Session {
         } else {
             self.confirmed_at.min(at)
         };
-        if let Some(began) = &mut self.verify.sweep {
-            *began = (*began).min(at);
+        if let Some(sweep) = &mut self.verify.sweep {
+            sweep.began = sweep.began.min(at);
         }
         if let Some(round) = &mut self.verify.in_flight {
             round.sampled_at = round.sampled_at.min(at);

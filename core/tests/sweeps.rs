@@ -49,18 +49,21 @@ fn sweeps_begin_at_the_first_slot_and_end_past_the_last_page() {
 /// Runs rounds of `1 + max % 4` keys, with stores and removals in between (`op % 3`: store,
 /// remove, store for another tenant), and checks what the session relies on: the rounds from
 /// the one a sweep began in to the one it ended in sampled every object of the default tenant
-/// that was present from the first of them to the last.
+/// that was present from the first of them to the last, and reported passing another tenant's
+/// objects when there were any from the start (this model never removes them).
 #[quickcheck]
 fn a_sweep_samples_every_object_present_throughout_it(initial: u8, steps: Vec<(u8, u8, u8)>) {
     let universe = keys(8);
     let mut index = Index::new(IndexConfig::default());
     let mut present = BTreeSet::new();
+    let mut other_present = false;
     for key in universe.iter().take(usize::from(initial) % universe.len()) {
         let _ = index.store(DEFAULT_TENANT, key, None, None);
         present.insert(key.clone());
     }
-    // The sweep in progress: the objects it must sample, and those it sampled.
-    let mut sweep: Option<(BTreeSet<String>, BTreeSet<String>)> = None;
+    // The sweep in progress: the objects it must sample, those it sampled, whether another
+    // tenant's objects were there from its start, and whether a round reported passing them.
+    let mut sweep: Option<(BTreeSet<String>, BTreeSet<String>, bool, bool)> = None;
     for (op, which, max) in steps {
         let key = &universe[usize::from(which) % universe.len()];
         match op % 3 {
@@ -71,12 +74,13 @@ fn a_sweep_samples_every_object_present_throughout_it(initial: u8, steps: Vec<(u
             1 => {
                 let _ = index.remove(DEFAULT_TENANT, key);
                 present.remove(key);
-                if let Some((required, _)) = &mut sweep {
+                if let Some((required, ..)) = &mut sweep {
                     required.remove(key);
                 }
             }
             _ => {
                 let _ = index.store("other", key, None, None);
+                other_present = true;
             }
         }
         let (s, out) = sample(&mut index, 1 + usize::from(max) % 4);
@@ -85,19 +89,25 @@ fn a_sweep_samples_every_object_present_throughout_it(initial: u8, steps: Vec<(u
             continue;
         }
         if s.began_sweep && sweep.is_none() {
-            sweep = Some((present.clone(), BTreeSet::new()));
+            sweep = Some((present.clone(), BTreeSet::new(), other_present, false));
         }
-        if let Some((_, sampled)) = &mut sweep {
+        if let Some((_, sampled, _, seen_other)) = &mut sweep {
             sampled.extend(out.iter().cloned());
+            *seen_other |= s.other_tenants;
         }
         if s.ended_sweep {
-            if let Some((required, sampled)) = &sweep {
+            if let Some((required, sampled, required_other, seen_other)) = &sweep {
                 let missed: Vec<_> = required.difference(sampled).collect();
                 assert!(missed.is_empty(), "missed {missed:?}");
+                assert!(
+                    !required_other || *seen_other,
+                    "another tenant's objects were not reported"
+                );
             }
-            sweep = s
-                .began_next
-                .then(|| (present.clone(), out.iter().cloned().collect()));
+            sweep = s.began_next.then(|| {
+                let sampled = out.iter().cloned().collect();
+                (present.clone(), sampled, other_present, s.other_tenants)
+            });
         }
     }
 }
