@@ -7,6 +7,7 @@
 
 use std::path::PathBuf;
 
+use hicache_index_api::tools::thousands;
 use hicache_index_sim::perf;
 use serde_json::Value;
 
@@ -45,15 +46,7 @@ fn time(ns: f64) -> String {
 
 /// An integer with thousands separators (`1,048,576`).
 fn count(v: &Value) -> String {
-    let digits = v.as_u64().map_or_else(|| v.to_string(), |n| n.to_string());
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
+    v.as_u64().map_or_else(|| v.to_string(), thousands)
 }
 
 fn rate(per_second: f64) -> String {

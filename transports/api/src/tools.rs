@@ -96,3 +96,16 @@ pub fn from_hex(hex: &str) -> Result<Vec<u8>, String> {
         })
         .collect()
 }
+
+/// Formats `n` with thousands separators (`1,048,576`), as reports print counts.
+pub fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}

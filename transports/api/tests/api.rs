@@ -3,7 +3,7 @@
 use hicache_index::{
     Config, EventKind, Instant, Layout, ModelLayout, Namespace, Session, SglangParams,
 };
-use hicache_index_api::tools::{decode_line, object_keys, page_hashes_hex};
+use hicache_index_api::tools::{decode_line, object_keys, page_hashes_hex, thousands};
 use hicache_index_api::{answer, ApiError, LayoutArgs, Limits, QueryRequest};
 use hicache_index_sim::encode::{encode_message, MasterFlavor, OwnedBatch, OwnedEvent};
 use quickcheck_macros::quickcheck;
@@ -244,4 +244,12 @@ fn a_msgpack_length_claiming_billions_is_refused_before_decoding() {
     body.extend_from_slice(br#"{"tokens":[1]}"#);
     let err = QueryRequest::from_msgpack(&body, &Limits::default()).unwrap_err();
     assert!(err.to_string().contains("claims more"), "{err}");
+}
+
+#[test]
+fn thousands_groups_digits_by_three() {
+    assert_eq!(thousands(0), "0");
+    assert_eq!(thousands(999), "999");
+    assert_eq!(thousands(1_000), "1,000");
+    assert_eq!(thousands(1_048_576), "1,048,576");
 }

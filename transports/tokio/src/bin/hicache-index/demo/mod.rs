@@ -29,6 +29,7 @@ use hicache_index::{
     Config, Health, Layout, Lookup, ModelLayout, Namespace, PageHash, ResyncConfig, SglangParams,
     VerifyConfig,
 };
+use hicache_index_api::tools::thousands;
 use hicache_index_emulator::{Emulator, EmulatorConfig};
 use hicache_index_tokio::{QueryHandle, Subscriber, SubscriberConfig};
 
@@ -534,19 +535,6 @@ fn report(
         text: t.trim_end().to_owned(),
         failure: (!failures.is_empty()).then(|| format!("demo failed: {}", failures.join(", "))),
     }
-}
-
-/// Formats `n` with thousands separators.
-fn thousands(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }
 
 fn micros(d: Option<Duration>) -> String {
