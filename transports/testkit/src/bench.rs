@@ -144,6 +144,21 @@ fn subscriber_config(endpoint: String) -> SubscriberConfig {
     config
 }
 
+/// Starts an emulated master (its send queue unbounded) and a subscriber on `R` whose
+/// subscription carries events, with the churn of batches that feeds it.
+fn subscribed<R: Runtime>() -> (EmulatorPeer, Churn, QueryHandle, R::Running) {
+    let emulator = Emulator::start(EmulatorConfig {
+        send_hwm: 0,
+        ..EmulatorConfig::default()
+    })
+    .expect("the emulator starts");
+    let churn = Churn::new(&emulator, &bench_layout(), 2048);
+    let peer = EmulatorPeer(emulator);
+    let (q, _control, running) = R::spawn(subscriber_config(peer.0.event_endpoint()));
+    wait_subscribed(&peer, &q);
+    (peer, churn, q, running)
+}
+
 /// Publishes the churn batches cyclically until `stop`, never more than `window` batches ahead
 /// of the subscriber (flow control, so nothing is dropped); returns batches sent.
 fn publish(
@@ -175,16 +190,7 @@ fn publish(
 /// Measures how fast a subscriber applies `total_events` published over loopback in batches of
 /// 64 events.
 pub fn ingest_throughput<R: Runtime>(total_events: u64) -> IngestReport {
-    let emulator = Emulator::start(EmulatorConfig {
-        send_hwm: 0,
-        ..EmulatorConfig::default()
-    })
-    .expect("the emulator starts");
-    let layout = bench_layout();
-    let mut churn = Churn::new(&emulator, &layout, 2048);
-    let peer = EmulatorPeer(emulator);
-    let (q, _control, running) = R::spawn(subscriber_config(peer.0.event_endpoint()));
-    wait_subscribed(&peer, &q);
+    let (peer, mut churn, q, running) = subscribed::<R>();
     let before = q.counters();
     let total_batches = total_events / 64;
     let start = Instant::now();
@@ -216,16 +222,8 @@ pub fn query_latency<R: Runtime>(
     duration: Duration,
     ingest: bool,
 ) -> LatencyReport {
-    let emulator = Emulator::start(EmulatorConfig {
-        send_hwm: 0,
-        ..EmulatorConfig::default()
-    })
-    .expect("the emulator starts");
+    let (peer, mut churn, q, running) = subscribed::<R>();
     let layout = bench_layout();
-    let mut churn = Churn::new(&emulator, &layout, 2048);
-    let peer = EmulatorPeer(emulator);
-    let (q, _control, running) = R::spawn(subscriber_config(peer.0.event_endpoint()));
-    wait_subscribed(&peer, &q);
     let tokens: Arc<Vec<u32>> = Arc::new((0..(pages * 64) as u32).collect());
     let hashes: Vec<_> = layout
         .page_hashes(&tokens[..], hicache_index::Namespace::NONE)
