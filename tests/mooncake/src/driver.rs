@@ -157,11 +157,6 @@ impl IndexDriver {
         &self.http_errors
     }
 
-    /// Whether a SUB socket is open.
-    pub fn is_linked(&self) -> bool {
-        self.link.is_some()
-    }
-
     /// Does everything due, waiting at most `max_wait` for something to arrive.
     pub fn step(&mut self, max_wait: Duration) {
         let now = self.now();
@@ -205,14 +200,6 @@ impl IndexDriver {
                 ));
             }
             self.step(Duration::from_millis(10));
-        }
-    }
-
-    /// Steps for `duration`.
-    pub fn run_for(&mut self, duration: Duration) {
-        let until = std::time::Instant::now() + duration;
-        while std::time::Instant::now() < until {
-            self.step(until.saturating_duration_since(std::time::Instant::now()));
         }
     }
 

@@ -1,7 +1,13 @@
-//! A tiny blocking HTTP/1.1 `GET` over `std::net::TcpStream`, and the master's admin calls.
+//! A tiny blocking HTTP/1.1 client (`GET`, and `POST` for `hicache-index serve`) over
+//! `std::net::TcpStream`, and the master's admin calls.
 //!
 //! The Mooncake master's admin side (cinatra) answers with `Content-Length`; chunked bodies and
 //! bodies delimited by the connection's close are read too. Every request has a deadline.
+//!
+//! It is deliberately not the transports' client (`hicache_index_driver::MasterHttp` and its
+//! response reader and `/batch_query_keys` parser): the scenarios judge the index against what
+//! this client reads from the master, so a bug in the production client must not be shared by
+//! the judge.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};

@@ -8,7 +8,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use hicache_index::{decode, EventKind, Timestamp};
 
@@ -39,16 +39,10 @@ pub struct StreamStats {
     pub backwards: u64,
     /// The most events in one batch.
     pub max_batch_events: usize,
-    /// When the first message arrived.
-    pub first_at: Option<Instant>,
-    /// When the last message arrived.
-    pub last_at: Option<Instant>,
     /// Sum of (arrival wall time − batch timestamp) over batches, in milliseconds.
     pub lag_ms_sum: i64,
     /// The largest such lag, in milliseconds.
     pub lag_ms_max: i64,
-    /// Every message's arrival time, in order.
-    pub arrivals: Vec<Instant>,
 }
 
 impl StreamStats {
@@ -61,12 +55,9 @@ impl StreamStats {
         }
     }
 
-    /// Counts one message that arrived at `now`.
-    pub fn observe(&mut self, now: Instant, frames: &[&[u8]]) {
+    /// Counts one message.
+    pub fn observe(&mut self, frames: &[&[u8]]) {
         self.messages += 1;
-        self.first_at.get_or_insert(now);
-        self.last_at = Some(now);
-        self.arrivals.push(now);
         if let Some(seq) = frames.get(1).and_then(|f| <[u8; 8]>::try_from(*f).ok()) {
             let seq = u64::from_be_bytes(seq);
             self.first_seq.get_or_insert(seq);
@@ -133,8 +124,7 @@ impl Observer {
                     }
                     while let Ok(parts) = sub.recv_multipart(zmq::DONTWAIT) {
                         let frames: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
-                        let now = Instant::now();
-                        stats.lock().expect("stats").observe(now, &frames);
+                        stats.lock().expect("stats").observe(&frames);
                     }
                 }
             })

@@ -252,12 +252,6 @@ impl Master {
         }
     }
 
-    /// Kills the master and starts a new one on the same ports (see [`Master::start_again`]).
-    pub fn restart(&mut self) {
-        self.kill();
-        self.start_again();
-    }
-
     /// Starts a new master on the same ports after [`Master::kill`] (retrying while a port is
     /// still held), waiting until it answers `/health`.
     pub fn start_again(&mut self) {
@@ -270,11 +264,6 @@ impl Master {
                 Err(_) => std::thread::sleep(Duration::from_millis(200)),
             }
         }
-    }
-
-    /// The ports.
-    pub fn ports(&self) -> MasterPorts {
-        self.ports
     }
 
     /// `127.0.0.1:{rpc}`, for the store client.
@@ -458,11 +447,6 @@ impl StoreClient {
         self.call(json!({"op": "put", "keys": keys}));
     }
 
-    /// Puts the keys with one `put_batch` call.
-    pub fn put_batch(&mut self, keys: &[String]) {
-        self.call(json!({"op": "put_batch", "keys": keys}));
-    }
-
     /// Force-removes each key.
     pub fn remove(&mut self, keys: &[String]) {
         self.call(json!({"op": "remove", "keys": keys}));
@@ -471,21 +455,6 @@ impl StoreClient {
     /// Closes the store: the master drops its keys without any event.
     pub fn close(&mut self) {
         self.call(json!({"op": "close"}));
-    }
-
-    /// The keys of the first `pages` pages of `tokens` (all full pages when `None`), as the
-    /// Python side computes them.
-    pub fn page_keys(
-        &mut self,
-        tokens: &[u32],
-        layout: &PyLayout,
-        pages: Option<usize>,
-    ) -> PyPages {
-        let mut cmd = layout.fields();
-        cmd["op"] = json!("page_keys");
-        cmd["tokens"] = json!(tokens);
-        cmd["pages"] = json!(pages);
-        pages_of(&self.call(cmd))
     }
 
     /// Computes the keys of the first `pages` pages and puts them, one put per key.
@@ -518,11 +487,6 @@ impl StoreClient {
         cmd["batch"] = json!(batch);
         cmd["remove_after_batch"] = json!(remove_after_batch);
         cmd
-    }
-
-    /// Whether the driver process is still running.
-    pub fn is_running(&mut self) -> bool {
-        self.process.is_running()
     }
 }
 
