@@ -40,7 +40,7 @@ const HTTP_POLL: Duration = Duration::from_millis(2);
 enum Answer {
     Snapshot {
         request: u64,
-        keys: Result<(Option<Seq>, Vec<String>), String>,
+        keys: Result<(Option<Watermark>, Vec<String>), String>,
     },
     Verify {
         request: u64,
