@@ -39,6 +39,8 @@ pub(crate) struct Handover {
     next: usize,
     /// Chunks applied so far.
     chunks: usize,
+    /// The write-lock hold of the last chunk.
+    last: Duration,
     /// The longest write-lock hold for one chunk.
     longest: Duration,
     /// When the body reached the loop.
@@ -139,9 +141,20 @@ impl Driver {
 
     /// Feeds queued messages of `sub`, at most the drain budget; returns true when messages
     /// may remain.
+    ///
+    /// While a key list is handed over, the turn also ends once it took as long as the last
+    /// chunk did: a backlogged stream and the snapshot then share the loop evenly, however fast
+    /// either goes.
     fn drain_messages(&mut self, sub: &zmq::Socket) -> bool {
         let now = self.now();
-        for _ in 0..self.socket.drain_budget {
+        let share = self
+            .handover
+            .as_ref()
+            .map(|h| std::time::Instant::now() + h.last);
+        for fed in 0..self.socket.drain_budget {
+            if fed > 0 && share.is_some_and(|until| std::time::Instant::now() >= until) {
+                return true;
+            }
             let count = match socket::recv_message(sub, &mut self.parts) {
                 Ok(count) => count,
                 Err(zmq::Error::EAGAIN) if socket::has_input(sub) => continue,
@@ -219,6 +232,7 @@ impl Driver {
                         body,
                         next: 0,
                         chunks: 0,
+                        last: Duration::ZERO,
                         longest: Duration::ZERO,
                         began: std::time::Instant::now(),
                     });
@@ -276,7 +290,8 @@ impl Driver {
                 }
                 Err(_) => None,
             };
-            h.longest = h.longest.max(held.elapsed());
+            h.last = held.elapsed();
+            h.longest = h.longest.max(h.last);
             h.chunks += 1;
             if applied.is_none() {
                 tracing::debug!(
