@@ -217,12 +217,16 @@ fn an_idle_restarted_master_does_not_keep_the_session_refetching() {
     let _ = h
         .session
         .handle_snapshot(h.now, boot, Some(Seq(0).into()), [""; 0]);
-    for _ in 0..50 {
+    // The stream began with the old master at seq 40.
+    let _ = h.batch_at(40, filler(1));
+    for _ in 0..10 {
         let _ = h.batch(filler(1));
     }
-    // The master restarts unseen and stays idle; the index forgets (a gap, say) and fetches:
-    // the new master's counters are back at 0.
-    let fx = h.session.clear(h.now);
+    // The master restarts unseen and stays idle; the index forgets (an unreadable removal of
+    // the old master's) and fetches: the new master's counters are back at 0.
+    let mut unreadable = removed("x");
+    unreadable.object_key = None;
+    let fx = h.batch(vec![unreadable]);
     let again = fetch_request(&fx).expect("a resync");
     let fx = h.session.handle_snapshot(
         h.now,
