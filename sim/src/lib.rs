@@ -32,8 +32,8 @@
 //!   cargo test -p hicache-index-sim --test replay -- --nocapture`, or on the command line with
 //!   `--trace`.
 //! - The CI sweep: `cargo test -p hicache-index-sim --release --test sweep -- --ignored`.
-//! - Known core bugs are not provoked unless asked ([`options::Avoid`], `--provoke-known-bugs`);
-//!   each has a regression test in `sim/tests/regressions.rs`.
+//! - Nothing is avoided: every fault kind runs in the sweep; each false hit the simulator found
+//!   has a regression test in `sim/tests/regressions.rs`.
 
 pub mod encode;
 pub mod master;

@@ -9,7 +9,7 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use hicache_index_sim::options::{Avoid, Options, DEFAULT_EVENTS};
+use hicache_index_sim::options::{Options, DEFAULT_EVENTS};
 use hicache_index_sim::sweep::{run_seeds, Summary};
 use hicache_index_sim::Preset;
 
@@ -20,20 +20,15 @@ struct Args {
     jobs: usize,
     verbose: bool,
     trace: bool,
-    provoke: bool,
 }
 
 impl Args {
     fn options(&self, seed: u64) -> Options {
-        let mut o = Options::for_seed(seed, self.preset, self.events);
-        if self.provoke {
-            o.avoid = Avoid::NONE;
-        }
-        o
+        Options::for_seed(seed, self.preset, self.events)
     }
 }
 
-const USAGE: &str = "usage: hicache-index-sim --seeds A..B [--preset calm|lossy|restart-heavy|reorder-heavy|hostile|pristine] [--events N] [--jobs N] [--verbose] [--trace] [--provoke-known-bugs]";
+const USAGE: &str = "usage: hicache-index-sim --seeds A..B [--preset calm|lossy|restart-heavy|reorder-heavy|hostile|pristine] [--events N] [--jobs N] [--verbose] [--trace]";
 
 fn parse() -> Result<Args, String> {
     let mut args = Args {
@@ -43,7 +38,6 @@ fn parse() -> Result<Args, String> {
         jobs: 1,
         verbose: false,
         trace: false,
-        provoke: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -78,7 +72,6 @@ fn parse() -> Result<Args, String> {
             }
             "--verbose" => args.verbose = true,
             "--trace" => args.trace = true,
-            "--provoke-known-bugs" => args.provoke = true,
             "--help" | "-h" => return Err(USAGE.into()),
             other => return Err(format!("unknown argument {other}\n{USAGE}")),
         }

@@ -403,7 +403,6 @@ pub struct Master {
     down_until: Option<Instant>,
     faults: bool,
     acting: bool,
-    restarts_allowed: bool,
     stats: MasterStats,
     batch: OwnedBatch,
     spare_events: Vec<OwnedEvent>,
@@ -451,7 +450,6 @@ impl Master {
             down_until: None,
             faults: true,
             acting: true,
-            restarts_allowed: true,
             stats: MasterStats::default(),
             batch: OwnedBatch {
                 seq: Seq(0),
@@ -563,11 +561,6 @@ impl Master {
     /// Stops or resumes actions; the publisher keeps draining the queue.
     pub fn set_acting(&mut self, on: bool) {
         self.acting = on;
-    }
-
-    /// Allows or forbids restarts (a forbidden restart action does nothing).
-    pub fn set_restarts_allowed(&mut self, allowed: bool) {
-        self.restarts_allowed = allowed;
     }
 
     /// Returns when the master next has something to do.
@@ -711,8 +704,7 @@ impl Master {
                     }
                 }
             }
-            Action::Restart if self.restarts_allowed => self.restart(now, out),
-            Action::Restart => {}
+            Action::Restart => self.restart(now, out),
             Action::ClearedEvent => {
                 let tenant = self.rng.index(self.opts.tenants);
                 self.emit(QKind::Cleared, tenant as u32, None, out);

@@ -256,70 +256,6 @@ pub struct SessionOptions {
     pub requested_clears_per_sec: f64,
 }
 
-/// Coincidences that provoke known core bugs, avoided while the bugs are open (see
-/// `sim/tests/regressions.rs`). Each switch keeps every fault of the presets and removes only the
-/// exact circumstance of one bug; turn them off (`--provoke-known-bugs`) to reproduce the bugs.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Avoid {
-    /// A restarted master whose first batches were lost can send, as the first batch the
-    /// session receives, exactly the sequence after the old master's last one: the session
-    /// applies it as a continuation and keeps the old master's objects (false hits). When set,
-    /// the world does not feed such a batch (it becomes a gap). Regression:
-    /// `restart_whose_first_batches_were_lost_is_not_a_continuation`.
-    pub restart_as_continuation: bool,
-    /// A snapshot taken before the subscriber received its first batch since connecting is
-    /// anchored by the master's watermark; if the master restarts between the snapshot and that
-    /// first batch, the new master's first sequence is at or below the watermark, the stream
-    /// counts as anchored, and the old master's objects stay hits (false hits). When set, the
-    /// master does not restart in that window. Regression:
-    /// `restart_between_the_snapshot_and_the_first_batch_is_noticed`.
-    pub restart_before_first_batch: bool,
-    /// After a master restart, a session whose stream began with the old master reads every
-    /// snapshot of the new, idle master (watermark 0) as a gap, and fetches again forever: it
-    /// never becomes live until the new master publishes. When set, the quiet phase lasts until
-    /// the session has received a batch from the restarted master. Regression:
-    /// `snapshot_of_an_idle_restarted_master_makes_the_session_live`.
-    pub idle_master_after_restart: bool,
-    /// Without a watermark, a snapshot asked for before the stream began cannot be anchored;
-    /// the session then waits for a further batch before fetching again, even when the stream
-    /// began during the fetch, so an idle master leaves it recovering for good. When set (and the
-    /// master has no status endpoint), the quiet phase lasts until the session is live (at most
-    /// ten seconds). Regression:
-    /// `unanchored_snapshot_is_fetched_again_when_the_stream_began_during_the_fetch`.
-    pub idle_master_without_watermark: bool,
-    /// A verification round that fills up in the middle of a page skips the rest of that page,
-    /// and in a stable index the same objects are skipped pass after pass: their staleness is
-    /// never bounded. When set, a stale page left after settling counts only if verification
-    /// sampled its stale object while settling. Regression:
-    /// `verification_reaches_every_object_of_a_page_split_by_the_sample`.
-    pub verify_round_ends_mid_page: bool,
-}
-
-impl Avoid {
-    /// Avoids every known bug that is still open (the fixed ones are provoked as usual).
-    pub const ALL: Avoid = Avoid {
-        // Narrowed, not closed: the core now refuses a next sequence whose event ids do not run
-        // on, but a restarted master whose batches mirror the old one's sizes still passes when
-        // its disconnect goes unseen (transports see it through the socket monitor).
-        restart_as_continuation: true,
-        restart_before_first_batch: true,
-        idle_master_after_restart: true,
-        // Not a bug but the rule: without a watermark, a snapshot is anchored only by a batch,
-        // so a master that never publishes leaves the session recovering (misses, never false
-        // hits). The stream beginning during the fetch is handled (fetched again at once).
-        idle_master_without_watermark: true,
-        verify_round_ends_mid_page: false,
-    };
-    /// Avoids nothing: the world provokes every known bug it can.
-    pub const NONE: Avoid = Avoid {
-        restart_as_continuation: false,
-        restart_before_first_batch: false,
-        idle_master_after_restart: false,
-        idle_master_without_watermark: false,
-        verify_round_ends_mid_page: false,
-    };
-}
-
 /// Everything one run is made of.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Options {
@@ -335,8 +271,6 @@ pub struct Options {
     pub queries_per_action: u32,
     /// Compare every answer with the oracle's exact answer (only without faults).
     pub exact: bool,
-    /// Known core bugs not to provoke.
-    pub avoid: Avoid,
     /// The master.
     pub master: MasterOptions,
     /// The network.
@@ -462,7 +396,6 @@ impl Options {
             quiet: ms(500),
             queries_per_action: 2,
             exact: false,
-            avoid: Avoid::ALL,
             master,
             network,
             http,
@@ -562,14 +495,9 @@ impl Options {
 
     /// Returns the one-line command that replays this run.
     pub fn replay_command(&self) -> String {
-        let (flag, env) = if self.avoid == Avoid::NONE {
-            (" --provoke-known-bugs", " SIM_PROVOKE=1")
-        } else {
-            ("", "")
-        };
         format!(
-            "cargo run -p hicache-index-sim --release -- --seeds {}..{} --preset {} --events {}{flag}   \
-             (or SIM_SEED={} SIM_PRESET={} SIM_EVENTS={}{env} cargo test -p hicache-index-sim --test replay)",
+            "cargo run -p hicache-index-sim --release -- --seeds {}..{} --preset {} --events {}   \
+             (or SIM_SEED={} SIM_PRESET={} SIM_EVENTS={} cargo test -p hicache-index-sim --test replay)",
             self.seed,
             self.seed + 1,
             self.preset,

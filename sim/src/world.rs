@@ -146,9 +146,6 @@ pub struct RunStats {
     pub stale_hits_other_tenants: u64,
     /// Pages checked for liveness at the end.
     pub liveness_pages: u64,
-    /// Batches not fed because they would provoke a known core bug (see
-    /// [`crate::options::Avoid`]).
-    pub avoided_continuations: u64,
     /// Liveness was skipped (the index evicted).
     pub liveness_skipped: bool,
     /// Index evictions.
@@ -296,9 +293,7 @@ pub struct World<S: System> {
     query_rng: Rng,
     other_rng: Rng,
     fed: Vec<(u32, u64)>,
-    fed_epoch: u32,
     applied_pos: u64,
-    anchored: bool,
     snapshots: Vec<u64>,
     p_loss: u64,
     next_stray: Option<Instant>,
@@ -316,10 +311,8 @@ pub struct World<S: System> {
     spins: u32,
     trace: bool,
     settle_cap: Instant,
-    quiet_cap: Instant,
     settle_keys: u64,
     verified_at_settle: u64,
-    verified_while_settling: crate::util::IdSet,
     /// The time of each history position, in position order.
     record_times: Vec<(u64, Instant)>,
     /// The longest a delivered message's oldest event had existed when it arrived.
@@ -404,9 +397,7 @@ impl<S: System> World<S> {
             query_rng: root.fork(4),
             other_rng,
             fed: Vec::new(),
-            fed_epoch: 0,
             applied_pos: 0,
-            anchored: false,
             snapshots: Vec::new(),
             p_loss: 0,
             next_stray,
@@ -424,10 +415,8 @@ impl<S: System> World<S> {
             spins: 0,
             trace: false,
             settle_cap: Instant::ZERO,
-            quiet_cap: Instant::ZERO,
             settle_keys: 0,
             verified_at_settle: 0,
-            verified_while_settling: crate::util::IdSet::new(),
             record_times: Vec::new(),
             evidence_lag: Duration::ZERO,
         }
@@ -571,7 +560,6 @@ impl<S: System> World<S> {
         self.phase = Phase::Quiet {
             until: self.now + self.opts.quiet,
         };
-        self.quiet_cap = self.now + self.opts.quiet + Duration::from_secs(10);
     }
 
     fn enter_settle(&mut self) {
@@ -705,23 +693,7 @@ impl<S: System> World<S> {
             return;
         }
         match self.phase {
-            Phase::Quiet { until } if until <= now => {
-                let restarted = self.master.stats().restarts > 0;
-                let unheard = self.master.is_down(now) || self.fed_epoch < self.master.epoch();
-                let unanchored = !self.opts.http.watermark
-                    && self.sut.health() != Health::Live
-                    && now < self.quiet_cap;
-                if (self.opts.avoid.idle_master_after_restart && restarted && unheard)
-                    || (self.opts.avoid.idle_master_without_watermark && unanchored)
-                {
-                    // Keep serving (see `Avoid`).
-                    self.phase = Phase::Quiet {
-                        until: now + Duration::from_millis(10),
-                    };
-                } else {
-                    self.enter_settle();
-                }
-            }
+            Phase::Quiet { until } if until <= now => self.enter_settle(),
             Phase::Settle { until } if until <= now => {
                 // Settled once the publisher and the network are empty, and verification has
                 // had its rounds.
@@ -779,7 +751,6 @@ impl<S: System> World<S> {
                 if self.trace {
                     eprintln!("{:>14} net connected", now.as_nanos());
                 }
-                self.anchored = false;
                 let fx = self.sut.handle_connected(now);
                 self.absorb(fx, None);
             }
@@ -804,19 +775,11 @@ impl<S: System> World<S> {
         }
         if let Origin::Master(m) = msg.origin {
             if m.intact {
-                if self.opts.avoid.restart_as_continuation && self.is_restart_continuation(&m) {
-                    self.stats.avoided_continuations += 1;
-                    self.p_loss = self.p_loss.max(m.last_pos);
-                    return;
-                }
                 let i = m.seq as usize;
                 if self.fed.len() <= i {
                     self.fed.resize(i + 1, (0, 0));
                 }
                 self.fed[i] = (m.epoch, m.last_pos);
-                self.fed_epoch = self.fed_epoch.max(m.epoch);
-                self.anchored = true;
-                self.master.set_restarts_allowed(true);
             }
         }
         if self.trace {
@@ -836,18 +799,6 @@ impl<S: System> World<S> {
                 }
             }
         }
-    }
-
-    /// Reports whether a batch of a newer master would be applied as the continuation of the
-    /// old master's last applied batch (see [`crate::options::Avoid`]).
-    fn is_restart_continuation(&self, m: &crate::network::MasterMeta) -> bool {
-        let Some(last) = self.sut.last_applied_seq() else {
-            return false;
-        };
-        let Some(&(epoch, _)) = self.fed.get(last.0 as usize) else {
-            return false;
-        };
-        m.epoch > epoch && m.seq == last.0.wrapping_add(1)
     }
 
     /// Exact mode: after a batch, the index holds each of its objects exactly when the oracle
@@ -979,13 +930,6 @@ impl<S: System> World<S> {
     }
 
     fn on_verify(&mut self, request: u64, keys: Vec<String>) {
-        if matches!(self.phase, Phase::Settle { .. }) {
-            for key in &keys {
-                if let Some(obj) = self.master.find_object(0, key) {
-                    self.verified_while_settling.insert(obj);
-                }
-            }
-        }
         match self.http_fate() {
             (None, _) => {}
             (Some(false), at) => self.http_at(at, HttpItem::VerifyFailed { request }),
@@ -997,13 +941,6 @@ impl<S: System> World<S> {
         let now = self.now;
         match item {
             HttpItem::SnapshotServer { request } => {
-                if self.opts.avoid.restart_before_first_batch {
-                    // No restart until the stream this snapshot must be anchored to delivers a
-                    // batch (see `Avoid`): a session may start its stream over on any snapshot
-                    // (a watermark below what it applied means the master restarted).
-                    self.anchored = false;
-                    self.master.set_restarts_allowed(false);
-                }
                 let lat = self.http_latency();
                 if self.master.is_down(now) {
                     self.http_at(now + lat, HttpItem::SnapshotFailed { request });
@@ -1446,11 +1383,7 @@ impl<S: System> World<S> {
             if hit {
                 // The safety sweep: every object of a complete page is justified.
                 self.check_page(page, 0..info.objs as usize, "final");
-                let lenient = self.opts.avoid.verify_round_ends_mid_page;
-                let counted = |o: ObjId| {
-                    !self.oracle.t_now(o) && (!lenient || self.verified_while_settling.contains(o))
-                };
-                if info.tenant == 0 && objs.clone().any(counted) {
+                if info.tenant == 0 && objs.clone().any(|o| !self.oracle.t_now(o)) {
                     stale_left += 1;
                     first_stale.get_or_insert(page);
                 }
