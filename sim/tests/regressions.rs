@@ -76,7 +76,8 @@ fn connect(session: &mut Session) -> Effects {
 }
 
 /// Found by the simulator: `cargo run -p hicache-index-sim --release -- --seeds 0..3000 --jobs 2
-/// --provoke-known-bugs` fails 24 seeds this way (restart-heavy 165, 398, 510, ...): a master restarts, ZeroMQ reconnects underneath, and the
+/// --provoke-known-bugs` (the avoid list of the time) failed 24 seeds this way (restart-heavy
+/// 165, 398, 510, ...): a master restarts, ZeroMQ reconnects underneath, and the
 /// new master's first batches are lost while it does. The first batch that arrives carries
 /// exactly the sequence after the old master's last one, so the session applies it as a
 /// continuation and keeps every object the restart lost: false hits until the next loss.
@@ -199,7 +200,7 @@ fn resync_at_connect_notices_a_batch_lost_after_the_snapshot() {
     }
 }
 
-/// Found by the simulator with `--provoke-known-bugs` (hostile seed 234): the snapshot is taken
+/// Found by the simulator with the avoid list of the time turned off (hostile seed 234): the snapshot is taken
 /// from the old master, which restarts before the first batch arrives; the new master's first
 /// batch that arrives has a sequence at or below the snapshot's watermark + 1, so the stream
 /// counts as anchored and the old master's objects (all lost in the restart) stay hits.
