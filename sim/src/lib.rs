@@ -17,7 +17,8 @@
 //! - [`master`]: the Mooncake master model (puts, replicas, evictions, silent removals, a
 //!   bounded queue, restarts, the HTTP side), emitting real frames through [`encode`].
 //! - [`network`]: the per-message netem between PUB and SUB.
-//! - [`oracle`]: the event history and the true state, and the safety rule (documented there).
+//! - [`oracle`]: the event history and the true state, and the safety rule (documented there);
+//!   [`flight`]: what is still pending for the session, the rule's one excuse.
 //! - [`system`]: the session's API as a trait, with a deliberately broken implementation.
 //! - [`world`]: the driver in virtual time and the checks; [`sweep`]: many seeds, one summary.
 //! - [`reference`](mod@reference): the first implementation's index, the benchmarks'
@@ -36,6 +37,7 @@
 //!   has a regression test in `sim/tests/regressions.rs`.
 
 pub mod encode;
+pub mod flight;
 pub mod master;
 pub mod network;
 pub mod options;

@@ -20,15 +20,20 @@ struct Args {
     jobs: usize,
     verbose: bool,
     trace: bool,
+    without: Vec<String>,
 }
 
 impl Args {
     fn options(&self, seed: u64) -> Options {
-        Options::for_seed(seed, self.preset, self.events)
+        let mut o = Options::for_seed(seed, self.preset, self.events);
+        for class in &self.without {
+            o.without(class);
+        }
+        o
     }
 }
 
-const USAGE: &str = "usage: hicache-index-sim --seeds A..B [--preset calm|lossy|restart-heavy|reorder-heavy|hostile|pristine] [--events N] [--jobs N] [--verbose] [--trace]";
+const USAGE: &str = "usage: hicache-index-sim --seeds A..B [--preset calm|lossy|restart-heavy|reorder-heavy|hostile|pristine] [--events N] [--jobs N] [--verbose] [--trace] [--without CLASS,...]";
 
 fn parse() -> Result<Args, String> {
     let mut args = Args {
@@ -38,6 +43,7 @@ fn parse() -> Result<Args, String> {
         jobs: 1,
         verbose: false,
         trace: false,
+        without: Vec::new(),
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -72,6 +78,18 @@ fn parse() -> Result<Args, String> {
             }
             "--verbose" => args.verbose = true,
             "--trace" => args.trace = true,
+            "--without" => {
+                for class in value()?.split(',') {
+                    let mut probe = Options::for_seed(0, None, 1);
+                    if !probe.without(class) {
+                        return Err(format!(
+                            "unknown fault class {class}; known: {}",
+                            Options::CLASSES.join(",")
+                        ));
+                    }
+                    args.without.push(class.to_owned());
+                }
+            }
             "--help" | "-h" => return Err(USAGE.into()),
             other => return Err(format!("unknown argument {other}\n{USAGE}")),
         }

@@ -7,6 +7,8 @@ use hicache_index::{
     Config, ConfigError, Counters, Effects, Health, Hits, Instant, Lookup, QueryError, Seq, Session,
 };
 
+use crate::master::Status;
+
 /// What the world needs from a session (see [`Session`] for each method's contract).
 pub trait System {
     /// Feeds one multipart message.
@@ -17,13 +19,15 @@ pub trait System {
     fn handle_connected(&mut self, now: Instant) -> Effects;
     /// Reports that the connection was lost or failed.
     fn handle_disconnected(&mut self, now: Instant) -> Effects;
-    /// Hands over a snapshot answer with the master's watermark.
-    fn handle_snapshot<'k>(
+    /// Hands over a snapshot answer: the master's `GET /kv_events/status` read first (`None`
+    /// when the master does not tell), then the `GET /get_all_keys` body cut into lines at `\n`
+    /// (each line exactly as the master wrote it, without its `\n`).
+    fn handle_snapshot(
         &mut self,
         now: Instant,
         request: u64,
-        watermark: Option<Seq>,
-        keys: impl IntoIterator<Item = &'k str>,
+        status: Option<Status>,
+        lines: &[&[u8]],
     ) -> Effects;
     /// Reports a failed snapshot fetch.
     fn handle_snapshot_failed(&mut self, now: Instant, request: u64) -> Effects;
@@ -73,13 +77,17 @@ impl System for Session {
     fn handle_disconnected(&mut self, now: Instant) -> Effects {
         Session::handle_disconnected(self, now)
     }
-    fn handle_snapshot<'k>(
+    fn handle_snapshot(
         &mut self,
         now: Instant,
         request: u64,
-        watermark: Option<Seq>,
-        keys: impl IntoIterator<Item = &'k str>,
+        status: Option<Status>,
+        lines: &[&[u8]],
     ) -> Effects {
+        let watermark = status.map(|s| s.last_seq());
+        let keys = lines
+            .iter()
+            .map(|l| core::str::from_utf8(l).unwrap_or("\u{0}"));
         Session::handle_snapshot(self, now, request, watermark, keys)
     }
     fn handle_verify_failed(&mut self, now: Instant, request: u64) -> Effects {
@@ -194,20 +202,26 @@ impl System for GapBlindSession {
     fn handle_disconnected(&mut self, now: Instant) -> Effects {
         self.inner.handle_disconnected(now)
     }
-    fn handle_snapshot<'k>(
+    fn handle_snapshot(
         &mut self,
         now: Instant,
         request: u64,
-        watermark: Option<Seq>,
-        keys: impl IntoIterator<Item = &'k str>,
+        status: Option<Status>,
+        lines: &[&[u8]],
     ) -> Effects {
         // The inner session counts renumbered sequences: translate the watermark to the
-        // renumbered sequence of the last batch fed at or below it.
-        let watermark = watermark.map(|w| {
-            let below = self.originals.iter().rev().find(|&(_, &o)| o <= w.0);
-            Seq(below.map_or(0, |(&n, &o)| n + (w.0 - o)))
+        // renumbered sequence of the last batch fed at or below it. The event ids were
+        // stripped, so the event count means nothing to it either.
+        let status = status.map(|s| {
+            let w = s.last_seq().0;
+            let below = self.originals.iter().rev().find(|&(_, &o)| o <= w);
+            Status {
+                published_batches: below.map_or(0, |(&n, &o)| n + (w - o)),
+                published_events: 0,
+                dropped_events: 0,
+            }
         });
-        self.inner.handle_snapshot(now, request, watermark, keys)
+        System::handle_snapshot(&mut self.inner, now, request, status, lines)
     }
     fn handle_verify_failed(&mut self, now: Instant, request: u64) -> Effects {
         self.inner.handle_verify_failed(now, request)
