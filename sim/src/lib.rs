@@ -19,7 +19,8 @@
 //! - [`network`]: the per-message netem between PUB and SUB.
 //! - [`oracle`]: the event history and the true state, and the safety rule (documented there);
 //!   [`flight`]: what is still pending for the session, the rule's one excuse.
-//! - [`system`]: the session's API as a trait, with a deliberately broken implementation.
+//! - [`system`]: the session's API as a trait, with a deliberately broken implementation;
+//!   [`planted`]: one more broken session per class of false hit the sweep must find.
 //! - [`world`]: the driver in virtual time and the checks; [`sweep`]: many seeds, one summary.
 //! - [`reference`](mod@reference): the first implementation's index, the benchmarks'
 //!   yardstick; [`perf`]: what the benchmarks of every crate share (quick mode, where figures
@@ -43,6 +44,7 @@ pub mod network;
 pub mod options;
 pub mod oracle;
 pub mod perf;
+pub mod planted;
 pub mod reference;
 pub mod rng;
 pub mod sweep;
@@ -51,5 +53,6 @@ pub mod util;
 pub mod world;
 
 pub use options::{Options, Preset};
+pub use planted::{Bug, PlantedBug};
 pub use system::{GapBlindSession, System};
 pub use world::{run, run_catching, run_with, Failure, FailureKind, Report, RunStats, World};

@@ -84,11 +84,7 @@ impl System for Session {
         status: Option<Status>,
         lines: &[&[u8]],
     ) -> Effects {
-        let watermark = status.map(|s| s.last_seq());
-        let keys = lines
-            .iter()
-            .map(|l| core::str::from_utf8(l).unwrap_or("\u{0}"));
-        Session::handle_snapshot(self, now, request, watermark, keys)
+        handle_snapshot_with(self, now, request, status, true, lines)
     }
     fn handle_verify_failed(&mut self, now: Instant, request: u64) -> Effects {
         Session::handle_verify_failed(self, now, request)
@@ -131,6 +127,24 @@ impl System for Session {
     fn holds_object(&self, tenant: &str, key: &str) -> Option<bool> {
         Some(self.index().contains_key(tenant, key))
     }
+}
+
+/// Hands a snapshot to a real session: the status becomes the watermark (its event count only
+/// when `events` is set), the lines go as they are.
+pub fn handle_snapshot_with(
+    session: &mut Session,
+    now: Instant,
+    request: u64,
+    status: Option<Status>,
+    events: bool,
+    lines: &[&[u8]],
+) -> Effects {
+    let _ = events;
+    let watermark = status.map(|s| s.last_seq());
+    let keys = lines
+        .iter()
+        .map(|l| core::str::from_utf8(l).unwrap_or("\u{0}"));
+    Session::handle_snapshot(session, now, request, watermark, keys)
 }
 
 /// A deliberately broken session: it renumbers the sequence frames of the messages it is fed
