@@ -142,8 +142,11 @@ impl Flight {
     }
 
     /// Returns the oldest pending position this tracker knows (unrevealed losses, and handed
-    /// messages and revealed losses within their grace), dropping expired grace.
-    pub fn horizon(&mut self, now: Instant) -> Option<u64> {
+    /// messages and revealed losses within their grace), dropping expired grace. While the
+    /// driver is stalled (since `stalled_since`), no grace expires: the session cannot act on
+    /// its window.
+    pub fn horizon(&mut self, now: Instant, stalled_since: Option<Instant>) -> Option<u64> {
+        let now = stalled_since.map_or(now, |t| t.min(now));
         while self
             .grace_left
             .front()
@@ -181,9 +184,9 @@ mod tests {
         let now = Instant::from_millis(1);
         f.handed(now, &meta(1, 0, 1, 1, 1), true);
         f.lost_in_network(3, 2);
-        assert_eq!(f.horizon(now), Some(3));
+        assert_eq!(f.horizon(now, None), Some(3));
         f.handed(now, &meta(3, 0, 3, 5, 5), true);
-        assert_eq!(f.horizon(now), None);
+        assert_eq!(f.horizon(now, None), None);
     }
 
     #[test]
@@ -195,20 +198,31 @@ mod tests {
         m.intact = false;
         f.handed(now, &m, false);
         assert_eq!(
-            f.horizon(now),
+            f.horizon(now, None),
             Some(3),
             "a damaged sequence frame tells nothing"
         );
         f.handed(now, &m, true);
-        assert_eq!(f.horizon(now), None);
+        assert_eq!(f.horizon(now, None), None);
     }
 
     #[test]
     fn grace_keeps_what_was_handed_pending_for_the_reorder_window() {
         let mut f = Flight::new(Duration::from_millis(10));
         f.handed(Instant::from_millis(1), &meta(1, 0, 1, 1, 1), true);
-        assert_eq!(f.horizon(Instant::from_millis(5)), Some(1));
-        assert_eq!(f.horizon(Instant::from_millis(11)), None);
+        assert_eq!(f.horizon(Instant::from_millis(5), None), Some(1));
+        assert_eq!(f.horizon(Instant::from_millis(11), None), None);
+    }
+
+    #[test]
+    fn grace_does_not_expire_while_the_driver_is_stalled() {
+        let mut f = Flight::new(Duration::from_millis(10));
+        f.handed(Instant::from_millis(1), &meta(1, 0, 1, 1, 1), true);
+        let stalled = Some(Instant::from_millis(5));
+        assert_eq!(f.horizon(Instant::from_millis(50), stalled), Some(1));
+        f.stalled(Instant::from_millis(5), Instant::from_millis(60));
+        assert_eq!(f.horizon(Instant::from_millis(65), None), Some(1));
+        assert_eq!(f.horizon(Instant::from_millis(71), None), None);
     }
 
     #[test]

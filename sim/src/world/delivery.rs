@@ -168,8 +168,9 @@ impl<S: System> World<S> {
     /// [`crate::flight`]), or `None` when nothing is.
     pub(super) fn horizon(&mut self) -> Option<u64> {
         self.sync_losses();
+        let stalled = self.stalled().then_some(self.driver.stall_from);
         let flight = &mut self.driver.flight;
-        let mut h = flight.horizon(self.now);
+        let mut h = flight.horizon(self.now, stalled);
         let mut min = |p: u64| h = Some(h.map_or(p, |h: u64| h.min(p)));
         if let Some(p) = self.master.oldest_queued() {
             min(p);
