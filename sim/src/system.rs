@@ -4,7 +4,8 @@
 use std::collections::BTreeMap;
 
 use hicache_index::{
-    Config, ConfigError, Counters, Effects, Health, Hits, Instant, Lookup, QueryError, Seq, Session,
+    Config, ConfigError, Counters, Effects, Health, Hits, Instant, Lookup, QueryError, Seq,
+    Session, Watermark,
 };
 
 use crate::master::Status;
@@ -139,12 +140,11 @@ pub fn handle_snapshot_with(
     events: bool,
     lines: &[&[u8]],
 ) -> Effects {
-    let _ = events;
-    let watermark = status.map(|s| s.last_seq());
-    let keys = lines
-        .iter()
-        .map(|l| core::str::from_utf8(l).unwrap_or("\u{0}"));
-    Session::handle_snapshot(session, now, request, watermark, keys)
+    let watermark = status.map(|s| Watermark {
+        seq: s.last_seq(),
+        events: events.then_some(s.published_events),
+    });
+    Session::handle_snapshot(session, now, request, watermark, lines.iter())
 }
 
 /// A deliberately broken session: it renumbers the sequence frames of the messages it is fed
@@ -235,7 +235,7 @@ impl System for GapBlindSession {
                 dropped_events: 0,
             }
         });
-        System::handle_snapshot(&mut self.inner, now, request, status, lines)
+        handle_snapshot_with(&mut self.inner, now, request, status, false, lines)
     }
     fn handle_verify_failed(&mut self, now: Instant, request: u64) -> Effects {
         self.inner.handle_verify_failed(now, request)

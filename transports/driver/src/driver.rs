@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hicache_index::{Effect, Effects, Health, Instant, Seq, Session};
+use hicache_index::{snapshot_lines, Effect, Effects, Health, Instant, Session};
 
 use crate::config::SocketConfig;
 use crate::handle::{Control, Inbox, Shared};
@@ -191,7 +191,7 @@ impl Driver {
                 Ok(body) => self.call(|s, now| {
                     // One call under the lock: chunked application let queries between chunks
                     // see keys removed since the fetch (false hits found by the demo).
-                    s.handle_snapshot(now, request, watermark.map(Seq), body.lines())
+                    s.handle_snapshot(now, request, watermark, snapshot_lines(&body))
                 }),
                 Err(error) => {
                     tracing::warn!(request, %error, "fetching the master's key list failed");
