@@ -5,7 +5,7 @@
 
 use hicache_index::{
     decode, Config, ConfigError, Counters, Effects, EventKind, Health, Hits, Instant, Lookup,
-    QueryError, Seq, Session,
+    QueryError, Seq, Session, Timestamp,
 };
 
 use crate::encode::{encode_payload, MasterFlavor, OwnedBatch};
@@ -97,6 +97,7 @@ pub struct PlantedBug {
     last_out: u64,
     last_out_id: u64,
     last_in_id: u64,
+    newest_stamp: Timestamp,
 }
 
 impl PlantedBug {
@@ -113,6 +114,7 @@ impl PlantedBug {
             last_out: 0,
             last_out_id: 0,
             last_in_id: 0,
+            newest_stamp: Timestamp::Nil,
         })
     }
 
@@ -145,8 +147,11 @@ impl PlantedBug {
                 self.last_out + 1
             }
             Bug::LateCopyAsNext if older => {
-                // Taken as the next batch; the newer ones shift by one.
+                // Taken as the next batch, as fresh as the newest (a tracker reset forgets the
+                // stream's clock too); the newer ones shift by one.
                 let out = self.last_out + 1;
+                owned.seq = Seq(out);
+                owned.timestamp = self.newest_stamp;
                 self.seq_offset += 1;
                 for (e, id) in owned.events.iter_mut().zip(self.last_out_id + 1..) {
                     e.event_id = Some(id);
@@ -165,6 +170,11 @@ impl PlantedBug {
         };
         if let Some(id) = owned.events.iter().filter_map(|e| e.event_id).max() {
             self.last_in_id = id;
+        }
+        if let Timestamp::Millis(new) = owned.timestamp {
+            if !matches!(self.newest_stamp, Timestamp::Millis(old) if old >= new) {
+                self.newest_stamp = owned.timestamp;
+            }
         }
         for e in &mut owned.events {
             e.event_id = match self.bug {
