@@ -684,9 +684,6 @@ impl<S: System> World<S> {
                 return;
             }
         }
-        if self.driver_step() {
-            return;
-        }
         if stalled {
             // The master, the stray publisher and the phases go on; the driver does not.
         } else if self.sut.poll_timeout().is_some_and(|t| t <= now) {
@@ -705,6 +702,9 @@ impl<S: System> World<S> {
                     );
                 }
             }
+            return;
+        }
+        if self.driver_step() {
             return;
         }
         if self.restart_at.is_some_and(|t| t <= now) {

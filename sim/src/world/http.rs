@@ -25,6 +25,8 @@ pub(super) enum HttpItem {
         body: Vec<u8>,
         pos: u64,
         odd: bool,
+        /// The answer already waited for a stall (it waits for one at most).
+        stalled: bool,
     },
     SnapshotFailed {
         request: u64,
@@ -172,6 +174,7 @@ impl<S: System> World<S> {
                         body,
                         pos,
                         odd,
+                        stalled: false,
                     },
                 );
             }
@@ -181,8 +184,14 @@ impl<S: System> World<S> {
                 body,
                 pos,
                 odd,
+                stalled,
             } => {
-                if let Some(first) = self.driver.draw_snapshot_stall() {
+                let stall = if stalled {
+                    None
+                } else {
+                    self.driver.draw_snapshot_stall()
+                };
+                if let Some(first) = stall {
                     // The answer arrived; the driver is starved before it applies it.
                     let item = HttpItem::SnapshotAnswer {
                         request,
@@ -190,6 +199,7 @@ impl<S: System> World<S> {
                         body,
                         pos,
                         odd,
+                        stalled: true,
                     };
                     self.stall_for_snapshot(item, first);
                     return;
