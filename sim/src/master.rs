@@ -248,9 +248,9 @@ pub enum Change {
         /// The object.
         obj: ObjId,
     },
-    /// The object is still present although a `removed` event was sent (a per-medium removal;
-    /// true state only).
-    StillPresent {
+    /// A `removed` event for one medium while a replica on another remains: the object is
+    /// still present, for the events (they said it was stored on both) and for the master.
+    MediumRemoved {
         /// The object.
         obj: ObjId,
     },
@@ -409,6 +409,8 @@ enum QKind {
     Removed,
     RemovedWithoutKey,
     Cleared,
+    /// A `removed` for one medium while another replica remains.
+    RemovedMedium,
     /// An event of a type this model's decoder does not know, without an object key, for a
     /// tenant (the target): a future tenant-wide removal.
     UnknownKeyless,
@@ -768,8 +770,7 @@ impl Master {
                 if let Some(obj) = self.pick_present(|f| f == MEM | DISK) {
                     self.flags[obj as usize] = DISK;
                     if self.opts.per_medium_removals {
-                        self.emit(QKind::Removed, obj, Some(Medium::Cpu), out);
-                        self.record(Change::StillPresent { obj }, out);
+                        self.emit(QKind::RemovedMedium, obj, Some(Medium::Cpu), out);
                     }
                 }
             }
@@ -954,6 +955,7 @@ impl Master {
                 tenant: self.tenant_of(target),
             }),
             QKind::Removed | QKind::RemovedWithoutKey => Some(Change::Removed { obj: target }),
+            QKind::RemovedMedium => Some(Change::MediumRemoved { obj: target }),
             QKind::Cleared | QKind::UnknownKeyless => Some(Change::Cleared {
                 tenant: target as u8,
             }),
@@ -1244,7 +1246,7 @@ impl Master {
         for ((ev, q), event_id) in batch.events.iter_mut().zip(items).zip(first_event_id..) {
             let (kind, obj) = match q.kind {
                 QKind::Stored => (EventKind::Stored, Some(q.target)),
-                QKind::Removed => (EventKind::Removed, Some(q.target)),
+                QKind::Removed | QKind::RemovedMedium => (EventKind::Removed, Some(q.target)),
                 QKind::RemovedWithoutKey => (EventKind::Removed, None),
                 QKind::Cleared => (EventKind::Cleared, None),
                 QKind::UnknownKeyless => (EventKind::Unknown, None),
@@ -1268,7 +1270,9 @@ impl Master {
                 QKind::ForeignStored | QKind::ForeignRemoved => {
                     Some(&*self.foreign_keys[q.target as usize])
                 }
-                QKind::Stored | QKind::Removed => obj.map(|o| &*self.objects[o as usize].key),
+                QKind::Stored | QKind::Removed | QKind::RemovedMedium => {
+                    obj.map(|o| &*self.objects[o as usize].key)
+                }
                 _ => None,
             };
             set_opt(&mut ev.object_key, key);

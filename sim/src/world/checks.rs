@@ -341,7 +341,9 @@ impl<S: System> World<S> {
             let present = objs
                 .clone()
                 .all(|o| self.oracle.t_now(o) && self.oracle.e_now(o));
-            let shadowed = objs.clone().any(|o| self.shadowed.contains(o));
+            let shadowed = objs
+                .clone()
+                .any(|o| self.shadowed.contains(o) || self.oracle.medium_doubt(o));
             let eligible = present
                 && !shadowed
                 && ((info.tenant == 0 && resync)
