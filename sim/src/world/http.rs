@@ -57,16 +57,6 @@ impl HttpItem {
     }
 }
 
-/// Cuts a `GET /get_all_keys` body into its lines at `\n`, without the terminator of the last
-/// one; nothing is trimmed.
-pub fn body_lines(body: &[u8]) -> Vec<&[u8]> {
-    let mut lines: Vec<&[u8]> = body.split(|&b| b == b'\n').collect();
-    if body.ends_with(b"\n") || body.is_empty() {
-        lines.pop();
-    }
-    lines
-}
-
 impl<S: System> World<S> {
     // ---- HTTP ----
 
@@ -205,7 +195,7 @@ impl<S: System> World<S> {
                     return;
                 }
                 self.stats.odd_snapshots += u64::from(odd);
-                let lines = body_lines(&body);
+                let lines: Vec<&[u8]> = hicache_index::snapshot_lines(&body).collect();
                 let fx = self.sut.handle_snapshot(now, request, status, &lines);
                 self.absorb(fx, Some(pos));
             }
