@@ -133,12 +133,14 @@ impl Flight {
     }
 
     /// The driver was stalled from `from` to `until`: it handed nothing, and the session could
-    /// not act on its reorder window; what was in its grace when the stall began keeps it until
-    /// a full window after the stall.
+    /// not act on its reorder window; what was still in its grace when the stall began keeps it
+    /// until just after the stall (the session's overdue timer fires at once when the driver
+    /// comes back: a millisecond of slack for the order of things at that instant).
     pub fn stalled(&mut self, from: Instant, until: Instant) {
+        let slack = until + Duration::from_millis(1);
         for entry in &mut self.grace_left {
             if entry.0 > from {
-                entry.0 = entry.0.max(until + self.grace);
+                entry.0 = entry.0.max(slack);
             }
         }
         self.grace_left.make_contiguous().sort_unstable();
@@ -229,8 +231,8 @@ mod tests {
         let stalled = Some(Instant::from_millis(5));
         assert_eq!(f.horizon(Instant::from_millis(50), stalled), Some(1));
         f.stalled(Instant::from_millis(5), Instant::from_millis(60));
-        assert_eq!(f.horizon(Instant::from_millis(65), None), Some(1));
-        assert_eq!(f.horizon(Instant::from_millis(71), None), None);
+        assert_eq!(f.horizon(Instant::from_millis(60), None), Some(1));
+        assert_eq!(f.horizon(Instant::from_millis(62), None), None);
     }
 
     #[test]

@@ -141,8 +141,12 @@ fn main() -> ExitCode {
             println!("{}", r.describe_failure());
         } else if args.verbose {
             println!(
-                "seed {} ({}) ok: {} events, transcript {:016x}",
-                r.options.seed, r.options.preset, r.stats.events, r.transcript
+                "seed {} ({}) ok: {} events, transcript {:016x}, longest excuse {:?}",
+                r.options.seed,
+                r.options.preset,
+                r.stats.events,
+                r.transcript,
+                r.stats.longest_excuse
             );
         }
     }

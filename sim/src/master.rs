@@ -13,10 +13,18 @@
 //! - The **publisher** drains a bounded queue every [`MasterOptions::publish_interval`] into
 //!   batches of at most [`MasterOptions::batch_max`] (≤ 64) events, so the objects of one page can
 //!   land in different batches. Sequences start at 1; a full queue drops its oldest event and
-//!   skips one sequence; a failed send consumes its sequence.
+//!   skips one sequence; a failed send consumes its sequence. Event ids are given when a batch
+//!   is made, to the events it publishes (as measured on the 0.3.14 master): a batch that follows
+//!   the previous one starts at exactly its last id + 1, a queue drop skips no id, a failed send
+//!   (loss after publishing) skips its batch's ids.
 //! - A **restart** loses every object and the queue, and after some downtime starts again with
-//!   sequence 1 and event id 1.
-//! - The **HTTP side**: [`Master::all_keys`] (default tenant) and [`Master::batch_query`].
+//!   sequence 1 and event id 1. The transport never hears of it (ZeroMQ reconnects underneath).
+//! - **Odd keys**: another client of the default tenant puts keys that are no SGLang key but look
+//!   like one page's keys once trimmed or split at a line break ([`Action::ForeignPut`]); they
+//!   come back in the key list verbatim. **Unknown keyless events**: an event of a type the
+//!   decoder does not know, without a key, is a tenant-wide removal of a future master.
+//! - The **HTTP side**: [`Master::status`] (`GET /kv_events/status`), [`Master::all_keys_body`]
+//!   (`GET /get_all_keys`, default tenant, verbatim lines) and [`Master::batch_query`].
 //!
 //! Every state change is reported, in order, as a [`Record`] with a global *history position*
 //! (a counter that never restarts): events when they are created (a later queue drop does not
@@ -248,9 +256,9 @@ pub enum Change {
         /// The object.
         obj: ObjId,
     },
-    /// The object is still present although a `removed` event was sent (a per-medium removal;
-    /// true state only).
-    StillPresent {
+    /// A `removed` event for one medium while a replica on another remains: the object is
+    /// still present, for the events (they said it was stored on both) and for the master.
+    MediumRemoved {
         /// The object.
         obj: ObjId,
     },
@@ -409,6 +417,8 @@ enum QKind {
     Removed,
     RemovedWithoutKey,
     Cleared,
+    /// A `removed` for one medium while another replica remains.
+    RemovedMedium,
     /// An event of a type this model's decoder does not know, without an object key, for a
     /// tenant (the target): a future tenant-wide removal.
     UnknownKeyless,
@@ -600,12 +610,6 @@ impl Master {
 
     // ---- HTTP side ----
 
-    /// `GET /get_all_keys`: the objects of the default tenant present now (as ids; see
-    /// [`Master::key`]), in the master's table order.
-    pub fn all_keys(&self) -> Vec<ObjId> {
-        self.present[0].as_slice().to_vec()
-    }
-
     /// `GET /get_all_keys` as the master writes it: every key of the default tenant, one a line,
     /// each ended by `\n` and nothing trimmed. The foreign keys come after the SGLang ones (a key
     /// with a `\n` makes two lines). Returns the object whose line is right before the first
@@ -768,8 +772,7 @@ impl Master {
                 if let Some(obj) = self.pick_present(|f| f == MEM | DISK) {
                     self.flags[obj as usize] = DISK;
                     if self.opts.per_medium_removals {
-                        self.emit(QKind::Removed, obj, Some(Medium::Cpu), out);
-                        self.record(Change::StillPresent { obj }, out);
+                        self.emit(QKind::RemovedMedium, obj, Some(Medium::Cpu), out);
                     }
                 }
             }
@@ -954,6 +957,7 @@ impl Master {
                 tenant: self.tenant_of(target),
             }),
             QKind::Removed | QKind::RemovedWithoutKey => Some(Change::Removed { obj: target }),
+            QKind::RemovedMedium => Some(Change::MediumRemoved { obj: target }),
             QKind::Cleared | QKind::UnknownKeyless => Some(Change::Cleared {
                 tenant: target as u8,
             }),
@@ -1244,7 +1248,7 @@ impl Master {
         for ((ev, q), event_id) in batch.events.iter_mut().zip(items).zip(first_event_id..) {
             let (kind, obj) = match q.kind {
                 QKind::Stored => (EventKind::Stored, Some(q.target)),
-                QKind::Removed => (EventKind::Removed, Some(q.target)),
+                QKind::Removed | QKind::RemovedMedium => (EventKind::Removed, Some(q.target)),
                 QKind::RemovedWithoutKey => (EventKind::Removed, None),
                 QKind::Cleared => (EventKind::Cleared, None),
                 QKind::UnknownKeyless => (EventKind::Unknown, None),
@@ -1268,7 +1272,9 @@ impl Master {
                 QKind::ForeignStored | QKind::ForeignRemoved => {
                     Some(&*self.foreign_keys[q.target as usize])
                 }
-                QKind::Stored | QKind::Removed => obj.map(|o| &*self.objects[o as usize].key),
+                QKind::Stored | QKind::Removed | QKind::RemovedMedium => {
+                    obj.map(|o| &*self.objects[o as usize].key)
+                }
                 _ => None,
             };
             set_opt(&mut ev.object_key, key);

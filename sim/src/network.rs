@@ -2,7 +2,9 @@
 //!
 //! Rules apply per message when it is sent: pass (with latency), drop, duplicate, delay (which
 //! reorders when [`NetworkOptions::reorder_jitter`] is set; otherwise delivery is first in, first
-//! out, as over one TCP connection), truncate, corrupt, damage the topic or the frame count.
+//! out, as over one TCP connection), truncate, garble (a payload that does not decode, topic and
+//! sequence intact), corrupt, damage the topic or the frame count, and keep a **late copy**
+//! delivered much later, across disconnects, reconnects and clears.
 //! Around the messages:
 //! - **Connections** follow the session's effects: [`Network::connect`] answers later with
 //!   [`NetEvent::Connected`] or [`NetEvent::ConnectFailed`], or never (a hang). While not

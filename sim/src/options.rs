@@ -27,14 +27,20 @@ pub enum Preset {
     /// network.
     Calm,
     /// Loss everywhere: a small master queue that overflows, failed sends, dropped messages,
-    /// partitions, disconnects and slow joiners.
+    /// partitions, disconnects and slow joiners, undecodable payloads, odd keys; often a loaded
+    /// HTTP side and a CPU-starved driver.
     Lossy,
-    /// Master restarts (losing every object, sequences from 1), failing connects and HTTP.
+    /// Master restarts (losing every object, sequences from 1; the transport never hears of them),
+    /// failovers right after a key list was served, failing connects and HTTP, unknown keyless
+    /// events, odd keys; often reordering across restarts with late copies.
     RestartHeavy,
-    /// A transport that reorders and duplicates, with a reorder window in the session.
+    /// A transport that reorders and duplicates, with a reorder window in the session; late
+    /// copies of old batches, requested clears, restarts whose batches overtake the old
+    /// master's.
     ReorderHeavy,
     /// Everything: a stray publisher, junk and corrupted frames, duplicates, disconnects,
-    /// partitions, `cleared` events, unreadable removals, per-medium removals, HTTP faults.
+    /// partitions, `cleared` events, unreadable removals, per-medium removals, HTTP faults,
+    /// unknown keyless events, odd keys, undecodable payloads, stalls, a loaded HTTP side.
     Hostile,
 }
 

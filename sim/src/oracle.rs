@@ -21,8 +21,7 @@
 //! and the rule compared with that very batch).
 //!
 //! Let `P(X, p)` say that object `X` is present at history position `p` in the event history `E`
-//! **or** in the true state `T` (a snapshot reads `T`; a per-medium removal leaves `T` present
-//! while `E` says removed). The only excuse is the stream's own delay: let `h` be the position of
+//! **or** in the true state `T` (a snapshot reads `T`). The only excuse is the stream's own delay: let `h` be the position of
 //! the oldest event still **pending** for the session at the time of the query (see
 //! [`crate::flight`]): unpublished in the master's queue, in flight (in the network, or queued at
 //! the subscriber while the driver is stalled), lost and not yet revealed by a later message, or
@@ -130,6 +129,7 @@ pub struct Oracle {
     e: History,
     t: History,
     last_store: Vec<u64>,
+    last_medium_removal: Vec<u64>,
     tenant: Vec<u8>,
     e_present: Vec<IdSet>,
     t_present: Vec<IdSet>,
@@ -150,6 +150,7 @@ impl Oracle {
             e: History::default(),
             t: History::default(),
             last_store: Vec::new(),
+            last_medium_removal: Vec::new(),
             tenant: Vec::new(),
             e_present: (0..TENANTS.len()).map(|_| IdSet::new()).collect(),
             t_present: (0..TENANTS.len()).map(|_| IdSet::new()).collect(),
@@ -169,6 +170,7 @@ impl Oracle {
             self.e.grow(need);
             self.t.grow(need);
             self.last_store.resize(need, 0);
+            self.last_medium_removal.resize(need, 0);
             self.tenant.resize(need, 0);
         }
     }
@@ -221,9 +223,9 @@ impl Oracle {
                 self.grow(obj);
                 self.set_t(obj, pos, false);
             }
-            Change::StillPresent { obj } => {
+            Change::MediumRemoved { obj } => {
                 self.grow(obj);
-                self.set_t(obj, pos, true);
+                self.last_medium_removal[obj as usize] = pos;
             }
             Change::Cleared { tenant } => self.clear_tenant(tenant as usize, pos),
             Change::Restart => {
@@ -281,6 +283,17 @@ impl Oracle {
     /// Returns the position of the latest `stored` event of `obj` (0: never stored).
     pub fn last_store(&self, obj: ObjId) -> u64 {
         self.last_store.get(obj as usize).copied().unwrap_or(0)
+    }
+
+    /// Reports whether a per-medium `removed` of `obj` came after its last `stored`: a session
+    /// may read it as absent everywhere (always safe), so liveness cannot demand it.
+    pub fn medium_doubt(&self, obj: ObjId) -> bool {
+        let removal = self
+            .last_medium_removal
+            .get(obj as usize)
+            .copied()
+            .unwrap_or(0);
+        removal > self.last_store(obj)
     }
 
     /// Marks the restart at `pos` as invisible to the stream (see the module docs): for the
@@ -371,12 +384,15 @@ mod tests {
     }
 
     #[test]
-    fn a_per_medium_removal_leaves_the_true_state_present() {
+    fn a_per_medium_removal_leaves_the_object_present() {
         let mut o = Oracle::new();
         o.apply(&rec(1, Change::Stored { obj: 0, tenant: 0 }));
-        o.apply(&rec(2, Change::Removed { obj: 0 }));
-        o.apply(&rec(3, Change::StillPresent { obj: 0 }));
-        assert!(!o.e_now(0) && o.p_now(0));
+        o.apply(&rec(2, Change::MediumRemoved { obj: 0 }));
+        o.apply(&rec(3, Change::SilentlyRemoved { obj: 0 }));
+        assert!(
+            o.e_now(0) && !o.t_now(0),
+            "stale once silently removed, not a false hit"
+        );
     }
 
     #[test]

@@ -9,6 +9,10 @@
 //! effect the session returns is executed in order. A step cap fails the run when time stops
 //! advancing (a session whose deadline does not move after `handle_timeout` spins).
 //!
+//! The driver's own timing (stalls of a CPU-starved driver, queries between puts) and what it
+//! has handed to the session live in `world/delivery.rs`; the HTTP side (status read, key-list
+//! read, answer, each apart under load) in `world/http.rs`; the checks in `world/checks.rs`.
+//!
 //! # The phases
 //! 1. **Chaos**: the preset's faults are on until the master has created
 //!    [`Options::events`] events.
@@ -21,8 +25,11 @@
 //!
 //! # The checks
 //! - **Safety** after every query: each required object of each reported page must be justified
-//!   by the oracle's rule ([`crate::oracle`]); a page with an unjustified object is a false hit.
-//!   With [`Options::exact`] (no faults) every answer must also equal the oracle's own answer.
+//!   by the oracle's rule ([`crate::oracle`]): present at the master (events or true state) at
+//!   some moment at or after the oldest event still pending for the session ([`crate::flight`]);
+//!   a page with an unjustified object is a false hit. Excused claims (justified only by a pending
+//!   event) are counted with the longest excuse. With [`Options::exact`] (no faults) every answer
+//!   must also equal the oracle's own answer.
 //! - **Confirmation** after every query: each required object of each reported page was present
 //!   in the master's true state at or after `now - unconfirmed_ms`, allowing for the oldest
 //!   event any delivered message carried (an event counts as of its delivery).
@@ -59,7 +66,6 @@ mod checks;
 mod delivery;
 mod http;
 
-pub use http::body_lines;
 use http::HttpItem;
 
 /// What went wrong in a run.
@@ -684,9 +690,6 @@ impl<S: System> World<S> {
                 return;
             }
         }
-        if self.driver_step() {
-            return;
-        }
         if stalled {
             // The master, the stray publisher and the phases go on; the driver does not.
         } else if self.sut.poll_timeout().is_some_and(|t| t <= now) {
@@ -705,6 +708,9 @@ impl<S: System> World<S> {
                     );
                 }
             }
+            return;
+        }
+        if self.driver_step() {
             return;
         }
         if self.restart_at.is_some_and(|t| t <= now) {

@@ -93,7 +93,7 @@ fn planted_late_copy_taken_as_next_is_caught() {
 fn planted_blindness_to_the_watermark_event_count_is_caught() {
     caught(
         Bug::WatermarkEventsIgnored,
-        Preset::RestartHeavy,
+        Some(Preset::RestartHeavy),
         0..80,
         8_000,
     );

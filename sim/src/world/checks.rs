@@ -208,6 +208,12 @@ impl<S: System> World<S> {
             self.stats.excused_claims += 1;
             if let Some(p) = self.judge {
                 let age = self.now.saturating_duration_since(self.time_of(p));
+                if self.trace && age > self.stats.longest_excuse {
+                    eprintln!(
+                        "{:>14} excuse of {age:?}: the oldest pending event is at position {p}",
+                        self.now.as_nanos()
+                    );
+                }
                 self.stats.longest_excuse = self.stats.longest_excuse.max(age);
             }
         }
@@ -335,7 +341,9 @@ impl<S: System> World<S> {
             let present = objs
                 .clone()
                 .all(|o| self.oracle.t_now(o) && self.oracle.e_now(o));
-            let shadowed = objs.clone().any(|o| self.shadowed.contains(o));
+            let shadowed = objs
+                .clone()
+                .any(|o| self.shadowed.contains(o) || self.oracle.medium_doubt(o));
             let eligible = present
                 && !shadowed
                 && ((info.tenant == 0 && resync)

@@ -25,6 +25,8 @@ pub(super) enum HttpItem {
         body: Vec<u8>,
         pos: u64,
         odd: bool,
+        /// The answer already waited for a stall (it waits for one at most).
+        stalled: bool,
     },
     SnapshotFailed {
         request: u64,
@@ -53,16 +55,6 @@ impl HttpItem {
                 | HttpItem::VerifyServer { .. }
         )
     }
-}
-
-/// Cuts a `GET /get_all_keys` body into its lines at `\n`, without the terminator of the last
-/// one; nothing is trimmed.
-pub fn body_lines(body: &[u8]) -> Vec<&[u8]> {
-    let mut lines: Vec<&[u8]> = body.split(|&b| b == b'\n').collect();
-    if body.ends_with(b"\n") || body.is_empty() {
-        lines.pop();
-    }
-    lines
 }
 
 impl<S: System> World<S> {
@@ -172,6 +164,7 @@ impl<S: System> World<S> {
                         body,
                         pos,
                         odd,
+                        stalled: false,
                     },
                 );
             }
@@ -181,8 +174,14 @@ impl<S: System> World<S> {
                 body,
                 pos,
                 odd,
+                stalled,
             } => {
-                if let Some(first) = self.driver.draw_snapshot_stall() {
+                let stall = if stalled {
+                    None
+                } else {
+                    self.driver.draw_snapshot_stall()
+                };
+                if let Some(first) = stall {
                     // The answer arrived; the driver is starved before it applies it.
                     let item = HttpItem::SnapshotAnswer {
                         request,
@@ -190,12 +189,13 @@ impl<S: System> World<S> {
                         body,
                         pos,
                         odd,
+                        stalled: true,
                     };
                     self.stall_for_snapshot(item, first);
                     return;
                 }
                 self.stats.odd_snapshots += u64::from(odd);
-                let lines = body_lines(&body);
+                let lines: Vec<&[u8]> = hicache_index::snapshot_lines(&body).collect();
                 let fx = self.sut.handle_snapshot(now, request, status, &lines);
                 self.absorb(fx, Some(pos));
             }
