@@ -44,13 +44,23 @@ fn filler(n: usize) -> Vec<OwnedEvent> {
 }
 
 /// Batch `seq` stamped `ts_ms`, its events numbered from `first_id`.
-fn frames_at(seq: u64, ts_ms: u64, first_id: u64, mut events: Vec<OwnedEvent>) -> [Vec<u8>; 3] {
+fn frames_at(seq: u64, ts_ms: u64, first_id: u64, events: Vec<OwnedEvent>) -> [Vec<u8>; 3] {
+    frames_stamped(seq, Timestamp::Millis(ts_ms), first_id, events)
+}
+
+/// Batch `seq` with any timestamp, its events numbered from `first_id`.
+fn frames_stamped(
+    seq: u64,
+    timestamp: Timestamp,
+    first_id: u64,
+    mut events: Vec<OwnedEvent>,
+) -> [Vec<u8>; 3] {
     for (i, e) in events.iter_mut().enumerate() {
         e.event_id = Some(first_id + i as u64);
     }
     let batch = OwnedBatch {
         seq: Seq(seq),
-        timestamp: Timestamp::Millis(ts_ms),
+        timestamp,
         dp_rank: Some(0),
         events,
     };
@@ -116,4 +126,34 @@ fn a_new_leaders_removal_is_not_dropped_by_the_old_leaders_fence_while_its_snaps
     let gone: Vec<OwnedEvent> = keys.iter().map(|k| removed(k.clone())).collect();
     let fx = h.feed_frames(&frames_at(2, T + 1_000, 3, gone));
     assert_eq!(h.prefix(&t), 0, "A was removed at the master: {fx:?}");
+}
+
+/// With a reorder window, an old batch that is no copy is `Stale` only when its timestamp can
+/// be compared; a publisher that stamps nil (or a negative number) gets the pre-issue rule: the
+/// late batch is taken for a restart and applied as the new baseline, and its stores come back
+/// after the removal that superseded them was applied.
+#[test]
+fn a_late_batch_stamped_nil_is_not_applied_as_a_restarts_baseline() {
+    let layout = mha(1);
+    let mut h = Harness::connected(reorder(config(layout.clone()), 8));
+    let t = tokens(1);
+    let page = page_hashes(&layout, &t)[0];
+    let keys: Vec<String> = layout.object_keys(&page).collect();
+    for s in 1..=5 {
+        let _ = h.feed_frames(&frames_stamped(s, Timestamp::Nil, s, filler(1)));
+    }
+    // Batch 6 stores A and is delayed; batch 7 removes one of A's objects and arrives first.
+    let late = frames_stamped(6, Timestamp::Nil, 6, store_page(&layout, &page));
+    let _ = h.feed_frames(&frames_stamped(
+        7,
+        Timestamp::Nil,
+        8,
+        vec![removed(keys[0].clone())],
+    ));
+    h.advance(100);
+    let _ = h.fire_timeout().expect("the window gives up on the hole");
+    assert_eq!(h.session.last_applied_seq(), Some(Seq(7)));
+    // Batch 6 arrives late.
+    let fx = h.feed_frames(&late);
+    assert_eq!(h.prefix(&t), 0, "batch 7 removed A's object: {fx:?}");
 }
