@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use hicache_index::{
-    Config, Effect, Health, Lookup, ReorderConfig, ResyncConfig, Seq, Timestamp, Watermark,
+    Config, Effect, Health, ReorderConfig, ResyncConfig, Seq, Timestamp, VerifyConfig, Watermark,
 };
 use hicache_index_sim::encode::{encode_message, MasterFlavor, OwnedBatch, OwnedEvent};
 use hicache_index_tests::{config, mha, page_hashes, removed, store_page, Harness};
@@ -156,4 +156,117 @@ fn a_late_batch_stamped_nil_is_not_applied_as_a_restarts_baseline() {
     // Batch 6 arrives late.
     let fx = h.feed_frames(&late);
     assert_eq!(h.prefix(&t), 0, "batch 7 removed A's object: {fx:?}");
+}
+
+/// A keyless removal (or unknown keyless event) forgets in the middle of `apply_batch`: the new
+/// fetch starts there, and the rest of `apply_batch` buffers the very batch into it. The
+/// snapshot's end replays that batch, which forgets everything the snapshot brought and starts a
+/// second fetch. (Were the replay fixed, the new fetch's `before` is still the batch ahead of it
+/// and its `since` misses it, so an idle master's status point, which that batch reached, looks
+/// unreached: misses for a fetch timeout, then a fetch again.)
+#[test]
+fn a_resync_after_a_keyless_removal_holds_with_one_fetch_from_an_idle_master() {
+    let layout = mha(1);
+    let mut h = Harness::connected(resync(config(layout.clone())));
+    let boot = fetch_request(&h.log).expect("a bootstrap fetch");
+    let zero = Watermark {
+        seq: Seq(0),
+        events: Some(0),
+    };
+    let _ = h.session.handle_snapshot(h.now, boot, Some(zero), [""; 0]);
+    for s in 1..=4 {
+        let _ = h.feed_frames(&frames_at(s, T + s, s, filler(1)));
+    }
+    // Batch 5 (event id 5) holds a removal without a key; then the master is idle.
+    let mut unreadable = removed("x");
+    unreadable.object_key = None;
+    let fx = h.feed_frames(&frames_at(5, T + 5, 5, vec![unreadable]));
+    let request = fetch_request(&fx).expect("a resync");
+    let t = tokens(1);
+    let keys: Vec<String> = layout
+        .object_keys(&page_hashes(&layout, &t)[0])
+        .collect();
+    let at = Watermark {
+        seq: Seq(5),
+        events: Some(5),
+    };
+    let fx = h
+        .session
+        .handle_snapshot(h.now, request, Some(at), keys.iter().map(String::as_str));
+    assert_eq!(fetch_request(&fx), None, "a second fetch: {fx:?}");
+    assert_eq!(
+        (h.health(), h.prefix(&t)),
+        (Health::Live, 1),
+        "the stream stands exactly at the status point: {fx:?}"
+    );
+}
+
+/// The stream's last batch before an idle spell was lost after publishing (libzmq's high-water
+/// mark): the status point is one the stream will not pass until the master publishes again.
+/// A resync then (here after a verification round finds the index stale) proves nothing,
+/// forgets at the fetch timeout and fetches again, for as long as the master stays idle.
+#[test]
+fn an_idle_master_whose_last_batch_was_lost_does_not_keep_the_session_refetching() {
+    let layout = mha(1);
+    let cfg = Config {
+        verify: Some(VerifyConfig {
+            interval: Duration::from_secs(1),
+            ..VerifyConfig::default()
+        }),
+        ..resync(config(layout.clone()))
+    };
+    let mut h = Harness::connected(cfg);
+    let boot = fetch_request(&h.log).expect("a bootstrap fetch");
+    let zero = Watermark {
+        seq: Seq(0),
+        events: Some(0),
+    };
+    let fx = h.session.handle_snapshot(h.now, boot, Some(zero), [""; 0]);
+    let _ = h.record(fx);
+    let t = tokens(1);
+    let page = page_hashes(&layout, &t)[0];
+    // Batch 1 stores A (ids 1-2), batches 2-4 ids 3-5; batch 5 (id 6) is lost; then idle.
+    let _ = h.feed_frames(&frames_at(1, T + 1, 1, store_page(&layout, &page)));
+    for s in 2..=4 {
+        let _ = h.feed_frames(&frames_at(s, T + s, s + 1, filler(1)));
+    }
+    let at = Watermark {
+        seq: Seq(5),
+        events: Some(6),
+    };
+    // A client's close() removed A without an event: verification finds it gone.
+    let mut fetches = 0;
+    for _ in 0..200 {
+        let Some(fx) = h.fire_timeout() else { break };
+        for e in fx.iter() {
+            match e {
+                Effect::VerifyKeys { request, keys } => {
+                    let fx = h.session.handle_verify_result(
+                        h.now,
+                        *request,
+                        keys.iter().map(|k| (k.as_str(), false)),
+                    );
+                    if let Some(r) = fetch_request(&fx) {
+                        fetches += 1;
+                        let fx = h.session.handle_snapshot(h.now, r, Some(at), [""; 0]);
+                        let _ = h.record(fx);
+                    }
+                }
+                Effect::FetchSnapshot { request } => {
+                    fetches += 1;
+                    let fx = h.session.handle_snapshot(h.now, *request, Some(at), [""; 0]);
+                    let _ = h.record(fx);
+                }
+                _ => {}
+            }
+        }
+        if h.now.as_nanos() > 120_000_000_000 {
+            break;
+        }
+    }
+    assert!(
+        fetches <= 2,
+        "fetched {fetches} times in 2 minutes from an idle master; health {:?}",
+        h.health()
+    );
 }
