@@ -270,3 +270,39 @@ fn an_idle_master_whose_last_batch_was_lost_does_not_keep_the_session_refetching
         h.health()
     );
 }
+
+/// With a reorder window, every batch of a restarted master whose clock is behind the old
+/// run's is `Stale`: each one forgets and starts a new fetch of the whole key list (replacing
+/// the one under way, so none completes). The session stays recovering while the master is
+/// active, and asks the master for its key list once per batch, until the new run's sequence
+/// passes the old run's.
+#[test]
+fn a_restarted_master_whose_clock_is_behind_does_not_cost_a_key_list_fetch_per_batch() {
+    let layout = mha(1);
+    let mut h = Harness::connected(reorder(resync(config(layout.clone())), 8));
+    let boot = fetch_request(&h.log).expect("a bootstrap fetch");
+    let zero = Watermark {
+        seq: Seq(0),
+        events: Some(0),
+    };
+    let _ = h.session.handle_snapshot(h.now, boot, Some(zero), [""; 0]);
+    // The old run: 100 batches, its clock 10 s ahead of the host the master restarts on.
+    for s in 1..=100 {
+        let _ = h.feed_frames(&frames_at(s, T + 10_000 + s, s, filler(1)));
+    }
+    // The master restarts, unseen; its batches 1-20 arrive in order.
+    let mut fetches = 0;
+    for s in 1..=20 {
+        h.advance(10);
+        let fx = h.feed_frames(&frames_at(s, T + 1_000 + s, s, filler(1)));
+        fetches += fx
+            .iter()
+            .filter(|e| matches!(e, Effect::FetchSnapshot { .. }))
+            .count();
+    }
+    assert!(
+        fetches <= 2,
+        "{fetches} key-list fetches for 20 batches; health {:?}",
+        h.health()
+    );
+}
