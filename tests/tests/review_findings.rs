@@ -306,3 +306,32 @@ fn a_restarted_master_whose_clock_is_behind_does_not_cost_a_key_list_fetch_per_b
         h.health()
     );
 }
+
+/// Held batches are released by sequence, and one whose event ids break continuity is taken
+/// for a restart and applied as the new baseline, whatever its timestamp. Observed directly,
+/// the same old batch (older sequence, older stamp) would be `Stale`; released from the window
+/// behind a restarted master's batch, the old run's batch becomes the baseline and its stores
+/// are claimed, though the restarted master lost them.
+#[test]
+fn an_old_runs_batch_released_after_a_restarted_masters_batch_is_not_its_baseline() {
+    let layout = mha(1);
+    let mut h = Harness::connected(reorder(config(layout.clone()), 8));
+    let t = tokens(1);
+    let page = page_hashes(&layout, &t)[0];
+    // Old run: seq 1 (ids 1-2) applied; its seq 2 (id 3) and seq 4 (ids 5-6, stores B) are
+    // delayed in the network.
+    let _ = h.feed_frames(&frames_at(1, T + 1, 1, filler(2)));
+    let old_2 = frames_at(2, T + 2, 3, filler(1));
+    let old_4 = frames_at(4, T + 4, 5, store_page(&layout, &page));
+    // The master restarts, unseen; the new run's seq 3 arrives (held behind the hole at 2).
+    h.advance(5);
+    let _ = h.feed_frames(&frames_at(3, T + 5_000, 40, filler(1)));
+    // The delayed old batches arrive: 4 is held, 2 fills the hole and releases 3 and 4.
+    let _ = h.feed_frames(&old_4);
+    let fx = h.feed_frames(&old_2);
+    assert_eq!(
+        h.prefix(&t),
+        0,
+        "B is the old run's; the restarted master lost it: {fx:?}"
+    );
+}
