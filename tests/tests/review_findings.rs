@@ -335,3 +335,33 @@ fn an_old_runs_batch_released_after_a_restarted_masters_batch_is_not_its_baselin
         "B is the old run's; the restarted master lost it: {fx:?}"
     );
 }
+
+/// With a reorder window, the `Stale` rule is only applied to a jump backward; an old run's
+/// late batch (never delivered before, so no copy the fence knows) whose sequence happens to be
+/// the next one is ruled by the event ids alone, taken for a restart, and applied as the new
+/// baseline: its stores come back although the restarted master lost them, and its stamp is
+/// older than everything the new run sent.
+#[test]
+fn an_old_runs_late_batch_at_the_next_sequence_is_not_a_baseline() {
+    let layout = mha(1);
+    let mut h = Harness::connected(reorder(config(layout.clone()), 8));
+    let t = tokens(1);
+    let page = page_hashes(&layout, &t)[0];
+    // Old run: seq 1 (ids 1-3), seq 2 (id 4); its last batch, seq 3 (ids 5-6, stores B), is
+    // delayed in the network.
+    let _ = h.feed_frames(&frames_at(1, T + 1, 1, filler(3)));
+    let _ = h.feed_frames(&frames_at(2, T + 2, 4, filler(1)));
+    let old_3 = frames_at(3, T + 3, 5, store_page(&layout, &page));
+    // The master restarts, unseen; the new run's seq 1 and 2 arrive (seen as a restart).
+    h.advance(5_000);
+    let _ = h.feed_frames(&frames_at(1, T + 5_001, 1, filler(1)));
+    let _ = h.feed_frames(&frames_at(2, T + 5_002, 2, filler(1)));
+    assert_eq!(h.prefix(&t), 0);
+    // The old run's seq 3 arrives at last.
+    let fx = h.feed_frames(&old_3);
+    assert_eq!(
+        h.prefix(&t),
+        0,
+        "B is the old run's; the restarted master lost it: {fx:?}"
+    );
+}
