@@ -102,8 +102,7 @@ fn failover(h: &mut Harness, old_batches: u64, old_ts: u64) -> u64 {
 /// after the other, while the snapshot's pages are claimed with health live, until its
 /// sequence passes the old leader's.
 #[test]
-fn a_new_leaders_removal_is_not_dropped_by_the_old_leaders_fence_while_its_snapshot_is_claimed(
-) {
+fn a_new_leaders_removal_is_not_dropped_by_the_old_leaders_fence_while_its_snapshot_is_claimed() {
     let layout = mha(1);
     let mut h = Harness::connected(resync(config(layout.clone())));
     // The old leader's clock is 10 s ahead of the standby's.
@@ -183,9 +182,7 @@ fn a_resync_after_a_keyless_removal_holds_with_one_fetch_from_an_idle_master() {
     let fx = h.feed_frames(&frames_at(5, T + 5, 5, vec![unreadable]));
     let request = fetch_request(&fx).expect("a resync");
     let t = tokens(1);
-    let keys: Vec<String> = layout
-        .object_keys(&page_hashes(&layout, &t)[0])
-        .collect();
+    let keys: Vec<String> = layout.object_keys(&page_hashes(&layout, &t)[0]).collect();
     let at = Watermark {
         seq: Seq(5),
         events: Some(5),
@@ -254,7 +251,9 @@ fn an_idle_master_whose_last_batch_was_lost_does_not_keep_the_session_refetching
                 }
                 Effect::FetchSnapshot { request } => {
                     fetches += 1;
-                    let fx = h.session.handle_snapshot(h.now, *request, Some(at), [""; 0]);
+                    let fx = h
+                        .session
+                        .handle_snapshot(h.now, *request, Some(at), [""; 0]);
                     let _ = h.record(fx);
                 }
                 _ => {}
