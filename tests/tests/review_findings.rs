@@ -124,7 +124,12 @@ fn a_new_leaders_removal_is_not_dropped_by_the_old_leaders_fence_while_its_snaps
     h.advance(100);
     let gone: Vec<OwnedEvent> = keys.iter().map(|k| removed(k.clone())).collect();
     let fx = h.feed_frames(&frames_at(2, T + 1_000, 3, gone));
-    assert_eq!(h.prefix(&t), 0, "A was removed at the master: {fx:?}");
+    assert_eq!(
+        h.prefix(&t),
+        0,
+        "A was removed at the master: {fx:?}, health {:?}",
+        h.health()
+    );
 }
 
 /// With a reorder window, an old batch that is no copy is `Stale` only when its timestamp can
