@@ -1,6 +1,8 @@
-//! Adversarial review of the issue-13 core changes: input histories that still end in a false
-//! hit, a livelock or a stuck deadline. Each test asserts what the rule above all demands and
-//! fails on the core as reviewed.
+//! Input histories found by an adversarial review of the first issue-13 fixes that still ended
+//! in a false hit or a livelock (a fence dropping a new leader's removals, an old run's late
+//! batch becoming a baseline, a nil-stamped late batch, an idle master refetching forever,
+//! a keyless removal costing two fetches, a fetch per stale batch). Each test asserts what the
+//! rule above all demands, and failed on the core as reviewed.
 
 use std::time::Duration;
 
