@@ -46,8 +46,19 @@ pub enum ClearReason {
     Reconnected,
     /// The event endpoint changed: a different stream.
     EndpointChanged,
-    /// A `removed` event could not be read: which object went is unknown.
+    /// An event that may have removed objects could not be read: a `removed` without an object
+    /// key, or an event of a type this decoder does not know that names no object (it might
+    /// remove any number of them).
     UnreadableRemoval,
+    /// A batch of this stream (right topic, readable sequence) could not be decoded: its
+    /// sequence was consumed and what it changed is unknown.
+    Undecodable,
+    /// The stream did not pass the last snapshot's status point within the fetch timeout: the
+    /// snapshot may be of another run of the master.
+    Unproven,
+    /// An old batch arrived that is no copy of one applied (a late batch, or a restarted
+    /// publisher whose clock went back): which, is unknown.
+    StaleBatch,
     /// The publisher sent a `cleared` event (for one tenant, or for all).
     PublisherCleared,
     /// The driver asked for it.
@@ -67,6 +78,9 @@ impl ClearReason {
             ClearReason::Reconnected => "reconnected",
             ClearReason::EndpointChanged => "endpoint_changed",
             ClearReason::UnreadableRemoval => "unreadable_removal",
+            ClearReason::Undecodable => "undecodable",
+            ClearReason::Unproven => "unproven",
+            ClearReason::StaleBatch => "stale_batch",
             ClearReason::PublisherCleared => "publisher_cleared",
             ClearReason::Requested => "requested",
             ClearReason::Stale => "stale",

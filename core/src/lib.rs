@@ -82,6 +82,7 @@ pub mod metrics;
 pub mod query;
 pub mod sequence;
 pub mod session;
+pub mod snapshot;
 pub mod time;
 
 pub use effect::{ClearReason, Effect, Effects, Health, ResyncFailure, StrayReason};
@@ -96,6 +97,7 @@ pub use metrics::{Counters, Kind};
 pub use query::{Hits, Lookup, Pages, Tokens};
 pub use sequence::ReorderConfig;
 pub use session::{
-    BackoffConfig, Config, ModelLayout, ResyncConfig, Session, VerifyConfig, WorkerInfo,
+    BackoffConfig, Config, ModelLayout, ResyncConfig, Session, VerifyConfig, Watermark, WorkerInfo,
 };
+pub use snapshot::snapshot_lines;
 pub use time::Instant;

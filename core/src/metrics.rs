@@ -54,6 +54,19 @@ pub struct Counters {
     pub clears_endpoint: u64,
     /// Clears after an unreadable removal.
     pub clears_unreadable_removal: u64,
+    /// Clears after a batch that could not be decoded.
+    pub clears_undecodable: u64,
+    /// Clears after a snapshot whose status point the stream did not pass in time.
+    pub clears_unproven: u64,
+    /// Clears after an old batch that was no copy of one applied.
+    pub clears_stale_batch: u64,
+    /// Snapshots and streams found to be of different runs of the master (counted in
+    /// `restarts` too).
+    pub run_mismatches: u64,
+    /// Snapshot lines that were not well-formed object keys (never applied).
+    pub snapshot_odd_lines: u64,
+    /// Well-formed snapshot lines not applied because they were next to an odd one.
+    pub snapshot_doubted_lines: u64,
     /// Clears the driver asked for.
     pub clears_requested: u64,
     /// Clears after a verification round found too many keys gone.
@@ -137,7 +150,7 @@ pub struct Counters {
 
 impl Counters {
     /// Lists every figure with its name and kind, so exporters need not name them one by one.
-    pub fn fields(&self) -> [(&'static str, u64, Kind); 48] {
+    pub fn fields(&self) -> [(&'static str, u64, Kind); 54] {
         [
             ("batches", self.batches, Kind::Counter),
             ("events", self.events, Kind::Counter),
@@ -168,6 +181,16 @@ impl Counters {
             (
                 "clears_unreadable_removal",
                 self.clears_unreadable_removal,
+                Kind::Counter,
+            ),
+            ("clears_undecodable", self.clears_undecodable, Kind::Counter),
+            ("clears_unproven", self.clears_unproven, Kind::Counter),
+            ("clears_stale_batch", self.clears_stale_batch, Kind::Counter),
+            ("run_mismatches", self.run_mismatches, Kind::Counter),
+            ("snapshot_odd_lines", self.snapshot_odd_lines, Kind::Counter),
+            (
+                "snapshot_doubted_lines",
+                self.snapshot_doubted_lines,
                 Kind::Counter,
             ),
             ("clears_requested", self.clears_requested, Kind::Counter),

@@ -3,20 +3,34 @@
 //! The rules (spec section 3):
 //! - The first batch, and the first after [`SequenceTracker::reset`], is a new baseline whatever
 //!   its sequence: no gap is reported for it.
-//! - `seq == last + 1` applies, unless both batches carry event ids and the new batch's first
-//!   event id does not come after the last one applied: event ids count a publisher's events
-//!   from 1, so that is a publisher that started again whose first batches were lost (a
-//!   restart). `seq == last` with the same fingerprint is a duplicate; with a different
-//!   fingerprint it is a restart.
+//! - `seq == last + 1` applies only as a continuation of the same publisher run: when both
+//!   batches carry event ids, the new batch's first event id MUST be exactly the last event id
+//!   applied + 1 (the Mooncake master numbers its published events from 1 without a hole; ids
+//!   do not skip over events its queue dropped, and a message lost after publishing also skips
+//!   its sequence). Any other first id is a publisher that started again whose first batches
+//!   were lost: a restart. `seq == last` with the same fingerprint is a duplicate; with a
+//!   different fingerprint it is a restart.
 //! - A jump forward is loss. Without a reorder window it is reported at once. With one, the batch
 //!   is held until the hole fills (then everything applies in order), until more than
 //!   `max_held` batches wait, or until the oldest has waited `max_delay`: then the hole is loss.
+//!   Held batches released in order pass the same event-id rule: a held batch that does not run
+//!   on from the one before it is a restart ([`SequenceTracker::pop_ready`]).
 //! - A jump backward is a restart, except, with a reorder window, a sequence within the window
 //!   whose fingerprint matches the batch applied under that number: a late copy.
+//!   With a reorder window, a jump backward that is no copy but is stamped no later than the
+//!   stream's latest batch is [`Verdict::Stale`]: a late batch, never a new baseline.
+//! - After [`SequenceTracker::reset`] (a new connection), what came before is a fence: a copy of
+//!   a batch applied or held before the reset is late; a batch no newer than all of them in both
+//!   sequence and publisher timestamp is late before the new stream's baseline (dropping a
+//!   batch then only costs misses: the index was forgotten at the reset, and a resync is
+//!   anchored by the first batch applied) and stale after it. A restarted publisher's batches
+//!   carry later timestamps and pass; one whose clock went back is forgotten again and again
+//!   (misses, counted), never trusted.
 //!
 //! The tracker never applies a later batch before an earlier one.
 
 use alloc::collections::{BTreeMap, VecDeque};
+use alloc::vec::Vec;
 use core::time::Duration;
 
 use crate::frame::{Batch, Seq, Timestamp};
@@ -37,6 +51,8 @@ pub struct ReorderConfig {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Fingerprint {
     timestamp: u64,
+    /// The publisher's timestamp in milliseconds, when it sent a comparable one.
+    millis: Option<u64>,
     events: usize,
     first_event_id: Option<u64>,
     last_event_id: Option<u64>,
@@ -51,12 +67,61 @@ impl Fingerprint {
             Timestamp::Seconds(s) => s.to_bits(),
             Timestamp::Nil => u64::MAX,
         };
+        let millis = match batch.timestamp {
+            Timestamp::Millis(ms) => Some(ms),
+            // Saturating float-to-int conversion; NaN and negative seconds are not comparable.
+            Timestamp::Seconds(s) if s >= 0.0 => Some((s * 1000.0) as u64),
+            _ => None,
+        };
         Fingerprint {
             timestamp,
+            millis,
             events: batch.events.len(),
             first_event_id: batch.events.first().and_then(|e| e.event_id),
             last_event_id: batch.events.last().and_then(|e| e.event_id),
         }
+    }
+
+    /// Returns the event id of the batch's first event, if it carried one.
+    pub fn first_event_id(&self) -> Option<u64> {
+        self.first_event_id
+    }
+
+    /// Returns the event id of the batch's last event, if it carried one.
+    pub fn last_event_id(&self) -> Option<u64> {
+        self.last_event_id
+    }
+}
+
+/// What a tracker saw before its last reset: batches no newer than this are from before it.
+#[derive(Clone, Debug, Default)]
+struct Fence {
+    /// The highest sequence applied or held before a reset.
+    seq: u64,
+    /// The latest comparable publisher timestamp applied or held before a reset.
+    millis: Option<u64>,
+    /// The batches applied (within the reorder window) or held before the last reset.
+    prints: Vec<(Seq, Fingerprint)>,
+}
+
+impl Fence {
+    /// Reports whether a batch is a copy of one seen before the reset.
+    fn is_copy(&self, seq: Seq, fp: &Fingerprint) -> bool {
+        self.prints.iter().any(|(s, f)| *s == seq && f == fp)
+    }
+
+    /// Reports whether a batch is no newer than all those seen before the reset, in sequence and
+    /// timestamp.
+    fn is_older(&self, seq: Seq, fp: &Fingerprint) -> bool {
+        match (self.millis, fp.millis) {
+            (Some(fence), Some(at)) => seq.0 <= self.seq && at <= fence,
+            _ => false,
+        }
+    }
+
+    fn include(&mut self, seq: Seq, fp: &Fingerprint) {
+        self.seq = self.seq.max(seq.0);
+        self.millis = self.millis.max(fp.millis);
     }
 }
 
@@ -67,8 +132,13 @@ pub enum Verdict {
     Apply,
     /// The batch just applied under this number again: skip it.
     Duplicate,
-    /// A late copy of a batch already applied within the reorder window: skip it.
+    /// A late copy of a batch already applied within the reorder window, or a batch from before
+    /// the last reset that arrived before the new stream's baseline: skip it.
     Late,
+    /// An old batch that is no copy of one applied: from this run, late (its changes are
+    /// superseded), or from a restarted publisher whose clock went back. Which is unknown: the
+    /// caller forgets, and skips it (the stream's position is kept).
+    Stale,
     /// Out of order within the reorder window: the caller hands it over with
     /// [`SequenceTracker::hold`].
     Hold,
@@ -102,8 +172,14 @@ pub struct Loss {
 pub struct SequenceTracker<T> {
     config: ReorderConfig,
     last: Option<(Seq, Fingerprint)>,
+    /// The last event id applied in this stream (kept across batches that carry none).
+    last_id: Option<u64>,
+    /// The latest comparable publisher timestamp applied in this stream.
+    max_millis: Option<u64>,
     recent: VecDeque<(Seq, Fingerprint)>,
     held: BTreeMap<u64, (Instant, Fingerprint, T)>,
+    /// What came before the last reset, if there was one.
+    fence: Option<Fence>,
 }
 
 impl<T> SequenceTracker<T> {
@@ -112,9 +188,22 @@ impl<T> SequenceTracker<T> {
         SequenceTracker {
             config,
             last: None,
+            last_id: None,
+            max_millis: None,
             recent: VecDeque::new(),
             held: BTreeMap::new(),
+            fence: None,
         }
+    }
+
+    /// Returns the fingerprint of the last batch applied.
+    pub fn last_fingerprint(&self) -> Option<Fingerprint> {
+        self.last.map(|(_, fp)| fp)
+    }
+
+    /// Returns the last event id applied in this stream (`None` when none carried one).
+    pub fn last_event_id(&self) -> Option<u64> {
+        self.last_id
     }
 
     /// Returns the last sequence applied.
@@ -127,20 +216,67 @@ impl<T> SequenceTracker<T> {
         self.held.len()
     }
 
-    /// Forgets the stream: the next batch is a new baseline, and held batches are dropped.
-    /// Returns how many held batches were dropped.
+    /// Forgets the stream: the next batch newer than everything seen so far is a new baseline,
+    /// and held batches are dropped. What was applied or held becomes the fence against late
+    /// copies (see the module docs). Returns how many held batches were dropped.
     pub fn reset(&mut self) -> usize {
+        let mut fence = self.fence.take().unwrap_or_default();
+        let seen = self
+            .last
+            .iter()
+            .chain(self.recent.iter())
+            .copied()
+            .chain(self.held.iter().map(|(s, (_, fp, _))| (Seq(*s), *fp)));
+        for (seq, fp) in seen {
+            fence.include(seq, &fp);
+            if !fence.prints.contains(&(seq, fp)) {
+                fence.prints.push((seq, fp));
+            }
+        }
+        let keep = self.config.max_held.max(1).saturating_mul(2);
+        if fence.prints.len() > keep {
+            let excess = fence.prints.len() - keep;
+            fence.prints.drain(..excess);
+        }
+        if fence.seq > 0 || !fence.prints.is_empty() {
+            self.fence = Some(fence);
+        }
         self.last = None;
+        self.last_id = None;
+        self.max_millis = None;
         self.recent.clear();
         let dropped = self.held.len();
         self.held.clear();
         dropped
     }
 
+    /// Reports whether a batch whose first event id is `first_id` breaks the stream's event-id
+    /// continuity.
+    fn breaks_ids(&self, first_id: Option<u64>) -> bool {
+        match (self.last_id, first_id) {
+            (Some(last), Some(first)) => last.checked_add(1) != Some(first),
+            _ => false,
+        }
+    }
+
     /// Rules on a batch with sequence `seq`. After [`Verdict::Apply`], [`Verdict::Gap`] or
     /// [`Verdict::Restart`] the caller MUST apply the batch and then call
     /// [`SequenceTracker::applied`].
     pub fn observe(&mut self, seq: Seq, fingerprint: Fingerprint) -> Verdict {
+        if let Some(fence) = &self.fence {
+            if fence.is_copy(seq, &fingerprint) {
+                return Verdict::Late;
+            }
+            if fence.is_older(seq, &fingerprint) {
+                // Before the new stream's baseline, dropping it costs nothing (the index was
+                // forgotten at the reset); after it, it is doubt.
+                return if self.last.is_none() {
+                    Verdict::Late
+                } else {
+                    Verdict::Stale
+                };
+            }
+        }
         let Some((last, last_fp)) = self.last else {
             return Verdict::Apply;
         };
@@ -152,9 +288,10 @@ impl<T> SequenceTracker<T> {
             };
         }
         if seq.0 == last.0.wrapping_add(1) && seq.0 != 0 {
-            return match (last_fp.last_event_id, fingerprint.first_event_id) {
-                (Some(last_id), Some(first_id)) if first_id <= last_id => self.restart(last),
-                _ => Verdict::Apply,
+            return if self.breaks_ids(fingerprint.first_event_id) {
+                self.restart(last)
+            } else {
+                Verdict::Apply
             };
         }
         if seq > last {
@@ -175,21 +312,33 @@ impl<T> SequenceTracker<T> {
             .iter()
             .any(|&(s, fp)| s == seq && fp == fingerprint);
         if late {
-            Verdict::Late
-        } else {
-            self.restart(last)
+            return Verdict::Late;
         }
+        let older =
+            matches!((self.max_millis, fingerprint.millis), (Some(max), Some(at)) if at <= max);
+        if self.config.max_held > 0 && older {
+            // With reordering, an older sequence stamped no later than the stream is a late
+            // batch, not a restart: it must not become the baseline.
+            return Verdict::Stale;
+        }
+        self.restart(last)
     }
 
     fn restart(&mut self, last: Seq) -> Verdict {
         self.held.clear();
         self.recent.clear();
+        self.last_id = None;
+        self.max_millis = None;
         Verdict::Restart { last }
     }
 
     /// Records that the batch `seq` was applied.
     pub fn applied(&mut self, seq: Seq, fingerprint: Fingerprint) {
         self.last = Some((seq, fingerprint));
+        if fingerprint.last_event_id.is_some() {
+            self.last_id = fingerprint.last_event_id;
+        }
+        self.max_millis = self.max_millis.max(fingerprint.millis);
         if self.config.max_held > 0 {
             self.recent.push_back((seq, fingerprint));
             while self.recent.len() > self.config.max_held {
@@ -215,15 +364,26 @@ impl<T> SequenceTracker<T> {
         None
     }
 
-    /// Takes the held batch that applies next, if it is there. The caller MUST apply it and call
-    /// [`SequenceTracker::applied`], then call this again until it returns `None`.
-    pub fn pop_ready(&mut self) -> Option<(Seq, T)> {
+    /// Takes the held batch that applies next, if it is there, with its ruling: [`Verdict::Apply`]
+    /// (the next in order, or the new baseline after a loss) or [`Verdict::Restart`] (its event
+    /// ids do not run on from the batch applied before it: the caller forgets first). The caller
+    /// MUST apply it and call [`SequenceTracker::applied`], then call this again until it
+    /// returns `None`.
+    pub fn pop_ready(&mut self) -> Option<(Seq, T, Verdict)> {
         let next = match self.last {
             Some((last, _)) => last.0.checked_add(1)?,
             None => *self.held.keys().next()?,
         };
-        let (_, _, item) = self.held.remove(&next)?;
-        Some((Seq(next), item))
+        let (_, fp, item) = self.held.remove(&next)?;
+        let verdict = match self.last {
+            Some((last, _)) if self.breaks_ids(fp.first_event_id) => {
+                self.recent.clear();
+                self.last_id = None;
+                Verdict::Restart { last }
+            }
+            _ => Verdict::Apply,
+        };
+        Some((Seq(next), item, verdict))
     }
 
     /// Returns when the batch held longest was held (it arrived then); `None` when none is.
@@ -253,6 +413,7 @@ impl<T> SequenceTracker<T> {
             .last
             .map_or(Seq(first), |(last, _)| Seq(last.0.wrapping_add(1)));
         self.last = None;
+        self.last_id = None;
         self.recent.clear();
         Some(Loss {
             expected,
@@ -268,6 +429,7 @@ mod tests {
     fn fp(n: u64) -> Fingerprint {
         Fingerprint {
             timestamp: n,
+            millis: Some(n),
             events: 1,
             first_event_id: Some(n),
             last_event_id: Some(n),
@@ -326,6 +488,7 @@ mod tests {
         apply(&mut t, 7);
         let restarted = Fingerprint {
             timestamp: 1,
+            millis: Some(1),
             events: 1,
             first_event_id: Some(1),
             last_event_id: Some(1),
@@ -336,6 +499,7 @@ mod tests {
         );
         let continued = Fingerprint {
             timestamp: 8,
+            millis: Some(8),
             events: 1,
             first_event_id: Some(8),
             last_event_id: Some(8),
@@ -383,7 +547,7 @@ mod tests {
         assert!(t.hold(Instant::ZERO, Seq(3), fp(3), 3).is_none());
         assert_eq!(t.observe(Seq(2), fp(2)), Verdict::Apply);
         t.applied(Seq(2), fp(2));
-        assert_eq!(t.pop_ready(), Some((Seq(3), 3)));
+        assert_eq!(t.pop_ready(), Some((Seq(3), 3, Verdict::Apply)));
         t.applied(Seq(3), fp(3));
         assert_eq!(t.pop_ready(), None);
     }
@@ -424,7 +588,7 @@ mod tests {
             })
         );
         let order: alloc::vec::Vec<u64> = core::iter::from_fn(|| {
-            let (seq, item) = t.pop_ready()?;
+            let (seq, item, _) = t.pop_ready()?;
             t.applied(seq, fp(seq.0));
             Some(item)
         })
@@ -447,7 +611,7 @@ mod tests {
         assert_eq!(t.poll_timeout(), Some(at + delay));
         assert_eq!(t.handle_timeout(at), None, "an early timeout is a no-op");
         assert!(t.handle_timeout(at + delay).is_some());
-        assert_eq!(t.pop_ready(), Some((Seq(3), 3)));
+        assert_eq!(t.pop_ready(), Some((Seq(3), 3, Verdict::Apply)));
         t.applied(Seq(3), fp(3));
         assert_eq!(t.poll_timeout(), None);
     }

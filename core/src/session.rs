@@ -33,7 +33,76 @@ use crate::layout::Layout;
 use crate::metrics::Counters;
 use crate::query::{Hits, Lookup, Pages, Tokens};
 use crate::sequence::{Fingerprint, Loss, ReorderConfig, SequenceTracker, Verdict};
+use crate::snapshot::LineFilter;
 use crate::time::Instant;
+
+/// What the master's `GET /kv_events/status` said just before its key list was read: where its
+/// stream stood.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Watermark {
+    /// The last sequence the master had assigned: `published_batches + dropped_events`.
+    pub seq: Seq,
+    /// The last event id it had given: `published_events` (event ids count published events
+    /// from 1); `None` when the master does not tell.
+    pub events: Option<u64>,
+}
+
+impl From<Seq> for Watermark {
+    fn from(seq: Seq) -> Watermark {
+        Watermark { seq, events: None }
+    }
+}
+
+/// A snapshot's status point that the stream has not passed yet: until it does, the snapshot may
+/// be of another run of the master than the stream (a restart nobody saw between the two).
+#[derive(Clone, Copy, Debug)]
+struct Proof {
+    /// The master's stream position when the snapshot was read.
+    at: Watermark,
+    /// Set once the stream has begun short of the point: queries miss until it is passed, and
+    /// at this time the snapshot counts as unproven.
+    deadline: Option<Instant>,
+}
+
+/// What a batch says about a pending [`Proof`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ProofCheck {
+    /// It is before the status point and consistent with it.
+    Pending,
+    /// It is the first batch after the point and runs on from it.
+    Proven,
+    /// It contradicts the point: the snapshot and the stream are of different runs.
+    Broken,
+}
+
+impl Proof {
+    /// Checks a batch with sequence `seq` and event ids `first..=last` against the point.
+    ///
+    /// Event ids count the master's published events from 1, so the status's `events` is the
+    /// last id it gave: a batch before the point ends at or below it (at it: every event
+    /// published before the status was read has arrived, and the sequences after were dropped
+    /// events, which carry none); the batch at the point ends exactly at it; the first batch
+    /// after the point starts right after it.
+    fn check(&self, seq: Seq, first: Option<u64>, last: Option<u64>) -> ProofCheck {
+        use core::cmp::Ordering::{Equal, Greater, Less};
+        let events = self.at.events;
+        match seq.cmp(&self.at.seq) {
+            Less => match (events, last) {
+                (Some(e), Some(l)) if l > e => ProofCheck::Broken,
+                (Some(e), Some(l)) if l == e => ProofCheck::Proven,
+                _ => ProofCheck::Pending,
+            },
+            Equal => match (events, last) {
+                (Some(e), Some(l)) if l != e => ProofCheck::Broken,
+                _ => ProofCheck::Proven,
+            },
+            Greater => match (events, first) {
+                (Some(e), Some(f)) if e.checked_add(1) != Some(f) => ProofCheck::Broken,
+                _ => ProofCheck::Proven,
+            },
+        }
+    }
+}
 
 /// Reconnection timing: exponential backoff with jitter, reset after a healthy period.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -209,6 +278,8 @@ impl HeldBatch {
 }
 
 /// The resynchronisation's state.
+// One per session, moved only when a resync begins or ends: the size of `Fetching` costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 enum Resync {
     Idle,
@@ -232,6 +303,13 @@ enum Resync {
         seen: BTreeMap<String, bool>,
         /// A live `cleared` of the default tenant came since the fetch was asked for.
         cleared: bool,
+        /// The stream's last sequence and event id when the fetch was asked for.
+        before: Option<(Seq, Option<u64>)>,
+        /// Each batch applied live since the fetch was asked for: its sequence and first and
+        /// last event ids, to check the snapshot's status point against.
+        since: Vec<(Seq, Option<u64>, Option<u64>)>,
+        /// Which of the snapshot's lines become keys.
+        lines: LineFilter,
     },
     Waiting {
         retry_at: Instant,
@@ -300,6 +378,8 @@ pub struct Session {
     stream_start: Option<Seq>,
     /// The latest sequence the stream may begin at for the last snapshot to hold (watermark + 1).
     anchor: Option<Seq>,
+    /// The last snapshot's status point, until the stream has passed it.
+    proof: Option<Proof>,
     attempts: u32,
     endpoint: Option<String>,
     health: Health,
@@ -369,6 +449,7 @@ impl Session {
             link: Link::Down { retry_at },
             stream_start: None,
             anchor: None,
+            proof: None,
             attempts: 0,
             endpoint,
             health: Health::Disconnected,
@@ -467,7 +548,8 @@ impl Session {
             Some(round) => Some(round.deadline),
             None => self.verify.next_at,
         };
-        [link, self.tracker.poll_timeout(), resync, verify]
+        let proof = self.proof.and_then(|p| p.deadline);
+        [link, self.tracker.poll_timeout(), resync, verify, proof]
             .into_iter()
             .flatten()
             .min()
@@ -487,6 +569,15 @@ impl Session {
         }
         while let Some(loss) = self.tracker.handle_timeout(now) {
             self.reorder_loss(now, loss, &mut fx);
+        }
+        if self
+            .proof
+            .and_then(|p| p.deadline)
+            .is_some_and(|at| at <= now)
+        {
+            // The stream did not reach the snapshot's status point in time: the snapshot may be
+            // of another run of the master.
+            self.forget(now, ClearReason::Unproven, &mut fx);
         }
         match self.resync {
             Resync::Fetching { deadline, .. } if deadline <= now => {
@@ -552,12 +643,21 @@ impl Session {
         }
         let batch = match decode(frames) {
             Ok(batch) => batch,
-            Err(error) => {
-                match error {
-                    FrameError::SeqLength { .. } => self.counters.malformed_seq += 1,
-                    _ => self.counters.malformed_payload += 1,
-                }
+            Err(error @ FrameError::SeqLength { .. }) => {
+                // No sequence to place it by: count it and drop it, as a stray.
+                self.counters.malformed_seq += 1;
                 fx.push(Effect::Malformed { error });
+                return fx;
+            }
+            Err(error) => {
+                // A batch of this stream (right topic, readable sequence) whose events cannot
+                // be read: its sequence was consumed and what it changed is unknown. That is
+                // loss: forget, and start the stream over from the next batch.
+                self.counters.malformed_payload += 1;
+                fx.push(Effect::Malformed { error });
+                self.reset_stream();
+                self.forget(now, ClearReason::Undecodable, &mut fx);
+                self.update_health(&mut fx);
                 return fx;
             }
         };
@@ -581,6 +681,11 @@ impl Session {
             Verdict::Late => {
                 self.counters.late += 1;
                 fx.push(Effect::Late { seq });
+            }
+            Verdict::Stale => {
+                self.counters.late += 1;
+                fx.push(Effect::Late { seq });
+                self.forget(now, ClearReason::StaleBatch, &mut fx);
             }
             Verdict::Hold => {
                 self.counters.held += 1;
@@ -612,28 +717,42 @@ impl Session {
         fx
     }
 
-    /// Hands over the master's key list (default tenant) for the fetch `request`, with the
-    /// watermark read just before it: the last sequence the master had assigned
-    /// (`published_batches + dropped_events` of `GET /kv_events/status`), or `None` when the
-    /// master does not tell.
+    /// Hands over the master's key list (default tenant) for the fetch `request`, one item per
+    /// line exactly as the master wrote it (see [`crate::snapshot_lines`]), with the
+    /// [`Watermark`] read just before it, or `None` when the master does not tell.
     ///
-    /// The snapshot holds only if the live stream covers every batch after it: the stream must
-    /// begin at or before `watermark + 1`. A stream that begins later lost batches between the
-    /// snapshot and the subscription taking effect: that is a gap, and the session fetches again.
+    /// The snapshot holds only if the live stream covers every batch after it, from the same run
+    /// of the master:
+    /// - the stream must begin at or before `watermark.seq + 1`; a stream that begins later lost
+    ///   batches between the snapshot and the subscription taking effect: that is a gap, and the
+    ///   session fetches again;
+    /// - the status point must agree with the stream: the master's counters only grow within
+    ///   one run, so a stream that was already past the watermark when the fetch was asked for,
+    ///   a batch at or before it with a later event id than `watermark.events`, or a first batch
+    ///   after it that does not start at event id `watermark.events + 1`, is another run: the
+    ///   session forgets and fetches again;
+    /// - until the stream has passed the status point, the index has not caught up with the
+    ///   snapshot: the health stays [`Health::Recovering`] and queries miss, and if the point is
+    ///   not passed within the fetch timeout the session forgets and fetches again. (With no
+    ///   batch since the connection, an idle master, the snapshot is live at once and its point
+    ///   is checked by the first batch.)
+    ///
     /// Without a watermark, a snapshot asked for before any batch arrived cannot be anchored; the
-    /// session fetches again once the stream has begun.
-    pub fn handle_snapshot<'k, I>(
+    /// session fetches again once the stream has begun. Lines that are not exactly keys are never
+    /// applied (see [`crate::snapshot`]).
+    pub fn handle_snapshot<I>(
         &mut self,
         now: Instant,
         request: u64,
-        watermark: Option<Seq>,
-        keys: I,
+        watermark: Option<Watermark>,
+        lines: I,
     ) -> Effects
     where
-        I: IntoIterator<Item = &'k str>,
+        I: IntoIterator,
+        I::Item: AsRef<[u8]>,
     {
         let mut fx = self.begin_snapshot(now, request, watermark);
-        if self.snapshot_keys(request, keys).is_some() {
+        if self.snapshot_keys(request, lines).is_some() {
             fx.0.extend(self.finish_snapshot(now, request).0);
         }
         fx
@@ -647,7 +766,7 @@ impl Session {
         &mut self,
         now: Instant,
         request: u64,
-        watermark: Option<Seq>,
+        watermark: Option<Watermark>,
     ) -> Effects {
         self.see(now);
         let mut fx = Effects::new();
@@ -663,7 +782,19 @@ impl Session {
                 return fx;
             }
         };
-        let max_first = watermark.map(|w| Seq(w.0.saturating_add(1)));
+        let check = watermark.map(|w| (w, self.check_status_point(w)));
+        if let Some((_, ProofCheck::Broken)) = check {
+            // The master's counters went back, or its event ids disagree with the stream's:
+            // the snapshot and the stream are of different runs of the master.
+            self.counters.restarts += 1;
+            self.counters.run_mismatches += 1;
+            self.resync = Resync::Idle;
+            self.reset_stream();
+            self.forget(now, ClearReason::Restart, &mut fx);
+            self.update_health(&mut fx);
+            return fx;
+        }
+        let max_first = watermark.map(|w| Seq(w.seq.0.saturating_add(1)));
         match (max_first, self.stream_start) {
             (Some(max_first), Some(start)) if start > max_first => {
                 self.counters.unanchored_snapshots += 1;
@@ -683,6 +814,17 @@ impl Session {
                 if let (Some(max_first), None) = (max_first, start) {
                     self.anchor = Some(max_first);
                 }
+                if let Some((at, ProofCheck::Pending)) = check {
+                    // Queries miss until the stream passes the point, unless it has not begun.
+                    let timeout = self
+                        .config
+                        .resync
+                        .map_or(Duration::ZERO, |r| r.fetch_timeout);
+                    self.proof = Some(Proof {
+                        at,
+                        deadline: start.map(|_| now + timeout),
+                    });
+                }
                 if let Resync::Fetching { applied, .. } = &mut self.resync {
                     *applied = Some(0);
                 }
@@ -692,12 +834,40 @@ impl Session {
         fx
     }
 
-    /// Applies a chunk of the snapshot of `request` (keys of the default tenant, one per item;
-    /// blank items are skipped). Returns how many keys it applied in all so far, or `None` when
-    /// `request` is not being handed over (stale, refused by [`Session::begin_snapshot`]).
-    pub fn snapshot_keys<'k, I>(&mut self, request: u64, keys: I) -> Option<usize>
+    /// Checks a snapshot's status point against the stream as it stood when the fetch was asked
+    /// for and against the batches applied since.
+    fn check_status_point(&self, at: Watermark) -> ProofCheck {
+        let Resync::Fetching { before, since, .. } = &self.resync else {
+            return ProofCheck::Pending;
+        };
+        let proof = Proof { at, deadline: None };
+        // The stream when the fetch was asked for: the status was read after it, so a stream
+        // already past the point is another run (the master's counters only grow in one).
+        let before = match *before {
+            Some((seq, _)) if seq > at.seq => return ProofCheck::Broken,
+            Some((seq, last)) => proof.check(seq, None, last),
+            None => ProofCheck::Pending,
+        };
+        if before != ProofCheck::Pending {
+            return before;
+        }
+        since
+            .iter()
+            .map(|&(seq, first, last)| proof.check(seq, first, last))
+            .find(|c| *c != ProofCheck::Pending)
+            .unwrap_or(ProofCheck::Pending)
+    }
+
+    /// Applies a chunk of the snapshot of `request`: lines of the key list (default tenant),
+    /// one per item, exactly as the master wrote them (see [`crate::snapshot_lines`]); chunks
+    /// MUST be handed over in order and split between lines. Only lines that are exactly keys
+    /// become keys (see [`crate::snapshot`]). Returns how many keys it applied in all so far, or
+    /// `None` when `request` is not being handed over (stale, refused by
+    /// [`Session::begin_snapshot`]).
+    pub fn snapshot_keys<I>(&mut self, request: u64, lines: I) -> Option<usize>
     where
-        I: IntoIterator<Item = &'k str>,
+        I: IntoIterator,
+        I::Item: AsRef<[u8]>,
     {
         let asked_at = match &self.resync {
             Resync::Fetching {
@@ -714,23 +884,17 @@ impl Session {
             applied: Some(applied),
             seen,
             cleared,
+            lines: filter,
             ..
         } = &mut self.resync
         else {
             return None;
         };
-        for key in keys {
-            let key = key.trim();
-            if key.is_empty() {
-                continue;
-            }
-            // A live batch since the fetch decides the key's state: removed (or cleared) keys
-            // stay out, stored ones are in already.
-            if *cleared || seen.contains_key(key) {
-                continue;
-            }
-            let _ = self.index.store(DEFAULT_TENANT, key, None, None);
-            *applied += 1;
+        let index = &mut self.index;
+        for line in lines {
+            filter.push(line.as_ref(), |key| {
+                store_snapshot_key(index, seen, *cleared, applied, key)
+            });
         }
         Some(*applied)
     }
@@ -740,19 +904,34 @@ impl Session {
     pub fn finish_snapshot(&mut self, now: Instant, request: u64) -> Effects {
         self.see(now);
         let mut fx = Effects::new();
-        let (buffer, applied, confirms) = match &mut self.resync {
+        let (buffer, applied, confirms, odd, doubted) = match &mut self.resync {
             Resync::Fetching {
                 request: current,
                 buffer,
                 applied: Some(applied),
                 confirms,
+                seen,
+                cleared,
+                lines,
                 ..
-            } if *current == request => (core::mem::take(buffer), *applied, *confirms),
+            } if *current == request => {
+                let index = &mut self.index;
+                lines.finish(|key| store_snapshot_key(index, seen, *cleared, applied, key));
+                (
+                    core::mem::take(buffer),
+                    *applied,
+                    *confirms,
+                    lines.odd,
+                    lines.doubted,
+                )
+            }
             _ => {
                 self.counters.stale_answers += 1;
                 return fx;
             }
         };
+        self.counters.snapshot_odd_lines += odd;
+        self.counters.snapshot_doubted_lines += doubted;
         self.resync = Resync::Idle;
         for held in &buffer {
             let batch = held.decode();
@@ -922,7 +1101,8 @@ impl Session {
         }
     }
 
-    /// Forgets every page now (for example when an operator asks).
+    /// Forgets every page now (for example when an operator asks). The next batch is a silent
+    /// baseline, unless it is from before the clear (see [`crate::sequence`]'s fence).
     pub fn clear(&mut self, now: Instant) -> Effects {
         self.see(now);
         let mut fx = Effects::new();
@@ -975,6 +1155,32 @@ impl Session {
 
     fn answer(&self, lookup: &Lookup<'_>, map: Option<&mut [bool]>) -> Result<Hits, QueryError> {
         let layout = self.layout_for(lookup.model)?;
+        if self.is_unproven() {
+            // The snapshot may be of another run of the master than the stream: claim nothing.
+            if let Some(map) = map {
+                map.fill(false);
+            }
+            self.queries.fetch_add(1, Ordering::Relaxed);
+            let total = match lookup.pages {
+                Pages::Hashes(hashes) => hashes.len(),
+                Pages::Tokens {
+                    tokens: Tokens::U32(t),
+                    ..
+                } => crate::hash::page_count(t.len(), layout.page_size, layout.eagle),
+                Pages::Tokens {
+                    tokens: Tokens::U64(t),
+                    ..
+                } => crate::hash::page_count(t.len(), layout.page_size, layout.eagle),
+            };
+            return Ok(Hits {
+                prefix_pages: 0,
+                total_pages: total,
+                pages_checked: 0,
+                memory_pages: 0,
+                disk_only_pages: 0,
+                trust: self.health,
+            });
+        }
         let (total, found) = match lookup.pages {
             Pages::Hashes(hashes) => (
                 hashes.len(),
@@ -1023,6 +1229,7 @@ impl Session {
         payload: &[u8],
         fx: &mut Effects,
     ) {
+        self.check_proof(now, batch.seq, fp, fx);
         self.apply_batch(now, now, batch, Some((batch.seq, payload)), fx);
         self.tracker.applied(batch.seq, fp);
         self.drain_held(now, fx);
@@ -1032,15 +1239,63 @@ impl Session {
     }
 
     fn drain_held(&mut self, now: Instant, fx: &mut Effects) {
-        while let Some((seq, held)) = self.tracker.pop_ready() {
-            if self.tracker.last_applied().is_none() {
+        while let Some((seq, held, verdict)) = self.tracker.pop_ready() {
+            if let Verdict::Restart { last } = verdict {
+                // Released from the window, yet its event ids do not run on from the batch
+                // before it: another run of the publisher.
+                self.counters.restarts += 1;
+                fx.push(Effect::Restart {
+                    last,
+                    received: seq,
+                });
+                self.begin_stream(now, seq, fx);
+                self.forget(now, ClearReason::Restart, fx);
+            } else if self.tracker.last_applied().is_none() {
                 self.begin_stream(now, seq, fx);
             }
             let batch = held.decode();
             let fp = Fingerprint::of(&batch);
+            self.check_proof(now, seq, fp, fx);
             self.apply_batch(now, held.arrived, &batch, Some((seq, &held.payload)), fx);
             self.tracker.applied(seq, fp);
         }
+    }
+
+    /// Checks a live batch about to apply against the pending status point of the last
+    /// snapshot, and records it for the status point of the snapshot being fetched. A batch that
+    /// contradicts the point starts the stream anew: the index forgets first.
+    fn check_proof(&mut self, now: Instant, seq: Seq, fp: Fingerprint, fx: &mut Effects) {
+        let (first, last) = (fp.first_event_id(), fp.last_event_id());
+        if let Some(proof) = &mut self.proof {
+            match proof.check(seq, first, last) {
+                ProofCheck::Proven => self.proof = None,
+                ProofCheck::Pending => {
+                    if proof.deadline.is_none() {
+                        let timeout = self
+                            .config
+                            .resync
+                            .map_or(Duration::ZERO, |r| r.fetch_timeout);
+                        proof.deadline = Some(now + timeout);
+                    }
+                }
+                ProofCheck::Broken => {
+                    self.counters.restarts += 1;
+                    self.counters.run_mismatches += 1;
+                    self.reset_stream();
+                    self.begin_stream(now, seq, fx);
+                    self.forget(now, ClearReason::Restart, fx);
+                }
+            }
+        }
+        if let Resync::Fetching { since, .. } = &mut self.resync {
+            since.push((seq, first, last));
+        }
+    }
+
+    /// Reports whether the last snapshot is not yet proven to be of the stream's run while the
+    /// stream has begun short of its status point: queries miss then.
+    fn is_unproven(&self) -> bool {
+        self.proof.is_some_and(|p| p.deadline.is_some())
     }
 
     /// Applies a batch's events; `arrived` is when the session received the batch, `live` carries
@@ -1082,13 +1337,18 @@ impl Session {
                         objects,
                     });
                 }
-                (EventKind::Unknown, key) => {
+                (EventKind::Unknown, Some(key)) => {
                     // An event this decoder does not know may mean the object went: doubt is a
-                    // miss, so the object it names (if any) is taken as absent.
+                    // miss, so the object it names is taken as absent.
                     self.counters.unknown_events += 1;
-                    if let Some(key) = key {
-                        let _ = self.index.remove(tenant, key);
-                    }
+                    let _ = self.index.remove(tenant, key);
+                }
+                (EventKind::Unknown, None) => {
+                    // An unknown event that names no object may remove any number of them (a
+                    // future tenant-wide removal, say): read it as the widest removal.
+                    self.counters.unknown_events += 1;
+                    self.counters.unreadable_removals += 1;
+                    self.forget(now, ClearReason::UnreadableRemoval, fx);
                 }
             }
             if live.is_some() && tenant == DEFAULT_TENANT {
@@ -1165,6 +1425,7 @@ impl Session {
     fn forget(&mut self, now: Instant, reason: ClearReason, fx: &mut Effects) {
         let (pages, objects) = self.index.clear();
         self.verify.sweep = None;
+        self.proof = None;
         let counter = match reason {
             ClearReason::Gap => &mut self.counters.clears_gap,
             ClearReason::Restart => &mut self.counters.clears_restart,
@@ -1173,6 +1434,9 @@ impl Session {
             }
             ClearReason::EndpointChanged => &mut self.counters.clears_endpoint,
             ClearReason::UnreadableRemoval => &mut self.counters.clears_unreadable_removal,
+            ClearReason::Undecodable => &mut self.counters.clears_undecodable,
+            ClearReason::Unproven => &mut self.counters.clears_unproven,
+            ClearReason::StaleBatch => &mut self.counters.clears_stale_batch,
             ClearReason::Requested => &mut self.counters.clears_requested,
             ClearReason::Stale => &mut self.counters.clears_stale,
             ClearReason::PublisherCleared => &mut self.counters.publisher_clears,
@@ -1190,6 +1454,9 @@ impl Session {
                 ClearReason::Gap
                     | ClearReason::Restart
                     | ClearReason::UnreadableRemoval
+                    | ClearReason::Undecodable
+                    | ClearReason::Unproven
+                    | ClearReason::StaleBatch
                     | ClearReason::Requested
                     | ClearReason::Stale
             )
@@ -1231,6 +1498,7 @@ impl Session {
         self.tracker.reset();
         self.stream_start = None;
         self.anchor = None;
+        self.proof = None;
     }
 
     fn start_resync(&mut self, now: Instant, fx: &mut Effects) {
@@ -1257,6 +1525,12 @@ impl Session {
             applied: None,
             seen: BTreeMap::new(),
             cleared: false,
+            before: self
+                .tracker
+                .last_applied()
+                .map(|seq| (seq, self.tracker.last_event_id())),
+            since: Vec::new(),
+            lines: LineFilter::default(),
         };
         fx.push(Effect::FetchSnapshot { request });
     }
@@ -1541,7 +1815,7 @@ impl Session {
             Link::Down { .. } => Health::Disconnected,
             Link::Connecting { .. } => Health::Connecting,
             Link::Up { .. } => match self.resync {
-                Resync::Idle => Health::Live,
+                Resync::Idle if !self.is_unproven() => Health::Live,
                 _ => Health::Recovering,
             },
         };
@@ -1553,6 +1827,22 @@ impl Session {
             self.health = health;
         }
     }
+}
+
+/// Applies one key of a snapshot unless a live batch since the fetch decided its state: removed
+/// (or cleared) keys stay out, stored ones are in already.
+fn store_snapshot_key(
+    index: &mut Index,
+    seen: &BTreeMap<String, bool>,
+    cleared: bool,
+    applied: &mut usize,
+    key: &str,
+) {
+    if cleared || seen.contains_key(key) {
+        return;
+    }
+    let _ = index.store(DEFAULT_TENANT, key, None, None);
+    *applied += 1;
 }
 
 /// An order-independent checksum term of one key (FNV-1a, then mixed): a round's answer names

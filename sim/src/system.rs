@@ -4,7 +4,8 @@
 use std::collections::BTreeMap;
 
 use hicache_index::{
-    Config, ConfigError, Counters, Effects, Health, Hits, Instant, Lookup, QueryError, Seq, Session,
+    Config, ConfigError, Counters, Effects, Health, Hits, Instant, Lookup, QueryError, Seq,
+    Session, Watermark,
 };
 
 /// What the world needs from a session (see [`Session`] for each method's contract).
@@ -22,7 +23,7 @@ pub trait System {
         &mut self,
         now: Instant,
         request: u64,
-        watermark: Option<Seq>,
+        watermark: Option<Watermark>,
         keys: impl IntoIterator<Item = &'k str>,
     ) -> Effects;
     /// Reports a failed snapshot fetch.
@@ -77,7 +78,7 @@ impl System for Session {
         &mut self,
         now: Instant,
         request: u64,
-        watermark: Option<Seq>,
+        watermark: Option<Watermark>,
         keys: impl IntoIterator<Item = &'k str>,
     ) -> Effects {
         Session::handle_snapshot(self, now, request, watermark, keys)
@@ -198,14 +199,17 @@ impl System for GapBlindSession {
         &mut self,
         now: Instant,
         request: u64,
-        watermark: Option<Seq>,
+        watermark: Option<Watermark>,
         keys: impl IntoIterator<Item = &'k str>,
     ) -> Effects {
         // The inner session counts renumbered sequences: translate the watermark to the
         // renumbered sequence of the last batch fed at or below it.
         let watermark = watermark.map(|w| {
-            let below = self.originals.iter().rev().find(|&(_, &o)| o <= w.0);
-            Seq(below.map_or(0, |(&n, &o)| n + (w.0 - o)))
+            let below = self.originals.iter().rev().find(|&(_, &o)| o <= w.seq.0);
+            Watermark {
+                seq: Seq(below.map_or(0, |(&n, &o)| n + (w.seq.0 - o))),
+                events: w.events,
+            }
         });
         self.inner.handle_snapshot(now, request, watermark, keys)
     }

@@ -232,7 +232,7 @@ enum HttpItem {
     },
     SnapshotAnswer {
         request: u64,
-        watermark: Option<hicache_index::Seq>,
+        watermark: Option<hicache_index::Watermark>,
         keys: Vec<ObjId>,
         pos: u64,
     },
@@ -1009,7 +1009,10 @@ impl<S: System> World<S> {
                     self.http_at(now + lat, HttpItem::SnapshotFailed { request });
                 } else {
                     // `GET /kv_events/status` first, then `GET /get_all_keys`.
-                    let watermark = self.http_opts.watermark.then(|| self.master.watermark());
+                    let watermark = self
+                        .http_opts
+                        .watermark
+                        .then(|| hicache_index::Watermark::from(self.master.watermark()));
                     let keys = self.master.all_keys();
                     let pos = self.master.position();
                     self.http_at(

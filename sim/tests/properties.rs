@@ -193,7 +193,7 @@ fn drive(max_held: usize, input: &[(u8, u8)]) -> Trace {
                 t.applied(Seq(seq), fp(f));
                 trace.applied.push((seq, true));
             }
-            Verdict::Duplicate | Verdict::Late => {
+            Verdict::Duplicate | Verdict::Late | Verdict::Stale => {
                 if t.last_applied() != before_last || t.held_count() != before_held {
                     trace
                         .violations
@@ -208,7 +208,8 @@ fn drive(max_held: usize, input: &[(u8, u8)]) -> Trace {
                 ruled = t.hold(Instant::ZERO, Seq(seq), fp(f), f).is_some();
             }
         }
-        while let Some((s, held_fp)) = t.pop_ready() {
+        while let Some((s, held_fp, verdict)) = t.pop_ready() {
+            ruled |= matches!(verdict, Verdict::Restart { .. });
             t.applied(s, fp(held_fp));
             trace.applied.push((s.0, std::mem::take(&mut ruled)));
         }

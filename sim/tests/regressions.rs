@@ -5,7 +5,7 @@
 
 use hicache_index::{
     Config, Effect, Effects, EventKind, Instant, Layout, Lookup, ModelLayout, Namespace, PageHash,
-    ResyncConfig, Seq, Session, SglangParams, Timestamp,
+    ResyncConfig, Seq, Session, SglangParams, Timestamp, Watermark,
 };
 use hicache_index_sim::encode::{encode_message, MasterFlavor, OwnedBatch, OwnedEvent};
 
@@ -153,19 +153,20 @@ fn resync_at_connect_notices_a_batch_lost_after_the_snapshot() {
         // The master's true state and last assigned sequence, as its HTTP side tells them.
         let mut state: Vec<String> = ka.clone();
         let mut watermark = 7u64;
-        let answer = |session: &mut Session,
-                      fx: Effects,
-                      now: Instant,
-                      state: &[String],
-                      w: u64| {
-            for effect in fx.iter() {
-                if let Effect::FetchSnapshot { request } = effect {
-                    let w = with_watermark.then_some(Seq(w));
-                    let _ =
-                        session.handle_snapshot(now, *request, w, state.iter().map(String::as_str));
+        let answer =
+            |session: &mut Session, fx: Effects, now: Instant, state: &[String], w: u64| {
+                for effect in fx.iter() {
+                    if let Effect::FetchSnapshot { request } = effect {
+                        let w = with_watermark.then_some(Seq(w));
+                        let _ = session.handle_snapshot(
+                            now,
+                            *request,
+                            w.map(Watermark::from),
+                            state.iter().map(String::as_str),
+                        );
+                    }
                 }
-            }
-        };
+            };
         // Page A was stored before the subscriber connected (batches 1..=7 never reached it).
         let fx = connect(&mut session);
         answer(&mut session, fx, Instant::from_millis(2), &state, watermark);
@@ -223,7 +224,7 @@ fn restart_between_the_snapshot_and_the_first_batch_is_noticed() {
             let _ = session.handle_snapshot(
                 Instant::from_millis(2),
                 *request,
-                Some(Seq(20)),
+                Some(Seq(20).into()),
                 ka.iter().map(String::as_str),
             );
         }
@@ -245,7 +246,7 @@ fn restart_between_the_snapshot_and_the_first_batch_is_noticed() {
             let _ = session.handle_snapshot(
                 Instant::from_millis(301),
                 *request,
-                Some(Seq(3)),
+                Some(Seq(3).into()),
                 kc.iter().map(String::as_str),
             );
         }
@@ -301,7 +302,12 @@ fn snapshot_of_an_idle_restarted_master_makes_the_session_live() {
         if fetches > 10 {
             break;
         }
-        let fx = session.handle_snapshot(now, request, Some(Seq(0)), std::iter::empty());
+        let fx = session.handle_snapshot(
+            now,
+            request,
+            Some(Seq(0).into()),
+            std::iter::empty::<&str>(),
+        );
         pending.extend(fx.iter().filter_map(|e| match e {
             Effect::FetchSnapshot { request } => Some(*request),
             _ => None,

@@ -48,9 +48,9 @@ fn the_deadline_moves_forward_after_it_fires(ops: Vec<(u8, u8)>) -> bool {
                     _ => None,
                 });
                 if let Some(request) = snapshot {
-                    let fx = h
-                        .session
-                        .handle_snapshot(h.now, request, None, std::iter::empty());
+                    let fx =
+                        h.session
+                            .handle_snapshot(h.now, request, None, std::iter::empty::<&str>());
                     let _ = h.record(fx);
                 }
             }

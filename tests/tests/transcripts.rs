@@ -20,8 +20,8 @@ fn loss_scenario(cfg: Config) -> String {
         let fx = h.session.handle_snapshot(
             h.now,
             request,
-            Some(hicache_index::Seq(0)),
-            std::iter::empty(),
+            Some(hicache_index::Seq(0).into()),
+            std::iter::empty::<&str>(),
         );
         transcript_lines(&mut out, "empty snapshot", &fx);
     }

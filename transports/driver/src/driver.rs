@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hicache_index::{Effect, Effects, Health, Instant, Seq, Session};
+use hicache_index::{Effect, Effects, Health, Instant, Session};
 
 use crate::config::SocketConfig;
 use crate::handle::{Control, Inbox, Shared};
@@ -35,7 +35,9 @@ pub(crate) struct Handover {
     request: u64,
     /// The body of `/get_all_keys`.
     body: Vec<u8>,
-    /// Where the next line begins.
+    /// Where its lines end: before its last `\n`, if it ends in one.
+    end: usize,
+    /// Where the next line begins; past `end` once every line was handed over.
     next: usize,
     /// Chunks applied so far.
     chunks: usize,
@@ -65,6 +67,38 @@ pub struct Driver {
     pub(crate) metrics_interval: Duration,
     pub(crate) next_export: std::time::Instant,
     pub(crate) handover: Option<Handover>,
+}
+
+impl Handover {
+    fn new(request: u64, body: Vec<u8>) -> Handover {
+        let end = body.strip_suffix(b"\n").map_or(body.len(), <[u8]>::len);
+        Handover {
+            request,
+            // An empty list has no line at all, not one empty line.
+            next: usize::from(end == 0),
+            end,
+            body,
+            chunks: 0,
+            last: Duration::ZERO,
+            longest: Duration::ZERO,
+            began: std::time::Instant::now(),
+        }
+    }
+
+    /// The next lines, at most `max` of them: together, every line exactly as
+    /// [`hicache_index::snapshot_lines`] splits the whole body.
+    fn lines(&mut self, max: usize) -> Lines<'_> {
+        Lines {
+            body: &self.body[..self.end],
+            next: &mut self.next,
+            left: max,
+        }
+    }
+
+    /// Reports whether every line was handed over.
+    fn is_done(&self) -> bool {
+        self.next > self.end
+    }
 }
 
 impl std::fmt::Debug for Driver {
@@ -226,16 +260,8 @@ impl Driver {
                 Ok(body) => {
                     // Only begun here: the loop hands the lines over in chunks, feeding the
                     // live batches queued meanwhile between them (see `advance_snapshot`).
-                    self.call(|s, now| s.begin_snapshot(now, request, watermark.map(Seq)));
-                    self.handover = Some(Handover {
-                        request,
-                        body,
-                        next: 0,
-                        chunks: 0,
-                        last: Duration::ZERO,
-                        longest: Duration::ZERO,
-                        began: std::time::Instant::now(),
-                    });
+                    self.call(|s, now| s.begin_snapshot(now, request, watermark));
+                    self.handover = Some(Handover::new(request, body));
                 }
                 Err(error) => {
                     tracing::warn!(request, %error, "fetching the master's key list failed");
@@ -273,21 +299,11 @@ impl Driver {
         let Some(h) = &mut self.handover else {
             return false;
         };
-        if h.next < h.body.len() {
+        if !h.is_done() {
             let held = std::time::Instant::now();
+            let request = h.request;
             let applied = match self.shared.session.write() {
-                Ok(mut session) => {
-                    let lines = Lines {
-                        body: &h.body,
-                        next: &mut h.next,
-                        left: SNAPSHOT_CHUNK_LINES,
-                    };
-                    // TODO(core): hand the lines over as bytes once `snapshot_keys` takes them.
-                    session.snapshot_keys(
-                        h.request,
-                        lines.filter_map(|line| std::str::from_utf8(line).ok()),
-                    )
-                }
+                Ok(mut session) => session.snapshot_keys(request, h.lines(SNAPSHOT_CHUNK_LINES)),
                 Err(_) => None,
             };
             h.last = held.elapsed();
@@ -409,8 +425,8 @@ impl Driver {
     }
 }
 
-/// The next lines of a key list (split on `\n` only, never trimmed), at most `left` of them,
-/// moving `next` past each.
+/// The next lines of a key list's `body` (cut before its last `\n`), split on `\n` only and
+/// never trimmed, at most `left` of them, moving `next` past each (past the end after the last).
 struct Lines<'b> {
     body: &'b [u8],
     next: &'b mut usize,
@@ -421,14 +437,11 @@ impl<'b> Iterator for Lines<'b> {
     type Item = &'b [u8];
 
     fn next(&mut self) -> Option<&'b [u8]> {
-        let rest = self.body.get(*self.next..).filter(|r| !r.is_empty())?;
-        if self.left == 0 {
-            return None;
-        }
+        let rest = self.body.get(*self.next..).filter(|_| self.left > 0)?;
         self.left -= 1;
-        let end = rest.iter().position(|&b| b == b'\n').unwrap_or(rest.len());
-        *self.next += end + 1;
-        Some(&rest[..end])
+        let len = rest.iter().position(|&b| b == b'\n').unwrap_or(rest.len());
+        *self.next += len + 1;
+        Some(&rest[..len])
     }
 }
 
@@ -453,15 +466,31 @@ mod tests {
     use super::*;
 
     #[test]
-    fn key_list_lines_split_on_newlines_only_and_stop_after_a_chunk() {
-        let body = b"a \r\n\nb\n c";
-        let mut next = 0;
-        let lines = |next: &mut usize, left| -> Vec<Vec<u8>> {
-            let lines = Lines { body, next, left };
-            lines.map(<[u8]>::to_vec).collect()
-        };
-        assert_eq!(lines(&mut next, 2), [b"a \r".to_vec(), Vec::new()]);
-        assert_eq!(lines(&mut next, 9), [b"b".to_vec(), b" c".to_vec()]);
-        assert!(lines(&mut next, 9).is_empty());
+    fn key_lists_handed_over_in_chunks_are_split_like_the_whole_body() {
+        let bodies: [&[u8]; 9] = [
+            b"",
+            b"\n",
+            b"\n\n",
+            b"a",
+            b"a\n",
+            b"a\n\n",
+            b"a\nb",
+            b" a \r\n\nb\n\n\n",
+            b"\na\n\xff\n",
+        ];
+        for body in bodies {
+            let whole: Vec<&[u8]> = hicache_index::snapshot_lines(body).collect();
+            for max in 1..4 {
+                let mut h = Handover::new(1, body.to_vec());
+                let mut chunked: Vec<Vec<u8>> = Vec::new();
+                while !h.is_done() {
+                    let before = chunked.len();
+                    chunked.extend(h.lines(max).map(<[u8]>::to_vec));
+                    assert!(chunked.len() - before <= max);
+                }
+                assert!(h.lines(max).next().is_none());
+                assert_eq!(chunked, whole, "{body:?} in chunks of {max}");
+            }
+        }
     }
 }

@@ -276,8 +276,12 @@ mod tests {
             }
             keys.extend(page_keys);
         }
-        let _ =
-            session.handle_snapshot(now, request, Some(Seq(0)), keys.iter().map(String::as_str));
+        let _ = session.handle_snapshot(
+            now,
+            request,
+            Some(Seq(0).into()),
+            keys.iter().map(String::as_str),
+        );
         assert!(session.counters().objects > 0, "{:?}", session.counters());
         let shared = Arc::new(Shared {
             session: RwLock::new(session),

@@ -17,6 +17,8 @@ use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
+use hicache_index::{Seq, Watermark};
+
 use crate::config::{Error, HttpConfig};
 
 /// Where the master's HTTP side is, and the client's limits.
@@ -392,11 +394,11 @@ pub enum HttpOutcome {
     Snapshot {
         /// The core's request number.
         request: u64,
-        /// The last sequence the master had assigned before the list was read
-        /// (`published_batches + dropped_events` of `/kv_events/status`); `None` when the
-        /// master did not tell.
-        watermark: Option<u64>,
-        /// The body of `/get_all_keys`, as the master wrote it (one key a line).
+        /// Where the master's stream stood before the list was read (`/kv_events/status`);
+        /// `None` when the master did not tell.
+        watermark: Option<Watermark>,
+        /// The body of `/get_all_keys`, as the master sent it (split it with
+        /// [`hicache_index::snapshot_lines`]).
         keys: Result<Vec<u8>, HttpError>,
     },
     /// Which keys exist; keys the master did not answer about are left out.
@@ -472,11 +474,16 @@ impl HttpJob {
 }
 
 /// Reads the watermark from a `/kv_events/status` answer: `published_batches + dropped_events`,
-/// the last sequence the master assigned (each dropped event consumes one).
-pub fn parse_watermark(body: &[u8]) -> Option<u64> {
+/// the last sequence the master assigned (each dropped event consumes one), and
+/// `published_events`, the last event id it gave, when it tells.
+pub fn parse_watermark(body: &[u8]) -> Option<Watermark> {
     let value: serde_json::Value = serde_json::from_slice(body).ok()?;
     let field = |name| value.get(name).and_then(serde_json::Value::as_u64);
-    field("published_batches")?.checked_add(field("dropped_events")?)
+    let seq = field("published_batches")?.checked_add(field("dropped_events")?)?;
+    Some(Watermark {
+        seq: Seq(seq),
+        events: field("published_events"),
+    })
 }
 
 /// Reads a `/batch_query_keys` answer: `{"success":true,"data":{"<key>":{"ok":bool,...}}}`.
@@ -667,7 +674,13 @@ mod tests {
     #[test]
     fn the_watermark_is_published_batches_plus_dropped_events() {
         let body = br#"{"enabled":true,"published_batches":70,"dropped_events":11593,"skipped_unparsed_keys":0}"#;
-        assert_eq!(parse_watermark(body), Some(11_663));
+        assert_eq!(parse_watermark(body), Some(Seq(11_663).into()));
+        let body = br#"{"enabled":true,"published_batches":70,"published_events":1200,"dropped_events":3}"#;
+        let seen = Watermark {
+            seq: Seq(73),
+            events: Some(1200),
+        };
+        assert_eq!(parse_watermark(body), Some(seen));
         assert_eq!(parse_watermark(br#"{"enabled":true}"#), None);
         assert_eq!(parse_watermark(b"not found"), None);
     }

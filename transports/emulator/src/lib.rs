@@ -400,9 +400,9 @@ impl Master {
             }
             let events = chunk.len() as u64;
             if !publish {
-                // The master consumes one sequence per event dropped from its queue.
+                // The master consumes one sequence per event dropped from its queue; event ids
+                // go to published events only (spec section 3), so none is consumed.
                 self.next_seq += events;
-                self.next_event_id += events;
                 self.status.dropped_events += events;
                 continue;
             }

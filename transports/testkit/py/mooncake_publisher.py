@@ -86,13 +86,14 @@ class Master:
                         self.keys.add(k)
                     else:
                         self.keys.discard(k)
-                ts = int(time.time() * 1000)
-                events = [self._event(kind, k, ts) for k in chunk]
                 if not publish:
-                    # The master consumes one sequence per event dropped from its queue.
+                    # The master consumes one sequence per event dropped from its queue; event
+                    # ids go to published events only, so none is consumed.
                     self.seq += len(chunk)
                     self.dropped += len(chunk)
                     continue
+                ts = int(time.time() * 1000)
+                events = [self._event(kind, k, ts) for k in chunk]
                 seq = self.seq
                 self.seq += 1
                 payload = msgpack.packb([ts, events, 0], use_bin_type=True)
