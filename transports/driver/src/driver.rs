@@ -203,14 +203,13 @@ impl Driver {
             for (frame, part) in frames.iter_mut().zip(&self.parts[..kept]) {
                 *frame = part;
             }
-            let fx = match self.shared.session.write() {
-                Ok(mut session) => {
-                    let fx = session.feed(now, &frames[..kept]);
-                    self.deadline = session.poll_timeout();
-                    fx
-                }
-                Err(_) => return false,
+            let fed = hold(&self.shared, "batch", |session| {
+                (session.feed(now, &frames[..kept]), session.poll_timeout())
+            });
+            let Some((fx, deadline)) = fed else {
+                return false;
             };
+            self.deadline = deadline;
             self.execute(fx);
             if self.link_changing() {
                 return true;
@@ -302,10 +301,10 @@ impl Driver {
         if !h.is_done() {
             let held = std::time::Instant::now();
             let request = h.request;
-            let applied = match self.shared.session.write() {
-                Ok(mut session) => session.snapshot_keys(request, h.lines(SNAPSHOT_CHUNK_LINES)),
-                Err(_) => None,
-            };
+            let applied = hold(&self.shared, "snapshot chunk", |session| {
+                session.snapshot_keys(request, h.lines(SNAPSHOT_CHUNK_LINES))
+            })
+            .flatten();
             h.last = held.elapsed();
             h.longest = h.longest.max(h.last);
             h.chunks += 1;
@@ -322,7 +321,17 @@ impl Driver {
         let Some(h) = self.handover.take() else {
             return false;
         };
-        self.call(|s, now| s.finish_snapshot(now, h.request));
+        let now = self.now();
+        let finished = hold(&self.shared, "snapshot finish", |session| {
+            (
+                session.finish_snapshot(now, h.request),
+                session.poll_timeout(),
+            )
+        });
+        if let Some((fx, deadline)) = finished {
+            self.deadline = deadline;
+            self.execute(fx);
+        }
         tracing::debug!(
             request = h.request,
             bytes = h.body.len(),
@@ -383,15 +392,13 @@ impl Driver {
     /// returned.
     fn call(&mut self, f: impl FnOnce(&mut Session, Instant) -> Effects) {
         let now = self.now();
-        let fx = match self.shared.session.write() {
-            Ok(mut session) => {
-                let fx = f(&mut session, now);
-                self.deadline = session.poll_timeout();
-                fx
-            }
-            Err(_) => return,
-        };
-        self.execute(fx);
+        let called = hold(&self.shared, "call", |session| {
+            (f(session, now), session.poll_timeout())
+        });
+        if let Some((fx, deadline)) = called {
+            self.deadline = deadline;
+            self.execute(fx);
+        }
     }
 
     fn execute(&mut self, fx: Effects) {
@@ -423,6 +430,28 @@ impl Driver {
             }
         }
     }
+}
+
+/// Write-lock holds at least this long are logged (at debug level, with what held it): a query
+/// may have waited that long.
+const LONG_HOLD: Duration = Duration::from_millis(5);
+
+/// Runs `f` under the session's write lock (for that call only), timing the hold; `None` if a
+/// panic poisoned the lock.
+fn hold<R>(shared: &Shared, what: &'static str, f: impl FnOnce(&mut Session) -> R) -> Option<R> {
+    let mut session = shared.session.write().ok()?;
+    let began = std::time::Instant::now();
+    let r = f(&mut session);
+    drop(session);
+    let held = began.elapsed();
+    if held >= LONG_HOLD {
+        tracing::debug!(
+            what,
+            held_us = u64::try_from(held.as_micros()).unwrap_or(u64::MAX),
+            "long write-lock hold"
+        );
+    }
+    Some(r)
 }
 
 /// The next lines of a key list's `body` (cut before its last `\n`), split on `\n` only and
