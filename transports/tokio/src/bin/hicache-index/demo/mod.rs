@@ -556,7 +556,7 @@ fn report(
     row(
         "removal lag",
         format!(
-            "p50 {} / p99 {} / max {} over {} removals (the master removing to the index applying the batch)",
+            "p50 {} / p99 {} / max {} over {} batches (the master removing to the index applying the batch)",
             millis(lag.quantile(0.5)),
             millis(lag.quantile(0.99)),
             millis(lag.max()),
