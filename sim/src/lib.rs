@@ -17,8 +17,10 @@
 //! - [`master`]: the Mooncake master model (puts, replicas, evictions, silent removals, a
 //!   bounded queue, restarts, the HTTP side), emitting real frames through [`encode`].
 //! - [`network`]: the per-message netem between PUB and SUB.
-//! - [`oracle`]: the event history and the true state, and the safety rule (documented there).
-//! - [`system`]: the session's API as a trait, with a deliberately broken implementation.
+//! - [`oracle`]: the event history and the true state, and the safety rule (documented there);
+//!   [`flight`]: what is still pending for the session, the rule's one excuse.
+//! - [`system`]: the session's API as a trait, with a deliberately broken implementation;
+//!   [`planted`]: one more broken session per class of false hit the sweep must find.
 //! - [`world`]: the driver in virtual time and the checks; [`sweep`]: many seeds, one summary.
 //! - [`reference`](mod@reference): the first implementation's index, the benchmarks'
 //!   yardstick; [`perf`]: what the benchmarks of every crate share (quick mode, where figures
@@ -32,15 +34,17 @@
 //!   cargo test -p hicache-index-sim --test replay -- --nocapture`, or on the command line with
 //!   `--trace`.
 //! - The CI sweep: `cargo test -p hicache-index-sim --release --test sweep -- --ignored`.
-//! - Known core bugs are not provoked unless asked ([`options::Avoid`], `--provoke-known-bugs`);
-//!   each has a regression test in `sim/tests/regressions.rs`.
+//! - Nothing is avoided: every fault kind runs in the sweep; each false hit the simulator found
+//!   has a regression test in `sim/tests/regressions.rs`.
 
 pub mod encode;
+pub mod flight;
 pub mod master;
 pub mod network;
 pub mod options;
 pub mod oracle;
 pub mod perf;
+pub mod planted;
 pub mod reference;
 pub mod rng;
 pub mod sweep;
@@ -49,5 +53,6 @@ pub mod util;
 pub mod world;
 
 pub use options::{Options, Preset};
+pub use planted::{Bug, PlantedBug};
 pub use system::{GapBlindSession, System};
 pub use world::{run, run_catching, run_with, Failure, FailureKind, Report, RunStats, World};

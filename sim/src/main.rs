@@ -9,8 +9,9 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use hicache_index_sim::options::{Avoid, Options, DEFAULT_EVENTS};
-use hicache_index_sim::sweep::{run_seeds, Summary};
+use hicache_index_sim::options::{Options, DEFAULT_EVENTS};
+use hicache_index_sim::sweep::{run_seeds, run_seeds_by, Summary};
+use hicache_index_sim::Bug;
 use hicache_index_sim::Preset;
 
 struct Args {
@@ -20,20 +21,21 @@ struct Args {
     jobs: usize,
     verbose: bool,
     trace: bool,
-    provoke: bool,
+    without: Vec<String>,
+    planted: Option<Bug>,
 }
 
 impl Args {
     fn options(&self, seed: u64) -> Options {
         let mut o = Options::for_seed(seed, self.preset, self.events);
-        if self.provoke {
-            o.avoid = Avoid::NONE;
+        for class in &self.without {
+            o.without(class);
         }
         o
     }
 }
 
-const USAGE: &str = "usage: hicache-index-sim --seeds A..B [--preset calm|lossy|restart-heavy|reorder-heavy|hostile|pristine] [--events N] [--jobs N] [--verbose] [--trace] [--provoke-known-bugs]";
+const USAGE: &str = "usage: hicache-index-sim --seeds A..B [--preset calm|lossy|restart-heavy|reorder-heavy|hostile|pristine] [--events N] [--jobs N] [--verbose] [--trace] [--without CLASS,...] [--planted BUG]";
 
 fn parse() -> Result<Args, String> {
     let mut args = Args {
@@ -43,7 +45,8 @@ fn parse() -> Result<Args, String> {
         jobs: 1,
         verbose: false,
         trace: false,
-        provoke: false,
+        without: Vec::new(),
+        planted: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -78,7 +81,25 @@ fn parse() -> Result<Args, String> {
             }
             "--verbose" => args.verbose = true,
             "--trace" => args.trace = true,
-            "--provoke-known-bugs" => args.provoke = true,
+            "--planted" => {
+                let v = value()?;
+                args.planted = Some(Bug::from_name(&v).ok_or_else(|| {
+                    let names: Vec<&str> = Bug::ALL.iter().map(|b| b.name()).collect();
+                    format!("unknown planted bug {v}; known: {}", names.join(","))
+                })?);
+            }
+            "--without" => {
+                for class in value()?.split(',') {
+                    let mut probe = Options::for_seed(0, None, 1);
+                    if !probe.without(class) {
+                        return Err(format!(
+                            "unknown fault class {class}; known: {}",
+                            Options::CLASSES.join(",")
+                        ));
+                    }
+                    args.without.push(class.to_owned());
+                }
+            }
             "--help" | "-h" => return Err(USAGE.into()),
             other => return Err(format!("unknown argument {other}\n{USAGE}")),
         }
@@ -105,7 +126,12 @@ fn main() -> ExitCode {
     // Wall time only measures the sweep's speed; it never reaches the simulation.
     #[allow(clippy::disallowed_methods)]
     let started = std::time::Instant::now();
-    let reports = run_seeds(args.seeds.clone(), args.jobs, |seed| args.options(seed));
+    let reports = match args.planted {
+        Some(bug) => run_seeds_by(args.seeds.clone(), args.jobs, |seed| {
+            bug.run(&args.options(seed))
+        }),
+        None => run_seeds(args.seeds.clone(), args.jobs, |seed| args.options(seed)),
+    };
     #[allow(clippy::disallowed_methods)]
     let wall: Duration = started.elapsed();
     let mut summary = Summary::default();

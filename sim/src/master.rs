@@ -267,9 +267,32 @@ pub struct Record {
     pub change: Change,
 }
 
+/// What `GET /kv_events/status` answers, as the real master counts (specification section 3):
+/// within one run of the master the counters only grow; a restart sets them back to 0.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Status {
+    /// Batches the publisher made. The model counts a batch whose send failed too (its sequence
+    /// was assigned), so that `published_batches + dropped_events` is the last sequence
+    /// assigned.
+    pub published_batches: u64,
+    /// Events given an id: the last event id given (ids go to published events only).
+    pub published_events: u64,
+    /// Events the full queue dropped (each skipped one sequence, and no event id).
+    pub dropped_events: u64,
+}
+
+impl Status {
+    /// Returns the last sequence the publisher assigned (`published_batches + dropped_events`).
+    pub fn last_seq(&self) -> Seq {
+        Seq(self.published_batches + self.dropped_events)
+    }
+}
+
 /// One message the publisher sent.
 #[derive(Clone, Debug)]
 pub struct Published {
+    /// The message's number over the whole run (from 1, never restarting).
+    pub id: u64,
     /// The master's restart count when it was sent.
     pub epoch: u32,
     /// The sequence.
@@ -278,6 +301,8 @@ pub struct Published {
     pub first_pos: u64,
     /// The history position of its last event.
     pub last_pos: u64,
+    /// The event id of its first event (its events have consecutive ids).
+    pub first_event_id: u64,
     /// How many events it holds.
     pub events: usize,
     /// `[topic, seq, payload]`, as the master's bytes.
@@ -294,6 +319,12 @@ pub struct MasterOutput {
     /// The highest history position whose event will never be sent (queue drop, failed send,
     /// restart); 0 when none.
     pub lost_upto: u64,
+    /// The history positions of the events the full queue dropped.
+    pub dropped: Vec<u64>,
+    /// The history positions of the first events of batches whose send failed.
+    pub failed: Vec<u64>,
+    /// The history positions of restarts.
+    pub restarts: Vec<u64>,
     /// A restart happened; the master is down until this time.
     pub restarted_until: Option<Instant>,
     /// A put happened (the world then runs queries).
@@ -331,6 +362,13 @@ pub enum Action {
     ClearedEvent,
     /// Remove an object and send the `removed` event without its key.
     UnreadableRemoval,
+    /// Send an event of a type the decoder does not know, without a key: a future tenant-wide
+    /// removal (the master forgets the tenant's objects).
+    UnknownKeyless,
+    /// Another client of the default tenant puts keys that are not SGLang object keys but look
+    /// like the keys of one page once trimmed or split at a line break (`"<key> "`,
+    /// `"<key>\r"`, `"x\n<key>"`, `"\n<key>"`), and removes an older one when it has many.
+    ForeignPut,
 }
 
 /// Counts of what the master did.
@@ -355,6 +393,8 @@ pub struct MasterStats {
 const MEM: u8 = 1;
 const DISK: u8 = 2;
 const RECENT_REQUESTS: usize = 512;
+/// The most foreign keys the master holds at once.
+const MAX_FOREIGN: usize = 48;
 const MAX_REQUEST_PAGES: usize = 40;
 /// The batch timestamp's base: a Unix time in milliseconds (above `u32::MAX`, as on the wire).
 const EPOCH_MS: u64 = 1_764_000_000_000;
@@ -365,6 +405,13 @@ enum QKind {
     Removed,
     RemovedWithoutKey,
     Cleared,
+    /// An event of a type this model's decoder does not know, without an object key, for a
+    /// tenant (the target): a future tenant-wide removal.
+    UnknownKeyless,
+    /// A `stored` of a foreign client's key (the target indexes [`Master::foreign_keys`]).
+    ForeignStored,
+    /// A `removed` of a foreign client's key.
+    ForeignRemoved,
 }
 
 #[derive(Copy, Clone, Debug)]
@@ -374,7 +421,6 @@ struct Queued {
     target: u32,
     medium: Option<Medium>,
     pos: u64,
-    event_id: u64,
 }
 
 /// The master model (see the module docs).
@@ -397,13 +443,16 @@ pub struct Master {
     epoch: u32,
     next_seq: u64,
     next_event_id: u64,
+    foreign_keys: Vec<Box<str>>,
+    foreign_present: IdSet,
+    run_dropped: u64,
+    published_ids: u64,
     pos: u64,
     next_action: Instant,
     next_tick: Instant,
     down_until: Option<Instant>,
     faults: bool,
     acting: bool,
-    restarts_allowed: bool,
     stats: MasterStats,
     batch: OwnedBatch,
     spare_events: Vec<OwnedEvent>,
@@ -445,13 +494,16 @@ impl Master {
             epoch: 0,
             next_seq: 1,
             next_event_id: 1,
+            foreign_keys: Vec::new(),
+            foreign_present: IdSet::new(),
+            run_dropped: 0,
+            published_ids: 0,
             pos: 0,
             next_action: Instant::ZERO,
             next_tick: Instant::ZERO,
             down_until: None,
             faults: true,
             acting: true,
-            restarts_allowed: true,
             stats: MasterStats::default(),
             batch: OwnedBatch {
                 seq: Seq(0),
@@ -517,10 +569,19 @@ impl Master {
         self.down_until.is_some_and(|t| now < t)
     }
 
-    /// `GET /kv_events/status`: `published_batches + dropped_events`, the last sequence the
-    /// publisher assigned in the current run of the master (0 before the first).
-    pub fn watermark(&self) -> Seq {
-        Seq(self.next_seq - 1)
+    /// `GET /kv_events/status` of the current run of the master (every counter 0 before the
+    /// first batch).
+    pub fn status(&self) -> Status {
+        Status {
+            published_batches: self.next_seq - 1 - self.run_dropped,
+            published_events: self.next_event_id - 1,
+            dropped_events: self.run_dropped,
+        }
+    }
+
+    /// Returns the history position of the oldest event waiting in the queue.
+    pub fn oldest_queued(&self) -> Option<u64> {
+        self.queue.front().map(|q| q.pos)
     }
 
     /// Returns the number of events waiting in the queue.
@@ -539,6 +600,32 @@ impl Master {
     /// [`Master::key`]), in the master's table order.
     pub fn all_keys(&self) -> Vec<ObjId> {
         self.present[0].as_slice().to_vec()
+    }
+
+    /// `GET /get_all_keys` as the master writes it: every key of the default tenant, one a line,
+    /// each ended by `\n` and nothing trimmed. The foreign keys come after the SGLang ones (a key
+    /// with a `\n` makes two lines). Returns the object whose line is right before the first
+    /// foreign line, if any: a session that skips the lines next to a line that is not a key
+    /// skips it.
+    pub fn all_keys_body(&self, body: &mut Vec<u8>) -> Option<ObjId> {
+        body.clear();
+        for &obj in self.present[0].as_slice() {
+            body.extend_from_slice(self.objects[obj as usize].key.as_bytes());
+            body.push(b'\n');
+        }
+        for &id in self.foreign_present.as_slice() {
+            body.extend_from_slice(self.foreign_keys[id as usize].as_bytes());
+            body.push(b'\n');
+        }
+        let foreign = !self.foreign_present.is_empty();
+        foreign
+            .then(|| self.present[0].as_slice().last().copied())
+            .flatten()
+    }
+
+    /// Returns how many foreign keys the default tenant holds now.
+    pub fn foreign_count(&self) -> usize {
+        self.foreign_present.len()
     }
 
     /// `GET /batch_query_keys`: whether each key exists in the default tenant now.
@@ -565,11 +652,6 @@ impl Master {
         self.acting = on;
     }
 
-    /// Allows or forbids restarts (a forbidden restart action does nothing).
-    pub fn set_restarts_allowed(&mut self, allowed: bool) {
-        self.restarts_allowed = allowed;
-    }
-
     /// Returns when the master next has something to do.
     pub fn next_at(&self) -> Option<Instant> {
         if let Some(up) = self.down_until {
@@ -590,6 +672,7 @@ impl Master {
             self.epoch += 1;
             self.next_seq = 1;
             self.next_event_id = 1;
+            self.run_dropped = 0;
             self.next_action = now;
             self.next_tick = self.tick_after(now);
         }
@@ -602,6 +685,10 @@ impl Master {
             self.act(now, action, out);
             let (lo, hi) = self.opts.action_interval;
             self.next_action = now + self.rng.duration(lo, hi);
+            if self.faults && self.opts.idle > 0.0 && self.rng.chance(self.opts.idle) {
+                let (lo, hi) = self.opts.idle_len;
+                self.next_action = self.next_action + self.rng.duration(lo, hi);
+            }
         }
     }
 
@@ -630,6 +717,8 @@ impl Master {
             (mix.restart, Action::Restart),
             (mix.cleared_event, Action::ClearedEvent),
             (mix.unreadable_removal, Action::UnreadableRemoval),
+            (mix.unknown_keyless, Action::UnknownKeyless),
+            (mix.foreign_put, Action::ForeignPut),
         ];
         let mut u = self.rng.unit();
         for (p, action) in table {
@@ -711,8 +800,7 @@ impl Master {
                     }
                 }
             }
-            Action::Restart if self.restarts_allowed => self.restart(now, out),
-            Action::Restart => {}
+            Action::Restart => self.restart(now, out),
             Action::ClearedEvent => {
                 let tenant = self.rng.index(self.opts.tenants);
                 self.emit(QKind::Cleared, tenant as u32, None, out);
@@ -722,6 +810,16 @@ impl Master {
                 }
                 self.present[tenant].clear();
             }
+            Action::UnknownKeyless => {
+                let tenant = self.rng.index(self.opts.tenants);
+                self.emit(QKind::UnknownKeyless, tenant as u32, None, out);
+                let all = self.present[tenant].as_slice().to_vec();
+                for obj in all {
+                    self.flags[obj as usize] = 0;
+                }
+                self.present[tenant].clear();
+            }
+            Action::ForeignPut => self.foreign_put(out),
             Action::UnreadableRemoval => {
                 if let Some(obj) = self.pick_present(|_| true) {
                     self.take_away(obj);
@@ -733,8 +831,13 @@ impl Master {
 
     fn restart(&mut self, now: Instant, out: &mut MasterOutput) {
         self.stats.restarts += 1;
-        self.record(Change::Restart, out);
-        out.lost(self.pos);
+        let pos = self.record(Change::Restart, out);
+        out.lost(pos);
+        out.restarts.push(pos);
+        if let Some(q) = self.queue.front() {
+            // The queued events die with the master, unsent.
+            out.dropped.push(q.pos);
+        }
         for tenant in 0..TENANTS.len() {
             for &obj in self.present[tenant].as_slice() {
                 self.flags[obj as usize] = 0;
@@ -746,6 +849,37 @@ impl Master {
         let up = now + self.rng.duration(lo, hi);
         self.down_until = Some(up);
         out.restarted_until = Some(up);
+    }
+
+    fn foreign_put(&mut self, out: &mut MasterOutput) {
+        let mut rng = self.rng.clone();
+        let page = (0..8).find_map(|_| {
+            let req = self.recent_request(&mut rng)?;
+            (req.tenant == 0).then(|| req.pages[rng.index(req.pages.len())])
+        });
+        self.rng = rng;
+        let Some(page) = page else {
+            return;
+        };
+        for obj in self.page_objects(page) {
+            let key = &self.objects[obj as usize].key;
+            let odd = match self.rng.below(4) {
+                0 => format!("{key} "),
+                1 => format!("{key}\r"),
+                2 => format!("x\n{key}"),
+                _ => format!("\n{key}"),
+            };
+            let id = self.foreign_keys.len() as u32;
+            self.foreign_keys.push(odd.into_boxed_str());
+            self.foreign_present.insert(id);
+            self.emit(QKind::ForeignStored, id, Some(Medium::Cpu), out);
+        }
+        while self.foreign_present.len() > MAX_FOREIGN {
+            let i = self.rng.index(self.foreign_present.len());
+            let id = self.foreign_present.get(i).expect("index within the set");
+            self.foreign_present.remove(id);
+            self.emit(QKind::ForeignRemoved, id, Some(Medium::Cpu), out);
+        }
     }
 
     fn page_objects(&self, page: PageId) -> std::ops::Range<ObjId> {
@@ -808,16 +942,21 @@ impl Master {
     /// Creates an event: records the change and queues the event (dropping the oldest when full).
     fn emit(&mut self, kind: QKind, target: u32, medium: Option<Medium>, out: &mut MasterOutput) {
         let change = match kind {
-            QKind::Stored => Change::Stored {
+            QKind::Stored => Some(Change::Stored {
                 obj: target,
                 tenant: self.tenant_of(target),
-            },
-            QKind::Removed | QKind::RemovedWithoutKey => Change::Removed { obj: target },
-            QKind::Cleared => Change::Cleared {
+            }),
+            QKind::Removed | QKind::RemovedWithoutKey => Some(Change::Removed { obj: target }),
+            QKind::Cleared | QKind::UnknownKeyless => Some(Change::Cleared {
                 tenant: target as u8,
-            },
+            }),
+            // Foreign keys are no page's objects: the oracle has nothing to learn.
+            QKind::ForeignStored | QKind::ForeignRemoved => None,
         };
-        let pos = self.record(change, out);
+        let pos = match change {
+            Some(change) => self.record(change, out),
+            None => self.pos,
+        };
         self.stats.events += 1;
         let capacity = if self.faults {
             self.opts.queue_capacity.max(1)
@@ -827,17 +966,16 @@ impl Master {
         if self.queue.len() >= capacity {
             let dropped = self.queue.pop_front().expect("a full queue has an oldest");
             self.stats.queue_drops += 1;
+            self.run_dropped += 1;
             self.next_seq += 1;
             out.lost(dropped.pos);
+            out.dropped.push(dropped.pos);
         }
-        let event_id = self.next_event_id;
-        self.next_event_id += 1;
         self.queue.push_back(Queued {
             kind,
             target,
             medium,
             pos,
-            event_id,
         });
     }
 
@@ -1044,23 +1182,34 @@ impl Master {
             items.extend(self.queue.drain(..n));
             let first_pos = items.first().expect("a batch has events").pos;
             let last_pos = items.last().expect("a batch has events").pos;
+            // Event ids are given when a batch is made, to the events it publishes: the ones the
+            // queue dropped never get one, so a batch that follows the previous one starts at
+            // exactly its last id + 1.
+            let first_event_id = self.next_event_id;
+            self.next_event_id += n as u64;
+            self.published_ids += 1;
+            let id = self.published_ids;
             if self.faults && self.rng.chance(self.opts.send_fail) {
+                // The sequence and the ids were consumed: loss after publishing.
                 self.stats.failed_sends += 1;
                 out.lost(last_pos);
+                out.failed.push(first_pos);
                 self.items = items;
                 continue;
             }
             let ms = EPOCH_MS + now.as_nanos() / 1_000_000;
-            self.fill_batch(seq, ms, &items);
+            self.fill_batch(seq, ms, first_event_id, &items);
             self.items = items;
             let mut payload = Vec::with_capacity(n * 420 + 16);
             encode_payload_into(&mut payload, &self.batch, self.opts.flavor);
             self.stats.batches += 1;
             out.published.push(Published {
+                id,
                 epoch: self.epoch,
                 seq,
                 first_pos,
                 last_pos,
+                first_event_id,
                 events: n,
                 frames: [Vec::new(), seq.to_be_bytes().to_vec(), payload],
             });
@@ -1068,7 +1217,7 @@ impl Master {
     }
 
     /// Rewrites the reusable batch in place (no allocation once warm).
-    fn fill_batch(&mut self, seq: u64, ms: u64, items: &[Queued]) {
+    fn fill_batch(&mut self, seq: u64, ms: u64, first_event_id: u64, items: &[Queued]) {
         let batch = &mut self.batch;
         batch.seq = Seq(seq);
         batch.timestamp = Timestamp::Millis(ms);
@@ -1085,28 +1234,37 @@ impl Master {
             batch.events.push(e);
         }
         let flavor = self.opts.flavor;
-        for (ev, q) in batch.events.iter_mut().zip(items) {
+        for ((ev, q), event_id) in batch.events.iter_mut().zip(items).zip(first_event_id..) {
             let (kind, obj) = match q.kind {
                 QKind::Stored => (EventKind::Stored, Some(q.target)),
                 QKind::Removed => (EventKind::Removed, Some(q.target)),
                 QKind::RemovedWithoutKey => (EventKind::Removed, None),
                 QKind::Cleared => (EventKind::Cleared, None),
+                QKind::UnknownKeyless => (EventKind::Unknown, None),
+                QKind::ForeignStored => (EventKind::Stored, None),
+                QKind::ForeignRemoved => (EventKind::Removed, None),
             };
             let tenant = match q.kind {
-                QKind::Cleared => q.target as usize,
+                QKind::Cleared | QKind::UnknownKeyless => q.target as usize,
+                QKind::ForeignStored | QKind::ForeignRemoved => 0,
                 _ => {
                     let o = &self.objects[q.target as usize];
                     self.pages[o.page as usize].tenant as usize
                 }
             };
             ev.kind = kind;
-            ev.event_id = Some(q.event_id);
+            ev.event_id = Some(event_id);
             ev.timestamp_ms = ms;
             ev.medium = q.medium;
             set_opt(&mut ev.tenant_id, Some(TENANTS[tenant]));
-            let key = obj.map(|o| &*self.objects[o as usize].key);
-            let with_key = matches!(q.kind, QKind::Stored | QKind::Removed);
-            set_opt(&mut ev.object_key, key.filter(|_| with_key));
+            let key = match q.kind {
+                QKind::ForeignStored | QKind::ForeignRemoved => {
+                    Some(&*self.foreign_keys[q.target as usize])
+                }
+                QKind::Stored | QKind::Removed => obj.map(|o| &*self.objects[o as usize].key),
+                _ => None,
+            };
+            set_opt(&mut ev.object_key, key);
             let group = match (self.opts.group_ids, obj) {
                 (true, Some(o)) => {
                     let info = &self.objects[o as usize];

@@ -44,6 +44,8 @@ pub enum Origin {
 /// A master message's identity and fate.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct MasterMeta {
+    /// The message's number over the whole run ([`Published::id`]).
+    pub id: u64,
     /// The master's restart count.
     pub epoch: u32,
     /// The sequence sent.
@@ -52,8 +54,14 @@ pub struct MasterMeta {
     pub first_pos: u64,
     /// History position of the last event.
     pub last_pos: u64,
+    /// The event id of its first event.
+    pub first_event_id: u64,
+    /// How many events it holds.
+    pub events: usize,
     /// The message still decodes to the batch that was sent.
     pub intact: bool,
+    /// A late copy: delivered long after the message, across reconnects and clears.
+    pub late: bool,
 }
 
 /// One multipart message in flight.
@@ -112,6 +120,12 @@ pub struct NetStats {
     pub connect_fails: u64,
     /// Connects that never answered.
     pub connect_hangs: u64,
+    /// Payloads replaced by undecodable ones (topic and sequence intact).
+    pub garbled: u64,
+    /// Late copies delivered.
+    pub late_copies: u64,
+    /// Late copies delivered on a later connection than the one their message was sent on.
+    pub late_after_reconnect: u64,
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -137,6 +151,9 @@ pub struct Network {
     next_disconnect: Option<Instant>,
     next_partition: Option<Instant>,
     lost_upto: u64,
+    lost: Vec<(u64, u64)>,
+    late: Vec<(Instant, u32, Message)>,
+    connection: u32,
     stats: NetStats,
 }
 
@@ -157,6 +174,9 @@ impl Network {
             next_disconnect: None,
             next_partition: None,
             lost_upto: 0,
+            lost: Vec::new(),
+            late: Vec::new(),
+            connection: 0,
             stats: NetStats::default(),
         };
         n.next_partition = n.after(Instant::ZERO, n.opts.partitions_per_sec);
@@ -206,6 +226,25 @@ impl Network {
     fn lose(&mut self, origin: Origin) {
         if let Origin::Master(m) = origin {
             self.lost_upto = self.lost_upto.max(m.last_pos);
+            if !m.late {
+                self.lost.push((m.first_pos, m.id));
+            }
+        }
+    }
+
+    /// Moves the master messages lost since the last call to `out`, as `(first_pos, id)`.
+    pub fn drain_lost(&mut self, out: &mut Vec<(u64, u64)>) {
+        out.append(&mut self.lost);
+    }
+
+    /// Calls `f` with every master message in flight (late copies apart).
+    pub fn for_each_in_flight(&self, mut f: impl FnMut(&MasterMeta)) {
+        for msg in self.queue.values() {
+            if let Origin::Master(m) = &msg.origin {
+                if !m.late {
+                    f(m);
+                }
+            }
         }
     }
 
@@ -285,11 +324,15 @@ impl Network {
     pub fn send(&mut self, now: Instant, published: Published) {
         self.stats.sent += 1;
         let meta = MasterMeta {
+            id: published.id,
             epoch: published.epoch,
             seq: published.seq,
             first_pos: published.first_pos,
             last_pos: published.last_pos,
+            first_event_id: published.first_event_id,
+            events: published.events,
             intact: true,
+            late: false,
         };
         let mut msg = Message {
             frames: published.frames.into(),
@@ -324,6 +367,15 @@ impl Network {
             o.bad_frame_count,
             o.duplicate,
         );
+        let (p_garble, p_late, late_delay) = (o.garble, o.late_copy, o.late_delay);
+        if self.rng.chance(p_late) {
+            let mut copy = msg.clone();
+            if let Origin::Master(m) = &mut copy.origin {
+                m.late = true;
+            }
+            let at = now + self.rng.duration(late_delay.0, late_delay.1);
+            self.late.push((at, self.connection, copy));
+        }
         if self.rng.chance(p_drop) {
             self.stats.dropped += 1;
             self.lose(msg.origin);
@@ -332,6 +384,10 @@ impl Network {
         let intact = if self.rng.chance(p_trunc) {
             self.stats.truncated += 1;
             truncate(&mut msg.frames, &mut self.rng);
+            false
+        } else if self.rng.chance(p_garble) {
+            self.stats.garbled += 1;
+            garble(&mut msg.frames, &mut self.rng);
             false
         } else if self.rng.chance(p_corrupt) {
             self.stats.corrupted += 1;
@@ -391,7 +447,12 @@ impl Network {
         } else {
             None
         };
-        [deliver, connecting, disconnect, self.next_partition]
+        let late = if self.link == Link::Up {
+            self.late.iter().map(|&(at, _, _)| at).min()
+        } else {
+            None
+        };
+        [deliver, connecting, disconnect, self.next_partition, late]
             .into_iter()
             .flatten()
             .min()
@@ -413,6 +474,7 @@ impl Network {
                 if at <= now {
                     if ok {
                         self.link = Link::Up;
+                        self.connection += 1;
                         let (lo, hi) = self.opts.slow_join;
                         if self.faults {
                             let window = self.rng.duration(lo, hi);
@@ -437,6 +499,18 @@ impl Network {
                 self.drop_in_flight();
                 return Some(NetEvent::Disconnected);
             }
+            if self.link == Link::Up {
+                let due = self.late.iter().position(|&(at, _, _)| at <= now);
+                if let Some(i) = due {
+                    let (_, connection, msg) = self.late.swap_remove(i);
+                    self.stats.late_copies += 1;
+                    if connection != self.connection {
+                        self.stats.late_after_reconnect += 1;
+                    }
+                    self.stats.delivered += 1;
+                    return Some(NetEvent::Deliver(msg));
+                }
+            }
             let (&key, _) = self.queue.iter().next()?;
             if key.0 > now {
                 return None;
@@ -453,6 +527,33 @@ fn truncate(frames: &mut [Vec<u8>], rng: &mut Rng) {
     if let Some(payload) = frames.get_mut(2) {
         let keep = rng.index(payload.len());
         payload.truncate(keep);
+    }
+}
+
+/// Replaces the payload by one that does not decode (valid msgpack of the wrong shape, or bytes
+/// that are not msgpack), keeping the topic and the sequence frame: a batch whose sequence was
+/// consumed and whose events are unknown.
+fn garble(frames: &mut [Vec<u8>], rng: &mut Rng) {
+    if frames.len() < 3 {
+        return;
+    }
+    let candidates: [&[u8]; 5] = [
+        // [ts, "events", 0]: the events are a string.
+        &[0x93, 0x01, 0xa6, b'e', b'v', b'e', b'n', b't', b's', 0x00],
+        // [ts, [1, 2], 0]: events that are not maps.
+        &[0x93, 0x01, 0x92, 0x01, 0x02, 0x00],
+        // A map, not an array.
+        &[0x81, 0xa1, b'k', 0x01],
+        // Reserved marker bytes.
+        &[0xc1, 0xc1, 0xc1],
+        // Nothing at all.
+        &[],
+    ];
+    let pick = candidates[rng.index(candidates.len())];
+    if decode(&[&frames[0], &frames[1], pick]).is_err() {
+        frames[2] = pick.to_vec();
+    } else {
+        truncate(frames, rng);
     }
 }
 

@@ -106,6 +106,10 @@ pub struct ActionMix {
     pub cleared_event: f64,
     /// A `removed` event without its object key.
     pub unreadable_removal: f64,
+    /// An event of an unknown type without an object key (a future tenant-wide removal).
+    pub unknown_keyless: f64,
+    /// A foreign client puts odd keys that look like one page's keys once trimmed or split.
+    pub foreign_put: f64,
 }
 
 impl ActionMix {
@@ -122,6 +126,8 @@ impl ActionMix {
             restart: 0.0,
             cleared_event: 0.0,
             unreadable_removal: 0.0,
+            unknown_keyless: 0.0,
+            foreign_put: 0.0,
         }
     }
 }
@@ -168,6 +174,11 @@ pub struct MasterOptions {
     pub per_medium_removals: bool,
     /// How long a restarting master is down.
     pub restart_downtime: (Duration, Duration),
+    /// Chance, after an action, that the workers go idle for a while (queries go on: whatever
+    /// the last batch left wrong stays visible).
+    pub idle: f64,
+    /// How long an idle period lasts.
+    pub idle_len: (Duration, Duration),
 }
 
 /// The network's knobs (per message, like a netem).
@@ -183,6 +194,12 @@ pub struct NetworkOptions {
     pub duplicate: f64,
     /// Chance a payload is truncated.
     pub truncate: f64,
+    /// Chance a payload is replaced by one that does not decode, topic and sequence intact.
+    pub garble: f64,
+    /// Chance a message is also delivered much later (after reconnects and clears), as a copy.
+    pub late_copy: f64,
+    /// How long after the message its late copy comes.
+    pub late_delay: (Duration, Duration),
     /// Chance a message is corrupted (payload bytes flipped, or a sequence frame of the wrong
     /// length); only corruption that the decoder rejects, or that decodes to the same batch, is
     /// delivered: TCP and ZeroMQ framing make silent corruption out of scope.
@@ -231,6 +248,28 @@ pub struct HttpOptions {
     pub slow: f64,
     /// The master answers `GET /kv_events/status`, so a snapshot comes with a watermark.
     pub watermark: bool,
+    /// Time between reading `GET /kv_events/status` and reading the key list (heavy load: the
+    /// stream moves on in between).
+    pub status_to_keys: (Duration, Duration),
+    /// Time from reading the key list to the answer's arrival (a large body on a busy link).
+    pub body_time: (Duration, Duration),
+    /// Extra latency of every request under load.
+    pub load: (Duration, Duration),
+}
+
+/// The driver's own timing: a CPU-starved driver stalls while messages queue up.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DriverOptions {
+    /// Stalls per second: the driver hands nothing to the session (messages queue at the
+    /// subscriber, answers wait), then drains everything due; queries go on.
+    pub stalls_per_sec: f64,
+    /// How long a stall lasts.
+    pub stall_len: (Duration, Duration),
+    /// Chance a snapshot answer is applied only after a stall (half the time before the
+    /// messages queued meanwhile, half after).
+    pub snapshot_stall: f64,
+    /// Queries per second besides those after each put (the router asks while workers idle).
+    pub queries_per_sec: f64,
 }
 
 /// The session's configuration knobs.
@@ -256,70 +295,6 @@ pub struct SessionOptions {
     pub requested_clears_per_sec: f64,
 }
 
-/// Coincidences that provoke known core bugs, avoided while the bugs are open (see
-/// `sim/tests/regressions.rs`). Each switch keeps every fault of the presets and removes only the
-/// exact circumstance of one bug; turn them off (`--provoke-known-bugs`) to reproduce the bugs.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Avoid {
-    /// A restarted master whose first batches were lost can send, as the first batch the
-    /// session receives, exactly the sequence after the old master's last one: the session
-    /// applies it as a continuation and keeps the old master's objects (false hits). When set,
-    /// the world does not feed such a batch (it becomes a gap). Regression:
-    /// `restart_whose_first_batches_were_lost_is_not_a_continuation`.
-    pub restart_as_continuation: bool,
-    /// A snapshot taken before the subscriber received its first batch since connecting is
-    /// anchored by the master's watermark; if the master restarts between the snapshot and that
-    /// first batch, the new master's first sequence is at or below the watermark, the stream
-    /// counts as anchored, and the old master's objects stay hits (false hits). When set, the
-    /// master does not restart in that window. Regression:
-    /// `restart_between_the_snapshot_and_the_first_batch_is_noticed`.
-    pub restart_before_first_batch: bool,
-    /// After a master restart, a session whose stream began with the old master reads every
-    /// snapshot of the new, idle master (watermark 0) as a gap, and fetches again forever: it
-    /// never becomes live until the new master publishes. When set, the quiet phase lasts until
-    /// the session has received a batch from the restarted master. Regression:
-    /// `snapshot_of_an_idle_restarted_master_makes_the_session_live`.
-    pub idle_master_after_restart: bool,
-    /// Without a watermark, a snapshot asked for before the stream began cannot be anchored;
-    /// the session then waits for a further batch before fetching again, even when the stream
-    /// began during the fetch, so an idle master leaves it recovering for good. When set (and the
-    /// master has no status endpoint), the quiet phase lasts until the session is live (at most
-    /// ten seconds). Regression:
-    /// `unanchored_snapshot_is_fetched_again_when_the_stream_began_during_the_fetch`.
-    pub idle_master_without_watermark: bool,
-    /// A verification round that fills up in the middle of a page skips the rest of that page,
-    /// and in a stable index the same objects are skipped pass after pass: their staleness is
-    /// never bounded. When set, a stale page left after settling counts only if verification
-    /// sampled its stale object while settling. Regression:
-    /// `verification_reaches_every_object_of_a_page_split_by_the_sample`.
-    pub verify_round_ends_mid_page: bool,
-}
-
-impl Avoid {
-    /// Avoids every known bug that is still open (the fixed ones are provoked as usual).
-    pub const ALL: Avoid = Avoid {
-        // Narrowed, not closed: the core now refuses a next sequence whose event ids do not run
-        // on, but a restarted master whose batches mirror the old one's sizes still passes when
-        // its disconnect goes unseen (transports see it through the socket monitor).
-        restart_as_continuation: true,
-        restart_before_first_batch: true,
-        idle_master_after_restart: true,
-        // Not a bug but the rule: without a watermark, a snapshot is anchored only by a batch,
-        // so a master that never publishes leaves the session recovering (misses, never false
-        // hits). The stream beginning during the fetch is handled (fetched again at once).
-        idle_master_without_watermark: true,
-        verify_round_ends_mid_page: false,
-    };
-    /// Avoids nothing: the world provokes every known bug it can.
-    pub const NONE: Avoid = Avoid {
-        restart_as_continuation: false,
-        restart_before_first_batch: false,
-        idle_master_after_restart: false,
-        idle_master_without_watermark: false,
-        verify_round_ends_mid_page: false,
-    };
-}
-
 /// Everything one run is made of.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Options {
@@ -335,8 +310,6 @@ pub struct Options {
     pub queries_per_action: u32,
     /// Compare every answer with the oracle's exact answer (only without faults).
     pub exact: bool,
-    /// Known core bugs not to provoke.
-    pub avoid: Avoid,
     /// The master.
     pub master: MasterOptions,
     /// The network.
@@ -345,6 +318,8 @@ pub struct Options {
     pub http: HttpOptions,
     /// The session.
     pub session: SessionOptions,
+    /// The driver's timing.
+    pub driver: DriverOptions,
 }
 
 /// The default number of events per run.
@@ -410,6 +385,8 @@ impl Options {
             send_fail: 0.0,
             per_medium_removals: false,
             restart_downtime: (ms(5), ms(200)),
+            idle: 0.0,
+            idle_len: (ms(20), ms(300)),
         };
         let network = NetworkOptions {
             latency: (us(20), r.duration(us(50), ms(2))),
@@ -417,6 +394,9 @@ impl Options {
             drop: 0.0,
             duplicate: 0.0,
             truncate: 0.0,
+            garble: 0.0,
+            late_copy: 0.0,
+            late_delay: (ms(20), ms(400)),
             corrupt: 0.0,
             bad_topic: 0.0,
             bad_frame_count: 0.0,
@@ -439,6 +419,15 @@ impl Options {
             hang: 0.0,
             slow: 0.0,
             watermark: r.chance(0.8),
+            status_to_keys: (Duration::ZERO, us(200)),
+            body_time: (Duration::ZERO, us(500)),
+            load: (Duration::ZERO, Duration::ZERO),
+        };
+        let driver = DriverOptions {
+            stalls_per_sec: 0.0,
+            stall_len: (ms(50), ms(500)),
+            snapshot_stall: 0.0,
+            queries_per_sec: r.range(0, 400) as f64,
         };
         let session = SessionOptions {
             resync: r.chance(0.7),
@@ -462,23 +451,36 @@ impl Options {
             quiet: ms(500),
             queries_per_action: 2,
             exact: false,
-            avoid: Avoid::ALL,
             master,
             network,
             http,
             session,
+            driver,
         };
         o.apply_preset(&mut r);
         o
     }
 
     fn apply_preset(&mut self, r: &mut Rng) {
-        let (m, n, h, s) = (
+        let (m, n, h, s, d) = (
             &mut self.master,
             &mut self.network,
             &mut self.http,
             &mut self.session,
+            &mut self.driver,
         );
+        // Heavy load on the HTTP side: the status read, the key-list read and the answer far
+        // apart, relative to the stream.
+        let heavy_http = |h: &mut HttpOptions, r: &mut Rng| {
+            h.status_to_keys = (Duration::ZERO, r.duration(ms(20), ms(300)));
+            h.body_time = (ms(1), r.duration(ms(10), ms(250)));
+            h.load = (Duration::ZERO, r.duration(ms(1), ms(100)));
+        };
+        // A CPU-starved driver.
+        let starved = |d: &mut DriverOptions, r: &mut Rng| {
+            d.stalls_per_sec = r.unit() * 2.0;
+            d.snapshot_stall = r.unit() * 0.6;
+        };
         match self.preset {
             Preset::Pristine => {
                 m.mix = ActionMix::quiet();
@@ -487,7 +489,9 @@ impl Options {
                 s.index_cap = 1 << 16;
                 self.exact = true;
             }
-            Preset::Calm => {}
+            Preset::Calm => {
+                d.queries_per_sec = d.queries_per_sec.max(50.0);
+            }
             Preset::Lossy => {
                 m.queue_capacity = *r.pick(&[16usize, 32, 64, 256, 65_536]).expect("non-empty");
                 m.batches_per_tick = r.range(1, 4) as usize;
@@ -498,7 +502,16 @@ impl Options {
                 n.partitions_per_sec = r.unit() * 2.0;
                 n.disconnects_per_sec = r.unit() * 1.0;
                 n.slow_join = (Duration::ZERO, r.duration(Duration::ZERO, ms(20)));
+                n.garble = r.unit() * 0.02;
                 h.fail = r.unit() * 0.1;
+                m.idle = r.unit() * 0.01;
+                m.mix.foreign_put = r.unit() * 0.004;
+                if r.chance(0.4) {
+                    heavy_http(h, r);
+                }
+                if r.chance(0.3) {
+                    starved(d, r);
+                }
             }
             Preset::RestartHeavy => {
                 m.mix.restart = r.range(3, 15) as f64 / 1000.0;
@@ -508,6 +521,25 @@ impl Options {
                 n.disconnects_per_sec = r.unit() * 0.5;
                 h.fail = r.unit() * 0.2;
                 h.hang = r.unit() * 0.05;
+                m.idle = r.unit() * 0.01;
+                m.mix.unknown_keyless = r.unit() * 0.002;
+                m.mix.foreign_put = r.unit() * 0.003;
+                if r.chance(0.4) {
+                    // Reordering across restarts: the new master's batches overtake the old one's.
+                    s.reorder = ReorderConfig {
+                        max_held: r.range(2, 16) as usize,
+                        max_delay: Some(r.duration(ms(2), ms(30))),
+                    };
+                    n.reorder_jitter = r.duration(us(100), ms(5));
+                    n.cross_epoch_reorder = true;
+                    n.late_copy = r.unit() * 0.01;
+                }
+                if r.chance(0.3) {
+                    heavy_http(h, r);
+                }
+                if r.chance(0.3) {
+                    starved(d, r);
+                }
             }
             Preset::ReorderHeavy => {
                 let max_held = r.range(2, 32) as usize;
@@ -519,6 +551,18 @@ impl Options {
                 n.duplicate = r.unit() * 0.1;
                 n.drop = r.unit() * 0.01;
                 n.disconnects_per_sec = r.unit() * 0.3;
+                // Around clears and reconnects: late copies of old batches, clears asked for,
+                // restarts whose batches overtake the old master's.
+                n.late_copy = r.unit() * 0.02;
+                s.requested_clears_per_sec = r.unit() * 1.0;
+                m.mix.restart = r.unit() * 0.003;
+                n.restart_reconnect = (Duration::ZERO, r.duration(Duration::ZERO, ms(5)));
+                n.cross_epoch_reorder = r.chance(0.6);
+                n.garble = r.unit() * 0.01;
+                m.idle = r.unit() * 0.01;
+                if r.chance(0.3) {
+                    starved(d, r);
+                }
             }
             Preset::Hostile => {
                 if r.chance(0.3) {
@@ -527,6 +571,8 @@ impl Options {
                         max_delay: Some(r.duration(ms(2), ms(30))),
                     };
                     n.reorder_jitter = r.duration(us(100), ms(3));
+                    n.late_copy = r.unit() * 0.01;
+                    n.cross_epoch_reorder = r.chance(0.5);
                 }
                 m.queue_capacity = *r.pick(&[32usize, 256, 65_536]).expect("non-empty");
                 m.batches_per_tick = r.range(0, 4) as usize;
@@ -556,20 +602,73 @@ impl Options {
                 h.hang = r.unit() * 0.05;
                 h.slow = r.unit() * 0.05;
                 s.requested_clears_per_sec = r.unit() * 0.5;
+                n.garble = r.unit() * 0.01;
+                m.mix.unknown_keyless = r.unit() * 0.003;
+                m.mix.foreign_put = r.unit() * 0.004;
+                m.idle = r.unit() * 0.01;
+                if r.chance(0.4) {
+                    heavy_http(h, r);
+                }
+                if r.chance(0.4) {
+                    starved(d, r);
+                }
             }
         }
     }
 
+    /// The fault classes [`Options::without`] can turn off, to tell which one a failure needs.
+    pub const CLASSES: [&'static str; 10] = [
+        "stalls",
+        "heavy-http",
+        "undecodable",
+        "late-copies",
+        "cross-restart-reorder",
+        "odd-keys",
+        "unknown-keyless",
+        "idle",
+        "extra-queries",
+        "restarts",
+    ];
+
+    /// Turns one fault class of [`Options::CLASSES`] off; returns `false` for an unknown name.
+    pub fn without(&mut self, class: &str) -> bool {
+        let (m, n, h, d) = (
+            &mut self.master,
+            &mut self.network,
+            &mut self.http,
+            &mut self.driver,
+        );
+        match class {
+            "stalls" => {
+                d.stalls_per_sec = 0.0;
+                d.snapshot_stall = 0.0;
+            }
+            "heavy-http" => {
+                h.status_to_keys = (Duration::ZERO, us(200));
+                h.body_time = (Duration::ZERO, us(500));
+                h.load = (Duration::ZERO, Duration::ZERO);
+            }
+            "undecodable" => {
+                n.garble = 0.0;
+                n.truncate = 0.0;
+            }
+            "late-copies" => n.late_copy = 0.0,
+            "cross-restart-reorder" => n.cross_epoch_reorder = false,
+            "odd-keys" => m.mix.foreign_put = 0.0,
+            "unknown-keyless" => m.mix.unknown_keyless = 0.0,
+            "idle" => m.idle = 0.0,
+            "extra-queries" => d.queries_per_sec = 0.0,
+            "restarts" => m.mix.restart = 0.0,
+            _ => return false,
+        }
+        true
+    }
+
     /// Returns the one-line command that replays this run.
     pub fn replay_command(&self) -> String {
-        let (flag, env) = if self.avoid == Avoid::NONE {
-            (" --provoke-known-bugs", " SIM_PROVOKE=1")
-        } else {
-            ("", "")
-        };
         format!(
-            "cargo run -p hicache-index-sim --release -- --seeds {}..{} --preset {} --events {}{flag}   \
-             (or SIM_SEED={} SIM_PRESET={} SIM_EVENTS={}{env} cargo test -p hicache-index-sim --test replay)",
+            "cargo run -p hicache-index-sim --release -- --seeds {}..{} --preset {} --events {}   \
+             (or SIM_SEED={} SIM_PRESET={} SIM_EVENTS={} cargo test -p hicache-index-sim --test replay)",
             self.seed,
             self.seed + 1,
             self.preset,

@@ -15,40 +15,45 @@
 //! "present at position `p`?" for any `p`.
 //!
 //! # What a correct session may claim: the safety rule
-//! Let `L` be the batch the session applied last ([`hicache_index::Session::last_applied_seq`],
-//! resolved to the most recent message with that sequence that was fed to it), and `a` the
-//! history position of `L`'s last event (`a = 0` when nothing is applied). Let `s_1..s_k` be the
-//! history positions at which the master answered the snapshots the session applied
-//! ([`hicache_index::Effect::Resynced`]) since its last full clear ([`hicache_index::Effect::Cleared`]
-//! for any reason but a publisher's tenant clear).
+//! A hit is judged against the master at the time of the query, not against what the session
+//! applied: "the state as of the last batch applied" excused a session that rolled back to an
+//! older batch (a late copy taken as a new baseline brings back stores that later events undid,
+//! and the rule compared with that very batch).
 //!
-//! A required object `X` of a reported hit is **justified** iff
-//! - **(A)** `X` is present in `E` at position `a`, or
-//! - **(B)** `X` belongs to the default tenant and for some snapshot `s_i`, `X` is present in `T`
-//!   at `s_i` and `E` has no removal of `X` in `(s_i, a]`.
+//! Let `P(X, p)` say that object `X` is present at history position `p` in the event history `E`
+//! **or** in the true state `T` (a snapshot reads `T`; a per-medium removal leaves `T` present
+//! while `E` says removed). The only excuse is the stream's own delay: let `h` be the position of
+//! the oldest event still **pending** for the session at the time of the query (see
+//! [`crate::flight`]): unpublished in the master's queue, in flight (in the network, or queued at
+//! the subscriber while the driver is stalled), lost and not yet revealed by a later message, or
+//! handed or revealed less than the reorder window's `max_delay` ago. With nothing pending, `h`
+//! is one past the latest position.
 //!
-//! A hit with an unjustified object is a **false hit**.
+//! A required object `X` of a reported hit is **justified** iff `P(X, p)` holds for some `p` in
+//! `[h - 1, now]`: the master held it (or said so) at some moment the session could still be
+//! reflecting, the state just before the oldest event it cannot know, or any later one.
+//! A hit with an unjustified object is a **false hit**. A justified object with `P(X, now)`
+//! false is an **excused** claim: the world counts them and the longest excuse (the age of
+//! the oldest pending event at the time), so a bound is visible.
 //!
-//! **Why a correct session never breaks it.** Since its last clear, a correct session applied
-//! every batch from its baseline to `L` with no sequence gap (a gap forces a clear), so it saw
-//! every event created between them: if its stream knowledge says `X` is present, the last event
-//! about `X` up to `a` is a store, which is (A). The only other source of presence is a snapshot,
-//! taken from `T` at `s_i` (it never adds anything not in `T`). A correct session applies a
-//! snapshot only when its stream covers every batch the master assigned after it (the anchor:
-//! the stream begins at or before the snapshot's watermark + 1, or began before the fetch was
-//! asked for), so every event created after `s_i` is applied after the snapshot's keys (live, or
-//! replayed from the resync buffer); a removal of `X` in `(s_i, a]` therefore removed it again,
-//! unless a later store brought it back, which is (A). A snapshot that cannot be anchored, or a
-//! stream that turns out to begin too late, must lead to a clear. Removals after `a` are not yet applied:
-//! the index may lag the stream, and a tail removal lost with a gap stays undetectable until the
-//! next batch reveals the gap; the rule allows for both by comparing at `a`, not now. A restart
-//! is a removal of everything at its position, so knowledge of the old master stays justified
-//! only until the session applies a batch of the new one.
+//! **Why a correct session never breaks it.** Everything a correct session holds comes from
+//! events it was handed or from a snapshot of `T` (read after the fetch was asked for, with the
+//! batches since replayed on top). A claim of `X` rests on the last event about `X` it applied,
+//! or the snapshot: that was true at some position; every later change of `X` it was not told
+//! of is pending, so that position is at or after `h - 1`, or a later one is. Once the session
+//! is handed a message after a loss, the loss is no longer pending: a correct session sees the
+//! gap (in the sequence or the event ids) and forgets, so the rule no longer excuses it.
 //!
-//! **Why it catches a session that misses gaps.** A session that applies batch `L` after a gap
-//! without clearing keeps `X` after the lost `removed` of `X` (position in `(…, a]`): `X` is absent
-//! in `E` at `a`, and a snapshot does not help either (it predates the removal, or does not
-//! contain `X`). The planted-bug test shows it.
+//! **The one class no stream signal can reveal.** A restart whose first messages are lost and
+//! whose first message handed continues the old master's last one exactly (next sequence, next
+//! event id) is indistinguishable from a continuation. The world marks such restarts
+//! ([`Oracle::mark_invisible`]): for `E` they then remove nothing, so what they lost counts as
+//! silently removed, stale, and is bounded by verification like any silent removal.
+//!
+//! **Why it catches a session that misses gaps.** A session that applies a batch after a gap
+//! without forgetting keeps `X` after the lost `removed` of `X`; the batch it was handed revealed
+//! the loss, so `h` is past the removal and `P(X, ·)` is false from there on. The planted-bug
+//! tests show it for each class.
 //!
 //! **Staleness** is the separate figure for justified hits whose objects are absent in `T` now:
 //! presence learned from events that a silent removal made stale. Verification bounds it.
@@ -129,6 +134,7 @@ pub struct Oracle {
     e_present: Vec<IdSet>,
     t_present: Vec<IdSet>,
     position: u64,
+    invisible: std::collections::BTreeSet<u64>,
 }
 
 impl Default for Oracle {
@@ -148,6 +154,7 @@ impl Oracle {
             e_present: (0..TENANTS.len()).map(|_| IdSet::new()).collect(),
             t_present: (0..TENANTS.len()).map(|_| IdSet::new()).collect(),
             position: 0,
+            invisible: std::collections::BTreeSet::new(),
         }
     }
 
@@ -262,18 +269,6 @@ impl Oracle {
         self.t.at(obj, pos).is_some_and(|e| e.present)
     }
 
-    /// Reports whether the event history removed `obj` at some position in `(after, upto]`.
-    pub fn e_removed_in(&self, obj: ObjId, after: u64, upto: u64) -> bool {
-        if upto <= after {
-            return false;
-        }
-        self.e
-            .entries(obj)
-            .skip_while(|e| e.pos > upto)
-            .take_while(|e| e.pos > after)
-            .any(|e| !e.present)
-    }
-
     /// Reports whether `obj` is present in the event history at `pos` by a `stored` event created
     /// after position `since`: what a session that missed everything up to `since` and applied
     /// everything up to `pos` holds.
@@ -288,25 +283,38 @@ impl Oracle {
         self.last_store.get(obj as usize).copied().unwrap_or(0)
     }
 
-    /// Applies the safety rule of the module docs to one required object.
-    ///
-    /// `applied` is the position of the last event the session applied (0: none); `snapshots`
-    /// the positions of the snapshots it applied since its last full clear; `default_tenant` says
-    /// whether the object belongs to the tenant snapshots cover.
-    pub fn justified(
-        &self,
-        obj: ObjId,
-        applied: u64,
-        snapshots: &[u64],
-        default_tenant: bool,
-    ) -> bool {
-        if self.e_at(obj, applied) {
-            return true;
-        }
-        default_tenant
-            && snapshots
-                .iter()
-                .any(|&s| self.t_at(obj, s) && !self.e_removed_in(obj, s, applied))
+    /// Marks the restart at `pos` as invisible to the stream (see the module docs): for the
+    /// event history it removes nothing.
+    pub fn mark_invisible(&mut self, pos: u64) {
+        self.invisible.insert(pos);
+    }
+
+    /// Reports whether `obj` is present now in the event history (invisible restarts apart) or
+    /// in the true state.
+    pub fn p_now(&self, obj: ObjId) -> bool {
+        self.present_since(obj, self.position)
+    }
+
+    /// Applies the safety rule of the module docs to one required object: whether `P(obj, p)`
+    /// holds for some position `p >= from`.
+    pub fn present_since(&self, obj: ObjId, from: u64) -> bool {
+        let scan = |h: &History, skip: &dyn Fn(&Entry) -> bool| {
+            for e in h.entries(obj) {
+                if skip(e) {
+                    continue;
+                }
+                if e.pos > from {
+                    if e.present {
+                        return true;
+                    }
+                    continue;
+                }
+                return e.present;
+            }
+            false
+        };
+        let invisible = |e: &Entry| !e.present && self.invisible.contains(&e.pos);
+        scan(&self.e, &invisible) || scan(&self.t, &|_| false)
     }
 
     /// Describes an object's histories (their last changes), for failure reports.
@@ -328,12 +336,14 @@ mod tests {
     }
 
     #[test]
-    fn removal_after_the_applied_point_is_lag_not_a_false_hit() {
+    fn a_removal_still_pending_excuses_the_claim_and_a_known_one_does_not() {
         let mut o = Oracle::new();
         o.apply(&rec(1, Change::Stored { obj: 0, tenant: 0 }));
         o.apply(&rec(2, Change::Removed { obj: 0 }));
-        assert!(o.justified(0, 1, &[], true));
-        assert!(!o.justified(0, 2, &[], true));
+        // The removal at 2 is pending: the state at 1 may still be reflected.
+        assert!(o.present_since(0, 1));
+        assert!(!o.present_since(0, 2));
+        assert!(!o.p_now(0));
     }
 
     #[test]
@@ -342,24 +352,41 @@ mod tests {
         o.apply(&rec(1, Change::Stored { obj: 0, tenant: 0 }));
         o.apply(&rec(2, Change::SilentlyRemoved { obj: 0 }));
         assert!(o.e_now(0) && !o.t_now(0));
-        assert!(o.justified(0, 2, &[], true));
+        assert!(o.p_now(0));
     }
 
     #[test]
-    fn snapshot_justifies_until_an_applied_removal() {
+    fn a_rollback_to_an_older_batch_is_not_excused() {
         let mut o = Oracle::new();
         o.apply(&rec(1, Change::Stored { obj: 0, tenant: 0 }));
         o.apply(&rec(2, Change::Removed { obj: 0 }));
-        o.apply(&rec(3, Change::Stored { obj: 0, tenant: 0 }));
-        o.apply(&rec(4, Change::Removed { obj: 0 }));
-        // A snapshot at 3 has the object; the session applied only up to 2.
-        assert!(o.justified(0, 2, &[3], true));
-        assert!(
-            !o.justified(0, 2, &[3], false),
-            "snapshots cover the default tenant"
-        );
-        // Once it applies the removal at 4, the snapshot no longer justifies it.
-        assert!(!o.justified(0, 4, &[3], true));
+        o.apply(&rec(3, Change::Stored { obj: 1, tenant: 0 }));
+        // Nothing pending: a session that took the batch of position 1 back is wrong now.
+        assert!(!o.present_since(0, 3));
+        // A later presence counts: stored again at 4, removed at 5, pending from 5.
+        o.apply(&rec(4, Change::Stored { obj: 0, tenant: 0 }));
+        o.apply(&rec(5, Change::Removed { obj: 0 }));
+        assert!(o.present_since(0, 4));
+        assert!(o.present_since(0, 3));
+    }
+
+    #[test]
+    fn a_per_medium_removal_leaves_the_true_state_present() {
+        let mut o = Oracle::new();
+        o.apply(&rec(1, Change::Stored { obj: 0, tenant: 0 }));
+        o.apply(&rec(2, Change::Removed { obj: 0 }));
+        o.apply(&rec(3, Change::StillPresent { obj: 0 }));
+        assert!(!o.e_now(0) && o.p_now(0));
+    }
+
+    #[test]
+    fn an_invisible_restart_removes_nothing_from_the_event_history() {
+        let mut o = Oracle::new();
+        o.apply(&rec(1, Change::Stored { obj: 0, tenant: 1 }));
+        o.apply(&rec(2, Change::Restart));
+        assert!(!o.p_now(0));
+        o.mark_invisible(2);
+        assert!(o.p_now(0) && !o.t_now(0), "stale, not a false hit");
     }
 
     #[test]

@@ -169,8 +169,16 @@ pub fn run_seeds<F>(seeds: Range<u64>, jobs: usize, make: F) -> Vec<Report>
 where
     F: Fn(u64) -> Options + Sync,
 {
+    run_seeds_by(seeds, jobs, |seed| run_catching(&make(seed)))
+}
+
+/// Runs `seeds` on `jobs` threads, each through `run`; returns the reports in seed order.
+pub fn run_seeds_by<F>(seeds: Range<u64>, jobs: usize, run: F) -> Vec<Report>
+where
+    F: Fn(u64) -> Report + Sync,
+{
     let jobs = jobs.max(1) as u64;
-    let make = &make;
+    let make = &run;
     let mut reports: Vec<Report> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..jobs)
             .map(|k| {
@@ -178,7 +186,7 @@ where
                 scope.spawn(move || {
                     seeds
                         .filter(|s| s % jobs == k)
-                        .map(|seed| run_catching(&make(seed)))
+                        .map(make)
                         .collect::<Vec<_>>()
                 })
             })

@@ -8,6 +8,8 @@ use hicache_index::{
     Session, Watermark,
 };
 
+use crate::master::Status;
+
 /// What the world needs from a session (see [`Session`] for each method's contract).
 pub trait System {
     /// Feeds one multipart message.
@@ -18,13 +20,15 @@ pub trait System {
     fn handle_connected(&mut self, now: Instant) -> Effects;
     /// Reports that the connection was lost or failed.
     fn handle_disconnected(&mut self, now: Instant) -> Effects;
-    /// Hands over a snapshot answer with the master's watermark.
-    fn handle_snapshot<'k>(
+    /// Hands over a snapshot answer: the master's `GET /kv_events/status` read first (`None`
+    /// when the master does not tell), then the `GET /get_all_keys` body cut into lines at `\n`
+    /// (each line exactly as the master wrote it, without its `\n`).
+    fn handle_snapshot(
         &mut self,
         now: Instant,
         request: u64,
-        watermark: Option<Watermark>,
-        keys: impl IntoIterator<Item = &'k str>,
+        status: Option<Status>,
+        lines: &[&[u8]],
     ) -> Effects;
     /// Reports a failed snapshot fetch.
     fn handle_snapshot_failed(&mut self, now: Instant, request: u64) -> Effects;
@@ -74,14 +78,14 @@ impl System for Session {
     fn handle_disconnected(&mut self, now: Instant) -> Effects {
         Session::handle_disconnected(self, now)
     }
-    fn handle_snapshot<'k>(
+    fn handle_snapshot(
         &mut self,
         now: Instant,
         request: u64,
-        watermark: Option<Watermark>,
-        keys: impl IntoIterator<Item = &'k str>,
+        status: Option<Status>,
+        lines: &[&[u8]],
     ) -> Effects {
-        Session::handle_snapshot(self, now, request, watermark, keys)
+        handle_snapshot_with(self, now, request, status, true, lines)
     }
     fn handle_verify_failed(&mut self, now: Instant, request: u64) -> Effects {
         Session::handle_verify_failed(self, now, request)
@@ -124,6 +128,23 @@ impl System for Session {
     fn holds_object(&self, tenant: &str, key: &str) -> Option<bool> {
         Some(self.index().contains_key(tenant, key))
     }
+}
+
+/// Hands a snapshot to a real session: the status becomes the watermark (its event count only
+/// when `events` is set), the lines go as they are.
+pub fn handle_snapshot_with(
+    session: &mut Session,
+    now: Instant,
+    request: u64,
+    status: Option<Status>,
+    events: bool,
+    lines: &[&[u8]],
+) -> Effects {
+    let watermark = status.map(|s| Watermark {
+        seq: s.last_seq(),
+        events: events.then_some(s.published_events),
+    });
+    Session::handle_snapshot(session, now, request, watermark, lines.iter())
 }
 
 /// A deliberately broken session: it renumbers the sequence frames of the messages it is fed
@@ -195,23 +216,26 @@ impl System for GapBlindSession {
     fn handle_disconnected(&mut self, now: Instant) -> Effects {
         self.inner.handle_disconnected(now)
     }
-    fn handle_snapshot<'k>(
+    fn handle_snapshot(
         &mut self,
         now: Instant,
         request: u64,
-        watermark: Option<Watermark>,
-        keys: impl IntoIterator<Item = &'k str>,
+        status: Option<Status>,
+        lines: &[&[u8]],
     ) -> Effects {
         // The inner session counts renumbered sequences: translate the watermark to the
-        // renumbered sequence of the last batch fed at or below it.
-        let watermark = watermark.map(|w| {
-            let below = self.originals.iter().rev().find(|&(_, &o)| o <= w.seq.0);
-            Watermark {
-                seq: Seq(below.map_or(0, |(&n, &o)| n + (w.seq.0 - o))),
-                events: w.events,
+        // renumbered sequence of the last batch fed at or below it. The event ids were
+        // stripped, so the event count means nothing to it either.
+        let status = status.map(|s| {
+            let w = s.last_seq().0;
+            let below = self.originals.iter().rev().find(|&(_, &o)| o <= w);
+            Status {
+                published_batches: below.map_or(0, |(&n, &o)| n + (w - o)),
+                published_events: 0,
+                dropped_events: 0,
             }
         });
-        self.inner.handle_snapshot(now, request, watermark, keys)
+        handle_snapshot_with(&mut self.inner, now, request, status, false, lines)
     }
     fn handle_verify_failed(&mut self, now: Instant, request: u64) -> Effects {
         self.inner.handle_verify_failed(now, request)

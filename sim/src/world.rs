@@ -55,6 +55,13 @@ use crate::rng::Rng;
 use crate::system::System;
 use crate::util::Transcript;
 
+mod checks;
+mod delivery;
+mod http;
+
+pub use http::body_lines;
+use http::HttpItem;
+
 /// What went wrong in a run.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum FailureKind {
@@ -146,9 +153,26 @@ pub struct RunStats {
     pub stale_hits_other_tenants: u64,
     /// Pages checked for liveness at the end.
     pub liveness_pages: u64,
-    /// Batches not fed because they would provoke a known core bug (see
-    /// [`crate::options::Avoid`]).
-    pub avoided_continuations: u64,
+    /// Claims excused because a change of their object was still pending for the session
+    /// (pages; see [`crate::oracle`]).
+    pub excused_claims: u64,
+    /// The longest excuse: the age of the oldest pending event behind an excused claim.
+    pub longest_excuse: Duration,
+    /// Restarts whose first message handed continued the old master's exactly (no stream signal
+    /// can reveal them; counted as silent removals).
+    pub invisible_restarts: u64,
+    /// Messages handed with an undecodable payload, topic and sequence intact.
+    pub undecodable_with_seq: u64,
+    /// Messages of an older master run handed after one of a newer run.
+    pub cross_restart_reorders: u64,
+    /// Late copies handed after the session forgot everything since their message was sent.
+    pub late_after_clear: u64,
+    /// Driver stalls.
+    pub stalls: u64,
+    /// Snapshot answers applied only after a stall.
+    pub snapshot_stalls: u64,
+    /// Snapshot answers whose body had foreign lines (odd keys, split keys).
+    pub odd_snapshots: u64,
     /// Liveness was skipped (the index evicted).
     pub liveness_skipped: bool,
     /// Index evictions.
@@ -225,34 +249,6 @@ enum Phase {
     Done,
 }
 
-#[derive(Clone, Debug)]
-enum HttpItem {
-    SnapshotServer {
-        request: u64,
-    },
-    SnapshotAnswer {
-        request: u64,
-        watermark: Option<hicache_index::Watermark>,
-        keys: Vec<ObjId>,
-        pos: u64,
-    },
-    SnapshotFailed {
-        request: u64,
-    },
-    VerifyServer {
-        request: u64,
-        keys: Vec<String>,
-    },
-    VerifyFailed {
-        request: u64,
-    },
-    VerifyAnswer {
-        request: u64,
-        keys: Vec<String>,
-        found: Vec<bool>,
-    },
-}
-
 /// The pools of a model as suffix ranges with their policies.
 #[derive(Copy, Clone, Debug)]
 struct PoolPlan {
@@ -296,9 +292,7 @@ pub struct World<S: System> {
     query_rng: Rng,
     other_rng: Rng,
     fed: Vec<(u32, u64)>,
-    fed_epoch: u32,
     applied_pos: u64,
-    anchored: bool,
     snapshots: Vec<u64>,
     p_loss: u64,
     next_stray: Option<Instant>,
@@ -316,14 +310,18 @@ pub struct World<S: System> {
     spins: u32,
     trace: bool,
     settle_cap: Instant,
-    quiet_cap: Instant,
     settle_keys: u64,
     verified_at_settle: u64,
-    verified_while_settling: crate::util::IdSet,
     /// The time of each history position, in position order.
     record_times: Vec<(u64, Instant)>,
     /// The longest a delivered message's oldest event had existed when it arrived.
     evidence_lag: Duration,
+    /// What is handed to the session when, and what is still pending for it.
+    driver: delivery::Driver,
+    /// Objects whose snapshot line was next to a foreign line (a careful session may skip it).
+    shadowed: crate::util::IdSet,
+    /// The horizon the current query is judged against.
+    judge: Option<u64>,
 }
 
 /// Runs one seed's options against the real [`Session`].
@@ -387,6 +385,13 @@ impl<S: System> World<S> {
         let next_clear = other_rng
             .exponential(opts.session.requested_clears_per_sec)
             .map(|d| Instant::ZERO + d);
+        let opts_driver = opts.driver.clone();
+        let grace = opts.session.reorder.max_delay.unwrap_or(Duration::ZERO);
+        let grace = if opts.session.reorder.max_held > 0 {
+            grace
+        } else {
+            Duration::ZERO
+        };
         World {
             http_opts: opts.http.clone(),
             opts,
@@ -404,9 +409,7 @@ impl<S: System> World<S> {
             query_rng: root.fork(4),
             other_rng,
             fed: Vec::new(),
-            fed_epoch: 0,
             applied_pos: 0,
-            anchored: false,
             snapshots: Vec::new(),
             p_loss: 0,
             next_stray,
@@ -424,12 +427,13 @@ impl<S: System> World<S> {
             spins: 0,
             trace: false,
             settle_cap: Instant::ZERO,
-            quiet_cap: Instant::ZERO,
             settle_keys: 0,
             verified_at_settle: 0,
-            verified_while_settling: crate::util::IdSet::new(),
             record_times: Vec::new(),
             evidence_lag: Duration::ZERO,
+            driver: delivery::Driver::new(&root, &opts_driver, grace),
+            shadowed: crate::util::IdSet::new(),
+            judge: None,
         }
     }
 
@@ -560,6 +564,7 @@ impl<S: System> World<S> {
     }
 
     fn enter_quiet(&mut self) {
+        self.driver.faults_off();
         self.master.set_faults(false);
         self.net.set_faults(self.now, false);
         self.http_opts.fail = 0.0;
@@ -571,10 +576,10 @@ impl<S: System> World<S> {
         self.phase = Phase::Quiet {
             until: self.now + self.opts.quiet,
         };
-        self.quiet_cap = self.now + self.opts.quiet + Duration::from_secs(10);
     }
 
     fn enter_settle(&mut self) {
+        self.driver.queries_off();
         self.master.set_acting(false);
         let c = self.sut.counters();
         // Long enough to reconnect and resync; with verification on, settling also lasts until
@@ -604,15 +609,17 @@ impl<S: System> World<S> {
             {
                 self.enter_quiet();
             }
+            let stalled = self.stalled();
             let candidates = [
-                self.net.next_at(),
-                self.http.keys().next().map(|&(at, _)| at),
-                self.sut.poll_timeout(),
+                self.net.next_at().filter(|_| !stalled),
+                self.next_http(stalled).map(|(at, _)| at),
+                self.sut.poll_timeout().filter(|_| !stalled),
                 self.master.next_at(),
                 self.next_stray,
                 self.next_junk,
-                self.next_clear,
+                self.next_clear.filter(|_| !stalled),
                 self.phase_deadline(),
+                self.driver.next_at(),
             ];
             let Some(next) = candidates.into_iter().flatten().min() else {
                 if stop.is_some() {
@@ -649,18 +656,30 @@ impl<S: System> World<S> {
     /// Does one due thing at `self.now`.
     fn step_once(&mut self) {
         let now = self.now;
-        if let Some(event) = self.net.poll(now) {
-            self.on_net(event);
-            return;
+        let stalled = self.stalled();
+        if !stalled {
+            if let Some(item) = self.end_stall() {
+                self.on_http(item);
+                return;
+            }
+            if let Some(event) = self.net.poll(now) {
+                self.on_net(event);
+                return;
+            }
         }
-        if let Some((&key, _)) = self.http.iter().next() {
-            if key.0 <= now {
-                let item = self.http.remove(&key).expect("the first key is there");
+        if let Some((at, key)) = self.next_http(stalled) {
+            if at <= now {
+                let item = self.http.remove(&key).expect("the key is there");
                 self.on_http(item);
                 return;
             }
         }
-        if self.sut.poll_timeout().is_some_and(|t| t <= now) {
+        if self.driver_step() {
+            return;
+        }
+        if stalled {
+            // The master, the stray publisher and the phases go on; the driver does not.
+        } else if self.sut.poll_timeout().is_some_and(|t| t <= now) {
             let fx = self.sut.handle_timeout(now);
             self.absorb(fx, None);
             if self.sut.poll_timeout().is_some_and(|t| t <= now) {
@@ -697,7 +716,7 @@ impl<S: System> World<S> {
             self.next_junk = self.other_rng.exponential(rate).map(|d| now + d);
             return;
         }
-        if self.next_clear.is_some_and(|t| t <= now) {
+        if !stalled && self.next_clear.is_some_and(|t| t <= now) {
             let fx = self.sut.clear(now);
             self.absorb(fx, None);
             let rate = self.opts.session.requested_clears_per_sec;
@@ -705,23 +724,7 @@ impl<S: System> World<S> {
             return;
         }
         match self.phase {
-            Phase::Quiet { until } if until <= now => {
-                let restarted = self.master.stats().restarts > 0;
-                let unheard = self.master.is_down(now) || self.fed_epoch < self.master.epoch();
-                let unanchored = !self.opts.http.watermark
-                    && self.sut.health() != Health::Live
-                    && now < self.quiet_cap;
-                if (self.opts.avoid.idle_master_after_restart && restarted && unheard)
-                    || (self.opts.avoid.idle_master_without_watermark && unanchored)
-                {
-                    // Keep serving (see `Avoid`).
-                    self.phase = Phase::Quiet {
-                        until: now + Duration::from_millis(10),
-                    };
-                } else {
-                    self.enter_settle();
-                }
-            }
+            Phase::Quiet { until } if until <= now => self.enter_settle(),
             Phase::Settle { until } if until <= now => {
                 // Settled once the publisher and the network are empty, and verification has
                 // had its rounds.
@@ -747,6 +750,12 @@ impl<S: System> World<S> {
             self.oracle.apply(&record);
             self.record_times.push((record.pos, self.now));
         }
+        for pos in out.dropped.drain(..).chain(out.failed.drain(..)) {
+            self.driver.flight.lost_at_master(pos);
+        }
+        for pos in out.restarts.drain(..) {
+            self.driver.flight.lost_at_master(pos);
+        }
         self.p_loss = self.p_loss.max(out.lost_upto);
         out.lost_upto = 0;
         if let Some(up) = out.restarted_until.take() {
@@ -763,320 +772,10 @@ impl<S: System> World<S> {
         for published in out.published.drain(..) {
             self.net.send(self.now, published);
         }
+        self.sync_losses();
         if core::mem::take(&mut out.put) {
             for _ in 0..self.opts.queries_per_action {
                 self.random_query();
-            }
-        }
-    }
-
-    // ---- the network ----
-
-    fn on_net(&mut self, event: NetEvent) {
-        let now = self.now;
-        match event {
-            NetEvent::Connected => {
-                if self.trace {
-                    eprintln!("{:>14} net connected", now.as_nanos());
-                }
-                self.anchored = false;
-                let fx = self.sut.handle_connected(now);
-                self.absorb(fx, None);
-            }
-            NetEvent::ConnectFailed | NetEvent::Disconnected => {
-                let fx = self.sut.handle_disconnected(now);
-                self.absorb(fx, None);
-            }
-            NetEvent::Deliver(msg) => self.deliver(msg),
-        }
-    }
-
-    /// Returns when the history position `pos` was created.
-    fn time_of(&self, pos: u64) -> Instant {
-        let i = self.record_times.partition_point(|&(p, _)| p < pos);
-        self.record_times.get(i).map_or(self.now, |&(_, at)| at)
-    }
-
-    fn deliver(&mut self, msg: Message) {
-        if let Origin::Master(m) = &msg.origin {
-            let lag = self.now - self.time_of(m.first_pos);
-            self.evidence_lag = self.evidence_lag.max(lag);
-        }
-        if let Origin::Master(m) = msg.origin {
-            if m.intact {
-                if self.opts.avoid.restart_as_continuation && self.is_restart_continuation(&m) {
-                    self.stats.avoided_continuations += 1;
-                    self.p_loss = self.p_loss.max(m.last_pos);
-                    return;
-                }
-                let i = m.seq as usize;
-                if self.fed.len() <= i {
-                    self.fed.resize(i + 1, (0, 0));
-                }
-                self.fed[i] = (m.epoch, m.last_pos);
-                self.fed_epoch = self.fed_epoch.max(m.epoch);
-                self.anchored = true;
-                self.master.set_restarts_allowed(true);
-            }
-        }
-        if self.trace {
-            eprintln!("{:>14} deliver {:?}", self.now.as_nanos(), msg.origin);
-        }
-        let mut refs: [&[u8]; 4] = [&[]; 4];
-        let n = msg.frames.len().min(4);
-        for (r, f) in refs.iter_mut().zip(&msg.frames) {
-            *r = f;
-        }
-        let fx = self.sut.feed(self.now, &refs[..n]);
-        self.absorb(fx, None);
-        if self.opts.exact {
-            if let Origin::Master(m) = msg.origin {
-                if m.intact {
-                    self.check_batch_objects(&msg.frames);
-                }
-            }
-        }
-    }
-
-    /// Reports whether a batch of a newer master would be applied as the continuation of the
-    /// old master's last applied batch (see [`crate::options::Avoid`]).
-    fn is_restart_continuation(&self, m: &crate::network::MasterMeta) -> bool {
-        let Some(last) = self.sut.last_applied_seq() else {
-            return false;
-        };
-        let Some(&(epoch, _)) = self.fed.get(last.0 as usize) else {
-            return false;
-        };
-        m.epoch > epoch && m.seq == last.0.wrapping_add(1)
-    }
-
-    /// Exact mode: after a batch, the index holds each of its objects exactly when the oracle
-    /// says so.
-    fn check_batch_objects(&mut self, frames: &[Vec<u8>]) {
-        let Ok(batch) = hicache_index::decode(&[&frames[0], &frames[1], &frames[2]]) else {
-            return;
-        };
-        let since = self.p_loss.max(self.net.lost_upto());
-        for event in &batch.events {
-            let (Some(key), Some(tenant)) = (event.object_key, event.tenant_id) else {
-                continue;
-            };
-            let Some(t) = TENANTS.iter().position(|&n| n == tenant) else {
-                continue;
-            };
-            let Some(obj) = self.master.find_object(t as u8, key) else {
-                continue;
-            };
-            let want = self.oracle.e_stored_between(obj, since, self.applied_pos);
-            if let Some(got) = self.sut.holds_object(tenant, key) {
-                if got != want {
-                    let detail = format!(
-                        "after batch {:?}, the index holds {key} of {tenant}: {got}, the oracle \
-                         says {want} (applied position {}, since {since}); {}",
-                        batch.seq,
-                        self.applied_pos,
-                        self.oracle.describe(obj)
-                    );
-                    self.fail(FailureKind::Mismatch, detail);
-                    return;
-                }
-            }
-        }
-    }
-
-    fn send_stray(&mut self) {
-        let pages = self.master.pages().len();
-        if pages == 0 {
-            return;
-        }
-        let mut events = Vec::new();
-        for _ in 0..self.other_rng.range(1, 4) {
-            let page = self.master.page(self.other_rng.index(pages) as PageId);
-            let obj = page.first_obj + self.other_rng.below(u64::from(page.objs)) as u32;
-            let mut ev = OwnedEvent::new(
-                hicache_index::EventKind::Stored,
-                self.master.key(obj).to_owned(),
-            );
-            ev.tenant_id = Some(TENANTS[page.tenant as usize].to_owned());
-            events.push(ev);
-        }
-        let batch = OwnedBatch {
-            seq: hicache_index::Seq(self.stray_seq),
-            timestamp: Timestamp::Seconds(1.764e9),
-            dp_rank: None,
-            events,
-        };
-        self.stray_seq += 1;
-        let topic = b"kv-events@vllm-worker".to_vec();
-        let frames = vec![
-            topic,
-            batch.seq.0.to_be_bytes().to_vec(),
-            encode_payload(&batch, self.opts.master.flavor),
-        ];
-        self.net.send_other(
-            self.now,
-            Message {
-                frames,
-                origin: Origin::Stray,
-            },
-        );
-    }
-
-    fn send_junk(&mut self) {
-        let n = [1usize, 2, 4][self.other_rng.index(3)];
-        let frames = (0..n)
-            .map(|_| {
-                let len = self.other_rng.index(12);
-                (0..len).map(|_| self.other_rng.next_u64() as u8).collect()
-            })
-            .collect();
-        self.net.send_other(
-            self.now,
-            Message {
-                frames,
-                origin: Origin::Junk,
-            },
-        );
-    }
-
-    // ---- HTTP ----
-
-    fn http_latency(&mut self) -> Duration {
-        let (lo, hi) = self.http_opts.latency;
-        self.http_rng.duration(lo, hi)
-    }
-
-    fn http_at(&mut self, at: Instant, item: HttpItem) {
-        self.http_counter += 1;
-        self.http.insert((at, self.http_counter), item);
-    }
-
-    /// Decides a request's fate: `None` = never answers; `Some(false)` = fails; `Some(true)` =
-    /// reaches the server, at the returned time.
-    fn http_fate(&mut self) -> (Option<bool>, Instant) {
-        let lat = self.http_latency();
-        let o = self.http_opts.clone();
-        if self.http_rng.chance(o.hang) {
-            return (None, self.now);
-        }
-        if self.http_rng.chance(o.fail) {
-            return (Some(false), self.now + lat);
-        }
-        let slow = if self.http_rng.chance(o.slow) {
-            Duration::from_millis(400)
-        } else {
-            Duration::ZERO
-        };
-        (Some(true), self.now + lat + slow)
-    }
-
-    fn on_fetch(&mut self, request: u64) {
-        match self.http_fate() {
-            (None, _) => {}
-            (Some(false), at) => self.http_at(at, HttpItem::SnapshotFailed { request }),
-            (Some(true), at) => self.http_at(at, HttpItem::SnapshotServer { request }),
-        }
-    }
-
-    fn on_verify(&mut self, request: u64, keys: Vec<String>) {
-        if matches!(self.phase, Phase::Settle { .. }) {
-            for key in &keys {
-                if let Some(obj) = self.master.find_object(0, key) {
-                    self.verified_while_settling.insert(obj);
-                }
-            }
-        }
-        match self.http_fate() {
-            (None, _) => {}
-            (Some(false), at) => self.http_at(at, HttpItem::VerifyFailed { request }),
-            (Some(true), at) => self.http_at(at, HttpItem::VerifyServer { request, keys }),
-        }
-    }
-
-    fn on_http(&mut self, item: HttpItem) {
-        let now = self.now;
-        match item {
-            HttpItem::SnapshotServer { request } => {
-                if self.opts.avoid.restart_before_first_batch {
-                    // No restart until the stream this snapshot must be anchored to delivers a
-                    // batch (see `Avoid`): a session may start its stream over on any snapshot
-                    // (a watermark below what it applied means the master restarted).
-                    self.anchored = false;
-                    self.master.set_restarts_allowed(false);
-                }
-                let lat = self.http_latency();
-                if self.master.is_down(now) {
-                    self.http_at(now + lat, HttpItem::SnapshotFailed { request });
-                } else {
-                    // `GET /kv_events/status` first, then `GET /get_all_keys`.
-                    let watermark = self
-                        .http_opts
-                        .watermark
-                        .then(|| hicache_index::Watermark::from(self.master.watermark()));
-                    let keys = self.master.all_keys();
-                    let pos = self.master.position();
-                    self.http_at(
-                        now + lat,
-                        HttpItem::SnapshotAnswer {
-                            request,
-                            watermark,
-                            keys,
-                            pos,
-                        },
-                    );
-                }
-            }
-            HttpItem::SnapshotAnswer {
-                request,
-                watermark,
-                keys,
-                pos,
-            } => {
-                let master = &self.master;
-                let fx = self.sut.handle_snapshot(
-                    now,
-                    request,
-                    watermark,
-                    keys.iter().map(|&o| master.key(o)),
-                );
-                self.absorb(fx, Some(pos));
-            }
-            HttpItem::SnapshotFailed { request } => {
-                let fx = self.sut.handle_snapshot_failed(now, request);
-                self.absorb(fx, None);
-            }
-            HttpItem::VerifyFailed { request } => {
-                let fx = self.sut.handle_verify_failed(now, request);
-                self.absorb(fx, None);
-            }
-            HttpItem::VerifyServer { request, keys } => {
-                if self.master.is_down(now) {
-                    let lat = self.http_latency();
-                    self.http_at(now + lat, HttpItem::VerifyFailed { request });
-                    return;
-                }
-                let found = self.master.batch_query(&keys);
-                let lat = self.http_latency();
-                self.http_at(
-                    now + lat,
-                    HttpItem::VerifyAnswer {
-                        request,
-                        keys,
-                        found,
-                    },
-                );
-            }
-            HttpItem::VerifyAnswer {
-                request,
-                keys,
-                found,
-            } => {
-                let fx = self.sut.handle_verify_result(
-                    now,
-                    request,
-                    keys.iter().map(String::as_str).zip(found.iter().copied()),
-                );
-                self.absorb(fx, None);
             }
         }
     }
@@ -1103,6 +802,7 @@ impl<S: System> World<S> {
                 Effect::FetchSnapshot { request } => self.on_fetch(request),
                 Effect::VerifyKeys { request, keys } => self.on_verify(request, keys),
                 Effect::Cleared { reason, .. } if reason != ClearReason::PublisherCleared => {
+                    self.driver.last_clear_at = self.now;
                     self.snapshots.clear();
                     self.p_loss = self.p_loss.max(self.master.position());
                 }
@@ -1150,385 +850,4 @@ impl<S: System> World<S> {
             );
         }
     }
-
-    // ---- queries and the safety check ----
-
-    fn model_name(&self, model: u8) -> Option<&str> {
-        if model == 0 && self.opts.master.default_model {
-            None
-        } else {
-            Some(self.models[model as usize].name.as_str())
-        }
-    }
-
-    fn random_query(&mut self) {
-        let Some(req) = self.master.recent_request(&mut self.query_rng).cloned() else {
-            return;
-        };
-        let req: &Request = &req;
-        let total = req.pages.len();
-        let n = if total > 1 && self.query_rng.chance(0.2) {
-            self.query_rng.range(1, total as u64) as usize
-        } else {
-            total
-        };
-        let form = self.query_rng.below(10);
-        self.hashes.clear();
-        for &p in &req.pages[..n] {
-            self.hashes.push(self.master.page(p).hash);
-        }
-        if form < 6 {
-            self.ask(req, n, QueryForm::Hashes);
-        } else if form < 9 {
-            self.ask(req, n, QueryForm::Tokens);
-        } else {
-            self.ask(req, n, QueryForm::Map);
-        }
-    }
-
-    fn ask(&mut self, req: &Request, n: usize, form: QueryForm) {
-        let spec = &self.models[req.model as usize];
-        let ps = spec.layout.page_size as usize;
-        let eagle = usize::from(spec.layout.eagle);
-        let tokens_len = if n == req.pages.len() {
-            req.tokens.len()
-        } else {
-            n * ps + eagle
-        };
-        let tokens = &req.tokens[..tokens_len];
-        let narrow: Option<Vec<u32>> = if form == QueryForm::Tokens && self.query_rng.chance(0.5) {
-            tokens.iter().map(|&t| u32::try_from(t).ok()).collect()
-        } else {
-            None
-        };
-        let pages = match form {
-            QueryForm::Hashes | QueryForm::Map => Pages::Hashes(&self.hashes),
-            QueryForm::Tokens => Pages::Tokens {
-                tokens: match &narrow {
-                    Some(t) => Tokens::U32(t),
-                    None => Tokens::U64(tokens),
-                },
-                namespace: req.namespace(),
-            },
-        };
-        let model = if req.model == 0 && self.opts.master.default_model {
-            None
-        } else {
-            Some(self.models[req.model as usize].name.as_str())
-        };
-        let lookup = Lookup {
-            tenant: TENANTS[req.tenant as usize],
-            model,
-            pages,
-        };
-        let answer = if form == QueryForm::Map {
-            self.map.clear();
-            self.map.resize(n, false);
-            self.sut.query_map(&lookup, &mut self.map)
-        } else {
-            self.sut.query(&lookup)
-        };
-        match answer {
-            Ok(hits) => {
-                self.record_answer(&hits);
-                if hits.total_pages != n {
-                    self.fail(
-                        FailureKind::Mismatch,
-                        format!("{n} pages asked, {} counted", hits.total_pages),
-                    );
-                }
-                self.check_hits(req.model, &req.pages[..n], &hits, form == QueryForm::Map);
-            }
-            Err(e) => {
-                let detail = format!("{e:?} for {lookup:?}");
-                self.fail(FailureKind::QueryError, detail);
-            }
-        }
-    }
-
-    fn record_answer(&mut self, hits: &Hits) {
-        self.transcript.number(
-            (hits.prefix_pages as u64) << 32 | (hits.total_pages as u64) << 8 | hits.trust as u64,
-        );
-        self.stats.queries += 1;
-        self.stats.hit_pages += hits.prefix_pages as u64;
-    }
-
-    /// Checks one answer: every required object of every reported page is justified.
-    fn check_hits(&mut self, model: u8, pages: &[PageId], hits: &Hits, with_map: bool) {
-        let prefix = hits.prefix_pages;
-        if prefix > pages.len() {
-            self.fail(
-                FailureKind::Mismatch,
-                format!("{prefix} hit pages reported for {} pages", pages.len()),
-            );
-            return;
-        }
-        for (i, &page) in pages.iter().enumerate().take(prefix) {
-            // The objects page `i` needs: every all-pages pool, and the trailing pools whose
-            // window covers it.
-            let mut required = 0u128;
-            for plan in &self.plans[model as usize] {
-                let needed = match plan.policy {
-                    HitPolicy::AllPages => true,
-                    HitPolicy::TrailingPages(w) => i + (w.max(1) as usize) >= prefix,
-                };
-                if needed {
-                    for slot in plan.start..plan.end.min(128) {
-                        required |= 1 << slot;
-                    }
-                }
-            }
-            let slots = (0..128).filter(move |&slot| required & (1 << slot) != 0);
-            self.check_page(page, slots, "prefix");
-        }
-        if with_map {
-            for (i, &page) in pages.iter().enumerate() {
-                if self.map.get(i) == Some(&true) {
-                    let objs = self.master.page(page).objs as usize;
-                    self.check_page(page, 0..objs, "map");
-                }
-            }
-        }
-        if self.opts.exact && self.snapshots.iter().all(|&s| s <= self.applied_pos) {
-            let want = self.expected_prefix(model, pages);
-            if want != prefix {
-                self.fail(
-                    FailureKind::Mismatch,
-                    format!(
-                        "prefix {prefix}, oracle says {want} ({} pages, applied position {})",
-                        pages.len(),
-                        self.applied_pos
-                    ),
-                );
-            }
-        }
-    }
-
-    /// Checks the objects `slots` of a page reported complete; counts staleness.
-    fn check_page(&mut self, page: PageId, slots: impl Iterator<Item = usize>, how: &str) {
-        let info = *self.master.page(page);
-        let default = info.tenant == 0;
-        let mut stale = false;
-        for slot in slots {
-            let obj = info.first_obj + slot as u32;
-            if !self
-                .oracle
-                .justified(obj, self.applied_pos, &self.snapshots, default)
-            {
-                let detail = format!(
-                    "{how} hit on page {} of tenant {:?} model {:?}: object {} is not justified; \
-                     applied position {} (seq {:?}), snapshots {:?}, master position {}, health \
-                     {:?}; {}",
-                    info.hash,
-                    TENANTS[info.tenant as usize],
-                    self.models[info.model as usize].name,
-                    self.master.key(obj),
-                    self.applied_pos,
-                    self.sut.last_applied_seq(),
-                    self.snapshots,
-                    self.master.position(),
-                    self.sut.health(),
-                    self.oracle.describe(obj),
-                );
-                self.fail(FailureKind::FalseHit, detail);
-                return;
-            }
-            stale |= !self.oracle.t_now(obj);
-            self.check_confirmed(obj);
-        }
-        if stale {
-            if default {
-                self.stats.stale_hits += 1;
-            } else {
-                self.stats.stale_hits_other_tenants += 1;
-            }
-        }
-    }
-
-    /// Checks that a hit's object was present at the master at or after the time the index
-    /// reports its content confirmed (less the oldest evidence a message delivered, and a
-    /// millisecond for the gauge's rounding).
-    fn check_confirmed(&mut self, obj: ObjId) {
-        let Some(until) = self.oracle.t_present_until(obj) else {
-            return;
-        };
-        let gone = self.time_of(until);
-        let age = self.sut.counters_at(self.now).unconfirmed_ms;
-        let claimed = Instant::from_nanos(
-            self.now
-                .as_nanos()
-                .saturating_sub(age.saturating_add(1).saturating_mul(1_000_000)),
-        );
-        if gone + self.evidence_lag < claimed {
-            let detail = format!(
-                "object {} left the master at {gone:?} (position {until}), but the index reports \
-                 its content confirmed {age} ms before {:?}; oldest evidence delivered {:?}; {}",
-                self.master.key(obj),
-                self.now,
-                self.evidence_lag,
-                self.oracle.describe(obj),
-            );
-            self.fail(FailureKind::Unconfirmed, detail);
-        }
-    }
-
-    /// The oracle's own answer: the prefix the index must report when it holds exactly the event
-    /// history at the applied position, learned since the last loss (exact mode has no fault, so
-    /// the only loss is what was sent before the first connection).
-    fn expected_prefix(&self, model: u8, pages: &[PageId]) -> usize {
-        let plans = &self.plans[model as usize];
-        let mut runs = vec![0usize; plans.len()];
-        let mut prefix = 0;
-        for (i, &page) in pages.iter().enumerate() {
-            let first = self.master.page(page).first_obj;
-            let since = self.p_loss.max(self.net.lost_upto());
-            let present = |p: &PoolPlan| {
-                (p.start..p.end).all(|s| {
-                    self.oracle
-                        .e_stored_between(first + s as u32, since, self.applied_pos)
-                })
-            };
-            let mut all = true;
-            for (k, plan) in plans.iter().enumerate() {
-                let ok = present(plan);
-                match plan.policy {
-                    HitPolicy::AllPages => all &= ok,
-                    HitPolicy::TrailingPages(_) => runs[k] = if ok { runs[k] + 1 } else { 0 },
-                }
-            }
-            if !all {
-                break;
-            }
-            let n = i + 1;
-            let trailing_ok = plans.iter().zip(&runs).all(|(p, &run)| match p.policy {
-                HitPolicy::AllPages => true,
-                HitPolicy::TrailingPages(w) => run >= (w.max(1) as usize).min(n),
-            });
-            if trailing_ok {
-                prefix = n;
-            }
-        }
-        prefix
-    }
-
-    // ---- the end ----
-
-    fn final_checks(&mut self) {
-        let health = self.sut.health();
-        if health != Health::Live {
-            self.fail(
-                FailureKind::NotLive,
-                format!("health {health:?} after the quiet period"),
-            );
-            return;
-        }
-        let evictions = self.sut.counters().evictions;
-        self.stats.liveness_skipped = evictions > 0;
-        let p_loss = self.p_loss.max(self.net.lost_upto());
-        let resync = self.opts.session.resync;
-        let verify = self.opts.session.verify;
-        let mut stale_left = 0u64;
-        let mut first_stale = None;
-        for page in 0..self.master.pages().len() as PageId {
-            let info = *self.master.page(page);
-            let objs = info.first_obj..info.first_obj + u32::from(info.objs);
-            let lookup = Lookup {
-                tenant: TENANTS[info.tenant as usize],
-                model: self.model_name(info.model),
-                pages: Pages::Hashes(core::slice::from_ref(&info.hash)),
-            };
-            let mut map = [false];
-            let hit = match self.sut.query_map(&lookup, &mut map) {
-                Ok(_) => map[0],
-                Err(e) => {
-                    self.fail(FailureKind::QueryError, format!("{e:?}"));
-                    return;
-                }
-            };
-            if hit {
-                // The safety sweep: every object of a complete page is justified.
-                self.check_page(page, 0..info.objs as usize, "final");
-                let lenient = self.opts.avoid.verify_round_ends_mid_page;
-                let counted = |o: ObjId| {
-                    !self.oracle.t_now(o) && (!lenient || self.verified_while_settling.contains(o))
-                };
-                if info.tenant == 0 && objs.clone().any(counted) {
-                    stale_left += 1;
-                    first_stale.get_or_insert(page);
-                }
-            }
-            if evictions > 0 {
-                continue;
-            }
-            let present = objs
-                .clone()
-                .all(|o| self.oracle.t_now(o) && self.oracle.e_now(o));
-            let eligible = present
-                && ((info.tenant == 0 && resync)
-                    || objs.clone().all(|o| self.oracle.last_store(o) > p_loss));
-            if !eligible {
-                continue;
-            }
-            self.stats.liveness_pages += 1;
-            if !hit {
-                let mut held_text = String::new();
-                let detail = format!(
-                    "page {} of tenant {:?} model {:?} is present at the master and was stored \
-                     after the last loss (position {p_loss}; last stores {:?}), but is a miss",
-                    info.hash,
-                    TENANTS[info.tenant as usize],
-                    self.models[info.model as usize].name,
-                    objs.clone()
-                        .map(|o| self.oracle.last_store(o))
-                        .collect::<Vec<_>>(),
-                );
-                let mut held = Vec::new();
-                for o in objs {
-                    let holds = self
-                        .sut
-                        .holds_object(TENANTS[info.tenant as usize], self.master.key(o));
-                    held.push(holds);
-                    if holds == Some(false) {
-                        held_detail(&mut held_text, o, &self.oracle);
-                    }
-                }
-                let detail = format!("{detail}; the index holds {held:?}{held_text}");
-                self.fail(FailureKind::Liveness, detail);
-                if self.stopped() {
-                    return;
-                }
-            }
-        }
-        if verify && stale_left > 0 {
-            let mut detail =
-                format!("{stale_left} stale pages of the default tenant still hit after settling");
-            if let Some(page) = first_stale {
-                let info = *self.master.page(page);
-                let _ = write!(detail, "; first {}:", info.hash);
-                for o in info.first_obj..info.first_obj + u32::from(info.objs) {
-                    let key = self.master.key(o);
-                    let _ = write!(
-                        detail,
-                        " {key} (held {:?}, present {}; {})",
-                        self.sut.holds_object(TENANTS[0], key),
-                        self.oracle.t_now(o),
-                        self.oracle.describe(o)
-                    );
-                }
-            }
-            self.fail(FailureKind::Staleness, detail);
-        }
-    }
-}
-
-fn held_detail(out: &mut String, obj: ObjId, oracle: &Oracle) {
-    let _ = write!(out, "; missing object {obj}: {}", oracle.describe(obj));
-}
-
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-enum QueryForm {
-    Hashes,
-    Tokens,
-    Map,
 }

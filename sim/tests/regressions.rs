@@ -1,7 +1,6 @@
 //! Failures the simulator found, as minimal scenarios driven straight through the session's
-//! public API. A test that fails against today's core is `#[ignore]`d with the reason, so the
-//! suite stays green; the simulator avoids provoking it ([`hicache_index_sim::options::Avoid`])
-//! until the core is fixed.
+//! public API. None is ignored: a regression that fails is an open bug, and the simulator
+//! provokes every one of them (there is no avoid list).
 
 use hicache_index::{
     Config, Effect, Effects, EventKind, Instant, Layout, Lookup, ModelLayout, Namespace, PageHash,
@@ -77,7 +76,8 @@ fn connect(session: &mut Session) -> Effects {
 }
 
 /// Found by the simulator: `cargo run -p hicache-index-sim --release -- --seeds 0..3000 --jobs 2
-/// --provoke-known-bugs` fails 24 seeds this way (restart-heavy 165, 398, 510, ...): a master restarts, ZeroMQ reconnects underneath, and the
+/// --provoke-known-bugs` (the avoid list of the time) failed 24 seeds this way (restart-heavy
+/// 165, 398, 510, ...): a master restarts, ZeroMQ reconnects underneath, and the
 /// new master's first batches are lost while it does. The first batch that arrives carries
 /// exactly the sequence after the old master's last one, so the session applies it as a
 /// continuation and keeps every object the restart lost: false hits until the next loss.
@@ -201,7 +201,7 @@ fn resync_at_connect_notices_a_batch_lost_after_the_snapshot() {
     }
 }
 
-/// Found by the simulator with `--provoke-known-bugs` (hostile seed 234): the snapshot is taken
+/// Found by the simulator with the avoid list of the time turned off (hostile seed 234): the snapshot is taken
 /// from the old master, which restarts before the first batch arrives; the new master's first
 /// batch that arrives has a sequence at or below the snapshot's watermark + 1, so the stream
 /// counts as anchored and the old master's objects (all lost in the restart) stay hits.
@@ -211,7 +211,6 @@ fn resync_at_connect_notices_a_batch_lost_after_the_snapshot() {
 /// timestamps (and event ids) are not newer than the snapshot's. A first batch stamped after the
 /// fetch began while its sequence claims to predate the snapshot is another run of the master.
 #[test]
-#[ignore = "core bug: a master restart between the snapshot and the first batch goes unnoticed (see the doc comment)"]
 fn restart_between_the_snapshot_and_the_first_batch_is_noticed() {
     let mut session = Session::new(config(true)).expect("a valid config");
     let (a_tokens, a) = page(1);
@@ -268,7 +267,6 @@ fn restart_between_the_snapshot_and_the_first_batch_is_noticed() {
 /// is behind what it sent before): forget as for a restart, apply the snapshot, and anchor the
 /// next stream at `watermark + 1`.
 #[test]
-#[ignore = "core liveness gap (open): an idle restarted master makes the session refetch snapshots until it publishes; a fix that trusted the watermark opened a false-hit window (see the doc comment)"]
 fn snapshot_of_an_idle_restarted_master_makes_the_session_live() {
     let mut session = Session::new(config(true)).expect("a valid config");
     let (a_tokens, a) = page(1);

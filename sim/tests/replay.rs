@@ -1,11 +1,11 @@
 //! Replays one seed, as a failing sweep prints it:
-//! `SIM_SEED=n [SIM_PRESET=name] [SIM_EVENTS=n] [SIM_PROVOKE=1] [SIM_TRACE=1] cargo test -p
+//! `SIM_SEED=n [SIM_PRESET=name] [SIM_EVENTS=n] [SIM_TRACE=1] cargo test -p
 //! hicache-index-sim --test replay -- --nocapture`.
 //!
 //! Without `SIM_SEED` it replays a fixed seed, so the test always runs something.
 
 use hicache_index::Session;
-use hicache_index_sim::options::{Avoid, DEFAULT_EVENTS};
+use hicache_index_sim::options::DEFAULT_EVENTS;
 use hicache_index_sim::{Options, Preset, World};
 
 fn env(name: &str) -> Option<String> {
@@ -19,10 +19,7 @@ fn replay_seed_from_env() {
     let events = env("SIM_EVENTS").map_or(DEFAULT_EVENTS / 4, |s| {
         s.parse().expect("SIM_EVENTS is a number")
     });
-    let mut options = Options::for_seed(seed, preset, events);
-    if env("SIM_PROVOKE").is_some() {
-        options.avoid = Avoid::NONE;
-    }
+    let options = Options::for_seed(seed, preset, events);
     let session = Session::new(options.session_config()).expect("a valid config");
     let mut world = World::new(options.clone(), session);
     world.set_trace(env("SIM_TRACE").is_some());

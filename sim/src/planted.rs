@@ -1,0 +1,312 @@
+//! Deliberately broken sessions, one per class of false hit the simulator must find by itself:
+//! each wraps a real [`Session`] and undoes one of its defences by rewriting what it is fed.
+//! The default sweep must catch every one of them (see `sim/tests/planted_bug.rs` and the CI
+//! sweep); [`crate::GapBlindSession`] is the first of the kind.
+
+use hicache_index::{
+    decode, Config, ConfigError, Counters, Effects, EventKind, Health, Hits, Instant, Lookup,
+    QueryError, Seq, Session, Timestamp,
+};
+
+use crate::encode::{encode_payload, MasterFlavor, OwnedBatch};
+use crate::master::Status;
+use crate::system::System;
+use crate::world::Report;
+use crate::Options;
+
+/// The defence a [`PlantedBug`] undoes.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Bug {
+    /// Blind to event ids: ids are stripped and sequences renumbered so that a restart (a
+    /// sequence and an event id going back) looks like the next batch.
+    RestartBlind,
+    /// Snapshot lines are trimmed (spaces, `\r`) and blank ones skipped, so `"<key> "`,
+    /// `"<key>\r"` and the second half of `"x\n<key>"` become keys.
+    TrimmedSnapshotLines,
+    /// A batch whose payload does not decode (topic and sequence intact) is dropped instead of
+    /// fed, so its sequence is never seen as consumed.
+    UndecodableDropped,
+    /// Events of an unknown type without an object key are dropped (rewritten into events about
+    /// a key no layout parses, so the event ids still run on).
+    UnknownKeylessDropped,
+    /// A late copy (a batch older than the newest seen, not a duplicate of it) is taken as the
+    /// next batch, as a session that resets its tracker after a reconnect or a clear takes it as
+    /// a baseline: its stores come back on top of newer state.
+    LateCopyAsNext,
+    /// The watermark's event count (`published_events`) is ignored.
+    WatermarkEventsIgnored,
+}
+
+impl Bug {
+    /// Returns the name used on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Bug::RestartBlind => "restart-blind",
+            Bug::TrimmedSnapshotLines => "trimmed-snapshot-lines",
+            Bug::UndecodableDropped => "undecodable-dropped",
+            Bug::UnknownKeylessDropped => "unknown-keyless-dropped",
+            Bug::LateCopyAsNext => "late-copy-as-next",
+            Bug::WatermarkEventsIgnored => "watermark-events-ignored",
+        }
+    }
+
+    /// Parses a command-line name.
+    pub fn from_name(name: &str) -> Option<Bug> {
+        Bug::ALL.into_iter().find(|b| b.name() == name)
+    }
+
+    /// Runs one seed's options against the session with this bug, a panic becoming a failure.
+    pub fn run(self, options: &Options) -> Report {
+        let run = || {
+            let sut = PlantedBug::new(options.session_config(), self).expect("a valid config");
+            crate::world::run_with(options, sut)
+        };
+        std::panic::catch_unwind(run).unwrap_or_else(|_| Report {
+            options: options.clone(),
+            stats: crate::world::RunStats::default(),
+            failures: vec![crate::world::Failure {
+                at: Instant::ZERO,
+                kind: crate::world::FailureKind::Panic,
+                detail: "the planted session panicked".into(),
+            }],
+            transcript: 0,
+        })
+    }
+
+    /// Every planted bug.
+    pub const ALL: [Bug; 6] = [
+        Bug::RestartBlind,
+        Bug::TrimmedSnapshotLines,
+        Bug::UndecodableDropped,
+        Bug::UnknownKeylessDropped,
+        Bug::LateCopyAsNext,
+        Bug::WatermarkEventsIgnored,
+    ];
+}
+
+/// A real session with one defence undone (see [`Bug`]).
+#[derive(Debug)]
+pub struct PlantedBug {
+    inner: Session,
+    bug: Bug,
+    topic: Vec<u8>,
+    /// Renumbering: out sequence = in sequence + `seq_offset`, out id = in id + `id_offset`.
+    seq_offset: i128,
+    id_offset: i128,
+    newest_in: Option<u64>,
+    last_out: u64,
+    last_out_id: u64,
+    last_in_id: u64,
+    newest_stamp: Timestamp,
+}
+
+impl PlantedBug {
+    /// Wraps a real session made from `config`.
+    pub fn new(config: Config, bug: Bug) -> Result<PlantedBug, ConfigError> {
+        let topic = config.topic.clone();
+        Ok(PlantedBug {
+            inner: Session::new(config)?,
+            bug,
+            topic,
+            seq_offset: 0,
+            id_offset: 0,
+            newest_in: None,
+            last_out: 0,
+            last_out_id: 0,
+            last_in_id: 0,
+            newest_stamp: Timestamp::Nil,
+        })
+    }
+
+    fn ours(&self, frames: &[&[u8]]) -> bool {
+        frames.len() == 3 && frames[0] == self.topic && frames[1].len() == 8
+    }
+
+    /// Feeds a rewritten batch.
+    fn feed_owned(&mut self, now: Instant, topic: &[u8], batch: &OwnedBatch) -> Effects {
+        let payload = encode_payload(batch, MasterFlavor::Release0314);
+        let seq = batch.seq.0.to_be_bytes();
+        self.inner.feed(now, &[topic, &seq, &payload])
+    }
+
+    fn renumber(&mut self, now: Instant, frames: &[&[u8]]) -> Effects {
+        let Ok(batch) = decode(frames) else {
+            return self.inner.feed(now, frames);
+        };
+        let mut owned = OwnedBatch::from(&batch);
+        let seq = batch.seq.0;
+        let first_id = batch.events.iter().find_map(|e| e.event_id);
+        let n = owned.events.len() as u64;
+        let newest = self.newest_in.unwrap_or(0);
+        let older = self.newest_in.is_some_and(|s| seq < s);
+        let out = match self.bug {
+            Bug::RestartBlind if older && first_id.is_some_and(|id| id <= self.last_in_id) => {
+                // A restart: continue the numbering.
+                self.seq_offset = i128::from(self.last_out) + 1 - i128::from(seq);
+                self.newest_in = Some(seq);
+                self.last_out + 1
+            }
+            Bug::LateCopyAsNext if older => {
+                // Taken as the next batch, as fresh as the newest (a tracker reset forgets the
+                // stream's clock too); the newer ones shift by one.
+                let out = self.last_out + 1;
+                owned.seq = Seq(out);
+                owned.timestamp = self.newest_stamp;
+                self.seq_offset += 1;
+                for (e, id) in owned.events.iter_mut().zip(self.last_out_id + 1..) {
+                    e.event_id = Some(id);
+                }
+                self.id_offset += n as i128;
+                self.last_out = out;
+                self.last_out_id += n;
+                return self.feed_owned(now, frames[0], &owned);
+            }
+            _ => {
+                if seq >= newest {
+                    self.newest_in = Some(seq);
+                }
+                (i128::from(seq) + self.seq_offset).max(0) as u64
+            }
+        };
+        if let Some(id) = owned.events.iter().filter_map(|e| e.event_id).max() {
+            self.last_in_id = id;
+        }
+        if let Timestamp::Millis(new) = owned.timestamp {
+            if !matches!(self.newest_stamp, Timestamp::Millis(old) if old >= new) {
+                self.newest_stamp = owned.timestamp;
+            }
+        }
+        for e in &mut owned.events {
+            e.event_id = match self.bug {
+                Bug::RestartBlind => None,
+                _ => e
+                    .event_id
+                    .map(|id| (i128::from(id) + self.id_offset).max(0) as u64),
+            };
+        }
+        if let Some(id) = owned.events.iter().filter_map(|e| e.event_id).max() {
+            self.last_out_id = self.last_out_id.max(id);
+        }
+        self.last_out = self.last_out.max(out);
+        owned.seq = Seq(out);
+        self.feed_owned(now, frames[0], &owned)
+    }
+}
+
+impl System for PlantedBug {
+    fn feed(&mut self, now: Instant, frames: &[&[u8]]) -> Effects {
+        if !self.ours(frames) {
+            return self.inner.feed(now, frames);
+        }
+        match self.bug {
+            Bug::RestartBlind | Bug::LateCopyAsNext => self.renumber(now, frames),
+            Bug::UndecodableDropped if decode(frames).is_err() => Effects::new(),
+            Bug::UnknownKeylessDropped => {
+                let Ok(batch) = decode(frames) else {
+                    return self.inner.feed(now, frames);
+                };
+                let unknown =
+                    |k: EventKind, key: Option<&str>| k == EventKind::Unknown && key.is_none();
+                if !batch.events.iter().any(|e| unknown(e.kind, e.object_key)) {
+                    return self.inner.feed(now, frames);
+                }
+                let mut owned = OwnedBatch::from(&batch);
+                for e in &mut owned.events {
+                    if unknown(e.kind, e.object_key.as_deref()) {
+                        e.kind = EventKind::Stored;
+                        e.object_key = Some("planted: not a key".into());
+                    }
+                }
+                self.feed_owned(now, frames[0], &owned)
+            }
+            _ => self.inner.feed(now, frames),
+        }
+    }
+    fn handle_timeout(&mut self, now: Instant) -> Effects {
+        self.inner.handle_timeout(now)
+    }
+    fn handle_connected(&mut self, now: Instant) -> Effects {
+        self.inner.handle_connected(now)
+    }
+    fn handle_disconnected(&mut self, now: Instant) -> Effects {
+        self.inner.handle_disconnected(now)
+    }
+    fn handle_snapshot(
+        &mut self,
+        now: Instant,
+        request: u64,
+        status: Option<Status>,
+        lines: &[&[u8]],
+    ) -> Effects {
+        match self.bug {
+            Bug::TrimmedSnapshotLines => {
+                let trimmed: Vec<&[u8]> = lines
+                    .iter()
+                    .map(|l| l.trim_ascii())
+                    .filter(|l| !l.is_empty())
+                    .collect();
+                System::handle_snapshot(&mut self.inner, now, request, status, &trimmed)
+            }
+            Bug::RestartBlind | Bug::LateCopyAsNext => {
+                // The inner session counts renumbered sequences and ids.
+                let status = status.map(|s| Status {
+                    published_batches: (i128::from(s.last_seq().0) + self.seq_offset).max(0) as u64,
+                    published_events: (i128::from(s.published_events) + self.id_offset).max(0)
+                        as u64,
+                    dropped_events: 0,
+                });
+                System::handle_snapshot(&mut self.inner, now, request, status, lines)
+            }
+            Bug::WatermarkEventsIgnored => crate::system::handle_snapshot_with(
+                &mut self.inner,
+                now,
+                request,
+                status,
+                false,
+                lines,
+            ),
+            _ => System::handle_snapshot(&mut self.inner, now, request, status, lines),
+        }
+    }
+    fn handle_snapshot_failed(&mut self, now: Instant, request: u64) -> Effects {
+        self.inner.handle_snapshot_failed(now, request)
+    }
+    fn handle_verify_failed(&mut self, now: Instant, request: u64) -> Effects {
+        self.inner.handle_verify_failed(now, request)
+    }
+    fn handle_verify_result<'k>(
+        &mut self,
+        now: Instant,
+        request: u64,
+        results: impl IntoIterator<Item = (&'k str, bool)>,
+    ) -> Effects {
+        self.inner.handle_verify_result(now, request, results)
+    }
+    fn clear(&mut self, now: Instant) -> Effects {
+        self.inner.clear(now)
+    }
+    fn poll_timeout(&self) -> Option<Instant> {
+        self.inner.poll_timeout()
+    }
+    fn query(&self, lookup: &Lookup<'_>) -> Result<Hits, QueryError> {
+        self.inner.query(lookup)
+    }
+    fn query_map(&self, lookup: &Lookup<'_>, map: &mut [bool]) -> Result<Hits, QueryError> {
+        self.inner.query_map(lookup, map)
+    }
+    fn last_applied_seq(&self) -> Option<Seq> {
+        self.inner.last_applied_seq()
+    }
+    fn counters(&self) -> Counters {
+        self.inner.counters()
+    }
+    fn counters_at(&self, now: Instant) -> Counters {
+        self.inner.counters_at(now)
+    }
+    fn health(&self) -> Health {
+        self.inner.health()
+    }
+    fn holds_object(&self, tenant: &str, key: &str) -> Option<bool> {
+        Some(self.inner.index().contains_key(tenant, key))
+    }
+}

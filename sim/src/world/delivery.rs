@@ -1,0 +1,353 @@
+//! Handing the network's messages and the HTTP answers to the session: when the driver hands
+//! what (a CPU-starved driver stalls while messages queue up), and what is still pending for the
+//! session at the time of a query (the oracle's horizon, see [`crate::flight`]).
+
+use super::*;
+use crate::flight::Flight;
+use crate::options::DriverOptions;
+
+/// The driver's timing and what it has handed to the session.
+pub(super) struct Driver {
+    opts: DriverOptions,
+    rng: Rng,
+    /// Losses, what was handed, and the reorder window's grace.
+    pub(super) flight: Flight,
+    lost: Vec<(u64, u64)>,
+    /// The driver is stalled until then.
+    stall_until: Option<Instant>,
+    stall_from: Instant,
+    next_stall: Option<Instant>,
+    /// An answer to hand first when the stall ends.
+    first_after_stall: Option<HttpItem>,
+    next_query: Option<Instant>,
+    /// The newest master run a handed message came from.
+    newest_epoch: u32,
+    /// When the session last forgot everything.
+    pub(super) last_clear_at: Instant,
+}
+
+impl Driver {
+    pub(super) fn new(root: &Rng, opts: &DriverOptions, grace: Duration) -> Driver {
+        let mut rng = root.fork(6);
+        let next_stall = rng
+            .exponential(opts.stalls_per_sec)
+            .map(|d| Instant::ZERO + d);
+        let next_query = rng
+            .exponential(opts.queries_per_sec)
+            .map(|d| Instant::ZERO + d);
+        Driver {
+            opts: opts.clone(),
+            rng,
+            flight: Flight::new(grace),
+            lost: Vec::new(),
+            stall_until: None,
+            stall_from: Instant::ZERO,
+            next_stall,
+            first_after_stall: None,
+            next_query,
+            newest_epoch: 0,
+            last_clear_at: Instant::ZERO,
+        }
+    }
+
+    /// Returns when the driver next has something to do (a stall to begin or end, a query).
+    pub(super) fn next_at(&self) -> Option<Instant> {
+        [self.stall_until, self.next_stall, self.next_query]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    /// No more stalls (the quiet phase).
+    pub(super) fn faults_off(&mut self) {
+        self.next_stall = None;
+        self.opts.snapshot_stall = 0.0;
+    }
+
+    /// No more queries besides those after puts (settling).
+    pub(super) fn queries_off(&mut self) {
+        self.next_query = None;
+    }
+
+    /// Draws whether a snapshot answer waits for a stall: `Some(first)`, `first` saying whether
+    /// it is then applied before the messages queued meanwhile.
+    pub(super) fn draw_snapshot_stall(&mut self) -> Option<bool> {
+        let p = self.opts.snapshot_stall;
+        (p > 0.0 && self.rng.chance(p)).then(|| self.rng.chance(0.5))
+    }
+}
+
+impl<S: System> World<S> {
+    /// Reports whether the driver is stalled now.
+    pub(super) fn stalled(&self) -> bool {
+        self.driver.stall_until.is_some_and(|t| t > self.now)
+    }
+
+    /// Returns the HTTP item to handle next and its time (answers wait while stalled).
+    pub(super) fn next_http(&self, stalled: bool) -> Option<(Instant, (Instant, u64))> {
+        self.http
+            .iter()
+            .find(|(_, item)| !stalled || !item.is_answer())
+            .map(|(&key, _)| (key.0, key))
+    }
+
+    /// Ends a stall that is over; returns the answer to hand first, if any.
+    pub(super) fn end_stall(&mut self) -> Option<HttpItem> {
+        let until = self.driver.stall_until.filter(|&t| t <= self.now)?;
+        self.driver.stall_until = None;
+        let from = self.driver.stall_from;
+        self.driver.flight.stalled(from, until);
+        if self.trace {
+            eprintln!("{:>14} driver stall ends", self.now.as_nanos());
+        }
+        self.driver.first_after_stall.take()
+    }
+
+    fn begin_stall(&mut self) -> Instant {
+        let (lo, hi) = self.driver.opts.stall_len;
+        let until = self.now + self.driver.rng.duration(lo, hi);
+        if !self.stalled() {
+            self.driver.stall_from = self.now;
+        }
+        let until = self.driver.stall_until.map_or(until, |t| t.max(until));
+        self.driver.stall_until = Some(until);
+        self.stats.stalls += 1;
+        if self.trace {
+            eprintln!(
+                "{:>14} driver stalls until {}",
+                self.now.as_nanos(),
+                until.as_nanos()
+            );
+        }
+        until
+    }
+
+    /// The snapshot answer arrived; the driver stalls before applying it, then applies it
+    /// before (`first`) or after the messages queued meanwhile.
+    pub(super) fn stall_for_snapshot(&mut self, item: HttpItem, first: bool) {
+        let until = self.begin_stall();
+        self.stats.snapshot_stalls += 1;
+        if first {
+            if let Some(old) = self.driver.first_after_stall.replace(item) {
+                self.http_at(until, old);
+            }
+        } else {
+            self.http_at(until, item);
+        }
+    }
+
+    /// Does the driver's own due thing (begin a stall, ask a query); reports whether it did.
+    pub(super) fn driver_step(&mut self) -> bool {
+        let now = self.now;
+        if self.driver.next_stall.is_some_and(|t| t <= now) {
+            if !self.stalled() {
+                self.begin_stall();
+            }
+            let rate = self.driver.opts.stalls_per_sec;
+            self.driver.next_stall = self.driver.rng.exponential(rate).map(|d| now + d);
+            return true;
+        }
+        if self.driver.next_query.is_some_and(|t| t <= now) {
+            self.random_query();
+            let rate = self.driver.opts.queries_per_sec;
+            self.driver.next_query = self.driver.rng.exponential(rate).map(|d| now + d);
+            return true;
+        }
+        false
+    }
+
+    /// Moves the network's losses into the tracker (before anything is handed or judged).
+    pub(super) fn sync_losses(&mut self) {
+        self.net.drain_lost(&mut self.driver.lost);
+        for (pos, id) in self.driver.lost.drain(..) {
+            self.driver.flight.lost_in_network(pos, id);
+        }
+    }
+
+    /// Returns the history position of the oldest event pending for the session (see
+    /// [`crate::flight`]), or `None` when nothing is.
+    pub(super) fn horizon(&mut self) -> Option<u64> {
+        self.sync_losses();
+        let stalled = self.stalled().then_some(self.driver.stall_from);
+        let flight = &mut self.driver.flight;
+        let mut h = flight.horizon(self.now, stalled);
+        let mut min = |p: u64| h = Some(h.map_or(p, |h: u64| h.min(p)));
+        if let Some(p) = self.master.oldest_queued() {
+            min(p);
+        }
+        let flight = &self.driver.flight;
+        self.net.for_each_in_flight(|m| {
+            if m.intact && !flight.is_handed(m.id) {
+                min(m.first_pos);
+            }
+        });
+        h
+    }
+
+    // ---- the network ----
+
+    pub(super) fn on_net(&mut self, event: NetEvent) {
+        let now = self.now;
+        match event {
+            NetEvent::Connected => {
+                if self.trace {
+                    eprintln!("{:>14} net connected", now.as_nanos());
+                }
+                let fx = self.sut.handle_connected(now);
+                self.absorb(fx, None);
+            }
+            NetEvent::ConnectFailed | NetEvent::Disconnected => {
+                let fx = self.sut.handle_disconnected(now);
+                self.absorb(fx, None);
+            }
+            NetEvent::Deliver(msg) => self.deliver(msg),
+        }
+    }
+
+    /// Returns when the history position `pos` was created.
+    pub(super) fn time_of(&self, pos: u64) -> Instant {
+        let i = self.record_times.partition_point(|&(p, _)| p < pos);
+        self.record_times.get(i).map_or(self.now, |&(_, at)| at)
+    }
+
+    pub(super) fn deliver(&mut self, msg: Message) {
+        if let Origin::Master(m) = &msg.origin {
+            let lag = self.now - self.time_of(m.first_pos);
+            self.evidence_lag = self.evidence_lag.max(lag);
+            self.sync_losses();
+            let f = &msg.frames;
+            let valid_seq = f.len() == 3 && f[0].is_empty() && f[1] == m.seq.to_be_bytes();
+            if let Some(restart) = self.driver.flight.handed(self.now, m, valid_seq) {
+                self.oracle.mark_invisible(restart);
+                self.stats.invisible_restarts += 1;
+            }
+            if !m.intact && valid_seq {
+                self.stats.undecodable_with_seq += 1;
+            }
+            if m.intact {
+                if m.epoch < self.driver.newest_epoch {
+                    self.stats.cross_restart_reorders += 1;
+                }
+                self.driver.newest_epoch = self.driver.newest_epoch.max(m.epoch);
+                if m.late && self.time_of(m.last_pos) < self.driver.last_clear_at {
+                    self.stats.late_after_clear += 1;
+                }
+            }
+        }
+        if let Origin::Master(m) = msg.origin {
+            if m.intact {
+                let i = m.seq as usize;
+                if self.fed.len() <= i {
+                    self.fed.resize(i + 1, (0, 0));
+                }
+                self.fed[i] = (m.epoch, m.last_pos);
+            }
+        }
+        if self.trace {
+            eprintln!("{:>14} deliver {:?}", self.now.as_nanos(), msg.origin);
+        }
+        let mut refs: [&[u8]; 4] = [&[]; 4];
+        let n = msg.frames.len().min(4);
+        for (r, f) in refs.iter_mut().zip(&msg.frames) {
+            *r = f;
+        }
+        let fx = self.sut.feed(self.now, &refs[..n]);
+        self.absorb(fx, None);
+        if self.opts.exact {
+            if let Origin::Master(m) = msg.origin {
+                if m.intact {
+                    self.check_batch_objects(&msg.frames);
+                }
+            }
+        }
+    }
+
+    /// Exact mode: after a batch, the index holds each of its objects exactly when the oracle
+    /// says so.
+    pub(super) fn check_batch_objects(&mut self, frames: &[Vec<u8>]) {
+        let Ok(batch) = hicache_index::decode(&[&frames[0], &frames[1], &frames[2]]) else {
+            return;
+        };
+        let since = self.p_loss.max(self.net.lost_upto());
+        for event in &batch.events {
+            let (Some(key), Some(tenant)) = (event.object_key, event.tenant_id) else {
+                continue;
+            };
+            let Some(t) = TENANTS.iter().position(|&n| n == tenant) else {
+                continue;
+            };
+            let Some(obj) = self.master.find_object(t as u8, key) else {
+                continue;
+            };
+            let want = self.oracle.e_stored_between(obj, since, self.applied_pos);
+            if let Some(got) = self.sut.holds_object(tenant, key) {
+                if got != want {
+                    let detail = format!(
+                        "after batch {:?}, the index holds {key} of {tenant}: {got}, the oracle \
+                         says {want} (applied position {}, since {since}); {}",
+                        batch.seq,
+                        self.applied_pos,
+                        self.oracle.describe(obj)
+                    );
+                    self.fail(FailureKind::Mismatch, detail);
+                    return;
+                }
+            }
+        }
+    }
+
+    pub(super) fn send_stray(&mut self) {
+        let pages = self.master.pages().len();
+        if pages == 0 {
+            return;
+        }
+        let mut events = Vec::new();
+        for _ in 0..self.other_rng.range(1, 4) {
+            let page = self.master.page(self.other_rng.index(pages) as PageId);
+            let obj = page.first_obj + self.other_rng.below(u64::from(page.objs)) as u32;
+            let mut ev = OwnedEvent::new(
+                hicache_index::EventKind::Stored,
+                self.master.key(obj).to_owned(),
+            );
+            ev.tenant_id = Some(TENANTS[page.tenant as usize].to_owned());
+            events.push(ev);
+        }
+        let batch = OwnedBatch {
+            seq: hicache_index::Seq(self.stray_seq),
+            timestamp: Timestamp::Seconds(1.764e9),
+            dp_rank: None,
+            events,
+        };
+        self.stray_seq += 1;
+        let topic = b"kv-events@vllm-worker".to_vec();
+        let frames = vec![
+            topic,
+            batch.seq.0.to_be_bytes().to_vec(),
+            encode_payload(&batch, self.opts.master.flavor),
+        ];
+        self.net.send_other(
+            self.now,
+            Message {
+                frames,
+                origin: Origin::Stray,
+            },
+        );
+    }
+
+    pub(super) fn send_junk(&mut self) {
+        let n = [1usize, 2, 4][self.other_rng.index(3)];
+        let frames = (0..n)
+            .map(|_| {
+                let len = self.other_rng.index(12);
+                (0..len).map(|_| self.other_rng.next_u64() as u8).collect()
+            })
+            .collect();
+        self.net.send_other(
+            self.now,
+            Message {
+                frames,
+                origin: Origin::Junk,
+            },
+        );
+    }
+}

@@ -1,0 +1,219 @@
+//! The master's HTTP side as the driver sees it: snapshots and verification.
+
+use super::*;
+use crate::master::Status;
+
+/// A request or an answer on its way. The `Snapshot*` and `Verify*` items named `Server`/`Keys`
+/// happen at the master; the others are answers the driver hands to the session (and wait while
+/// the driver is stalled).
+#[derive(Clone, Debug)]
+pub(super) enum HttpItem {
+    /// The snapshot request reaches the master: `GET /kv_events/status` is read.
+    SnapshotServer {
+        request: u64,
+    },
+    /// `GET /get_all_keys` is read, some time after the status (heavy load).
+    SnapshotKeys {
+        request: u64,
+        status: Option<Status>,
+    },
+    SnapshotAnswer {
+        request: u64,
+        status: Option<Status>,
+        body: Vec<u8>,
+        pos: u64,
+        odd: bool,
+    },
+    SnapshotFailed {
+        request: u64,
+    },
+    VerifyServer {
+        request: u64,
+        keys: Vec<String>,
+    },
+    VerifyFailed {
+        request: u64,
+    },
+    VerifyAnswer {
+        request: u64,
+        keys: Vec<String>,
+        found: Vec<bool>,
+    },
+}
+
+impl HttpItem {
+    /// Reports whether the item is an answer for the driver (it waits while the driver stalls).
+    pub(super) fn is_answer(&self) -> bool {
+        !matches!(
+            self,
+            HttpItem::SnapshotServer { .. }
+                | HttpItem::SnapshotKeys { .. }
+                | HttpItem::VerifyServer { .. }
+        )
+    }
+}
+
+/// Cuts a `GET /get_all_keys` body into its lines at `\n`, without the terminator of the last
+/// one; nothing is trimmed.
+pub fn body_lines(body: &[u8]) -> Vec<&[u8]> {
+    let mut lines: Vec<&[u8]> = body.split(|&b| b == b'\n').collect();
+    if body.ends_with(b"\n") || body.is_empty() {
+        lines.pop();
+    }
+    lines
+}
+
+impl<S: System> World<S> {
+    // ---- HTTP ----
+
+    pub(super) fn http_latency(&mut self) -> Duration {
+        let (lo, hi) = self.http_opts.latency;
+        self.http_rng.duration(lo, hi)
+    }
+
+    pub(super) fn http_at(&mut self, at: Instant, item: HttpItem) {
+        self.http_counter += 1;
+        self.http.insert((at, self.http_counter), item);
+    }
+
+    /// Decides a request's fate: `None` = never answers; `Some(false)` = fails; `Some(true)` =
+    /// reaches the server, at the returned time.
+    pub(super) fn http_fate(&mut self) -> (Option<bool>, Instant) {
+        let lat = self.http_latency();
+        let o = self.http_opts.clone();
+        if self.http_rng.chance(o.hang) {
+            return (None, self.now);
+        }
+        if self.http_rng.chance(o.fail) {
+            return (Some(false), self.now + lat);
+        }
+        let slow = if self.http_rng.chance(o.slow) {
+            Duration::from_millis(400)
+        } else {
+            Duration::ZERO
+        };
+        let lat = lat + self.http_rng.duration(o.load.0, o.load.1);
+        (Some(true), self.now + lat + slow)
+    }
+
+    pub(super) fn on_fetch(&mut self, request: u64) {
+        match self.http_fate() {
+            (None, _) => {}
+            (Some(false), at) => self.http_at(at, HttpItem::SnapshotFailed { request }),
+            (Some(true), at) => self.http_at(at, HttpItem::SnapshotServer { request }),
+        }
+    }
+
+    pub(super) fn on_verify(&mut self, request: u64, keys: Vec<String>) {
+        match self.http_fate() {
+            (None, _) => {}
+            (Some(false), at) => self.http_at(at, HttpItem::VerifyFailed { request }),
+            (Some(true), at) => self.http_at(at, HttpItem::VerifyServer { request, keys }),
+        }
+    }
+
+    pub(super) fn on_http(&mut self, item: HttpItem) {
+        let now = self.now;
+        match item {
+            HttpItem::SnapshotServer { request } => {
+                if self.master.is_down(now) {
+                    let lat = self.http_latency();
+                    self.http_at(now + lat, HttpItem::SnapshotFailed { request });
+                } else {
+                    // `GET /kv_events/status` first, then `GET /get_all_keys`: under load, many
+                    // batches and removals happen in between.
+                    let status = self.http_opts.watermark.then(|| self.master.status());
+                    let (lo, hi) = self.http_opts.status_to_keys;
+                    let at = now + self.http_rng.duration(lo, hi);
+                    self.http_at(at, HttpItem::SnapshotKeys { request, status });
+                }
+            }
+            HttpItem::SnapshotKeys { request, status } => {
+                let lat = self.http_latency();
+                if self.master.is_down(now) {
+                    self.http_at(now + lat, HttpItem::SnapshotFailed { request });
+                    return;
+                }
+                let mut body = Vec::new();
+                if let Some(obj) = self.master.all_keys_body(&mut body) {
+                    self.shadowed.insert(obj);
+                }
+                let pos = self.master.position();
+                let odd = self.master.foreign_count() > 0;
+                let (lo, hi) = self.http_opts.body_time;
+                let at = now + lat + self.http_rng.duration(lo, hi);
+                self.http_at(
+                    at,
+                    HttpItem::SnapshotAnswer {
+                        request,
+                        status,
+                        body,
+                        pos,
+                        odd,
+                    },
+                );
+            }
+            HttpItem::SnapshotAnswer {
+                request,
+                status,
+                body,
+                pos,
+                odd,
+            } => {
+                if let Some(first) = self.driver.draw_snapshot_stall() {
+                    // The answer arrived; the driver is starved before it applies it.
+                    let item = HttpItem::SnapshotAnswer {
+                        request,
+                        status,
+                        body,
+                        pos,
+                        odd,
+                    };
+                    self.stall_for_snapshot(item, first);
+                    return;
+                }
+                self.stats.odd_snapshots += u64::from(odd);
+                let lines = body_lines(&body);
+                let fx = self.sut.handle_snapshot(now, request, status, &lines);
+                self.absorb(fx, Some(pos));
+            }
+            HttpItem::SnapshotFailed { request } => {
+                let fx = self.sut.handle_snapshot_failed(now, request);
+                self.absorb(fx, None);
+            }
+            HttpItem::VerifyFailed { request } => {
+                let fx = self.sut.handle_verify_failed(now, request);
+                self.absorb(fx, None);
+            }
+            HttpItem::VerifyServer { request, keys } => {
+                if self.master.is_down(now) {
+                    let lat = self.http_latency();
+                    self.http_at(now + lat, HttpItem::VerifyFailed { request });
+                    return;
+                }
+                let found = self.master.batch_query(&keys);
+                let lat = self.http_latency();
+                self.http_at(
+                    now + lat,
+                    HttpItem::VerifyAnswer {
+                        request,
+                        keys,
+                        found,
+                    },
+                );
+            }
+            HttpItem::VerifyAnswer {
+                request,
+                keys,
+                found,
+            } => {
+                let fx = self.sut.handle_verify_result(
+                    now,
+                    request,
+                    keys.iter().map(String::as_str).zip(found.iter().copied()),
+                );
+                self.absorb(fx, None);
+            }
+        }
+    }
+}
