@@ -583,8 +583,8 @@ fn report(
     row(
         "slowest query",
         format!(
-            "{} (includes any wait for the index's write lock)",
-            micros(world.latency.max())
+            "{} (hashing, probes and any wait for the index's write lock)",
+            millis(world.latency.max())
         ),
     );
     row(
