@@ -37,8 +37,10 @@ pub struct Flight {
     /// Revealed losses and handed messages still in their grace: `(until, position)`.
     grace_left: VecDeque<(Instant, u64)>,
     grace: Duration,
-    /// The last intact master message handed.
-    last_handed: Option<MasterMeta>,
+    /// The intact message of the highest sequence handed, per master run.
+    tails: std::collections::BTreeMap<u32, MasterMeta>,
+    /// Every restart position.
+    restarts: Vec<u64>,
     /// Restart positions whose first message was handed as an exact continuation of the old
     /// master's last one (sequence and event ids): invisible to every stream signal.
     invisible: Vec<u64>,
@@ -63,6 +65,12 @@ impl Flight {
         self.lost.insert((pos, 0));
     }
 
+    /// The master restarted at `pos` (also a loss: see [`Flight::lost_at_master`]).
+    pub fn restarted(&mut self, pos: u64) {
+        self.lost_at_master(pos);
+        self.restarts.push(pos);
+    }
+
     /// A message was lost in the network (one copy).
     pub fn lost_in_network(&mut self, first_pos: u64, id: u64) {
         if !self.is_handed(id) {
@@ -78,13 +86,14 @@ impl Flight {
 
     /// A master message was handed to the session; `valid_seq` says whether its topic and
     /// sequence frame are intact (a copy with a damaged payload still reveals its own loss).
-    /// Returns the restart position it hid, when it continues the old master's last message
-    /// exactly (see [`Flight::invisible`]).
-    pub fn handed(&mut self, now: Instant, m: &MasterMeta, valid_seq: bool) -> Option<u64> {
+    /// Returns how many restarts it hid: it continues exactly (next sequence, next event id) the
+    /// newest message handed of an older run, so every restart in between is invisible to the
+    /// stream (see [`Flight::invisible`]).
+    pub fn handed(&mut self, now: Instant, m: &MasterMeta, valid_seq: bool) -> usize {
         if !(m.intact || valid_seq) {
-            return None;
+            return 0;
         }
-        let mut hidden = None;
+        let mut hidden = 0;
         if m.intact {
             let i = m.id as usize;
             if self.handed.len() <= i {
@@ -94,19 +103,21 @@ impl Flight {
                 self.handed[i] = true;
                 self.keep_for_grace(now, m.first_pos);
             }
-            if let Some(last) = self.last_handed {
-                let continues = m.seq == last.seq + 1
-                    && m.first_event_id == last.first_event_id + last.events as u64;
-                if m.epoch > last.epoch && continues {
-                    hidden = self
-                        .lost
-                        .range((last.last_pos, 0)..(m.first_pos, 0))
-                        .find(|&&(p, id)| id == 0 && p > last.last_pos)
-                        .map(|&(p, _)| p);
+            if let Some((_, prev)) = self.tails.range(..m.epoch).next_back() {
+                let continues = m.seq == prev.seq + 1
+                    && m.first_event_id == prev.first_event_id + prev.events as u64;
+                if continues {
+                    for &p in &self.restarts {
+                        if p > prev.last_pos && p < m.first_pos && !self.invisible.contains(&p) {
+                            self.invisible.push(p);
+                            hidden += 1;
+                        }
+                    }
                 }
             }
-            if self.last_handed.is_none_or(|l| m.first_pos > l.first_pos) {
-                self.last_handed = Some(*m);
+            let tail = self.tails.entry(m.epoch).or_insert(*m);
+            if m.seq > tail.seq {
+                *tail = *m;
             }
         }
         self.lost.remove(&(m.first_pos, m.id));
@@ -117,9 +128,6 @@ impl Flight {
             }
             self.lost.remove(&(pos, id));
             self.keep_for_grace(now, pos);
-        }
-        if let Some(p) = hidden {
-            self.invisible.push(p);
         }
         hidden
     }
@@ -230,13 +238,13 @@ mod tests {
         let mut f = Flight::new(Duration::ZERO);
         let now = Instant::from_millis(1);
         f.handed(now, &meta(1, 0, 1, 1, 1), true);
-        f.lost_at_master(3);
+        f.restarted(3);
         // The new master's first batch (seq 1, ids 1-2) was lost; its seq 2 starts at id 3.
         f.lost_in_network(4, 2);
-        assert_eq!(f.handed(now, &meta(3, 1, 2, 6, 3), true), Some(3));
+        assert_eq!(f.handed(now, &meta(3, 1, 2, 6, 3), true), 1);
         assert_eq!(f.invisible(), &[3]);
         // A restart whose next batch does not continue is revealed as usual.
-        f.lost_at_master(9);
-        assert_eq!(f.handed(now, &meta(4, 2, 1, 10, 1), true), None);
+        f.restarted(9);
+        assert_eq!(f.handed(now, &meta(4, 2, 1, 10, 1), true), 0);
     }
 }

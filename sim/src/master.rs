@@ -388,6 +388,10 @@ pub struct MasterStats {
     pub silent_removals: u64,
     /// Put requests served.
     pub puts: u64,
+    /// Events of an unknown type without a key sent.
+    pub unknown_keyless: u64,
+    /// Foreign keys put (odd keys of another client).
+    pub foreign_keys: u64,
 }
 
 const MEM: u8 = 1;
@@ -812,6 +816,7 @@ impl Master {
             }
             Action::UnknownKeyless => {
                 let tenant = self.rng.index(self.opts.tenants);
+                self.stats.unknown_keyless += 1;
                 self.emit(QKind::UnknownKeyless, tenant as u32, None, out);
                 let all = self.present[tenant].as_slice().to_vec();
                 for obj in all {
@@ -855,7 +860,8 @@ impl Master {
         let mut rng = self.rng.clone();
         let page = (0..8).find_map(|_| {
             let req = self.recent_request(&mut rng)?;
-            (req.tenant == 0).then(|| req.pages[rng.index(req.pages.len())])
+            let pages = &req.pages;
+            (req.tenant == 0 && !pages.is_empty()).then(|| pages[rng.index(pages.len())])
         });
         self.rng = rng;
         let Some(page) = page else {
@@ -872,6 +878,7 @@ impl Master {
             let id = self.foreign_keys.len() as u32;
             self.foreign_keys.push(odd.into_boxed_str());
             self.foreign_present.insert(id);
+            self.stats.foreign_keys += 1;
             self.emit(QKind::ForeignStored, id, Some(Medium::Cpu), out);
         }
         while self.foreign_present.len() > MAX_FOREIGN {

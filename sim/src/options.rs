@@ -255,6 +255,9 @@ pub struct HttpOptions {
     pub body_time: (Duration, Duration),
     /// Extra latency of every request under load.
     pub load: (Duration, Duration),
+    /// Chance the master restarts (an HA failover, unseen by the transport) right after it
+    /// served a key list: between a snapshot and the first batch after it.
+    pub restart_after_keys: f64,
 }
 
 /// The driver's own timing: a CPU-starved driver stalls while messages queue up.
@@ -422,6 +425,7 @@ impl Options {
             status_to_keys: (Duration::ZERO, us(200)),
             body_time: (Duration::ZERO, us(500)),
             load: (Duration::ZERO, Duration::ZERO),
+            restart_after_keys: 0.0,
         };
         let driver = DriverOptions {
             stalls_per_sec: 0.0,
@@ -524,6 +528,7 @@ impl Options {
                 m.idle = r.unit() * 0.01;
                 m.mix.unknown_keyless = r.unit() * 0.002;
                 m.mix.foreign_put = r.unit() * 0.003;
+                h.restart_after_keys = r.unit() * 0.3;
                 if r.chance(0.4) {
                     // Reordering across restarts: the new master's batches overtake the old one's.
                     s.reorder = ReorderConfig {
@@ -658,7 +663,10 @@ impl Options {
             "unknown-keyless" => m.mix.unknown_keyless = 0.0,
             "idle" => m.idle = 0.0,
             "extra-queries" => d.queries_per_sec = 0.0,
-            "restarts" => m.mix.restart = 0.0,
+            "restarts" => {
+                m.mix.restart = 0.0;
+                h.restart_after_keys = 0.0;
+            }
             _ => return false,
         }
         true

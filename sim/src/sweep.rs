@@ -60,6 +60,12 @@ pub struct Summary {
     pub stray: u64,
     /// Stray and malformed messages the sessions ignored.
     pub ignored: u64,
+    /// Claims excused because a change was still pending for the session (pages).
+    pub excused_claims: u64,
+    /// The longest excuse (the age of the oldest pending event behind an excused claim).
+    pub longest_excuse: Duration,
+    /// Restarts no stream signal could reveal (judged as silent removals).
+    pub invisible_restarts: u64,
     /// Virtual time simulated.
     pub virtual_time: Duration,
 }
@@ -96,6 +102,9 @@ impl Summary {
         self.link_faults += n.disconnects + n.partitions + n.connect_fails + n.connect_hangs;
         self.stray += n.stray;
         self.ignored += s.ignored_messages;
+        self.excused_claims += s.excused_claims;
+        self.longest_excuse = self.longest_excuse.max(s.longest_excuse);
+        self.invisible_restarts += s.invisible_restarts;
         self.virtual_time += s.virtual_time;
     }
 
@@ -149,6 +158,13 @@ impl Summary {
             self.stale_hits_other_tenants,
             self.liveness_pages,
             self.liveness_skipped
+        );
+        let _ = writeln!(
+            s,
+            "excused claims {} (longest excuse {:.1} ms)  invisible restarts {}",
+            self.excused_claims,
+            self.longest_excuse.as_secs_f64() * 1e3,
+            self.invisible_restarts
         );
         if let Some(wall) = wall {
             let secs = wall.as_secs_f64().max(1e-9);

@@ -173,6 +173,10 @@ pub struct RunStats {
     pub snapshot_stalls: u64,
     /// Snapshot answers whose body had foreign lines (odd keys, split keys).
     pub odd_snapshots: u64,
+    /// Key lists read after at least ten batches had been published since their status read.
+    pub resyncs_under_load: u64,
+    /// Events of an unknown type without a key the master sent.
+    pub unknown_keyless: u64,
     /// Liveness was skipped (the index evicted).
     pub liveness_skipped: bool,
     /// Index evictions.
@@ -322,6 +326,8 @@ pub struct World<S: System> {
     shadowed: crate::util::IdSet,
     /// The horizon the current query is judged against.
     judge: Option<u64>,
+    /// A restart the HTTP side scheduled (see [`HttpOptions::restart_after_keys`]).
+    restart_at: Option<Instant>,
 }
 
 /// Runs one seed's options against the real [`Session`].
@@ -434,6 +440,7 @@ impl<S: System> World<S> {
             driver: delivery::Driver::new(&root, &opts_driver, grace),
             shadowed: crate::util::IdSet::new(),
             judge: None,
+            restart_at: None,
         }
     }
 
@@ -514,6 +521,7 @@ impl<S: System> World<S> {
         s.queue_drops = m.queue_drops;
         s.master_restarts = m.restarts;
         s.silent_removals = m.silent_removals;
+        s.unknown_keyless = m.unknown_keyless;
         s.gaps = c.gaps;
         s.session_restarts = c.restarts;
         s.clears = c.clears_gap
@@ -570,6 +578,7 @@ impl<S: System> World<S> {
         self.http_opts.fail = 0.0;
         self.http_opts.hang = 0.0;
         self.http_opts.slow = 0.0;
+        self.http_opts.restart_after_keys = 0.0;
         self.next_stray = None;
         self.next_junk = None;
         self.next_clear = None;
@@ -620,6 +629,7 @@ impl<S: System> World<S> {
                 self.next_clear.filter(|_| !stalled),
                 self.phase_deadline(),
                 self.driver.next_at(),
+                self.restart_at,
             ];
             let Some(next) = candidates.into_iter().flatten().min() else {
                 if stop.is_some() {
@@ -697,6 +707,11 @@ impl<S: System> World<S> {
             }
             return;
         }
+        if self.restart_at.is_some_and(|t| t <= now) {
+            self.restart_at = None;
+            self.act(Action::Restart);
+            return;
+        }
         if self.master.next_at().is_some_and(|t| t <= now) {
             let mut out = core::mem::take(&mut self.out);
             self.master.step(now, &mut out);
@@ -754,7 +769,7 @@ impl<S: System> World<S> {
             self.driver.flight.lost_at_master(pos);
         }
         for pos in out.restarts.drain(..) {
-            self.driver.flight.lost_at_master(pos);
+            self.driver.flight.restarted(pos);
         }
         self.p_loss = self.p_loss.max(out.lost_upto);
         out.lost_upto = 0;

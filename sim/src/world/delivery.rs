@@ -217,9 +217,13 @@ impl<S: System> World<S> {
             self.sync_losses();
             let f = &msg.frames;
             let valid_seq = f.len() == 3 && f[0].is_empty() && f[1] == m.seq.to_be_bytes();
-            if let Some(restart) = self.driver.flight.handed(self.now, m, valid_seq) {
-                self.oracle.mark_invisible(restart);
-                self.stats.invisible_restarts += 1;
+            let hidden = self.driver.flight.handed(self.now, m, valid_seq);
+            if hidden > 0 {
+                let invisible = self.driver.flight.invisible();
+                for &p in &invisible[invisible.len() - hidden..] {
+                    self.oracle.mark_invisible(p);
+                }
+                self.stats.invisible_restarts += hidden as u64;
             }
             if !m.intact && valid_seq {
                 self.stats.undecodable_with_seq += 1;

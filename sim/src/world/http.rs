@@ -16,6 +16,8 @@ pub(super) enum HttpItem {
     SnapshotKeys {
         request: u64,
         status: Option<Status>,
+        /// Batches the master had sent when the status was read.
+        batches: u64,
     },
     SnapshotAnswer {
         request: u64,
@@ -125,10 +127,23 @@ impl<S: System> World<S> {
                     let status = self.http_opts.watermark.then(|| self.master.status());
                     let (lo, hi) = self.http_opts.status_to_keys;
                     let at = now + self.http_rng.duration(lo, hi);
-                    self.http_at(at, HttpItem::SnapshotKeys { request, status });
+                    let batches = self.master.stats().batches;
+                    let item = HttpItem::SnapshotKeys {
+                        request,
+                        status,
+                        batches,
+                    };
+                    self.http_at(at, item);
                 }
             }
-            HttpItem::SnapshotKeys { request, status } => {
+            HttpItem::SnapshotKeys {
+                request,
+                status,
+                batches,
+            } => {
+                if self.master.stats().batches >= batches + 10 {
+                    self.stats.resyncs_under_load += 1;
+                }
                 let lat = self.http_latency();
                 if self.master.is_down(now) {
                     self.http_at(now + lat, HttpItem::SnapshotFailed { request });
@@ -140,6 +155,13 @@ impl<S: System> World<S> {
                 }
                 let pos = self.master.position();
                 let odd = self.master.foreign_count() > 0;
+                if self.http_rng.chance(self.http_opts.restart_after_keys) {
+                    // A failover right after the key list was served.
+                    let after = self
+                        .http_rng
+                        .duration(Duration::ZERO, Duration::from_millis(5));
+                    self.restart_at = Some(now + after);
+                }
                 let (lo, hi) = self.http_opts.body_time;
                 let at = now + lat + self.http_rng.duration(lo, hi);
                 self.http_at(
