@@ -1437,9 +1437,16 @@ impl Session {
     fn forget(&mut self, now: Instant, reason: ClearReason, fx: &mut Effects) {
         let (pages, objects) = self.index.clear();
         self.verify.sweep = None;
-        // A stale batch lets a fetch under way go on, with its status point.
-        let keep_fetch =
-            reason == ClearReason::StaleBatch && matches!(self.resync, Resync::Fetching { .. });
+        // A stale batch lets a fetch go on whose key list is not handed over yet (it is read
+        // after this batch anyway): the keys that live batches stored since it was asked for
+        // were just forgotten, so the key list decides them again; their removals still win.
+        let keep_fetch = reason == ClearReason::StaleBatch
+            && matches!(self.resync, Resync::Fetching { applied: None, .. });
+        if let Resync::Fetching { seen, .. } = &mut self.resync {
+            if keep_fetch {
+                seen.retain(|_, stored| !*stored);
+            }
+        }
         if !keep_fetch {
             self.proof = None;
             self.anchor = None;
