@@ -1268,8 +1268,9 @@ impl Session {
 
     /// Skips an old batch that is no copy of one applied ([`Verdict::Stale`]): late, or from a
     /// restarted publisher whose clock went back. Whatever the index holds (a snapshot, say)
-    /// may be contradicted by it: forget. A fetch under way goes on (its key list is read after
-    /// this batch anyway).
+    /// may be contradicted by it: forget, and fetch again (the keys live batches stored after a
+    /// fetch's key list was read come back only so). With the index empty there is nothing to
+    /// contradict: a restarted master whose clock is behind costs one fetch, not one a batch.
     fn stale_batch(&mut self, now: Instant, seq: Seq, fx: &mut Effects) {
         self.counters.late += 1;
         fx.push(Effect::Late { seq });
@@ -1442,20 +1443,8 @@ impl Session {
     fn forget(&mut self, now: Instant, reason: ClearReason, fx: &mut Effects) {
         let (pages, objects) = self.index.clear();
         self.verify.sweep = None;
-        // A stale batch lets a fetch go on whose key list is not handed over yet (it is read
-        // after this batch anyway): the keys that live batches stored since it was asked for
-        // were just forgotten, so the key list decides them again; their removals still win.
-        let keep_fetch = reason == ClearReason::StaleBatch
-            && matches!(self.resync, Resync::Fetching { applied: None, .. });
-        if let Resync::Fetching { seen, .. } = &mut self.resync {
-            if keep_fetch {
-                seen.retain(|_, stored| !*stored);
-            }
-        }
-        if !keep_fetch {
-            self.proof = None;
-            self.anchor = None;
-        }
+        self.proof = None;
+        self.anchor = None;
         let counter = match reason {
             ClearReason::Gap => &mut self.counters.clears_gap,
             ClearReason::Restart => &mut self.counters.clears_restart,
@@ -1478,9 +1467,6 @@ impl Session {
             objects,
         });
         let connected = matches!(self.link, Link::Up { .. });
-        if keep_fetch {
-            return;
-        }
         if connected
             && matches!(
                 reason,

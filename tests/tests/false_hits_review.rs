@@ -373,9 +373,10 @@ fn an_old_runs_late_batch_at_the_next_sequence_is_not_a_baseline() {
 }
 
 #[test]
-fn a_stale_batch_during_a_fetch_leaves_the_key_list_to_decide_what_live_batches_stored() {
-    // Liveness, found by the simulator: the stale batch forgets the index but lets the fetch go
-    // on; a key stored live since the fetch was asked for must come back from the key list.
+fn a_stale_batch_during_a_fetch_fetches_again_so_that_live_stores_come_back() {
+    // Liveness, found by the simulator: the stale batch forgets what live batches stored since
+    // the fetch was asked for; a key list read before such a store cannot bring it back, so the
+    // session fetches again.
     let layout = mha(1);
     let mut h = Harness::connected(reorder(resync(config(layout.clone())), 8));
     let boot = fetch_request(&h.log).expect("a bootstrap fetch");
@@ -389,17 +390,24 @@ fn a_stale_batch_during_a_fetch_leaves_the_key_list_to_decide_what_live_batches_
     let _ = h.batch_at(2, filler(1));
     // The index forgets (an operator asks) and fetches; then page A is stored live.
     let fx = h.session.clear(h.now);
-    let request = fetch_request(&fx).expect("a clear fetches");
+    let first = fetch_request(&fx).expect("a clear fetches");
     h.advance(10);
     let _ = h.batch_at(3, store_page(&layout, &page));
     assert_eq!(h.prefix(&t), 1);
-    // A late batch from before: stale, the index forgets, the fetch goes on.
-    let _ = h.feed_frames(&old);
+    // A late batch from before: stale, the index forgets and fetches again.
+    let fx = h.feed_frames(&old);
+    let again = fetch_request(&fx).expect("a stale clear fetches again");
+    assert_ne!(again, first);
     assert_eq!(h.prefix(&t), 0);
+    // The first key list was read before A was stored: it is a stale answer now.
+    let _ = h
+        .session
+        .handle_snapshot(h.now, first, Some(Seq(2).into()), [""; 0]);
+    assert_eq!(h.session.counters().stale_answers, 1);
     let keys: Vec<String> = layout.object_keys(&page).collect();
     let _ = h.session.handle_snapshot(
         h.now,
-        request,
+        again,
         Some(Watermark {
             seq: Seq(3),
             events: None,
@@ -410,6 +418,6 @@ fn a_stale_batch_during_a_fetch_leaves_the_key_list_to_decide_what_live_batches_
     assert_eq!(
         h.prefix(&t),
         1,
-        "the key list has page A: it is a hit again"
+        "the second key list has page A: a hit again"
     );
 }
