@@ -20,6 +20,26 @@
 //! time:    poll_timeout() -> deadline; the driver sleeps until then; handle_timeout(now)
 //! ```
 //!
+//! # Telling one run of the master from the next
+//! Sequences alone cannot: a restarted master starts again at 1. The session uses every signal
+//! the master gives:
+//! - **Event ids** ([`sequence`]): within one run, a batch that follows the previous sequence
+//!   starts at exactly the previous batch's last event id + 1; anything else is a restart.
+//! - **Status counters** ([`Watermark`]): `/kv_events/status` only grows within one run, so a
+//!   snapshot whose counters are behind the stream, or whose `published_events` disagrees with
+//!   the event ids around its point, is of another run ([`Session::handle_snapshot`]).
+//! - **The socket**: the production transports see a restart as a disconnect.
+//! - **Time**: after a reconnect, batches no newer than those seen before are late.
+//!
+//! What no signal can close, and how it is bounded: a restart that no transport saw whose
+//! first delivered batch continues the old run exactly (same next sequence, same next event
+//! id, because the new run's lost first batches had the old ones' sizes) is taken for a
+//! continuation, and the old run's objects stay claimed. So does a snapshot line that is one
+//! part of a key containing two or more `\n` whose parts all look like object keys (see
+//! [`snapshot`]). Verification ([`VerifyConfig`]) finds such objects absent and forgets them
+//! within a round; [`Counters::unconfirmed_ms`] says how long the index has gone without that
+//! confirmation.
+//!
 //! # The driving contract
 //! 1. Make a [`Session`] from a [`Config`]. With an endpoint configured, [`Session::poll_timeout`]
 //!    is due at once and [`Session::handle_timeout`] returns [`Effect::Connect`].

@@ -708,6 +708,9 @@ impl Session {
                     last,
                     received: seq,
                 });
+                // The old run's position means nothing to the new one (its resync must not be
+                // checked against it); what it applied fences its late batches.
+                self.reset_stream();
                 self.begin_stream(now, seq, &mut fx);
                 self.forget(now, ClearReason::Restart, &mut fx);
                 self.apply_in_order(now, &batch, fingerprint, frames[2], &mut fx);

@@ -111,6 +111,12 @@ impl Harness {
         self.feed_frames(&frames)
     }
 
+    /// Sets the event id the next event gets, as a publisher that started again (from 1) or
+    /// that lost events after publishing them.
+    pub fn set_next_event_id(&mut self, id: u64) {
+        self.event_id = id;
+    }
+
     /// Encodes `events` as batch `seq` with fresh event ids, without feeding it.
     pub fn frames(&mut self, seq: u64, mut events: Vec<OwnedEvent>) -> [Vec<u8>; 3] {
         for e in &mut events {

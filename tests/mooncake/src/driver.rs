@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use hicache_index::{Config, Effect, Effects, Instant, Seq, Session};
+use hicache_index::{Config, Effect, Effects, Instant, Seq, Session, Watermark};
 
 use crate::http;
 
@@ -40,7 +40,7 @@ const HTTP_POLL: Duration = Duration::from_millis(2);
 enum Answer {
     Snapshot {
         request: u64,
-        keys: Result<(Option<Seq>, Vec<String>), String>,
+        keys: Result<(Option<Watermark>, Vec<String>), String>,
     },
     Verify {
         request: u64,
@@ -331,8 +331,11 @@ impl IndexDriver {
                         // before the key list was read.
                         let timeout = Duration::from_secs(10);
                         let keys = http::kv_events_status(addr, timeout).and_then(|status| {
-                            let last = status.published_batches + status.dropped_events;
-                            http::get_all_keys(addr, timeout).map(|keys| (Some(Seq(last)), keys))
+                            let at = Watermark {
+                                seq: Seq(status.published_batches + status.dropped_events),
+                                events: Some(status.published_events),
+                            };
+                            http::get_all_keys(addr, timeout).map(|keys| (Some(at), keys))
                         });
                         let _ = tx.send(Answer::Snapshot { request, keys });
                     });

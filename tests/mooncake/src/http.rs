@@ -110,12 +110,12 @@ pub fn get_ok(addr: SocketAddr, path: &str, timeout: Duration) -> Result<String,
     Ok(text)
 }
 
-/// `GET /get_all_keys`: every key of the default tenant, one per line.
+/// `GET /get_all_keys`: every key of the default tenant, one per line, verbatim (a line ends in
+/// `\n` only; nothing is trimmed).
 pub fn get_all_keys(addr: SocketAddr, timeout: Duration) -> Result<Vec<String>, String> {
     let body = get_ok(addr, "/get_all_keys", timeout)?;
     Ok(body
-        .lines()
-        .map(str::trim)
+        .split('\n')
         .filter(|l| !l.is_empty())
         .map(String::from)
         .collect())

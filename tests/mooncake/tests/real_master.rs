@@ -953,25 +953,41 @@ fn real_loss_is_counted_exactly_never_yields_a_false_hit_and_resync_recovers(via
         .into_iter()
         .filter(|k| !is_probe(k))
         .collect();
-    let mut complete = 0;
+    // The probes are keys of no page: a snapshot line that is not a key doubts the lines next
+    // to it (one of them may be the rest of a key containing `\n`), so up to that many objects
+    // are left out, as misses. Nothing else may differ, and no page may be claimed that the
+    // master does not hold.
+    let doubted = both[1].counters()["snapshot_doubted_lines"] as usize;
+    let (mut complete, mut missed) = (0, 0);
     for t in &requests {
         let answer = both[1].ask(&layout, t);
         for (p, h) in layout.page_hashes(t).iter().enumerate() {
             let expected = layout.core.object_keys(h).all(|k| truth.contains(&k));
             complete += usize::from(expected);
-            assert_eq!(
-                answer.pages[p], expected,
-                "page {h}: index and master agree"
+            assert!(
+                !answer.pages[p] || expected,
+                "page {h}: claimed but not at the master"
             );
+            missed += usize::from(expected && !answer.pages[p]);
         }
     }
-    assert_eq!(both[1].counters()["objects"] as usize, truth.len());
+    assert!(
+        missed <= doubted,
+        "{missed} pages missed, {doubted} lines doubted"
+    );
+    let objects = both[1].counters()["objects"] as usize;
+    assert!(
+        objects <= truth.len() && objects + doubted >= truth.len(),
+        "{objects} objects, master {}, doubted {doubted}",
+        truth.len()
+    );
     assert_eq!(truth.len(), 20_000 - removed.len());
     report(
         &name,
         format!(
             "resyncing index live {took:?} after the stream went quiet: {complete} complete pages \
-             and {} objects, exactly the master's key set",
+             and {} objects at the master; the index holds {objects} ({doubted} snapshot lines \
+             doubted next to probe keys, {missed} pages missed for it)",
             truth.len()
         ),
     );

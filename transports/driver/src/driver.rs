@@ -1,19 +1,23 @@
 //! The body of a driver loop, shared by the runtimes: feed messages, turn monitor events into
-//! `handle_connected`/`handle_disconnected`, answer timers and HTTP outcomes, and turn effects
-//! into [`Action`]s for the runtime.
+//! `handle_connected`/`handle_disconnected`, answer timers and HTTP outcomes, hand snapshots
+//! over in chunks between live batches, and turn effects into [`Action`]s for the runtime.
 
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hicache_index::{snapshot_lines, Effect, Effects, Health, Instant, Session};
+use hicache_index::{Effect, Effects, Health, Instant, Session};
 
 use crate::config::SocketConfig;
 use crate::handle::{Control, Inbox, Shared};
-use crate::http::{HttpJob, HttpOutcome, MasterHttp};
+use crate::http::{HttpError, HttpJob, HttpOutcome, MasterHttp};
 use crate::report;
 use crate::socket::{self, Link, LinkEvent, MAX_FRAMES};
+
+/// The most snapshot lines applied under one hold of the write lock: a query waits at most for
+/// one such chunk (a few milliseconds), and live batches are fed between chunks.
+pub const SNAPSHOT_CHUNK_LINES: usize = 4096;
 
 /// What the runtime must do for the driver, in order.
 #[derive(Debug)]
@@ -23,9 +27,24 @@ pub enum Action {
     Open(Link),
     /// Drop the current link.
     Close,
-    /// Run this job with [`HttpJob::run`] off the loop and hand its outcome back with
-    /// [`Control::deliver`].
-    Spawn(HttpJob),
+}
+
+/// A key list being handed over to the session, chunk by chunk.
+pub(crate) struct Handover {
+    /// The core's request number.
+    request: u64,
+    /// The body of `/get_all_keys`.
+    body: Vec<u8>,
+    /// Where the next line begins.
+    next: usize,
+    /// Chunks applied so far.
+    chunks: usize,
+    /// The write-lock hold of the last chunk.
+    last: Duration,
+    /// The longest write-lock hold for one chunk.
+    longest: Duration,
+    /// When the body reached the loop.
+    began: std::time::Instant,
 }
 
 /// The runtime-independent state of one subscriber's loop.
@@ -45,6 +64,7 @@ pub struct Driver {
     pub(crate) deadline: Option<Instant>,
     pub(crate) metrics_interval: Duration,
     pub(crate) next_export: std::time::Instant,
+    pub(crate) handover: Option<Handover>,
 }
 
 impl std::fmt::Debug for Driver {
@@ -54,6 +74,10 @@ impl std::fmt::Debug for Driver {
             .field("http", &self.http)
             .field("deadline", &self.deadline)
             .field("actions", &self.actions)
+            .field(
+                "handover",
+                &self.handover.as_ref().map(|h| (h.request, h.next)),
+            )
             .finish_non_exhaustive()
     }
 }
@@ -117,9 +141,20 @@ impl Driver {
 
     /// Feeds queued messages of `sub`, at most the drain budget; returns true when messages
     /// may remain.
+    ///
+    /// While a key list is handed over, the turn also ends once it took as long as the last
+    /// chunk did: a backlogged stream and the snapshot then share the loop evenly, however fast
+    /// either goes.
     fn drain_messages(&mut self, sub: &zmq::Socket) -> bool {
         let now = self.now();
-        for _ in 0..self.socket.drain_budget {
+        let share = self
+            .handover
+            .as_ref()
+            .map(|h| std::time::Instant::now() + h.last);
+        for fed in 0..self.socket.drain_budget {
+            if fed > 0 && share.is_some_and(|until| std::time::Instant::now() >= until) {
+                return true;
+            }
             let count = match socket::recv_message(sub, &mut self.parts) {
                 Ok(count) => count,
                 Err(zmq::Error::EAGAIN) if socket::has_input(sub) => continue,
@@ -188,11 +223,20 @@ impl Driver {
                 watermark,
                 keys,
             }) => match keys {
-                Ok(body) => self.call(|s, now| {
-                    // One call under the lock: chunked application let queries between chunks
-                    // see keys removed since the fetch (false hits found by the demo).
-                    s.handle_snapshot(now, request, watermark, snapshot_lines(&body))
-                }),
+                Ok(body) => {
+                    // Only begun here: the loop hands the lines over in chunks, feeding the
+                    // live batches queued meanwhile between them (see `advance_snapshot`).
+                    self.call(|s, now| s.begin_snapshot(now, request, watermark));
+                    self.handover = Some(Handover {
+                        request,
+                        body,
+                        next: 0,
+                        chunks: 0,
+                        last: Duration::ZERO,
+                        longest: Duration::ZERO,
+                        began: std::time::Instant::now(),
+                    });
+                }
                 Err(error) => {
                     tracing::warn!(request, %error, "fetching the master's key list failed");
                     self.call(|s, now| s.handle_snapshot_failed(now, request));
@@ -218,6 +262,58 @@ impl Driver {
         true
     }
 
+    /// Applies the next chunk (at most [`SNAPSHOT_CHUNK_LINES`] lines) of the key list being
+    /// handed over, under one hold of the write lock, or finishes the handover once every line
+    /// is in. Returns true while chunks remain: the loop must then come back without waiting,
+    /// after draining the socket, so that live batches go in between chunks.
+    ///
+    /// A handover the session no longer wants (it reconnected, cleared or fetched anew) is
+    /// dropped.
+    pub fn advance_snapshot(&mut self) -> bool {
+        let Some(h) = &mut self.handover else {
+            return false;
+        };
+        if h.next < h.body.len() {
+            let held = std::time::Instant::now();
+            let applied = match self.shared.session.write() {
+                Ok(mut session) => {
+                    let lines = Lines {
+                        body: &h.body,
+                        next: &mut h.next,
+                        left: SNAPSHOT_CHUNK_LINES,
+                    };
+                    session.snapshot_keys(h.request, lines)
+                }
+                Err(_) => None,
+            };
+            h.last = held.elapsed();
+            h.longest = h.longest.max(h.last);
+            h.chunks += 1;
+            if applied.is_none() {
+                tracing::debug!(
+                    request = h.request,
+                    "the session no longer wants this snapshot"
+                );
+                self.handover = None;
+                return false;
+            }
+            return true;
+        }
+        let Some(h) = self.handover.take() else {
+            return false;
+        };
+        self.call(|s, now| s.finish_snapshot(now, h.request));
+        tracing::debug!(
+            request = h.request,
+            bytes = h.body.len(),
+            chunks = h.chunks,
+            longest_chunk_us = h.longest.as_micros() as u64,
+            took_ms = h.began.elapsed().as_millis() as u64,
+            "snapshot handed over"
+        );
+        false
+    }
+
     /// Reports that the runtime could not register a link's sockets: the connection failed.
     pub fn link_failed(&mut self, error: &std::io::Error) {
         tracing::warn!(%error, "registering the sockets failed");
@@ -229,14 +325,38 @@ impl Driver {
         self.actions.pop_front()
     }
 
-    /// Returns the master's HTTP side, for running [`Action::Spawn`] jobs.
-    pub fn http(&self) -> Option<Arc<MasterHttp>> {
-        self.http.clone()
-    }
-
-    /// Returns a control handle, for handing HTTP outcomes back.
+    /// Returns a control handle.
     pub fn control(&self) -> Control {
         self.control.clone()
+    }
+
+    /// Runs `job` on a thread of its own, which hands the outcome back through the inbox.
+    fn spawn_job(&mut self, job: HttpJob) {
+        let Some(http) = self.http.clone() else {
+            return;
+        };
+        let control = self.control.clone();
+        let request = job.request();
+        let snapshot = matches!(job, HttpJob::Snapshot { .. });
+        let span = tracing::info_span!("master_http", request, snapshot);
+        let spawned = std::thread::Builder::new()
+            .name("hicache-index-http".into())
+            .spawn(move || {
+                let _entered = span.enter();
+                control.deliver(job.run(&http));
+            });
+        if let Err(error) = spawned {
+            tracing::warn!(%error, "starting an HTTP job's thread failed");
+            let job = match snapshot {
+                true => HttpJob::Snapshot { request },
+                false => HttpJob::Verify {
+                    request,
+                    keys: Vec::new(),
+                },
+            };
+            let outcome = job.failed(HttpError::Io(error.to_string()));
+            self.handle_inbox(Inbox::Http(outcome));
+        }
     }
 
     /// Calls into the session under the write lock (for that call only), then executes what it
@@ -273,20 +393,38 @@ impl Driver {
                     self.actions.push_back(Action::Close);
                 }
                 Effect::FetchSnapshot { request } => match self.http {
-                    Some(_) => self
-                        .actions
-                        .push_back(Action::Spawn(HttpJob::Snapshot { request })),
+                    Some(_) => self.spawn_job(HttpJob::Snapshot { request }),
                     None => self.call(|s, now| s.handle_snapshot_failed(now, request)),
                 },
                 Effect::VerifyKeys { request, keys } => {
-                    if self.http.is_some() {
-                        self.actions
-                            .push_back(Action::Spawn(HttpJob::Verify { request, keys }));
-                    }
+                    self.spawn_job(HttpJob::Verify { request, keys })
                 }
                 other => report::log_effect(&other),
             }
         }
+    }
+}
+
+/// The next lines of a key list (split on `\n` only, never trimmed), at most `left` of them,
+/// moving `next` past each.
+struct Lines<'b> {
+    body: &'b [u8],
+    next: &'b mut usize,
+    left: usize,
+}
+
+impl<'b> Iterator for Lines<'b> {
+    type Item = &'b [u8];
+
+    fn next(&mut self) -> Option<&'b [u8]> {
+        let rest = self.body.get(*self.next..).filter(|r| !r.is_empty())?;
+        if self.left == 0 {
+            return None;
+        }
+        self.left -= 1;
+        let end = rest.iter().position(|&b| b == b'\n').unwrap_or(rest.len());
+        *self.next += end + 1;
+        Some(&rest[..end])
     }
 }
 
@@ -303,5 +441,23 @@ impl Drop for Driver {
         report::export_health(Health::Disconnected);
         report::export_running(false);
         tracing::info!("subscriber stopped");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_list_lines_split_on_newlines_only_and_stop_after_a_chunk() {
+        let body = b"a \r\n\nb\n c";
+        let mut next = 0;
+        let lines = |next: &mut usize, left| -> Vec<Vec<u8>> {
+            let lines = Lines { body, next, left };
+            lines.map(<[u8]>::to_vec).collect()
+        };
+        assert_eq!(lines(&mut next, 2), [b"a \r".to_vec(), Vec::new()]);
+        assert_eq!(lines(&mut next, 9), [b"b".to_vec(), b" c".to_vec()]);
+        assert!(lines(&mut next, 9).is_empty());
     }
 }

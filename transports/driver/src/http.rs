@@ -1,20 +1,21 @@
-//! The master's HTTP admin side, sans IO: request bytes, an HTTP/1.1 response reader, and the
-//! two jobs the core asks for.
+//! The master's HTTP admin side: request bytes, an HTTP/1.1 response reader, a blocking `GET`,
+//! and the two jobs the core asks for.
 //!
-//! A runtime supplies one async `GET` (connect, write [`MasterHttp::request`], read into a
-//! [`ResponseReader`] until it yields the body, all under [`MasterHttp::timeout`]); everything
-//! else is here:
+//! Every job runs on a thread of its own ([`HttpJob::run`], started by the [`crate::Driver`]),
+//! never on the runtime's workers: reading a key list of tens of megabytes takes a CPU for a
+//! while, and the loop must keep taking events meanwhile.
 //! ```text
 //! Effect::FetchSnapshot -> GET {base}/kv_events/status             -> watermark
-//!                          GET {base}/get_all_keys                 -> lines  -> handle_snapshot
+//!                          GET {base}/get_all_keys                 -> lines  -> snapshot chunks
 //! Effect::VerifyKeys    -> GET {base}/batch_query_keys?keys=k1,k2  -> {"success":true,
 //!                          (split so every target stays short)         "data":{"k1":{"ok":true}}}
 //!                                                                     -> handle_verify_result
 //! ```
 
 use std::fmt;
-use std::future::Future;
-use std::time::Duration;
+use std::io::{Read, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::time::{Duration, Instant};
 
 use hicache_index::{Seq, Watermark};
 
@@ -129,6 +130,45 @@ impl MasterHttp {
         ResponseReader::new(self.config.max_body_bytes)
     }
 
+    /// One blocking `GET` of `target` over a fresh connection, connect to last byte within
+    /// [`MasterHttp::timeout`]. Call it off the event loop (it blocks the calling thread).
+    pub fn get(&self, target: &str) -> Result<Vec<u8>, HttpError> {
+        let deadline = Instant::now() + self.timeout();
+        let left = || {
+            deadline
+                .checked_duration_since(Instant::now())
+                .filter(|d| !d.is_zero())
+                .ok_or(HttpError::Timeout)
+        };
+        let mut stream = None;
+        let mut failure = HttpError::Io(format!("{} does not resolve", self.host));
+        for addr in (self.host.as_str(), self.port).to_socket_addrs()? {
+            match TcpStream::connect_timeout(&addr, left()?) {
+                Ok(s) => {
+                    stream = Some(s);
+                    break;
+                }
+                Err(e) => failure = timed_out(e),
+            }
+        }
+        let mut stream = stream.ok_or(failure)?;
+        stream.set_write_timeout(Some(left()?))?;
+        stream.write_all(&self.request(target)).map_err(timed_out)?;
+        let mut reader = self.response_reader();
+        let mut buf = vec![0u8; 64 << 10];
+        loop {
+            stream.set_read_timeout(Some(left()?))?;
+            let n = match stream.read(&mut buf) {
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(timed_out(e)),
+            };
+            if let Some(body) = reader.feed(&buf[..n])? {
+                return Ok(body);
+            }
+        }
+    }
+
     /// The targets that ask about `keys`, split so each stays within the target limit.
     pub fn batch_query_targets(&self, keys: &[String]) -> Vec<String> {
         const PATH: &str = "/batch_query_keys?keys=";
@@ -151,6 +191,14 @@ impl MasterHttp {
             targets.push(current);
         }
         targets
+    }
+}
+
+/// An IO error, or [`HttpError::Timeout`] when a socket timeout ran out.
+fn timed_out(e: std::io::Error) -> HttpError {
+    match e.kind() {
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => HttpError::Timeout,
+        _ => e.into(),
     }
 }
 
@@ -210,6 +258,16 @@ impl ResponseReader {
         self.buf.extend_from_slice(bytes);
         if self.head.is_none() {
             self.head = parse_head(&self.buf)?;
+            if let Some(Head {
+                body_start,
+                framing: Framing::Length(n),
+                ..
+            }) = self.head
+            {
+                // One allocation for a large key list instead of a copy at every doubling.
+                let whole = body_start.saturating_add(n.min(self.max_body));
+                self.buf.reserve(whole.saturating_sub(self.buf.len()));
+            }
         }
         let Some(head) = self.head else {
             return if eof {
@@ -312,7 +370,7 @@ fn decode_chunked(mut body: &[u8], max: usize) -> Result<Option<Vec<u8>>, HttpEr
     }
 }
 
-/// Work the core asked for over HTTP, run off the driver loop.
+/// Work the core asked for over HTTP, run on a thread of its own.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum HttpJob {
     /// `GET /get_all_keys` for the fetch `request`.
@@ -355,20 +413,39 @@ pub enum HttpOutcome {
 }
 
 impl HttpJob {
-    /// Runs the job with `get`, the runtime's `GET` of a target (path and query).
-    pub async fn run<F, Fut>(self, http: &MasterHttp, get: F) -> HttpOutcome
-    where
-        F: Fn(String) -> Fut,
-        Fut: Future<Output = Result<Vec<u8>, HttpError>>,
-    {
+    /// The core's request number of the job.
+    pub fn request(&self) -> u64 {
+        match self {
+            HttpJob::Snapshot { request } | HttpJob::Verify { request, .. } => *request,
+        }
+    }
+
+    /// What the job found when it could not run at all.
+    pub fn failed(self, error: HttpError) -> HttpOutcome {
+        match self {
+            HttpJob::Snapshot { request } => HttpOutcome::Snapshot {
+                request,
+                watermark: None,
+                keys: Err(error),
+            },
+            HttpJob::Verify { request, .. } => HttpOutcome::Verify {
+                request,
+                results: Vec::new(),
+                error: Some(error),
+            },
+        }
+    }
+
+    /// Runs the job with blocking `GET`s to `http`; call it off the event loop.
+    pub fn run(self, http: &MasterHttp) -> HttpOutcome {
         match self {
             HttpJob::Snapshot { request } => {
                 // The watermark first: every batch after it must then reach the stream.
-                let watermark = match get("/kv_events/status".to_owned()).await {
+                let watermark = match http.get("/kv_events/status") {
                     Ok(body) => parse_watermark(&body),
                     Err(_) => None,
                 };
-                let keys = get("/get_all_keys".to_owned()).await;
+                let keys = http.get("/get_all_keys");
                 HttpOutcome::Snapshot {
                     request,
                     watermark,
@@ -379,7 +456,7 @@ impl HttpJob {
                 let mut results = Vec::with_capacity(keys.len());
                 let mut error = None;
                 for target in http.batch_query_targets(&keys) {
-                    match get(target).await.and_then(|b| parse_batch_query(&b)) {
+                    match http.get(&target).and_then(|b| parse_batch_query(&b)) {
                         Ok(found) => results.extend(found),
                         Err(e) => {
                             error.get_or_insert(e);
@@ -525,6 +602,73 @@ mod tests {
         assert_eq!(found, vec![("a".into(), true), ("b".into(), false)]);
         assert!(parse_batch_query(br#"{"success":false}"#).is_err());
         assert!(parse_batch_query(b"<html>").is_err());
+    }
+
+    /// A server on loopback that answers one connection with `answer` (nothing if `None`) and
+    /// returns the request it read.
+    fn serve_once(answer: Option<&'static [u8]>) -> (String, std::thread::JoinHandle<Vec<u8>>) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a listener");
+        let url = format!("http://{}", listener.local_addr().expect("an address"));
+        let server = std::thread::spawn(move || {
+            let (mut stream, _) = listener.accept().expect("a connection");
+            let mut request = Vec::new();
+            let mut buf = [0u8; 1024];
+            while !request.ends_with(b"\r\n\r\n") {
+                match stream.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => request.extend_from_slice(&buf[..n]),
+                }
+            }
+            match answer {
+                Some(answer) => stream.write_all(answer).expect("the answer is written"),
+                // Silent until the client gives up and closes.
+                None => while stream.read(&mut buf).is_ok_and(|n| n > 0) {},
+            }
+            request
+        });
+        (url, server)
+    }
+
+    #[test]
+    fn get_reads_the_body_of_a_real_response() {
+        let (url, server) = serve_once(Some(
+            b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nk1\nk2\n",
+        ));
+        assert_eq!(master(&url).get("/get_all_keys"), Ok(b"k1\nk2\n".to_vec()));
+        let request = server.join().expect("the server ends");
+        assert!(request.starts_with(b"GET /get_all_keys HTTP/1.1\r\n"));
+    }
+
+    #[test]
+    fn get_gives_up_on_a_silent_server_with_a_timeout() {
+        let (url, server) = serve_once(None);
+        let mut m = master(&url);
+        m.config.request_timeout = Duration::from_millis(200);
+        assert_eq!(m.get("/get_all_keys"), Err(HttpError::Timeout));
+        server.join().expect("the server ends");
+    }
+
+    #[test]
+    fn a_job_that_cannot_run_reports_its_request_as_failed() {
+        let outcome = HttpJob::Snapshot { request: 7 }.failed(HttpError::Timeout);
+        assert_eq!(
+            outcome,
+            HttpOutcome::Snapshot {
+                request: 7,
+                watermark: None,
+                keys: Err(HttpError::Timeout)
+            }
+        );
+        let job = HttpJob::Verify {
+            request: 8,
+            keys: vec!["k".into()],
+        };
+        assert_eq!(job.request(), 8);
+        assert!(matches!(
+            job.failed(HttpError::Timeout),
+            HttpOutcome::Verify { request: 8, ref results, error: Some(HttpError::Timeout) }
+                if results.is_empty()
+        ));
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //!
 //! `hicache-index-tokio` and `hicache-index-smol` are thin loops around a [`Driver`]; this
 //! crate holds everything that does not depend on the runtime: ZeroMQ socket setup and draining
-//! ([`socket`]), the master's HTTP side as request bytes and a response reader ([`http`]), the
+//! ([`socket`]), the master's HTTP side and the jobs run over it ([`http`]), the
 //! cloneable [`QueryHandle`] and [`Control`], and the export of counters to `metrics` and of
 //! effects to `tracing` ([`report`]). No sequence, gap, backoff or health logic lives here:
 //! that is the core's [`hicache_index::Session`].
@@ -13,11 +13,11 @@
 //! loop {
 //!     while let Ok(msg) = inbox.try_recv() { if !driver.handle_inbox(msg) { break 'outer } }
 //!     busy = link.map_or(false, |l| driver.drain(&l));   // messages, then monitor events
+//!     busy |= driver.advance_snapshot();                 // one chunk of a key list, if any
 //!     driver.handle_timeout();
 //!     while let Some(action) = driver.poll_action() {
 //!         Open(link) => drop the old registration, register link.sub/link.monitor FDs
 //!         Close      => drop the registration
-//!         Spawn(job) => spawn { control.deliver(job.run(&http, get).await) }
 //!     }
 //!     if !busy && no action ran { wait: inbox.recv(), sub FD, monitor FD, driver.deadline() }
 //! }
@@ -26,6 +26,12 @@
 //! The ZeroMQ FDs are edge-triggered: the loop above drains until `EAGAIN` and re-checks
 //! `ZMQ_EVENTS` before waiting, which [`Driver::drain`] does; when it returns true (budget
 //! spent, actions queued) the loop comes back without waiting.
+//!
+//! The master's HTTP side is never read on the loop: the driver runs each job on a thread of
+//! its own, which hands the outcome back through the inbox. A key list is then handed to the
+//! session in chunks of [`SNAPSHOT_CHUNK_LINES`] lines, one per turn, with the socket drained
+//! between them: live batches keep going in while a snapshot of any size is applied, and a
+//! query waits at most for one chunk.
 
 pub mod config;
 pub mod driver;
@@ -39,7 +45,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, RwLock};
 
 pub use config::{Error, HttpConfig, SocketConfig, SubscriberConfig};
-pub use driver::{Action, Driver};
+pub use driver::{Action, Driver, SNAPSHOT_CHUNK_LINES};
 pub use handle::{Control, Inbox, QueryHandle};
 pub use http::{HttpError, HttpJob, HttpOutcome, MasterHttp, ResponseReader};
 
@@ -103,6 +109,7 @@ pub fn prepare(config: SubscriberConfig) -> Result<Parts, Error> {
         deadline,
         metrics_interval,
         next_export: start,
+        handover: None,
     };
     Ok(Parts {
         driver,

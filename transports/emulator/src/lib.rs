@@ -59,6 +59,17 @@ impl Default for EmulatorConfig {
     }
 }
 
+/// Where a published batch stands: the run of the master that published it (0 until the first
+/// [`Emulator::restart`], one more after each) and its sequence within that run. Sequences of
+/// different runs are not comparable (every run starts from 1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Position {
+    /// The run of the master.
+    pub run: u64,
+    /// The batch's sequence within the run.
+    pub seq: Seq,
+}
+
 /// What `GET /kv_events/status` reports.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Status {
@@ -103,6 +114,7 @@ struct Master {
     config: EmulatorConfig,
     next_seq: u64,
     next_event_id: u64,
+    run: u64,
     keys: BTreeSet<String>,
     status: Status,
     payload: Vec<u8>,
@@ -132,6 +144,7 @@ impl Emulator {
                 config,
                 next_seq: 1,
                 next_event_id: 1,
+                run: 0,
                 keys: BTreeSet::new(),
                 status: Status {
                     enabled: true,
@@ -183,14 +196,16 @@ impl Emulator {
         format!("http://{}", self.http_addr)
     }
 
-    /// Stores `keys` and publishes a `stored` event for each, in batches.
-    pub fn store<S: Into<String>>(&self, keys: impl IntoIterator<Item = S>) {
-        self.master().apply(EventKind::Stored, keys, true);
+    /// Stores `keys` and publishes a `stored` event for each, in batches. Returns where the
+    /// last of those batches stands (`None` when `keys` is empty).
+    pub fn store<S: Into<String>>(&self, keys: impl IntoIterator<Item = S>) -> Option<Position> {
+        self.master().apply(EventKind::Stored, keys, true)
     }
 
-    /// Stores every object of `pages` under `layout`, publishing the events.
-    pub fn store_pages(&self, layout: &Layout, pages: &[PageHash]) {
-        self.store(pages.iter().flat_map(|p| layout.object_keys(p)));
+    /// Stores every object of `pages` under `layout`, publishing the events; returns where the
+    /// last batch stands.
+    pub fn store_pages(&self, layout: &Layout, pages: &[PageHash]) -> Option<Position> {
+        self.store(pages.iter().flat_map(|p| layout.object_keys(p)))
     }
 
     /// Stores `keys` but loses their events in the master's queue: one sequence is consumed per
@@ -199,9 +214,11 @@ impl Emulator {
         self.master().apply(EventKind::Stored, keys, false);
     }
 
-    /// Removes `keys` and publishes a `removed` event for each.
-    pub fn remove<S: Into<String>>(&self, keys: impl IntoIterator<Item = S>) {
-        self.master().apply(EventKind::Removed, keys, true);
+    /// Removes `keys` and publishes a `removed` event for each. Returns where the last batch
+    /// carrying those removals stands (`None` when `keys` is empty): a subscriber that applied
+    /// it, or a later batch of the same run, knows every one of them.
+    pub fn remove<S: Into<String>>(&self, keys: impl IntoIterator<Item = S>) -> Option<Position> {
+        self.master().apply(EventKind::Removed, keys, true)
     }
 
     /// Removes `keys` without any event (remove-all, a client's `close()`, ...).
@@ -239,6 +256,7 @@ impl Emulator {
         };
         m.next_seq = 1;
         m.next_event_id = 1;
+        m.run += 1;
         m.keys.clear();
         m.status = Status {
             enabled: true,
@@ -299,6 +317,11 @@ impl Emulator {
     /// Returns every present key, in order.
     pub fn keys(&self) -> Vec<String> {
         self.master().keys.iter().cloned().collect()
+    }
+
+    /// Returns the run of the master: 0 until the first restart, one more after each.
+    pub fn run(&self) -> u64 {
+        self.master().run
     }
 
     /// Returns the publishing counters.
@@ -364,7 +387,8 @@ impl Master {
         kind: EventKind,
         keys: impl IntoIterator<Item = S>,
         publish: bool,
-    ) {
+    ) -> Option<Position> {
+        let mut last = None;
         let mut keys = keys.into_iter().map(Into::into).peekable();
         while keys.peek().is_some() {
             let chunk: Vec<String> = keys.by_ref().take(self.config.max_batch_events).collect();
@@ -388,13 +412,18 @@ impl Master {
             self.next_event_id += events;
             self.payload.clear();
             encode_payload_into(&mut self.payload, &batch, self.config.flavor);
-            let seq = encode_seq(Seq(seq));
+            let seq_frame = encode_seq(Seq(seq));
             let _ = self.socket.send(&self.config.topic[..], zmq::SNDMORE);
-            let _ = self.socket.send(&seq[..], zmq::SNDMORE);
+            let _ = self.socket.send(&seq_frame[..], zmq::SNDMORE);
             let _ = self.socket.send(&self.payload[..], 0);
             self.status.published_batches += 1;
             self.status.published_events += events;
+            last = Some(Position {
+                run: self.run,
+                seq: Seq(seq),
+            });
         }
+        last
     }
 
     fn batch(
@@ -485,4 +514,27 @@ async fn status(State(inner): Shared) -> Response {
 
 async fn health(State(inner): Shared) -> Response {
     unavailable(&inner).unwrap_or_else(|| "OK".into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn positions_name_the_last_batch_of_a_call_and_the_run_it_belongs_to() {
+        let emulator = Emulator::start(EmulatorConfig::default()).expect("the emulator starts");
+        let keys = |n: usize| (0..n).map(|i| format!("k{i}")).collect::<Vec<_>>();
+        let at = |run, seq| Some(Position { run, seq: Seq(seq) });
+        assert_eq!(emulator.store(keys(100)), at(0, 2), "64 events a batch");
+        emulator.store_unpublished(keys(3));
+        assert_eq!(
+            emulator.remove(keys(1)),
+            at(0, 6),
+            "lost events consume sequences"
+        );
+        assert_eq!(emulator.remove(Vec::<String>::new()), None);
+        emulator.restart().expect("the emulator binds again");
+        assert_eq!(emulator.run(), 1);
+        assert_eq!(emulator.store(keys(1)), at(1, 1), "a new run starts from 1");
+    }
 }

@@ -3,7 +3,7 @@
 //!
 //! The loop reads the SUB socket (readiness from its `ZMQ_FD` through [`smol::Async`]), converts
 //! time, calls the core and executes its effects; everything runtime-independent is in
-//! [`hicache_index_driver`]. No sequence, gap, backoff or health logic lives here.
+//! [`hicache_index_driver`] (which also reads the master's HTTP side, on threads of its own). No sequence, gap, backoff or health logic lives here.
 //!
 //! # Example
 //! ```no_run
@@ -32,9 +32,8 @@ use std::os::fd::{AsFd, BorrowedFd, RawFd};
 use std::sync::Arc;
 
 use hicache_index_driver::socket::Link;
-use hicache_index_driver::{prepare, Action, Driver, HttpError, HttpJob, Inbox, MasterHttp, Parts};
+use hicache_index_driver::{prepare, Action, Driver, Inbox, Parts};
 use smol::future;
-use smol::io::{AsyncReadExt, AsyncWriteExt};
 use smol::{Async, Executor, Task, Timer};
 use tracing::Instrument;
 
@@ -60,13 +59,12 @@ impl Subscriber {
         executor: &Arc<Executor<'static>>,
         config: SubscriberConfig,
     ) -> Result<(QueryHandle, SubscriberTask), Error> {
-        let ex = executor.clone();
-        Subscriber::start(config, move |f| ex.spawn(f))
+        Subscriber::start(config, |f| executor.spawn(f))
     }
 
     fn start(
         config: SubscriberConfig,
-        spawn: impl Fn(BoxedJob) -> Task<()> + Send + Sync + 'static,
+        spawn: impl FnOnce(BoxedLoop) -> Task<()>,
     ) -> Result<(QueryHandle, SubscriberTask), Error> {
         let Parts {
             driver,
@@ -74,9 +72,8 @@ impl Subscriber {
             control,
             inbox,
         } = prepare(config)?;
-        let spawn: Spawner = Arc::new(spawn);
         let span = tracing::info_span!("hicache_index_subscriber", runtime = "smol");
-        let task = spawn(Box::pin(run(driver, inbox, spawn.clone()).instrument(span)));
+        let task = spawn(Box::pin(run(driver, inbox).instrument(span)));
         Ok((
             query,
             SubscriberTask {
@@ -87,8 +84,7 @@ impl Subscriber {
     }
 }
 
-type BoxedJob = std::pin::Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
-type Spawner = Arc<dyn Fn(BoxedJob) -> Task<()> + Send + Sync>;
+type BoxedLoop = std::pin::Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
 
 /// A running subscriber. Dropping it cancels the loop (the index is marked stopped at once).
 #[derive(Debug)]
@@ -162,9 +158,8 @@ enum Wake {
 }
 
 /// The loop: drain, fire timers, execute actions; wait only when nothing is pending.
-async fn run(mut driver: Driver, inbox: async_channel::Receiver<Inbox>, spawn: Spawner) {
+async fn run(mut driver: Driver, inbox: async_channel::Receiver<Inbox>) {
     let mut link: Option<Registered> = None;
-    let mut jobs: Vec<Task<()>> = Vec::new();
     'run: loop {
         while let Ok(msg) = inbox.try_recv() {
             if !driver.handle_inbox(msg) {
@@ -175,6 +170,7 @@ async fn run(mut driver: Driver, inbox: async_channel::Receiver<Inbox>, spawn: S
         if let Some(l) = &link {
             again = driver.drain(&l.link);
         }
+        again |= driver.advance_snapshot();
         driver.handle_timeout();
         while let Some(action) = driver.poll_action() {
             again = true;
@@ -187,10 +183,8 @@ async fn run(mut driver: Driver, inbox: async_channel::Receiver<Inbox>, spawn: S
                     }
                 }
                 Action::Close => link = None,
-                Action::Spawn(job) => jobs.extend(spawn_job(&spawn, &driver, job)),
             }
         }
-        jobs.retain(|t| !t.is_finished());
         if again {
             future::yield_now().await;
             continue;
@@ -211,7 +205,6 @@ async fn run(mut driver: Driver, inbox: async_channel::Receiver<Inbox>, spawn: S
             }
         }
     }
-    drop(jobs);
 }
 
 /// Waits until either FD signals (the loop then drains and re-checks `ZMQ_EVENTS`).
@@ -225,39 +218,4 @@ async fn readable(fds: Option<(&Async<ZmqFd>, &Async<ZmqFd>)>) {
     {
         future::pending::<()>().await;
     }
-}
-
-fn spawn_job(spawn: &Spawner, driver: &Driver, job: HttpJob) -> Option<Task<()>> {
-    let http = driver.http()?;
-    let control = driver.control();
-    let span = tracing::info_span!("master_http", job = ?std::mem::discriminant(&job));
-    Some(spawn(Box::pin(
-        async move {
-            let outcome = job.run(&http, |target| get(http.clone(), target)).await;
-            control.deliver(outcome);
-        }
-        .instrument(span),
-    )))
-}
-
-/// One `GET` to the master over a fresh connection, under the request timeout.
-async fn get(http: Arc<MasterHttp>, target: String) -> Result<Vec<u8>, HttpError> {
-    let exchange = async {
-        let (host, port) = http.addr();
-        let mut stream = smol::net::TcpStream::connect((host, port)).await?;
-        stream.write_all(&http.request(&target)).await?;
-        let mut reader = http.response_reader();
-        let mut buf = vec![0u8; 64 << 10];
-        loop {
-            let n = stream.read(&mut buf).await?;
-            if let Some(body) = reader.feed(&buf[..n])? {
-                return Ok::<_, HttpError>(body);
-            }
-        }
-    };
-    future::or(exchange, async {
-        Timer::after(http.timeout()).await;
-        Err(HttpError::Timeout)
-    })
-    .await
 }

@@ -42,6 +42,12 @@ macro_rules! scenario_tests {
         fn silent_tcp_peer_times_out_and_is_retried() {
             $crate::scenarios::silent_tcp_peer_times_out_and_is_retried::<$runtime>();
         }
+        #[test]
+        fn live_batches_are_applied_while_a_large_snapshot_is_handed_over() {
+            $crate::scenarios::live_batches_are_applied_while_a_large_snapshot_is_handed_over::<
+                $runtime,
+            >();
+        }
     };
     (@peer $runtime:ty, $module:ident, $peer:ty) => {
         mod $module {

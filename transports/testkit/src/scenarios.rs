@@ -3,15 +3,15 @@
 use std::time::{Duration, Instant};
 
 use hicache_index::{
-    BackoffConfig, Config, EventKind, Health, ModelLayout, ResyncConfig, Seq, Timestamp,
+    BackoffConfig, Config, EventKind, Health, ModelLayout, ResyncConfig, Seq, Session, Timestamp,
     VerifyConfig, WorkerInfo,
 };
-use hicache_index_driver::SubscriberConfig;
+use hicache_index_driver::{SubscriberConfig, SNAPSHOT_CHUNK_LINES};
 use hicache_index_sim::encode::{encode_payload, MasterFlavor, OwnedBatch, OwnedEvent};
 
 use crate::{
-    clears, layout, object_keys, prefix, tokens, wait_subscribed, wait_until, Peer, Runtime,
-    PATIENCE,
+    clears, layout, object_keys, prefix, tokens, wait_subscribed, wait_until, EmulatorPeer, Peer,
+    Runtime, PATIENCE,
 };
 
 /// A subscriber configuration for the scenarios: fast backoff, and resync over `http` if given.
@@ -404,5 +404,70 @@ pub fn silent_tcp_peer_times_out_and_is_retried<R: Runtime>() {
         accepted.load(std::sync::atomic::Ordering::SeqCst) >= 2 && q.counters().disconnects >= 1
     });
     assert_ne!(q.health(), Health::Live);
+    R::shutdown(running);
+}
+
+/// A large key list is handed to the session in chunks, with the live stream fed in between:
+/// a batch published while the snapshot is being applied is applied before the snapshot is
+/// finished, and queries see the snapshot grow chunk by chunk instead of waiting for all of it.
+pub fn live_batches_are_applied_while_a_large_snapshot_is_handed_over<R: Runtime>() {
+    let peer = EmulatorPeer::start();
+    let mut cfg = config(Some(peer.event_endpoint()), Some(peer.http_base()));
+    if let Some(resync) = &mut cfg.session.resync {
+        // Unoptimised builds take seconds for this key list.
+        resync.fetch_timeout = Duration::from_secs(60);
+    }
+    cfg.http.request_timeout = Duration::from_secs(30);
+    let (q, _control, running) = R::spawn(cfg);
+    wait_subscribed(&peer, &q);
+    wait_until(&q, "live", PATIENCE, || q.health() == Health::Live);
+    // 100,000 objects stored with their events lost: the next batch shows a gap, and the
+    // resync after it reads them all from the key list (25 chunks).
+    let bulk = tokens(7, 25_000);
+    let bulk_keys = object_keys(&bulk);
+    let resyncs = q.counters().resyncs_completed;
+    peer.store_unpublished(&bulk_keys);
+    peer.store(&object_keys(&tokens(8, 1)));
+    let half_applied = |s: &Session| {
+        let c = s.counters();
+        c.resyncs_completed == resyncs
+            && c.objects >= SNAPSHOT_CHUNK_LINES as u64
+            && c.objects < bulk_keys.len() as u64
+    };
+    let start = Instant::now();
+    while q.read(half_applied) != Some(true) {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the snapshot was never seen partly applied; counters {:#?}",
+            q.counters()
+        );
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    let live = tokens(9, 1);
+    let published = peer
+        .0
+        .store(object_keys(&live))
+        .expect("a batch was published");
+    let (applied, finished) = loop {
+        let seen = q.read(|s| {
+            let applied = s.last_applied_seq().is_some_and(|seq| seq >= published.seq);
+            (applied, s.counters().resyncs_completed > resyncs)
+        });
+        match seen {
+            Some((true, finished)) => break (true, finished),
+            Some((false, true)) | None => break (false, true),
+            Some((false, false)) => std::thread::sleep(Duration::from_micros(200)),
+        }
+    };
+    assert!(
+        applied && !finished,
+        "the batch published during the handover was applied only after it; counters {:#?}",
+        q.counters()
+    );
+    wait_until(&q, "the resync to finish", Duration::from_secs(60), || {
+        q.counters().resyncs_completed > resyncs && q.health() == Health::Live
+    });
+    assert_eq!(prefix(&q, &bulk), 25_000, "every page of the key list");
+    assert_eq!(prefix(&q, &live), 1, "the page of the live batch");
     R::shutdown(running);
 }

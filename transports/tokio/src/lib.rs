@@ -3,7 +3,7 @@
 //!
 //! The loop reads the SUB socket (readiness from its `ZMQ_FD` through [`AsyncFd`]), converts
 //! time, calls the core and executes its effects; everything runtime-independent is in
-//! [`hicache_index_driver`]. No sequence, gap, backoff or health logic lives here.
+//! [`hicache_index_driver`] (which also reads the master's HTTP side, on threads of its own). No sequence, gap, backoff or health logic lives here.
 //!
 //! # Example
 //! ```no_run
@@ -28,14 +28,11 @@
 //! ```
 
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::Arc;
 
 use hicache_index_driver::socket::Link;
-use hicache_index_driver::{prepare, Action, Driver, HttpError, HttpJob, Inbox, MasterHttp, Parts};
+use hicache_index_driver::{prepare, Action, Driver, Inbox, Parts};
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::task::JoinSet;
 use tracing::Instrument;
 
 pub use hicache_index_driver::{
@@ -146,7 +143,6 @@ fn register(socket: &zmq::Socket) -> std::io::Result<AsyncFd<ZmqFd>> {
 /// The loop: drain, fire timers, execute actions; wait only when nothing is pending.
 async fn run(mut driver: Driver, inbox: async_channel::Receiver<Inbox>) {
     let mut link: Option<Registered> = None;
-    let mut jobs = JoinSet::new();
     'run: loop {
         while let Ok(msg) = inbox.try_recv() {
             if !driver.handle_inbox(msg) {
@@ -157,6 +153,7 @@ async fn run(mut driver: Driver, inbox: async_channel::Receiver<Inbox>) {
         if let Some(l) = &link {
             again = driver.drain(&l.link);
         }
+        again |= driver.advance_snapshot();
         driver.handle_timeout();
         while let Some(action) = driver.poll_action() {
             again = true;
@@ -169,10 +166,8 @@ async fn run(mut driver: Driver, inbox: async_channel::Receiver<Inbox>) {
                     }
                 }
                 Action::Close => link = None,
-                Action::Spawn(job) => spawn_job(&mut jobs, &driver, job),
             }
         }
-        while jobs.try_join_next().is_some() {}
         if again {
             tokio::task::yield_now().await;
             continue;
@@ -189,7 +184,6 @@ async fn run(mut driver: Driver, inbox: async_channel::Receiver<Inbox>) {
             () = tokio::time::sleep_until(deadline) => {}
         }
     }
-    jobs.abort_all();
 }
 
 /// Waits until either FD signals, and clears that readiness (the loop then drains and re-checks
@@ -206,36 +200,4 @@ async fn readable(fds: Option<(&AsyncFd<ZmqFd>, &AsyncFd<ZmqFd>)>) {
         Ok(mut guard) => guard.clear_ready(),
         Err(_) => std::future::pending().await,
     }
-}
-
-fn spawn_job(jobs: &mut JoinSet<()>, driver: &Driver, job: HttpJob) {
-    let Some(http) = driver.http() else { return };
-    let control = driver.control();
-    let span = tracing::info_span!("master_http", job = ?std::mem::discriminant(&job));
-    jobs.spawn(
-        async move {
-            let outcome = job.run(&http, |target| get(http.clone(), target)).await;
-            control.deliver(outcome);
-        }
-        .instrument(span),
-    );
-}
-
-/// One `GET` to the master over a fresh connection, under the request timeout.
-async fn get(http: Arc<MasterHttp>, target: String) -> Result<Vec<u8>, HttpError> {
-    let exchange = async {
-        let mut stream = tokio::net::TcpStream::connect(http.addr()).await?;
-        stream.write_all(&http.request(&target)).await?;
-        let mut reader = http.response_reader();
-        let mut buf = vec![0u8; 64 << 10];
-        loop {
-            let n = stream.read(&mut buf).await?;
-            if let Some(body) = reader.feed(&buf[..n])? {
-                return Ok::<_, HttpError>(body);
-            }
-        }
-    };
-    tokio::time::timeout(http.timeout(), exchange)
-        .await
-        .unwrap_or(Err(HttpError::Timeout))
 }

@@ -24,6 +24,7 @@ pub(crate) struct Latency {
     bounds: [AtomicU64; BOUNDS.len()],
     count: AtomicU64,
     sum_ns: AtomicU64,
+    max_ns: AtomicU64,
 }
 
 impl Latency {
@@ -34,6 +35,7 @@ impl Latency {
             bounds: std::array::from_fn(|_| AtomicU64::new(0)),
             count: AtomicU64::new(0),
             sum_ns: AtomicU64::new(0),
+            max_ns: AtomicU64::new(0),
         }
     }
 
@@ -47,6 +49,12 @@ impl Latency {
         }
         self.count.fetch_add(1, Ordering::Relaxed);
         self.sum_ns.fetch_add(ns, Ordering::Relaxed);
+        self.max_ns.fetch_max(ns, Ordering::Relaxed);
+    }
+
+    /// Returns the longest duration recorded; `None` when empty.
+    pub(crate) fn max(&self) -> Option<Duration> {
+        (self.count() > 0).then(|| Duration::from_nanos(self.max_ns.load(Ordering::Relaxed)))
     }
 
     /// Returns how many durations were recorded.
@@ -155,6 +163,8 @@ mod tests {
         assert!((p50 - 500.0).abs() < 500.0 * 0.13, "p50 {p50}");
         assert!((p99 - 990.0).abs() < 990.0 * 0.13, "p99 {p99}");
         assert_eq!(h.count(), 1000);
+        assert_eq!(h.max(), Some(Duration::from_micros(1000)));
+        assert_eq!(Latency::new().max(), None);
     }
 
     #[test]

@@ -8,10 +8,12 @@
 //! oldest beyond a cap; and two injected faults: events lost in the master's queue (a gap) and
 //! a master restart. A live progress line on stderr, a report at the end.
 //!
-//! Every hit page's objects are checked against the master's own key set. A page claimed while
-//! its removal was still on its way to the index (removed from the master, not yet confirmed
-//! forgotten by the index before the query began) is counted apart; any other page claimed but
-//! absent is a false hit, and the demo fails.
+//! Every hit page's objects are checked against the master's own key set. A removal is known to
+//! the index once it has applied the batch that carried it (its last applied sequence reached
+//! that batch's, within the same run of the master; a removal of an earlier run, once the index
+//! follows the new run). A page claimed by a query that began before that point raced its
+//! removal and is counted apart; any other page claimed but absent is a false hit, and the demo
+//! fails. The removal lag (the master removing, to the index applying the batch) is measured.
 
 mod workers;
 mod workload;
@@ -26,11 +28,11 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use hicache_index::{
-    Config, Health, Layout, Lookup, ModelLayout, Namespace, PageHash, ResyncConfig, SglangParams,
-    VerifyConfig,
+    Config, Health, Layout, Lookup, ModelLayout, Namespace, PageHash, ResyncConfig, Seq,
+    SglangParams, VerifyConfig,
 };
 use hicache_index_api::tools::thousands;
-use hicache_index_emulator::{Emulator, EmulatorConfig};
+use hicache_index_emulator::{Emulator, EmulatorConfig, Position};
 use hicache_index_tokio::{QueryHandle, Subscriber, SubscriberConfig};
 
 use crate::latency::Latency;
@@ -72,13 +74,17 @@ struct World {
     index: QueryHandle,
     /// When the demo started (the clock of `in_flight` and `asking`).
     start: Instant,
-    /// Pages removed from the master whose removal may still be on its way to the index: when
-    /// the index was seen to have forgotten each (ns since start; `u64::MAX` until then).
-    in_flight: Mutex<HashMap<PageHash, u64>>,
+    /// Pages removed from the master whose removal may still be on its way to the index.
+    in_flight: Mutex<HashMap<PageHash, Removal>>,
+    /// The run of the master the index is known to follow: 0 at first, the new run once the
+    /// index claimed a page stored only after the restart.
+    index_run: AtomicU64,
     /// For each router, when its current query began (ns since start; `u64::MAX` when idle).
     asking: Vec<AtomicU64>,
     stop: AtomicBool,
     latency: Latency,
+    /// From the master removing objects to the index applying the batch that carried them.
+    removal_lag: Latency,
     queries: AtomicU64,
     pages_asked: AtomicU64,
     pages_hit: AtomicU64,
@@ -86,6 +92,31 @@ struct World {
     in_flight_claims: AtomicU64,
     first_false_hit: Mutex<Option<String>>,
     faults: Mutex<Faults>,
+}
+
+/// A page's removal from the master, and when the index was seen to know it.
+#[derive(Clone, Copy, Debug)]
+struct Removal {
+    /// The batch that carried it; for objects lost in a restart, the new run at sequence 0
+    /// (known once the index follows the new run).
+    at: Position,
+    /// When the index was seen to have applied `at` (ns since start; `u64::MAX` until then).
+    applied_ns: u64,
+}
+
+/// Where the index stands in the master's streams: the run it follows and the last sequence it
+/// applied (read in that order, so the sequence is never older than the run).
+#[derive(Clone, Copy, Debug)]
+struct Applied {
+    run: u64,
+    seq: Option<Seq>,
+}
+
+impl Applied {
+    /// Reports whether an index standing here has applied the batch at `at`.
+    fn covers(self, at: Position) -> bool {
+        self.run > at.run || (self.run == at.run && self.seq.is_some_and(|s| s >= at.seq))
+    }
 }
 
 /// When the faults were injected and when the index had recovered from them.
@@ -145,11 +176,13 @@ pub(crate) fn run(args: DemoArgs) -> Outcome {
         index,
         start: Instant::now(),
         in_flight: Mutex::new(HashMap::new()),
+        index_run: AtomicU64::new(0),
         asking: (0..args.routers)
             .map(|_| AtomicU64::new(u64::MAX))
             .collect(),
         stop: AtomicBool::new(false),
         latency: Latency::new(),
+        removal_lag: Latency::new(),
         queries: AtomicU64::new(0),
         pages_asked: AtomicU64::new(0),
         pages_hit: AtomicU64::new(0),
@@ -279,20 +312,34 @@ impl World {
         u64::try_from(self.start.elapsed().as_nanos()).unwrap_or(u64::MAX)
     }
 
-    /// Marks `pages` as being removed (before they leave the master).
-    fn removing(&self, pages: &[PageHash]) {
-        let mut in_flight = self
-            .in_flight
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        for page in pages {
-            in_flight.insert(*page, u64::MAX);
+    /// Where the index stands now.
+    fn applied(&self) -> Applied {
+        let run = self.index_run.load(Ordering::SeqCst);
+        Applied {
+            run,
+            seq: self.index.last_applied_seq(),
         }
     }
 
-    /// Marks `pages` as forgotten by the index now, and drops the entries no query in progress
-    /// can need: confirmed before every current query began, and more than 5 s ago.
-    fn forgotten(&self, pages: &[PageHash]) {
+    /// Marks `pages` as being removed by the batch at `at` (called before they leave the
+    /// master, with a sequence no batch has, then again once the batch is known).
+    fn removing(&self, pages: &[PageHash], at: Position) {
+        let mut in_flight = self.removals();
+        for page in pages {
+            in_flight.insert(
+                *page,
+                Removal {
+                    at,
+                    applied_ns: u64::MAX,
+                },
+            );
+        }
+    }
+
+    /// Marks the removals of `pages` as applied by the index now, and drops the entries no
+    /// query in progress can need: applied before every current query began, and more than
+    /// 5 s ago.
+    fn applied_removals(&self, pages: &[PageHash]) {
         let now = self.nanos();
         let oldest_query = self
             .asking
@@ -301,14 +348,31 @@ impl World {
             .min()
             .unwrap_or(u64::MAX);
         let horizon = oldest_query.min(now.saturating_sub(5_000_000_000));
-        let mut in_flight = self
-            .in_flight
+        let mut in_flight = self.removals();
+        for page in pages {
+            if let Some(removal) = in_flight.get_mut(page) {
+                removal.applied_ns = now;
+            }
+        }
+        in_flight.retain(|_, r| r.applied_ns >= horizon);
+    }
+
+    fn removals(&self) -> std::sync::MutexGuard<'_, HashMap<PageHash, Removal>> {
+        self.in_flight
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Counts a false hit, keeping the first one's description.
+    fn false_hit(&self, describe: impl FnOnce() -> String) {
+        self.false_hits.fetch_add(1, Ordering::Relaxed);
+        let mut first = self
+            .first_false_hit
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        for page in pages {
-            in_flight.insert(*page, now);
+        if first.is_none() {
+            *first = Some(describe());
         }
-        in_flight.retain(|_, at| *at >= horizon);
     }
 }
 
@@ -485,6 +549,20 @@ fn report(
             f.removal_waits_timed_out
         ),
     );
+    if f.removal_waits_timed_out > 0 {
+        failures.push("removals not applied by the index within 10 s");
+    }
+    let lag = &world.removal_lag;
+    row(
+        "removal lag",
+        format!(
+            "p50 {} / p99 {} / max {} over {} removals (the master removing to the index applying the batch)",
+            millis(lag.quantile(0.5)),
+            millis(lag.quantile(0.99)),
+            millis(lag.max()),
+            thousands(lag.count())
+        ),
+    );
     row(
         "queries",
         format!(
@@ -503,6 +581,13 @@ fn report(
         ),
     );
     row(
+        "slowest query",
+        format!(
+            "{} (includes any wait for the index's write lock)",
+            micros(world.latency.max())
+        ),
+    );
+    row(
         "hit rate",
         format!(
             "{:.1}% of pages ({} of {})",
@@ -514,7 +599,7 @@ fn report(
     row(
         "removals racing",
         format!(
-            "{} pages claimed while their removal was on its way (not false hits)",
+            "{} pages claimed by queries begun before the index applied their removal (not false hits)",
             thousands(world.in_flight_claims.load(Ordering::Relaxed))
         ),
     );
@@ -534,6 +619,13 @@ fn report(
     Report {
         text: t.trim_end().to_owned(),
         failure: (!failures.is_empty()).then(|| format!("demo failed: {}", failures.join(", "))),
+    }
+}
+
+fn millis(d: Option<Duration>) -> String {
+    match d {
+        Some(d) => format!("{:.1} ms", d.as_secs_f64() * 1e3),
+        None => "-".into(),
     }
 }
 

@@ -6,10 +6,11 @@ use std::sync::atomic::Ordering;
 use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
-use hicache_index::{Health, Lookup, PageHash};
+use hicache_index::{Health, Lookup, PageHash, Seq};
+use hicache_index_emulator::Position;
 use hicache_index_tokio::QueryHandle;
 
-use super::{lock, World};
+use super::{lock, page_hashes, prefix, World, PAGE};
 
 /// When the workers thread injects what.
 pub(super) struct Plan {
@@ -97,27 +98,40 @@ pub(super) fn workers(world: &World, rx: &Receiver<Vec<PageHash>>, plan: &Plan) 
     }
 }
 
-/// Removes pages from the master (with events) and waits until the index has forgotten them.
+/// Removes pages from the master (with events) and waits until the index has applied the
+/// batch that carried the removals; then none of them may be claimed.
 fn remove(world: &World, victims: &[PageHash]) {
     let keys: Vec<String> = victims
         .iter()
         .flat_map(|p| world.layout.object_keys(p))
         .collect();
-    world.removing(victims);
-    world.emulator.remove(keys);
-    let forgotten = wait_forgotten(&world.index, victims, Duration::from_secs(10));
-    if forgotten {
-        world.forgotten(victims);
+    // Until the master says which batch carries them, no batch of this run covers them.
+    let pending = Position {
+        run: world.emulator.run(),
+        seq: Seq(u64::MAX),
+    };
+    world.removing(victims, pending);
+    let removed = Instant::now();
+    let Some(at) = world.emulator.remove(keys) else {
+        return;
+    };
+    world.removing(victims, at);
+    let applied = wait_applied(world, at, Duration::from_secs(10));
+    if applied {
+        world.removal_lag.record(removed.elapsed());
+        world.applied_removals(victims);
+        check_forgotten(world, victims, "its removal was applied");
     }
     let mut f = lock(world);
     f.removals += victims.len() as u64;
-    if !forgotten {
+    if !applied {
         f.removal_waits_timed_out += 1;
     }
 }
 
-/// Restarts the master (every object lost, no event) and waits until the index has forgotten
-/// what it held.
+/// Restarts the master (every object lost, no event) and waits until the index follows the new
+/// run: it claims a page stored only after the restart. Then none of the lost pages may be
+/// claimed.
 fn restart(
     world: &World,
     stored: &mut HashSet<PageHash>,
@@ -126,36 +140,71 @@ fn restart(
 ) {
     let lost: Vec<PageHash> = order.drain(..).collect();
     stored.clear();
-    world.removing(&lost);
+    let run = world.emulator.run() + 1;
+    world.removing(&lost, Position { run, seq: Seq(0) });
     let at = start.elapsed();
     if world.emulator.restart().is_err() {
         return;
     }
-    let forgotten = wait_forgotten(&world.index, &lost, Duration::from_secs(10));
-    if forgotten {
-        world.forgotten(&lost);
+    let follows = wait_new_run(world, Duration::from_secs(10));
+    if follows {
+        world.index_run.store(run, Ordering::SeqCst);
+        world.applied_removals(&lost);
+        check_forgotten(world, &lost, "the index follows the master's new run");
     }
     let mut f = lock(world);
     f.restart_at = Some(at);
-    if forgotten {
+    if follows {
         f.restart_forgotten = Some(start.elapsed());
     }
 }
 
-/// Polls until the index claims none of `pages`; false after `timeout`.
-fn wait_forgotten(index: &QueryHandle, pages: &[PageHash], timeout: Duration) -> bool {
+/// Polls until the index has applied the batch at `at`; false after `timeout`.
+fn wait_applied(world: &World, at: Position, timeout: Duration) -> bool {
     let start = Instant::now();
-    let mut map = vec![false; pages.len()];
-    loop {
-        map.fill(false);
-        let _ = index.query_map(&Lookup::page_hashes(pages), &mut map);
-        if !map.contains(&true) {
-            return true;
-        }
+    while !world.applied().covers(at) {
         if start.elapsed() > timeout {
             return false;
         }
         std::thread::sleep(Duration::from_micros(200));
+    }
+    true
+}
+
+/// Stores probe pages in the master's new run until the index claims one; false after
+/// `timeout`. (A probe stored before the subscription reached the new socket is lost with its
+/// event, and learnt only from the resync's key list.)
+fn wait_new_run(world: &World, timeout: Duration) -> bool {
+    let start = Instant::now();
+    let mut n = 0u32;
+    while start.elapsed() < timeout {
+        let probe = page_hashes(&world.layout, &[u32::MAX / 2 - n; PAGE as usize]);
+        world.emulator.store_pages(&world.layout, &probe);
+        n += 1;
+        let probing = Instant::now();
+        while probing.elapsed() < Duration::from_millis(200) {
+            if prefix(&world.index, &probe) == probe.len() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+    false
+}
+
+/// Counts every page of `pages` the index still claims as a false hit: the index knows they
+/// are gone (`why`), and nothing stores them in between (this thread is the only writer).
+fn check_forgotten(world: &World, pages: &[PageHash], why: &str) {
+    let mut map = vec![false; pages.len()];
+    let hits = world.index.query_map(&Lookup::page_hashes(pages), &mut map);
+    for (page, _) in pages.iter().zip(&map).filter(|(_, &claimed)| claimed) {
+        world.false_hit(|| {
+            format!(
+                "page {page:?} claimed after {why}, while the index was {} ({:?})",
+                world.index.health().as_str(),
+                hits.as_ref().map(|h| h.trust.as_str()),
+            )
+        });
     }
 }
 

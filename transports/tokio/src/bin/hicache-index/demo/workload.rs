@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use hicache_index::{Lookup, Namespace, PageHash};
 
-use super::{page_hashes, World, PAGE};
+use super::{page_hashes, Applied, World, PAGE};
 
 /// Shared system prompts.
 const PROMPTS: usize = 300;
@@ -89,6 +89,9 @@ pub(super) fn router(
         {
             let began = world.nanos();
             world.asking[id].store(began, Ordering::SeqCst);
+            // Where the index stood before the query: a removal it had applied by then is
+            // never excused.
+            let applied = world.applied();
             let asked = Instant::now();
             let answer = world.index.query(&Lookup::tokens(conversation));
             let took = asked.elapsed();
@@ -104,7 +107,7 @@ pub(super) fn router(
             world
                 .pages_hit
                 .fetch_add(hits.prefix_pages as u64, Ordering::Relaxed);
-            check_hits(world, conversation, hits.prefix_pages, began);
+            check_hits(world, conversation, hits.prefix_pages, began, applied);
             world.asking[id].store(u64::MAX, Ordering::SeqCst);
         }
 
@@ -116,50 +119,48 @@ pub(super) fn router(
 }
 
 /// Counts every claimed page that the master does not fully hold: a false hit, unless its
-/// removal was not yet confirmed forgotten when the query `began`.
-fn check_hits(world: &World, tokens: &[u32], prefix_pages: usize, began: u64) {
+/// removal was not yet applied by the index when the query `began` (the index stood at
+/// `applied` then, and the removal was not seen applied before `began` either).
+fn check_hits(world: &World, tokens: &[u32], prefix_pages: usize, began: u64, applied: Applied) {
     for page in world
         .layout
         .page_hashes(tokens, Namespace::NONE)
         .take(prefix_pages)
     {
-        if let Some(missing) = world
+        let Some(missing) = world
             .layout
             .object_keys(&page)
             .find(|k| !world.emulator.contains(k))
-        {
-            let forgotten_at = world
-                .in_flight
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .get(&page)
-                .copied();
-            if forgotten_at.is_some_and(|at| at > began) {
-                world.in_flight_claims.fetch_add(1, Ordering::Relaxed);
-                continue;
-            }
-            world.false_hits.fetch_add(1, Ordering::Relaxed);
-            let mut first = world
-                .first_false_hit
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            if first.is_none() {
-                // What a person needs to chase it: when, in which state, since when it is gone.
-                let c = world.index.counters();
-                let removed = match forgotten_at {
-                    Some(at) => {
-                        format!("the index was seen without it at {:.3} s", at as f64 / 1e9)
-                    }
-                    None => "no removal of it is on record".to_owned(),
-                };
-                *first = Some(format!(
-                    "object {missing} claimed by a query at {:.3} s while the index was {} ({} of {} resyncs done); {removed}",
-                    began as f64 / 1e9,
-                    world.index.health().as_str(),
-                    c.resyncs_completed,
-                    c.resyncs_started,
-                ));
-            }
+        else {
+            continue;
+        };
+        let removal = world.removals().get(&page).copied();
+        let raced = removal.is_some_and(|r| r.applied_ns > began && !applied.covers(r.at));
+        if raced {
+            world.in_flight_claims.fetch_add(1, Ordering::Relaxed);
+            continue;
         }
+        world.false_hit(|| {
+            // What a person needs to chase it: when, in which state, since when it is gone.
+            let c = world.index.counters();
+            let removed = match removal {
+                Some(r) => format!(
+                    "its removal (run {}, sequence {}) was applied by the index at {:.3} s; the index stood at run {}, sequence {:?} before the query",
+                    r.at.run,
+                    r.at.seq.0,
+                    r.applied_ns as f64 / 1e9,
+                    applied.run,
+                    applied.seq.map(|s| s.0),
+                ),
+                None => "no removal of it is on record".to_owned(),
+            };
+            format!(
+                "object {missing} claimed by a query at {:.3} s while the index was {} ({} of {} resyncs done); {removed}",
+                began as f64 / 1e9,
+                world.index.health().as_str(),
+                c.resyncs_completed,
+                c.resyncs_started,
+            )
+        });
     }
 }

@@ -1,0 +1,295 @@
+//! Input histories that ended in a false hit before issue 13, each through the real `Session`:
+//! every test asserts the miss that the rule above all demands ("never claim a page that is not
+//! there"). Each one failed on the core before the fix.
+
+use std::time::Duration;
+
+use hicache_index::{
+    ClearReason, Config, Effect, EventKind, Health, ReorderConfig, ResyncConfig, Seq, VerifyConfig,
+    Watermark,
+};
+use hicache_index_sim::encode::OwnedEvent;
+use hicache_index_tests::{config, mha, page_hashes, removed, store_page, Harness};
+
+fn tokens(pages: u32) -> Vec<u32> {
+    (1..=pages * 4).collect()
+}
+
+fn resync(cfg: Config) -> Config {
+    Config {
+        resync: Some(ResyncConfig::default()),
+        ..cfg
+    }
+}
+
+fn reorder(cfg: Config, max_held: usize) -> Config {
+    Config {
+        reorder: ReorderConfig {
+            max_held,
+            max_delay: Some(Duration::from_millis(50)),
+        },
+        ..cfg
+    }
+}
+
+fn fetch_request(fx: &[Effect]) -> Option<u64> {
+    fx.iter().find_map(|e| match e {
+        Effect::FetchSnapshot { request } => Some(*request),
+        _ => None,
+    })
+}
+
+fn cleared(fx: &[Effect]) -> Vec<ClearReason> {
+    fx.iter()
+        .filter_map(|e| match e {
+            Effect::Cleared { reason, .. } => Some(*reason),
+            _ => None,
+        })
+        .collect()
+}
+
+/// `n` events of a key no layout tracks (filler that only moves event ids).
+fn filler(n: usize) -> Vec<OwnedEvent> {
+    (0..n).map(|i| removed(format!("filler-{i}"))).collect()
+}
+
+#[test]
+fn restart_whose_next_sequence_runs_on_is_not_a_continuation() {
+    let layout = mha(1);
+    let mut h = Harness::connected(config(layout.clone()));
+    let t = tokens(1);
+    // Old master: seq 1, event ids 1-2, stores page A.
+    let _ = h.batch_at(1, store_page(&layout, &page_hashes(&layout, &t)[0]));
+    assert_eq!(h.prefix(&t), 1);
+    // It restarts unseen; the new master's seq 1 (64 events, ids 1-64) is lost; its seq 2
+    // starts at event id 65, not 3.
+    h.advance(200);
+    h.set_next_event_id(65);
+    let fx = h.batch_at(2, filler(1));
+    assert_eq!(cleared(&fx), vec![ClearReason::Restart], "{fx:?}");
+    assert_eq!(h.prefix(&t), 0, "the old master's page is gone");
+}
+
+#[test]
+fn held_batches_released_by_the_window_pass_the_event_id_rule() {
+    let layout = mha(1);
+    let mut h = Harness::connected(reorder(config(layout.clone()), 8));
+    let t = tokens(2);
+    let pages = page_hashes(&layout, &t);
+    let _ = h.batch_at(1, store_page(&layout, &pages[0]));
+    // Old master's seq 3 (after a hole at 2) stores page B and is held.
+    h.set_next_event_id(5);
+    let _ = h.batch_at(3, store_page(&layout, &pages[1]));
+    // The master restarts; the new one's seq 1-3 are lost; its seq 4 and 5 are held behind.
+    h.advance(100);
+    h.set_next_event_id(200);
+    let _ = h.batch_at(4, filler(1));
+    let _ = h.batch_at(5, filler(1));
+    // The window gives up on the hole: the held batches must not apply as one stream.
+    h.advance(100);
+    let fx = h.fire_timeout().expect("the deadline fires");
+    assert!(cleared(&fx).contains(&ClearReason::Restart), "{fx:?}");
+    let b = hicache_index::Lookup::page_hashes(&pages[1..]);
+    assert_eq!(h.session.query(&b).unwrap().prefix_pages, 0, "B is gone");
+    assert_eq!(h.prefix(&t), 0);
+}
+
+#[test]
+fn a_late_copy_of_an_old_batch_after_a_clear_never_becomes_the_baseline() {
+    let layout = mha(1);
+    let mut h = Harness::connected(reorder(config(layout.clone()), 8));
+    let t = tokens(1);
+    let page = page_hashes(&layout, &t)[0];
+    let store = h.frames(1, store_page(&layout, &page));
+    let _ = h.feed_frames(&store);
+    h.next_seq = 2;
+    let keys: Vec<String> = layout.object_keys(&page).collect();
+    let _ = h.batch_at(2, vec![removed(keys[0].clone())]);
+    assert_eq!(h.prefix(&t), 0);
+    for reconnect in [false, true] {
+        if reconnect {
+            let _ = h.session.handle_disconnected(h.now);
+            let _ = h.session.handle_connected(h.now);
+        } else {
+            let _ = h.session.clear(h.now);
+        }
+        // The network delivers a late copy of batch 1.
+        let fx = h.feed_frames(&store);
+        assert!(
+            fx.iter().any(|e| matches!(e, Effect::Late { .. })),
+            "{fx:?}"
+        );
+        assert_eq!(h.prefix(&t), 0, "the removal of batch 2 still holds");
+    }
+}
+
+#[test]
+fn an_old_batch_stamped_before_the_stream_is_stale_not_a_restart_with_reordering() {
+    let layout = mha(1);
+    let mut h = Harness::connected(reorder(config(layout.clone()), 8));
+    let t = tokens(1);
+    let page = page_hashes(&layout, &t)[0];
+    let keys: Vec<String> = layout.object_keys(&page).collect();
+    // Batch 1 (never delivered in time) stores A; batches 2 and 3 arrive first, 3 removes A.
+    let old = h.frames(1, store_page(&layout, &page));
+    h.advance(10);
+    let _ = h.batch_at(5, filler(1));
+    let _ = h.batch_at(6, vec![removed(keys[0].clone())]);
+    // Batch 1 arrives late: it must not become a new baseline.
+    let fx = h.feed_frames(&old);
+    assert_eq!(cleared(&fx), vec![ClearReason::StaleBatch], "{fx:?}");
+    assert_eq!(h.prefix(&t), 0);
+}
+
+#[test]
+fn snapshot_lines_that_are_not_exactly_keys_never_become_keys() {
+    let layout = mha(1);
+    let mut h = Harness::connected(resync(config(layout.clone())));
+    let request = fetch_request(&h.log).expect("a bootstrap fetch");
+    let t = tokens(1);
+    let page = page_hashes(&layout, &t)[0];
+    let keys: Vec<String> = layout.object_keys(&page).collect();
+    // The master holds "<A>_0_k " and "junk\n<A>_0_v": neither real key exists.
+    let body = format!("{} \njunk\n{}\n", keys[0], keys[1]);
+    let fx = h.session.handle_snapshot(
+        h.now,
+        request,
+        Some(Seq(0).into()),
+        hicache_index::snapshot_lines(body.as_bytes()),
+    );
+    assert!(
+        fx.iter().any(|e| matches!(e, Effect::Resynced { .. })),
+        "{fx:?}"
+    );
+    assert_eq!(h.prefix(&t), 0);
+    let c = h.session.counters();
+    assert_eq!((c.snapshot_odd_lines, c.snapshot_doubted_lines), (1, 2));
+}
+
+#[test]
+fn an_unknown_event_without_a_key_forgets_everything() {
+    let layout = mha(1);
+    let mut h = Harness::connected(config(layout.clone()));
+    let t = tokens(1);
+    let _ = h.batch(store_page(&layout, &page_hashes(&layout, &t)[0]));
+    assert_eq!(h.prefix(&t), 1);
+    // An event type this decoder does not know (a future tenant-wide removal, say), no key.
+    let mut e = OwnedEvent::new(EventKind::Unknown, "");
+    e.object_key = None;
+    let fx = h.batch(vec![e]);
+    assert_eq!(cleared(&fx), vec![ClearReason::UnreadableRemoval], "{fx:?}");
+    assert_eq!(h.prefix(&t), 0);
+}
+
+#[test]
+fn restart_between_the_snapshot_and_the_first_batch_is_noticed() {
+    let layout = mha(1);
+    let mut h = Harness::connected(resync(config(layout.clone())));
+    let request = fetch_request(&h.log).expect("a bootstrap fetch");
+    let t = tokens(1);
+    let keys: Vec<String> = layout.object_keys(&page_hashes(&layout, &t)[0]).collect();
+    // An idle master: its stream stood at seq 5, event id 10; page A is in its key list.
+    let at = Watermark {
+        seq: Seq(5),
+        events: Some(10),
+    };
+    let _ = h
+        .session
+        .handle_snapshot(h.now, request, Some(at), keys.iter().map(String::as_str));
+    assert_eq!((h.health(), h.prefix(&t)), (Health::Live, 1));
+    // It restarts unseen; the new master's first batch is seq 1, event id 1.
+    h.advance(100);
+    h.set_next_event_id(1);
+    let fx = h.batch_at(1, filler(1));
+    assert_eq!(
+        h.prefix(&t),
+        0,
+        "the snapshot may be of the old master: {fx:?}"
+    );
+    assert_eq!(h.health(), Health::Recovering);
+}
+
+#[test]
+fn an_idle_restarted_master_does_not_keep_the_session_refetching() {
+    let layout = mha(1);
+    let mut h = Harness::connected(resync(config(layout.clone())));
+    let boot = fetch_request(&h.log).expect("a bootstrap fetch");
+    let _ = h
+        .session
+        .handle_snapshot(h.now, boot, Some(Seq(0).into()), [""; 0]);
+    // The stream began with the old master at seq 40.
+    let _ = h.batch_at(40, filler(1));
+    for _ in 0..10 {
+        let _ = h.batch(filler(1));
+    }
+    // The master restarts unseen and stays idle; the index forgets (an unreadable removal of
+    // the old master's) and fetches: the new master's counters are back at 0.
+    let mut unreadable = removed("x");
+    unreadable.object_key = None;
+    let fx = h.batch(vec![unreadable]);
+    let again = fetch_request(&fx).expect("a resync");
+    let fx = h.session.handle_snapshot(
+        h.now,
+        again,
+        Some(Watermark {
+            seq: Seq(0),
+            events: Some(0),
+        }),
+        [""; 0],
+    );
+    let mut fetches = 0;
+    let mut fx = fx;
+    for _ in 0..5 {
+        match fetch_request(&fx) {
+            Some(r) => {
+                fetches += 1;
+                fx = h.session.handle_snapshot(
+                    h.now,
+                    r,
+                    Some(Watermark {
+                        seq: Seq(0),
+                        events: Some(0),
+                    }),
+                    [""; 0],
+                );
+            }
+            None => break,
+        }
+    }
+    assert!(fetches <= 1, "fetched {fetches} more times");
+    assert_eq!(h.health(), Health::Live);
+}
+
+#[test]
+fn a_restart_that_mirrors_the_old_stream_is_bounded_by_verification() {
+    // The one class no signal can close: a restart nobody saw whose first delivered batch runs
+    // on in both sequence and event id. Verification bounds how long its pages stay claimed.
+    let layout = mha(1);
+    let cfg = Config {
+        verify: Some(VerifyConfig {
+            interval: Duration::from_secs(1),
+            ..VerifyConfig::default()
+        }),
+        ..config(layout.clone())
+    };
+    let mut h = Harness::connected(cfg);
+    let t = tokens(1);
+    let _ = h.batch_at(1, store_page(&layout, &page_hashes(&layout, &t)[0]));
+    // The new master's seq 1 (two events) is lost; its seq 2 starts at id 3: a perfect mirror.
+    let _ = h.batch_at(2, filler(1));
+    assert_eq!(h.prefix(&t), 1, "indistinguishable from a continuation");
+    let fx = h
+        .fire_timeout()
+        .expect("a verification round within the interval");
+    let (request, keys) = fx
+        .iter()
+        .find_map(|e| match e {
+            Effect::VerifyKeys { request, keys } => Some((*request, keys.clone())),
+            _ => None,
+        })
+        .expect("a verification round");
+    let _ =
+        h.session
+            .handle_verify_result(h.now, request, keys.iter().map(|k| (k.as_str(), false)));
+    assert_eq!(h.prefix(&t), 0, "gone within one verification interval");
+}
