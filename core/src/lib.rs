@@ -35,7 +35,7 @@
 //! first delivered batch continues the old run exactly (same next sequence, same next event
 //! id, because the new run's lost first batches had the old ones' sizes) is taken for a
 //! continuation, and the old run's objects stay claimed. So does a snapshot line that is one
-//! part of a key containing two or more `\n` whose parts all look like object keys (see
+//! part of a key containing one or more `\n` whose parts all look like object keys (see
 //! [`snapshot`]). Verification ([`VerifyConfig`]) finds such objects absent and forgets them
 //! within a round; [`Counters::unconfirmed_ms`] says how long the index has gone without that
 //! confirmation.

@@ -220,6 +220,19 @@ impl<T> SequenceTracker<T> {
     /// and held batches are dropped. What was applied or held becomes the fence against late
     /// copies (see the module docs). Returns how many held batches were dropped.
     pub fn reset(&mut self) -> usize {
+        self.fence_run();
+        self.last = None;
+        self.last_id = None;
+        self.max_millis = None;
+        self.recent.clear();
+        let dropped = self.held.len();
+        self.held.clear();
+        dropped
+    }
+
+    /// Adds what this run applied and holds to the fence, so that its late batches are never
+    /// taken for a new baseline.
+    fn fence_run(&mut self) {
         let mut fence = self.fence.take().unwrap_or_default();
         let seen = self
             .last
@@ -241,13 +254,19 @@ impl<T> SequenceTracker<T> {
         if fence.seq > 0 || !fence.prints.is_empty() {
             self.fence = Some(fence);
         }
-        self.last = None;
-        self.last_id = None;
-        self.max_millis = None;
-        self.recent.clear();
-        let dropped = self.held.len();
-        self.held.clear();
-        dropped
+    }
+
+    /// Reports whether, with a reorder window, a batch that breaks the stream is a late one of an
+    /// older time rather than a restart: stamped no later than the newest batch applied, or not
+    /// comparable at all (then which is unknown, and doubt must not become a baseline).
+    fn is_late_with_reordering(&self, fp: &Fingerprint) -> bool {
+        if self.config.max_held == 0 {
+            return false;
+        }
+        match (self.max_millis, fp.millis) {
+            (Some(max), Some(at)) => at <= max,
+            _ => true,
+        }
     }
 
     /// Reports whether a batch whose first event id is `first_id` breaks the stream's event-id
@@ -267,14 +286,10 @@ impl<T> SequenceTracker<T> {
             if fence.is_copy(seq, &fingerprint) {
                 return Verdict::Late;
             }
-            if fence.is_older(seq, &fingerprint) {
-                // Before the new stream's baseline, dropping it costs nothing (the index was
-                // forgotten at the reset); after it, it is doubt.
-                return if self.last.is_none() {
-                    Verdict::Late
-                } else {
-                    Verdict::Stale
-                };
+            if self.config.max_held > 0 && fence.is_older(seq, &fingerprint) {
+                // Only a transport that reorders can deliver it; the caller forgets if the
+                // index holds anything (a snapshot may be claimed), and skips it.
+                return Verdict::Stale;
             }
         }
         let Some((last, last_fp)) = self.last else {
@@ -283,15 +298,19 @@ impl<T> SequenceTracker<T> {
         if seq == last {
             return if fingerprint == last_fp {
                 Verdict::Duplicate
+            } else if self.is_late_with_reordering(&fingerprint) {
+                Verdict::Stale
             } else {
                 self.restart(last)
             };
         }
         if seq.0 == last.0.wrapping_add(1) && seq.0 != 0 {
-            return if self.breaks_ids(fingerprint.first_event_id) {
-                self.restart(last)
-            } else {
+            return if !self.breaks_ids(fingerprint.first_event_id) {
                 Verdict::Apply
+            } else if self.is_late_with_reordering(&fingerprint) {
+                Verdict::Stale
+            } else {
+                self.restart(last)
             };
         }
         if seq > last {
@@ -303,6 +322,7 @@ impl<T> SequenceTracker<T> {
             }
             return match self.held.get(&seq.0) {
                 Some((_, held_fp, _)) if *held_fp == fingerprint => Verdict::Duplicate,
+                Some(_) if self.is_late_with_reordering(&fingerprint) => Verdict::Stale,
                 Some(_) => self.restart(last),
                 None => Verdict::Hold,
             };
@@ -314,17 +334,16 @@ impl<T> SequenceTracker<T> {
         if late {
             return Verdict::Late;
         }
-        let older =
-            matches!((self.max_millis, fingerprint.millis), (Some(max), Some(at)) if at <= max);
-        if self.config.max_held > 0 && older {
-            // With reordering, an older sequence stamped no later than the stream is a late
-            // batch, not a restart: it must not become the baseline.
+        if self.is_late_with_reordering(&fingerprint) {
+            // With reordering, an older sequence stamped no later than the stream (or not
+            // comparable) is a late batch, not a restart: it must not become the baseline.
             return Verdict::Stale;
         }
         self.restart(last)
     }
 
     fn restart(&mut self, last: Seq) -> Verdict {
+        self.fence_run();
         self.held.clear();
         self.recent.clear();
         self.last_id = None;
@@ -365,20 +384,26 @@ impl<T> SequenceTracker<T> {
     }
 
     /// Takes the held batch that applies next, if it is there, with its ruling: [`Verdict::Apply`]
-    /// (the next in order, or the new baseline after a loss) or [`Verdict::Restart`] (its event
-    /// ids do not run on from the batch applied before it: the caller forgets first). The caller
-    /// MUST apply it and call [`SequenceTracker::applied`], then call this again until it
-    /// returns `None`.
+    /// (the next in order, or the new baseline after a loss), [`Verdict::Restart`] (its event
+    /// ids do not run on from the batch applied before it: the caller forgets first) or
+    /// [`Verdict::Stale`] (they do not, and it is stamped no later than the stream: the caller
+    /// forgets and skips it). After `Apply` or `Restart` the caller MUST apply it and call
+    /// [`SequenceTracker::applied`]; then it calls this again until it returns `None`.
     pub fn pop_ready(&mut self) -> Option<(Seq, T, Verdict)> {
         let next = match self.last {
             Some((last, _)) => last.0.checked_add(1)?,
             None => *self.held.keys().next()?,
         };
         let (_, fp, item) = self.held.remove(&next)?;
+        let breaks = self.breaks_ids(fp.first_event_id);
         let verdict = match self.last {
-            Some((last, _)) if self.breaks_ids(fp.first_event_id) => {
+            // Stamped no later than the stream: a late batch, skipped (the caller forgets).
+            Some(_) if breaks && self.is_late_with_reordering(&fp) => Verdict::Stale,
+            Some((last, _)) if breaks => {
+                self.fence_run();
                 self.recent.clear();
                 self.last_id = None;
+                self.max_millis = None;
                 Verdict::Restart { last }
             }
             _ => Verdict::Apply,

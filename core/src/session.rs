@@ -291,7 +291,9 @@ enum Resync {
         /// What the completed resync confirms: `asked_at`, or the index's confirmation when it
         /// held objects already (a snapshot only adds), lowered by anything older added since.
         confirms: Instant,
-        buffer: Vec<HeldBatch>,
+        /// Live batches applied since the fetch was asked for, and their payload bytes (bounded:
+        /// what they touched is remembered in `seen` until the resync ends).
+        batches: usize,
         bytes: usize,
         /// The first sequence of the stream when the fetch was asked for, if it had begun.
         stream_at_request: Option<Seq>,
@@ -512,7 +514,7 @@ impl Session {
         c.objects = self.index.object_count() as u64;
         c.held_batches = self.tracker.held_count() as u64;
         c.buffered_batches = match &self.resync {
-            Resync::Fetching { buffer, .. } => buffer.len() as u64,
+            Resync::Fetching { batches, .. } => *batches as u64,
             _ => 0,
         };
         c.unconfirmed_ms = self.confirmed_at().map_or(0, |at| {
@@ -682,11 +684,7 @@ impl Session {
                 self.counters.late += 1;
                 fx.push(Effect::Late { seq });
             }
-            Verdict::Stale => {
-                self.counters.late += 1;
-                fx.push(Effect::Late { seq });
-                self.forget(now, ClearReason::StaleBatch, &mut fx);
-            }
+            Verdict::Stale => self.stale_batch(now, seq, &mut fx),
             Verdict::Hold => {
                 self.counters.held += 1;
                 if let Some(loss) =
@@ -773,13 +771,14 @@ impl Session {
     ) -> Effects {
         self.see(now);
         let mut fx = Effects::new();
-        let stream_at_request = match &self.resync {
+        let (stream_at_request, batches_since) = match &self.resync {
             Resync::Fetching {
                 request: current,
                 stream_at_request,
                 applied: None,
+                since,
                 ..
-            } if *current == request => *stream_at_request,
+            } if *current == request => (*stream_at_request, !since.is_empty()),
             _ => {
                 self.counters.stale_answers += 1;
                 return fx;
@@ -818,14 +817,16 @@ impl Session {
                     self.anchor = Some(max_first);
                 }
                 if let Some((at, ProofCheck::Pending)) = check {
-                    // Queries miss until the stream passes the point, unless it has not begun.
+                    // Queries miss until the stream passes the point, once a batch shows the
+                    // stream short of it; with none since the fetch was asked for (an idle
+                    // master), the next batch checks the point.
                     let timeout = self
                         .config
                         .resync
                         .map_or(Duration::ZERO, |r| r.fetch_timeout);
                     self.proof = Some(Proof {
                         at,
-                        deadline: start.map(|_| now + timeout),
+                        deadline: batches_since.then(|| now + timeout),
                     });
                 }
                 if let Resync::Fetching { applied, .. } = &mut self.resync {
@@ -902,15 +903,17 @@ impl Session {
         Some(*applied)
     }
 
-    /// Ends the snapshot of `request`: replays the live batches buffered since the fetch was
-    /// asked for, and the index is live again.
+    /// Ends the snapshot of `request`: the index is live again (once the stream has passed the
+    /// snapshot's status point). The live batches since the fetch was asked for were applied as
+    /// they came, and the snapshot's keys they touched were left to them: nothing is replayed, so
+    /// the call is short (a driver holds its lock for it).
     pub fn finish_snapshot(&mut self, now: Instant, request: u64) -> Effects {
         self.see(now);
         let mut fx = Effects::new();
-        let (buffer, applied, confirms, odd, doubted) = match &mut self.resync {
+        let (batches, applied, confirms, odd, doubted) = match &mut self.resync {
             Resync::Fetching {
                 request: current,
-                buffer,
+                batches,
                 applied: Some(applied),
                 confirms,
                 seen,
@@ -920,13 +923,7 @@ impl Session {
             } if *current == request => {
                 let index = &mut self.index;
                 lines.finish(|key| store_snapshot_key(index, seen, *cleared, applied, key));
-                (
-                    core::mem::take(buffer),
-                    *applied,
-                    *confirms,
-                    lines.odd,
-                    lines.doubted,
-                )
+                (*batches, *applied, *confirms, lines.odd, lines.doubted)
             }
             _ => {
                 self.counters.stale_answers += 1;
@@ -936,10 +933,6 @@ impl Session {
         self.counters.snapshot_odd_lines += odd;
         self.counters.snapshot_doubted_lines += doubted;
         self.resync = Resync::Idle;
-        for held in &buffer {
-            let batch = held.decode();
-            self.apply_batch(now, held.arrived, &batch, None, &mut fx);
-        }
         // Every object is from the snapshot (read after the fetch was asked for) or from a batch
         // since, unless the index held objects before: then `confirms` is their confirmation.
         self.confirm(confirms);
@@ -947,7 +940,7 @@ impl Session {
         self.counters.resyncs_completed += 1;
         fx.push(Effect::Resynced {
             keys: applied,
-            replayed: buffer.len(),
+            replayed: batches,
         });
         self.emit_deltas(&mut fx);
         self.schedule_verify(now);
@@ -1233,7 +1226,7 @@ impl Session {
         fx: &mut Effects,
     ) {
         self.check_proof(now, batch.seq, fp, fx);
-        self.apply_batch(now, now, batch, Some((batch.seq, payload)), fx);
+        self.apply_batch(now, now, batch, fp, payload.len(), fx);
         self.tracker.applied(batch.seq, fp);
         self.drain_held(now, fx);
         if matches!(self.resync, Resync::AwaitingStream) {
@@ -1243,6 +1236,10 @@ impl Session {
 
     fn drain_held(&mut self, now: Instant, fx: &mut Effects) {
         while let Some((seq, held, verdict)) = self.tracker.pop_ready() {
+            if verdict == Verdict::Stale {
+                self.stale_batch(now, seq, fx);
+                continue;
+            }
             if let Verdict::Restart { last } = verdict {
                 // Released from the window, yet its event ids do not run on from the batch
                 // before it: another run of the publisher.
@@ -1259,8 +1256,20 @@ impl Session {
             let batch = held.decode();
             let fp = Fingerprint::of(&batch);
             self.check_proof(now, seq, fp, fx);
-            self.apply_batch(now, held.arrived, &batch, Some((seq, &held.payload)), fx);
+            self.apply_batch(now, held.arrived, &batch, fp, held.payload.len(), fx);
             self.tracker.applied(seq, fp);
+        }
+    }
+
+    /// Skips an old batch that is no copy of one applied ([`Verdict::Stale`]): late, or from a
+    /// restarted publisher whose clock went back. Whatever the index holds (a snapshot, say)
+    /// may be contradicted by it: forget. A fetch under way goes on (its key list is read after
+    /// this batch anyway).
+    fn stale_batch(&mut self, now: Instant, seq: Seq, fx: &mut Effects) {
+        self.counters.late += 1;
+        fx.push(Effect::Late { seq });
+        if self.index.object_count() > 0 || self.proof.is_some() || self.anchor.is_some() {
+            self.forget(now, ClearReason::StaleBatch, fx);
         }
     }
 
@@ -1301,17 +1310,20 @@ impl Session {
         self.proof.is_some_and(|p| p.deadline.is_some())
     }
 
-    /// Applies a batch's events; `arrived` is when the session received the batch, `live` carries
-    /// the raw batch to buffer during a resync (replays pass `None`).
+    /// Applies a live batch's events; `arrived` is when the session received it. An event that
+    /// may have removed objects it does not name forgets once the whole batch is applied, and
+    /// the batch then counts as seen by the resync that starts (not as a live batch of it).
     fn apply_batch(
         &mut self,
         now: Instant,
         arrived: Instant,
         batch: &Batch<'_>,
-        live: Option<(Seq, &[u8])>,
+        fp: Fingerprint,
+        payload_len: usize,
         fx: &mut Effects,
     ) {
         self.note_evidence(arrived);
+        let mut lossy = false;
         for event in &batch.events {
             let tenant = event.tenant_id.unwrap_or(DEFAULT_TENANT);
             match (event.kind, event.object_key) {
@@ -1326,7 +1338,7 @@ impl Session {
                 }
                 (EventKind::Removed, None) => {
                     self.counters.unreadable_removals += 1;
-                    self.forget(now, ClearReason::UnreadableRemoval, fx);
+                    lossy = true;
                 }
                 (EventKind::Cleared, _) => {
                     self.counters.publisher_clears += 1;
@@ -1351,10 +1363,10 @@ impl Session {
                     // future tenant-wide removal, say): read it as the widest removal.
                     self.counters.unknown_events += 1;
                     self.counters.unreadable_removals += 1;
-                    self.forget(now, ClearReason::UnreadableRemoval, fx);
+                    lossy = true;
                 }
             }
-            if live.is_some() && tenant == DEFAULT_TENANT {
+            if tenant == DEFAULT_TENANT {
                 if let Resync::Fetching { seen, cleared, .. } = &mut self.resync {
                     match (event.kind, event.object_key) {
                         (EventKind::Stored, Some(key)) => {
@@ -1371,38 +1383,35 @@ impl Session {
         }
         self.counters.batches += 1;
         self.counters.events += batch.events.len() as u64;
-        if let Some((seq, payload)) = live {
-            self.buffer_for_resync(now, arrived, seq, payload, fx);
+        if lossy {
+            self.forget(now, ClearReason::UnreadableRemoval, fx);
+            // The resync this starts reads the key list after this batch: it is where the
+            // stream stood then.
+            if let Resync::Fetching { since, .. } = &mut self.resync {
+                since.push((batch.seq, fp.first_event_id(), fp.last_event_id()));
+            }
+        } else {
+            self.count_for_resync(now, payload_len, fx);
         }
         self.emit_deltas(fx);
     }
 
-    fn buffer_for_resync(
-        &mut self,
-        now: Instant,
-        arrived: Instant,
-        seq: Seq,
-        payload: &[u8],
-        fx: &mut Effects,
-    ) {
+    /// Counts a live batch applied while a snapshot is fetched; too many fail the resync.
+    fn count_for_resync(&mut self, now: Instant, payload_len: usize, fx: &mut Effects) {
         let Some(limits) = self.config.resync else {
             return;
         };
-        let Resync::Fetching { buffer, bytes, .. } = &mut self.resync else {
+        let Resync::Fetching { batches, bytes, .. } = &mut self.resync else {
             return;
         };
-        if buffer.len() >= limits.max_buffered_batches
-            || *bytes + payload.len() > limits.max_buffered_bytes
+        if *batches >= limits.max_buffered_batches
+            || *bytes + payload_len > limits.max_buffered_bytes
         {
             self.resync_failed(now, ResyncFailure::BufferFull, fx);
             return;
         }
-        *bytes += payload.len();
-        buffer.push(HeldBatch {
-            seq: seq.0.to_be_bytes(),
-            payload: payload.to_vec(),
-            arrived,
-        });
+        *bytes += payload_len;
+        *batches += 1;
     }
 
     fn emit_deltas(&mut self, fx: &mut Effects) {
@@ -1428,7 +1437,20 @@ impl Session {
     fn forget(&mut self, now: Instant, reason: ClearReason, fx: &mut Effects) {
         let (pages, objects) = self.index.clear();
         self.verify.sweep = None;
-        self.proof = None;
+        // A stale batch lets a fetch go on whose key list is not handed over yet (it is read
+        // after this batch anyway): the keys that live batches stored since it was asked for
+        // were just forgotten, so the key list decides them again; their removals still win.
+        let keep_fetch = reason == ClearReason::StaleBatch
+            && matches!(self.resync, Resync::Fetching { applied: None, .. });
+        if let Resync::Fetching { seen, .. } = &mut self.resync {
+            if keep_fetch {
+                seen.retain(|_, stored| !*stored);
+            }
+        }
+        if !keep_fetch {
+            self.proof = None;
+            self.anchor = None;
+        }
         let counter = match reason {
             ClearReason::Gap => &mut self.counters.clears_gap,
             ClearReason::Restart => &mut self.counters.clears_restart,
@@ -1451,6 +1473,9 @@ impl Session {
             objects,
         });
         let connected = matches!(self.link, Link::Up { .. });
+        if keep_fetch {
+            return;
+        }
         if connected
             && matches!(
                 reason,
@@ -1522,7 +1547,7 @@ impl Session {
             deadline: now + limits.fetch_timeout,
             asked_at: now,
             confirms,
-            buffer: Vec::new(),
+            batches: 0,
             bytes: 0,
             stream_at_request: self.stream_start,
             applied: None,

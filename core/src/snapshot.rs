@@ -7,7 +7,7 @@
 //! a `\n`, and the lines next to it may be its other parts, so the well-formed line just before
 //! and just after an odd line are *doubted* and not applied either.
 //!
-//! What the text cannot tell: a key containing two or more `\n` whose parts are all well-formed
+//! What the text cannot tell: a key containing one or more `\n` whose parts are all well-formed
 //! object keys (SGLang never writes one; someone writing such a key on purpose can make its
 //! parts look present). That class is not closed here: it is bounded by verification, which
 //! finds such keys absent at the master and forgets them (see `VerifyConfig`).

@@ -35,7 +35,9 @@ pub(crate) struct Handover {
     request: u64,
     /// The body of `/get_all_keys`.
     body: Vec<u8>,
-    /// Where the next line begins.
+    /// Where its lines end: before its last `\n`, if it ends in one.
+    end: usize,
+    /// Where the next line begins; past `end` once every line was handed over.
     next: usize,
     /// Chunks applied so far.
     chunks: usize,
@@ -65,6 +67,38 @@ pub struct Driver {
     pub(crate) metrics_interval: Duration,
     pub(crate) next_export: std::time::Instant,
     pub(crate) handover: Option<Handover>,
+}
+
+impl Handover {
+    fn new(request: u64, body: Vec<u8>) -> Handover {
+        let end = body.strip_suffix(b"\n").map_or(body.len(), <[u8]>::len);
+        Handover {
+            request,
+            // An empty list has no line at all, not one empty line.
+            next: usize::from(end == 0),
+            end,
+            body,
+            chunks: 0,
+            last: Duration::ZERO,
+            longest: Duration::ZERO,
+            began: std::time::Instant::now(),
+        }
+    }
+
+    /// The next lines, at most `max` of them: together, every line exactly as
+    /// [`hicache_index::snapshot_lines`] splits the whole body.
+    fn lines(&mut self, max: usize) -> Lines<'_> {
+        Lines {
+            body: &self.body[..self.end],
+            next: &mut self.next,
+            left: max,
+        }
+    }
+
+    /// Reports whether every line was handed over.
+    fn is_done(&self) -> bool {
+        self.next > self.end
+    }
 }
 
 impl std::fmt::Debug for Driver {
@@ -169,14 +203,13 @@ impl Driver {
             for (frame, part) in frames.iter_mut().zip(&self.parts[..kept]) {
                 *frame = part;
             }
-            let fx = match self.shared.session.write() {
-                Ok(mut session) => {
-                    let fx = session.feed(now, &frames[..kept]);
-                    self.deadline = session.poll_timeout();
-                    fx
-                }
-                Err(_) => return false,
+            let fed = hold(&self.shared, "batch", |session| {
+                (session.feed(now, &frames[..kept]), session.poll_timeout())
+            });
+            let Some((fx, deadline)) = fed else {
+                return false;
             };
+            self.deadline = deadline;
             self.execute(fx);
             if self.link_changing() {
                 return true;
@@ -227,15 +260,7 @@ impl Driver {
                     // Only begun here: the loop hands the lines over in chunks, feeding the
                     // live batches queued meanwhile between them (see `advance_snapshot`).
                     self.call(|s, now| s.begin_snapshot(now, request, watermark));
-                    self.handover = Some(Handover {
-                        request,
-                        body,
-                        next: 0,
-                        chunks: 0,
-                        last: Duration::ZERO,
-                        longest: Duration::ZERO,
-                        began: std::time::Instant::now(),
-                    });
+                    self.handover = Some(Handover::new(request, body));
                 }
                 Err(error) => {
                     tracing::warn!(request, %error, "fetching the master's key list failed");
@@ -273,19 +298,13 @@ impl Driver {
         let Some(h) = &mut self.handover else {
             return false;
         };
-        if h.next < h.body.len() {
+        if !h.is_done() {
             let held = std::time::Instant::now();
-            let applied = match self.shared.session.write() {
-                Ok(mut session) => {
-                    let lines = Lines {
-                        body: &h.body,
-                        next: &mut h.next,
-                        left: SNAPSHOT_CHUNK_LINES,
-                    };
-                    session.snapshot_keys(h.request, lines)
-                }
-                Err(_) => None,
-            };
+            let request = h.request;
+            let applied = hold(&self.shared, "snapshot chunk", |session| {
+                session.snapshot_keys(request, h.lines(SNAPSHOT_CHUNK_LINES))
+            })
+            .flatten();
             h.last = held.elapsed();
             h.longest = h.longest.max(h.last);
             h.chunks += 1;
@@ -302,7 +321,17 @@ impl Driver {
         let Some(h) = self.handover.take() else {
             return false;
         };
-        self.call(|s, now| s.finish_snapshot(now, h.request));
+        let now = self.now();
+        let finished = hold(&self.shared, "snapshot finish", |session| {
+            (
+                session.finish_snapshot(now, h.request),
+                session.poll_timeout(),
+            )
+        });
+        if let Some((fx, deadline)) = finished {
+            self.deadline = deadline;
+            self.execute(fx);
+        }
         tracing::debug!(
             request = h.request,
             bytes = h.body.len(),
@@ -363,15 +392,13 @@ impl Driver {
     /// returned.
     fn call(&mut self, f: impl FnOnce(&mut Session, Instant) -> Effects) {
         let now = self.now();
-        let fx = match self.shared.session.write() {
-            Ok(mut session) => {
-                let fx = f(&mut session, now);
-                self.deadline = session.poll_timeout();
-                fx
-            }
-            Err(_) => return,
-        };
-        self.execute(fx);
+        let called = hold(&self.shared, "call", |session| {
+            (f(session, now), session.poll_timeout())
+        });
+        if let Some((fx, deadline)) = called {
+            self.deadline = deadline;
+            self.execute(fx);
+        }
     }
 
     fn execute(&mut self, fx: Effects) {
@@ -405,8 +432,30 @@ impl Driver {
     }
 }
 
-/// The next lines of a key list (split on `\n` only, never trimmed), at most `left` of them,
-/// moving `next` past each.
+/// Write-lock holds at least this long are logged (at debug level, with what held it): a query
+/// may have waited that long.
+const LONG_HOLD: Duration = Duration::from_millis(5);
+
+/// Runs `f` under the session's write lock (for that call only), timing the hold; `None` if a
+/// panic poisoned the lock.
+fn hold<R>(shared: &Shared, what: &'static str, f: impl FnOnce(&mut Session) -> R) -> Option<R> {
+    let mut session = shared.session.write().ok()?;
+    let began = std::time::Instant::now();
+    let r = f(&mut session);
+    drop(session);
+    let held = began.elapsed();
+    if held >= LONG_HOLD {
+        tracing::debug!(
+            what,
+            held_us = u64::try_from(held.as_micros()).unwrap_or(u64::MAX),
+            "long write-lock hold"
+        );
+    }
+    Some(r)
+}
+
+/// The next lines of a key list's `body` (cut before its last `\n`), split on `\n` only and
+/// never trimmed, at most `left` of them, moving `next` past each (past the end after the last).
 struct Lines<'b> {
     body: &'b [u8],
     next: &'b mut usize,
@@ -417,14 +466,11 @@ impl<'b> Iterator for Lines<'b> {
     type Item = &'b [u8];
 
     fn next(&mut self) -> Option<&'b [u8]> {
-        let rest = self.body.get(*self.next..).filter(|r| !r.is_empty())?;
-        if self.left == 0 {
-            return None;
-        }
+        let rest = self.body.get(*self.next..).filter(|_| self.left > 0)?;
         self.left -= 1;
-        let end = rest.iter().position(|&b| b == b'\n').unwrap_or(rest.len());
-        *self.next += end + 1;
-        Some(&rest[..end])
+        let len = rest.iter().position(|&b| b == b'\n').unwrap_or(rest.len());
+        *self.next += len + 1;
+        Some(&rest[..len])
     }
 }
 
@@ -449,15 +495,31 @@ mod tests {
     use super::*;
 
     #[test]
-    fn key_list_lines_split_on_newlines_only_and_stop_after_a_chunk() {
-        let body = b"a \r\n\nb\n c";
-        let mut next = 0;
-        let lines = |next: &mut usize, left| -> Vec<Vec<u8>> {
-            let lines = Lines { body, next, left };
-            lines.map(<[u8]>::to_vec).collect()
-        };
-        assert_eq!(lines(&mut next, 2), [b"a \r".to_vec(), Vec::new()]);
-        assert_eq!(lines(&mut next, 9), [b"b".to_vec(), b" c".to_vec()]);
-        assert!(lines(&mut next, 9).is_empty());
+    fn key_lists_handed_over_in_chunks_are_split_like_the_whole_body() {
+        let bodies: [&[u8]; 9] = [
+            b"",
+            b"\n",
+            b"\n\n",
+            b"a",
+            b"a\n",
+            b"a\n\n",
+            b"a\nb",
+            b" a \r\n\nb\n\n\n",
+            b"\na\n\xff\n",
+        ];
+        for body in bodies {
+            let whole: Vec<&[u8]> = hicache_index::snapshot_lines(body).collect();
+            for max in 1..4 {
+                let mut h = Handover::new(1, body.to_vec());
+                let mut chunked: Vec<Vec<u8>> = Vec::new();
+                while !h.is_done() {
+                    let before = chunked.len();
+                    chunked.extend(h.lines(max).map(<[u8]>::to_vec));
+                    assert!(chunked.len() - before <= max);
+                }
+                assert!(h.lines(max).next().is_none());
+                assert_eq!(chunked, whole, "{body:?} in chunks of {max}");
+            }
+        }
     }
 }

@@ -3,7 +3,8 @@
 //!
 //! The loop reads the SUB socket (readiness from its `ZMQ_FD` through [`smol::Async`]), converts
 //! time, calls the core and executes its effects; everything runtime-independent is in
-//! [`hicache_index_driver`] (which also reads the master's HTTP side, on threads of its own). No sequence, gap, backoff or health logic lives here.
+//! [`hicache_index_driver`] (which also reads the master's HTTP side, on threads of its own).
+//! No sequence, gap, backoff or health logic lives here.
 //!
 //! # Example
 //! ```no_run

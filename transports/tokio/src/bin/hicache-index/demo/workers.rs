@@ -98,33 +98,58 @@ pub(super) fn workers(world: &World, rx: &Receiver<Vec<PageHash>>, plan: &Plan) 
     }
 }
 
-/// Removes pages from the master (with events) and waits until the index has applied the
-/// batch that carried the removals; then none of them may be claimed.
+/// Pages removed with one batch: 4 pages of 16 objects are the master's 64 events.
+const PAGES_A_BATCH: usize = 4;
+
+/// Removes pages from the master (with events), one batch at a time, and waits until the index
+/// has applied every batch that carried the removals; then none of the pages may be claimed.
+/// The removal lag is measured per batch.
 fn remove(world: &World, victims: &[PageHash]) {
-    let keys: Vec<String> = victims
-        .iter()
-        .flat_map(|p| world.layout.object_keys(p))
-        .collect();
     // Until the master says which batch carries them, no batch of this run covers them.
     let pending = Position {
         run: world.emulator.run(),
         seq: Seq(u64::MAX),
     };
     world.removing(victims, pending);
-    let removed = Instant::now();
-    let Some(at) = world.emulator.remove(keys) else {
-        return;
-    };
-    world.removing(victims, at);
-    let applied = wait_applied(world, at, Duration::from_secs(10));
-    if applied {
-        world.removal_lag.record(removed.elapsed());
-        world.applied_removals(victims);
+    let mut waiting: Vec<(&[PageHash], Position, Instant)> = Vec::new();
+    for pages in victims.chunks(PAGES_A_BATCH) {
+        let keys: Vec<String> = pages
+            .iter()
+            .flat_map(|p| world.layout.object_keys(p))
+            .collect();
+        let removed = Instant::now();
+        if let Some(at) = world.emulator.remove(keys) {
+            world.removing(pages, at);
+            waiting.push((pages, at, removed));
+        }
+    }
+    let start = Instant::now();
+    let mut applied_pages = Vec::new();
+    while !waiting.is_empty() && start.elapsed() < Duration::from_secs(10) {
+        let applied = world.applied();
+        applied_pages.clear();
+        waiting.retain(|(pages, at, removed)| {
+            if !applied.covers(*at) {
+                return true;
+            }
+            world.removal_lag.record(removed.elapsed());
+            applied_pages.extend_from_slice(pages);
+            false
+        });
+        if !applied_pages.is_empty() {
+            world.applied_removals(&applied_pages);
+        }
+        if !waiting.is_empty() {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+    let timed_out = !waiting.is_empty();
+    if !timed_out {
         check_forgotten(world, victims, "its removal was applied");
     }
     let mut f = lock(world);
     f.removals += victims.len() as u64;
-    if !applied {
+    if timed_out {
         f.removal_waits_timed_out += 1;
     }
 }
@@ -157,18 +182,6 @@ fn restart(
     if follows {
         f.restart_forgotten = Some(start.elapsed());
     }
-}
-
-/// Polls until the index has applied the batch at `at`; false after `timeout`.
-fn wait_applied(world: &World, at: Position, timeout: Duration) -> bool {
-    let start = Instant::now();
-    while !world.applied().covers(at) {
-        if start.elapsed() > timeout {
-            return false;
-        }
-        std::thread::sleep(Duration::from_micros(200));
-    }
-    true
 }
 
 /// Stores probe pages in the master's new run until the index claims one; false after

@@ -1,6 +1,8 @@
-//! Adversarial review of the issue-13 core changes: input histories that still end in a false
-//! hit, a livelock or a stuck deadline. Each test asserts what the rule above all demands and
-//! fails on the core as reviewed.
+//! Input histories found by an adversarial review of the first issue-13 fixes that still ended
+//! in a false hit or a livelock (a fence dropping a new leader's removals, an old run's late
+//! batch becoming a baseline, a nil-stamped late batch, an idle master refetching forever,
+//! a keyless removal costing two fetches, a fetch per stale batch). Each test asserts what the
+//! rule above all demands, and failed on the core as reviewed.
 
 use std::time::Duration;
 
@@ -367,5 +369,47 @@ fn an_old_runs_late_batch_at_the_next_sequence_is_not_a_baseline() {
         h.prefix(&t),
         0,
         "B is the old run's; the restarted master lost it: {fx:?}"
+    );
+}
+
+#[test]
+fn a_stale_batch_during_a_fetch_leaves_the_key_list_to_decide_what_live_batches_stored() {
+    // Liveness, found by the simulator: the stale batch forgets the index but lets the fetch go
+    // on; a key stored live since the fetch was asked for must come back from the key list.
+    let layout = mha(1);
+    let mut h = Harness::connected(reorder(resync(config(layout.clone())), 8));
+    let boot = fetch_request(&h.log).expect("a bootstrap fetch");
+    let _ = h
+        .session
+        .handle_snapshot(h.now, boot, Some(Seq(0).into()), [""; 0]);
+    let t = tokens(1);
+    let page = page_hashes(&layout, &t)[0];
+    let old = h.frames(1, filler(1));
+    h.advance(10);
+    let _ = h.batch_at(2, filler(1));
+    // The index forgets (an operator asks) and fetches; then page A is stored live.
+    let fx = h.session.clear(h.now);
+    let request = fetch_request(&fx).expect("a clear fetches");
+    h.advance(10);
+    let _ = h.batch_at(3, store_page(&layout, &page));
+    assert_eq!(h.prefix(&t), 1);
+    // A late batch from before: stale, the index forgets, the fetch goes on.
+    let _ = h.feed_frames(&old);
+    assert_eq!(h.prefix(&t), 0);
+    let keys: Vec<String> = layout.object_keys(&page).collect();
+    let _ = h.session.handle_snapshot(
+        h.now,
+        request,
+        Some(Watermark {
+            seq: Seq(3),
+            events: None,
+        }),
+        keys.iter().map(String::as_str),
+    );
+    assert_eq!(h.health(), Health::Live);
+    assert_eq!(
+        h.prefix(&t),
+        1,
+        "the key list has page A: it is a hit again"
     );
 }
