@@ -302,7 +302,12 @@ enum Resync {
         /// The last live event of each default-tenant key since the fetch was asked for
         /// (`true`: stored): a snapshot key whose last live event removed it is not applied,
         /// so that no query between chunks sees it again.
-        seen: BTreeMap<String, bool>,
+        ///
+        /// Keyed by [`key_checksum`], not by the key: no allocation per live event, and a cheap
+        /// drop when the resync ends (under the driver's lock). A removal is sticky (`false`
+        /// stays), so two keys with one checksum only keep a snapshot key out: a miss, never a
+        /// hit.
+        seen: BTreeMap<u64, bool>,
         /// A live `cleared` of the default tenant came since the fetch was asked for.
         cleared: bool,
         /// The stream's last sequence and event id when the fetch was asked for.
@@ -1370,10 +1375,10 @@ impl Session {
                 if let Resync::Fetching { seen, cleared, .. } = &mut self.resync {
                     match (event.kind, event.object_key) {
                         (EventKind::Stored, Some(key)) => {
-                            seen.insert(key.into(), true);
+                            seen.entry(key_checksum(key)).or_insert(true);
                         }
                         (EventKind::Removed | EventKind::Unknown, Some(key)) => {
-                            seen.insert(key.into(), false);
+                            seen.insert(key_checksum(key), false);
                         }
                         (EventKind::Cleared, _) => *cleared = true,
                         _ => {}
@@ -1861,12 +1866,12 @@ impl Session {
 /// (or cleared) keys stay out, stored ones are in already.
 fn store_snapshot_key(
     index: &mut Index,
-    seen: &BTreeMap<String, bool>,
+    seen: &BTreeMap<u64, bool>,
     cleared: bool,
     applied: &mut usize,
     key: &str,
 ) {
-    if cleared || seen.contains_key(key) {
+    if cleared || seen.contains_key(&key_checksum(key)) {
         return;
     }
     let _ = index.store(DEFAULT_TENANT, key, None, None);
