@@ -35,7 +35,8 @@ pub struct Flight {
     /// Losses not yet revealed: `(history position, message id)` (id 0 for the master's own).
     lost: BTreeSet<(u64, u64)>,
     /// Revealed losses and handed messages still in their grace: `(until, position)`.
-    grace_left: VecDeque<(Instant, u64)>,
+    /// Each with whether a stall already extended it (once at most).
+    grace_left: VecDeque<(Instant, u64, bool)>,
     grace: Duration,
     /// The intact message of the highest sequence handed, per master run.
     tails: std::collections::BTreeMap<u32, MasterMeta>,
@@ -80,7 +81,7 @@ impl Flight {
 
     fn keep_for_grace(&mut self, now: Instant, pos: u64) {
         if !self.grace.is_zero() {
-            self.grace_left.push_back((now + self.grace, pos));
+            self.grace_left.push_back((now + self.grace, pos, false));
         }
     }
 
@@ -135,12 +136,14 @@ impl Flight {
     /// The driver was stalled from `from` to `until`: it handed nothing, and the session could
     /// not act on its reorder window; what was still in its grace when the stall began keeps it
     /// until just after the stall (the session's overdue timer fires at once when the driver
-    /// comes back: a millisecond of slack for the order of things at that instant).
+    /// comes back, before any new stall: a millisecond of slack for the order of things at that
+    /// instant). Once only: the excuse stays bounded by the window plus one stall.
     pub fn stalled(&mut self, from: Instant, until: Instant) {
         let slack = until + Duration::from_millis(1);
         for entry in &mut self.grace_left {
-            if entry.0 > from {
+            if entry.0 > from && !entry.2 {
                 entry.0 = entry.0.max(slack);
+                entry.2 = true;
             }
         }
         self.grace_left.make_contiguous().sort_unstable();
@@ -160,12 +163,12 @@ impl Flight {
         while self
             .grace_left
             .front()
-            .is_some_and(|&(until, _)| until <= now)
+            .is_some_and(|&(until, _, _)| until <= now)
         {
             self.grace_left.pop_front();
         }
         let lost = self.lost.first().map(|&(p, _)| p);
-        let grace = self.grace_left.iter().map(|&(_, p)| p).min();
+        let grace = self.grace_left.iter().map(|&(_, p, _)| p).min();
         lost.into_iter().chain(grace).min()
     }
 }

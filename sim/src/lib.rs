@@ -33,7 +33,11 @@
 //! - Replay one seed in the tests: `SIM_SEED=n [SIM_PRESET=..] [SIM_EVENTS=..] [SIM_TRACE=1]
 //!   cargo test -p hicache-index-sim --test replay -- --nocapture`, or on the command line with
 //!   `--trace`.
-//! - The CI sweep: `cargo test -p hicache-index-sim --release --test sweep -- --ignored`.
+//! - The CI sweep: `cargo test -p hicache-index-sim --release --test sweep -- --ignored`
+//!   (seeds 0..1500; it also checks that every fault kind ran and that every planted bug is
+//!   caught by those seeds). Longer sweeps use seeds from 100,000 on.
+//! - Which fault class a failure needs: `--without stalls,heavy-http,...`
+//!   ([`Options::CLASSES`]); a sweep against a planted bug: `--planted NAME` ([`Bug`]).
 //! - Nothing is avoided: every fault kind runs in the sweep; each false hit the simulator found
 //!   has a regression test in `sim/tests/regressions.rs`.
 

@@ -640,9 +640,16 @@ impl Master {
     pub fn batch_query(&self, keys: &[String]) -> Vec<bool> {
         keys.iter()
             .map(|k| {
-                self.default_keys.get(&key_hash(k)).is_some_and(|&o| {
+                let sglang = self.default_keys.get(&key_hash(k)).is_some_and(|&o| {
                     &*self.objects[o as usize].key == k && self.flags[o as usize] != 0
-                })
+                });
+                // A foreign client's key is as present as any other.
+                sglang
+                    || self
+                        .foreign_present
+                        .as_slice()
+                        .iter()
+                        .any(|&id| &*self.foreign_keys[id as usize] == k)
             })
             .collect()
     }

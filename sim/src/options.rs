@@ -266,6 +266,15 @@ pub struct HttpOptions {
     pub restart_after_keys: f64,
 }
 
+impl HttpOptions {
+    /// Takes the heavy load off: the status and the key list read together, answers at once.
+    pub fn calm_down(&mut self) {
+        self.status_to_keys = (Duration::ZERO, us(200));
+        self.body_time = (Duration::ZERO, us(500));
+        self.load = (Duration::ZERO, Duration::ZERO);
+    }
+}
+
 /// The driver's own timing: a CPU-starved driver stalls while messages queue up.
 #[derive(Clone, Debug, PartialEq)]
 pub struct DriverOptions {
@@ -302,6 +311,8 @@ pub struct SessionOptions {
     pub verify_sample: usize,
     /// Driver-requested clears per second.
     pub requested_clears_per_sec: f64,
+    /// How long a snapshot fetch may take.
+    pub fetch_timeout: Duration,
 }
 
 /// Everything one run is made of.
@@ -453,6 +464,7 @@ impl Options {
             verify_interval: r.duration(ms(20), ms(200)),
             verify_sample: r.range(64, 512) as usize,
             requested_clears_per_sec: 0.0,
+            fetch_timeout: ms(200),
         };
         let mut o = Options {
             seed,
@@ -481,10 +493,12 @@ impl Options {
         );
         // Heavy load on the HTTP side: the status read, the key-list read and the answer far
         // apart, relative to the stream.
-        let heavy_http = |h: &mut HttpOptions, r: &mut Rng| {
+        let heavy_http = |h: &mut HttpOptions, s: &mut SessionOptions, r: &mut Rng| {
             h.status_to_keys = (Duration::ZERO, r.duration(ms(20), ms(300)));
             h.body_time = (ms(1), r.duration(ms(10), ms(250)));
             h.load = (Duration::ZERO, r.duration(ms(1), ms(100)));
+            // A driver that knows its master is slow waits longer for a key list.
+            s.fetch_timeout = ms(1_000);
         };
         // A CPU-starved driver.
         let starved = |d: &mut DriverOptions, r: &mut Rng| {
@@ -517,7 +531,7 @@ impl Options {
                 m.idle = r.unit() * 0.01;
                 m.mix.foreign_put = r.unit() * 0.004;
                 if r.chance(0.4) {
-                    heavy_http(h, r);
+                    heavy_http(h, s, r);
                 }
                 if r.chance(0.3) {
                     starved(d, r);
@@ -546,7 +560,7 @@ impl Options {
                     n.late_copy = r.unit() * 0.01;
                 }
                 if r.chance(0.3) {
-                    heavy_http(h, r);
+                    heavy_http(h, s, r);
                 }
                 if r.chance(0.3) {
                     starved(d, r);
@@ -618,7 +632,7 @@ impl Options {
                 m.mix.foreign_put = r.unit() * 0.004;
                 m.idle = r.unit() * 0.01;
                 if r.chance(0.4) {
-                    heavy_http(h, r);
+                    heavy_http(h, s, r);
                 }
                 if r.chance(0.4) {
                     starved(d, r);
@@ -654,11 +668,7 @@ impl Options {
                 d.stalls_per_sec = 0.0;
                 d.snapshot_stall = 0.0;
             }
-            "heavy-http" => {
-                h.status_to_keys = (Duration::ZERO, us(200));
-                h.body_time = (Duration::ZERO, us(500));
-                h.load = (Duration::ZERO, Duration::ZERO);
-            }
+            "heavy-http" => h.calm_down(),
             "undecodable" => {
                 n.garble = 0.0;
                 n.truncate = 0.0;
@@ -730,7 +740,7 @@ impl Options {
             resync: s.resync.then_some(ResyncConfig {
                 max_buffered_batches: s.max_buffered_batches,
                 max_buffered_bytes: 64 << 20,
-                fetch_timeout: ms(200),
+                fetch_timeout: s.fetch_timeout,
                 retry_after: ms(50),
             }),
             verify: s.verify.then_some(VerifyConfig {

@@ -585,6 +585,7 @@ impl<S: System> World<S> {
         self.http_opts.hang = 0.0;
         self.http_opts.slow = 0.0;
         self.http_opts.restart_after_keys = 0.0;
+        self.http_opts.calm_down();
         self.next_stray = None;
         self.next_junk = None;
         self.next_clear = None;

@@ -461,3 +461,73 @@ fn regression_scenarios_hit_when_nothing_is_lost() {
     );
     assert_eq!(hit_pages(&session, &a_tokens), 0);
 }
+
+/// Found by the simulator after the core fixes (restart-heavy seeds 61 and 249; see
+/// SIM_FINDINGS.md): with a reorder window, a late copy of a batch of an *older* run of the
+/// master arrives after the session has moved on to the new run. Its sequence is ahead of the
+/// new run's, so it is held as a jump forward; when the window gives up, the hole is loss, the
+/// session forgets, and the late copy becomes the new stream's first batch: its stores (of
+/// objects the restart took away) are hits again. Its publisher timestamp is older than the
+/// batches of the new run already applied, and its event ids belong to no run that continues.
+#[test]
+fn late_copy_of_an_older_run_never_starts_a_stream() {
+    let mut cfg = config(false);
+    cfg.reorder = hicache_index::ReorderConfig {
+        max_held: 3,
+        max_delay: Some(std::time::Duration::from_millis(20)),
+    };
+    let mut session = Session::new(cfg).expect("a valid config");
+    let _ = connect(&mut session);
+    let (a_tokens, a) = page(1);
+    let (_, c) = page(200);
+    let (ka, kc) = (keys(&a), keys(&c));
+    // The old run: seq 1..=10, seq 10 stores page A (event ids 19..=20), stamped 1.010 s.
+    let old_a = batch(
+        10,
+        1_010,
+        19,
+        &[(EventKind::Stored, &ka[0]), (EventKind::Stored, &ka[1])],
+    );
+    for seq in 1..10u64 {
+        let fx = feed(
+            &mut session,
+            Instant::from_millis(1 + seq),
+            &batch(
+                seq,
+                1_000 + seq,
+                2 * seq - 1,
+                &[(EventKind::Stored, &kc[0]), (EventKind::Stored, &kc[1])],
+            ),
+        );
+        assert!(
+            fx.iter().all(|e| !matches!(e, Effect::Cleared { .. })),
+            "{fx:?}"
+        );
+    }
+    let _ = feed(&mut session, Instant::from_millis(11), &old_a);
+    assert_eq!(hit_pages(&session, &a_tokens), 1);
+    // The master restarts (A is gone); the new run's seq 1 and 2 arrive, stamped 2 s.
+    let _ = feed(
+        &mut session,
+        Instant::from_millis(2_000),
+        &batch(1, 2_000, 1, &[(EventKind::Stored, &kc[0])]),
+    );
+    let _ = feed(
+        &mut session,
+        Instant::from_millis(2_001),
+        &batch(2, 2_001, 2, &[(EventKind::Stored, &kc[1])]),
+    );
+    assert_eq!(hit_pages(&session, &a_tokens), 0, "the restart took A away");
+    // A late copy of the old run's seq 10 arrives, then the window gives up on the hole.
+    let _ = feed(&mut session, Instant::from_millis(2_002), &old_a);
+    let mut now = Instant::from_millis(2_002);
+    for _ in 0..10 {
+        now = now + std::time::Duration::from_millis(10);
+        let _ = session.handle_timeout(now);
+    }
+    assert_eq!(
+        hit_pages(&session, &a_tokens),
+        0,
+        "a late copy of the old run brought page A back"
+    );
+}

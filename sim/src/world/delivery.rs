@@ -16,6 +16,8 @@ pub(super) struct Driver {
     /// The driver is stalled until then.
     stall_until: Option<Instant>,
     stall_from: Instant,
+    /// When the last stall ended.
+    woke_at: Option<Instant>,
     next_stall: Option<Instant>,
     /// An answer to hand first when the stall ends.
     first_after_stall: Option<HttpItem>,
@@ -42,6 +44,7 @@ impl Driver {
             lost: Vec::new(),
             stall_until: None,
             stall_from: Instant::ZERO,
+            woke_at: None,
             next_stall,
             first_after_stall: None,
             next_query,
@@ -95,12 +98,20 @@ impl<S: System> World<S> {
     pub(super) fn end_stall(&mut self) -> Option<HttpItem> {
         let until = self.driver.stall_until.filter(|&t| t <= self.now)?;
         self.driver.stall_until = None;
+        self.driver.woke_at = Some(self.now);
         let from = self.driver.stall_from;
         self.driver.flight.stalled(from, until);
         if self.trace {
             eprintln!("{:>14} driver stall ends", self.now.as_nanos());
         }
         self.driver.first_after_stall.take()
+    }
+
+    /// Reports whether a stall may begin now: not at the very instant the last one ended while
+    /// the session still has a due timer (a driver that wakes up runs its timers first).
+    pub(super) fn may_stall(&self) -> bool {
+        let due = self.sut.poll_timeout().is_some_and(|t| t <= self.now);
+        !(self.driver.woke_at == Some(self.now) && due)
     }
 
     fn begin_stall(&mut self) -> Instant {
@@ -140,7 +151,7 @@ impl<S: System> World<S> {
     pub(super) fn driver_step(&mut self) -> bool {
         let now = self.now;
         if self.driver.next_stall.is_some_and(|t| t <= now) {
-            if !self.stalled() {
+            if !self.stalled() && self.may_stall() {
                 self.begin_stall();
             }
             let rate = self.driver.opts.stalls_per_sec;

@@ -176,7 +176,7 @@ impl<S: System> World<S> {
                 odd,
                 stalled,
             } => {
-                let stall = if stalled {
+                let stall = if stalled || !self.may_stall() {
                     None
                 } else {
                     self.driver.draw_snapshot_stall()
