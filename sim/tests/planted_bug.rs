@@ -93,7 +93,9 @@ fn planted_blindness_to_the_watermark_event_count_is_caught() {
     caught(
         Bug::WatermarkEventsIgnored,
         Some(Preset::RestartHeavy),
-        0..80,
+        // Rarer since the session checks the status point in more ways (a restart resets the
+        // stream, an idle stream defers the check to the next batch): seed 185 is the first.
+        0..200,
         8_000,
     );
 }
