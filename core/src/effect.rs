@@ -190,7 +190,8 @@ pub enum Effect {
     Resynced {
         /// Keys applied from the snapshot.
         keys: usize,
-        /// Buffered batches replayed after it.
+        /// Live batches applied while the snapshot was fetched and handed over (applied as they
+        /// came; none is replayed).
         replayed: usize,
     },
     /// A resynchronisation did not complete; it is retried later (report only).

@@ -16,7 +16,7 @@ pub enum Kind {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Counters {
-    /// Batches applied to the index (live or replayed).
+    /// Batches applied to the index.
     pub batches: u64,
     /// Events in applied batches.
     pub events: u64,

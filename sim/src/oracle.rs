@@ -36,8 +36,8 @@
 //! the oldest pending event at the time), so a bound is visible.
 //!
 //! **Why a correct session never breaks it.** Everything a correct session holds comes from
-//! events it was handed or from a snapshot of `T` (read after the fetch was asked for, with the
-//! batches since replayed on top). A claim of `X` rests on the last event about `X` it applied,
+//! events it was handed or from a snapshot of `T` (read after the fetch was asked for; the
+//! batches since were applied as they came and decide the keys they touched). A claim of `X` rests on the last event about `X` it applied,
 //! or the snapshot: that was true at some position; every later change of `X` it was not told
 //! of is pending, so that position is at or after `h - 1`, or a later one is. Once the session
 //! is handed a message after a loss, the loss is no longer pending: a correct session sees the
