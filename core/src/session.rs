@@ -807,6 +807,10 @@ impl Session {
                 self.counters.unanchored_snapshots += 1;
                 self.note_gap(max_first, start, &mut fx);
                 self.resync = Resync::Idle;
+                // The stream's beginning cannot be anchored to this master's counters (batches
+                // were lost, or they are another run's, an idle restarted master's): the next
+                // batch begins the stream anew, so that the next snapshot can be.
+                self.reset_stream();
                 self.forget(now, ClearReason::Gap, &mut fx);
             }
             (None, _) if stream_at_request.is_none() => {
