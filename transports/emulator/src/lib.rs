@@ -272,6 +272,17 @@ impl Emulator {
         let _ = m.socket.send_multipart(frames.iter().copied(), 0);
     }
 
+    /// Returns the event id the next published event gets.
+    pub fn next_event_id(&self) -> u64 {
+        self.master().next_event_id
+    }
+
+    /// Sets the event id the next published event gets (for benchmarks whose pre-encoded batches
+    /// carry ids of a fixed width: the emulator's own batches then run on into them).
+    pub fn set_next_event_id(&self, id: u64) {
+        self.master().next_event_id = id;
+    }
+
     /// Sends pre-encoded payloads with the next sequences (for benchmarks: no key state
     /// changes); returns the last sequence used.
     pub fn send_payloads<'p>(&self, payloads: impl IntoIterator<Item = &'p [u8]>) -> u64 {

@@ -152,10 +152,14 @@ fn subscribed<R: Runtime>() -> (EmulatorPeer, Churn, QueryHandle, R::Running) {
         ..EmulatorConfig::default()
     })
     .expect("the emulator starts");
-    let churn = Churn::new(&emulator, &bench_layout(), 2048);
+    let mut churn = Churn::new(&emulator, &bench_layout(), 2048);
+    // The probes of `wait_subscribed` are the emulator's own batches: their event ids run on
+    // into the churn's (a break in event ids is a publisher restart, which clears the index).
+    emulator.set_next_event_id(FIXED_WIDTH_EVENT_ID);
     let peer = EmulatorPeer(emulator);
     let (q, _control, running) = R::spawn(subscriber_config(peer.0.event_endpoint()));
     wait_subscribed(&peer, &q);
+    churn.next_id = peer.0.next_event_id();
     (peer, churn, q, running)
 }
 
@@ -170,6 +174,8 @@ fn publish(
     stop: &dyn Fn() -> bool,
 ) -> u64 {
     let base = q.counters().batches;
+    // Run on from whatever the emulator published itself since (pages stored for queries).
+    churn.next_id = emulator.next_event_id();
     let mut sent = 0u64;
     while sent < total_batches && !stop() {
         let applied = q.counters().batches - base;
@@ -182,6 +188,8 @@ fn publish(
             .min(256)
             .min(total_batches - sent) as usize;
         emulator.send_payloads(churn.take(n));
+        // The emulator's own next batch (a probe, say) runs on from the churn's event ids.
+        emulator.set_next_event_id(churn.next_id);
         sent += n as u64;
     }
     sent
