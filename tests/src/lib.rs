@@ -4,10 +4,11 @@
 pub mod fuzz;
 
 use std::fmt::Write as _;
+use std::time::Duration;
 
 use hicache_index::{
-    Config, Effect, Effects, EventKind, Health, Instant, Layout, Lookup, Medium, ModelLayout,
-    PageHash, Seq, Session, SglangParams, Timestamp,
+    ClearReason, Config, Effect, Effects, EventKind, Health, Instant, Layout, Lookup, Medium,
+    ModelLayout, PageHash, ReorderConfig, ResyncConfig, Seq, Session, SglangParams, Timestamp,
 };
 use hicache_index_sim::encode::{encode_message, MasterFlavor, OwnedBatch, OwnedEvent};
 
@@ -203,4 +204,45 @@ pub fn assert_transcript(name: &str, actual: &str) {
 pub fn on_disk(mut event: OwnedEvent) -> OwnedEvent {
     event.medium = Some(Medium::Disk);
     event
+}
+
+// ---- shared by the false-hit histories (tests/tests/false_hits*.rs) ----
+
+/// The tokens of `pages` pages of 4 (1, 2, 3, ...).
+pub fn tokens(pages: u32) -> Vec<u32> {
+    (1..=pages * 4).collect()
+}
+
+/// `cfg` with resynchronisation from the master's key list on.
+pub fn resync(cfg: Config) -> Config {
+    Config {
+        resync: Some(ResyncConfig::default()),
+        ..cfg
+    }
+}
+
+/// `cfg` with a reorder window of `max_held` batches and a 50 ms deadline.
+pub fn reorder(cfg: Config, max_held: usize) -> Config {
+    Config {
+        reorder: ReorderConfig {
+            max_held,
+            max_delay: Some(Duration::from_millis(50)),
+        },
+        ..cfg
+    }
+}
+
+/// The reasons of the clears among `fx`, in order.
+pub fn cleared(fx: &[Effect]) -> Vec<ClearReason> {
+    fx.iter()
+        .filter_map(|e| match e {
+            Effect::Cleared { reason, .. } => Some(*reason),
+            _ => None,
+        })
+        .collect()
+}
+
+/// `n` events of a key no layout tracks (filler that only moves event ids).
+pub fn filler(n: usize) -> Vec<OwnedEvent> {
+    (0..n).map(|i| removed(format!("filler-{i}"))).collect()
 }

@@ -4,53 +4,18 @@
 
 use std::time::Duration;
 
-use hicache_index::{
-    ClearReason, Config, Effect, EventKind, Health, ReorderConfig, ResyncConfig, Seq, VerifyConfig,
-    Watermark,
-};
+use hicache_index::{ClearReason, Config, Effect, EventKind, Health, Seq, VerifyConfig, Watermark};
 use hicache_index_sim::encode::OwnedEvent;
-use hicache_index_tests::{config, mha, page_hashes, removed, store_page, Harness};
-
-fn tokens(pages: u32) -> Vec<u32> {
-    (1..=pages * 4).collect()
-}
-
-fn resync(cfg: Config) -> Config {
-    Config {
-        resync: Some(ResyncConfig::default()),
-        ..cfg
-    }
-}
-
-fn reorder(cfg: Config, max_held: usize) -> Config {
-    Config {
-        reorder: ReorderConfig {
-            max_held,
-            max_delay: Some(Duration::from_millis(50)),
-        },
-        ..cfg
-    }
-}
+use hicache_index_tests::{
+    cleared, config, filler, mha, page_hashes, removed, reorder, resync, store_page, tokens,
+    Harness,
+};
 
 fn fetch_request(fx: &[Effect]) -> Option<u64> {
     fx.iter().find_map(|e| match e {
         Effect::FetchSnapshot { request } => Some(*request),
         _ => None,
     })
-}
-
-fn cleared(fx: &[Effect]) -> Vec<ClearReason> {
-    fx.iter()
-        .filter_map(|e| match e {
-            Effect::Cleared { reason, .. } => Some(*reason),
-            _ => None,
-        })
-        .collect()
-}
-
-/// `n` events of a key no layout tracks (filler that only moves event ids).
-fn filler(n: usize) -> Vec<OwnedEvent> {
-    (0..n).map(|i| removed(format!("filler-{i}"))).collect()
 }
 
 #[test]

@@ -6,43 +6,17 @@
 
 use std::time::Duration;
 
-use hicache_index::{
-    Config, Effect, Health, ReorderConfig, ResyncConfig, Seq, Timestamp, VerifyConfig, Watermark,
-};
+use hicache_index::{Config, Effect, Health, Seq, Timestamp, VerifyConfig, Watermark};
 use hicache_index_sim::encode::{encode_message, MasterFlavor, OwnedBatch, OwnedEvent};
-use hicache_index_tests::{config, mha, page_hashes, removed, store_page, Harness};
-
-fn tokens(pages: u32) -> Vec<u32> {
-    (1..=pages * 4).collect()
-}
-
-fn resync(cfg: Config) -> Config {
-    Config {
-        resync: Some(ResyncConfig::default()),
-        ..cfg
-    }
-}
-
-fn reorder(cfg: Config, max_held: usize) -> Config {
-    Config {
-        reorder: ReorderConfig {
-            max_held,
-            max_delay: Some(Duration::from_millis(50)),
-        },
-        ..cfg
-    }
-}
+use hicache_index_tests::{
+    config, filler, mha, page_hashes, removed, reorder, resync, store_page, tokens, Harness,
+};
 
 fn fetch_request(fx: &[Effect]) -> Option<u64> {
     fx.iter().rev().find_map(|e| match e {
         Effect::FetchSnapshot { request } => Some(*request),
         _ => None,
     })
-}
-
-/// `n` events of a key no layout tracks (filler that only moves event ids).
-fn filler(n: usize) -> Vec<OwnedEvent> {
-    (0..n).map(|i| removed(format!("filler-{i}"))).collect()
 }
 
 /// Batch `seq` stamped `ts_ms`, its events numbered from `first_id`.
