@@ -15,6 +15,15 @@
 //!   `max_held` batches wait, or until the oldest has waited `max_delay`: then the hole is loss.
 //!   Held batches released in order pass the same event-id rule: a held batch that does not run
 //!   on from the one before it is a restart ([`SequenceTracker::pop_ready`]).
+//! - A batch that begins the stream after lost batches (a jump forward without a reorder
+//!   window, or the first held batch released after the window declared loss) must run past
+//!   the stream: its first event id greater than the last applied (ids only grow within a run;
+//!   they do not skip over the master's queue drops). A first id no greater is another run: a
+//!   restart, or, with a reorder window and stamped no later than the stream, a late batch
+//!   ([`Verdict::Stale`]). With a reorder window, a baseline after loss stamped before the
+//!   newest batch applied is stale too: libzmq queues each connection's messages apart, so an
+//!   unseen restart's late messages of the old run can follow the new run's. A publisher
+//!   whose clock went back is then skipped until its clock passes the stream's: misses.
 //! - A jump backward is a restart, except, with a reorder window, a sequence within the window
 //!   whose fingerprint matches the batch applied under that number: a late copy.
 //!   With a reorder window, a jump backward that is no copy but is stamped no later than the
@@ -180,6 +189,20 @@ pub struct SequenceTracker<T> {
     held: BTreeMap<u64, (Instant, Fingerprint, T)>,
     /// What came before the last reset, if there was one.
     fence: Option<Fence>,
+    /// After a declared loss, until the next batch applies: the last sequence and event id
+    /// applied before it, which the stream's next baseline must run past.
+    floor: Option<(Seq, Option<u64>)>,
+}
+
+/// How a batch that begins a stream after lost batches is ruled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum AfterLoss {
+    /// It can be the same run's next batch: the new baseline.
+    Baseline,
+    /// An older batch (from before the loss, or from an older run): skip it.
+    Stale,
+    /// Another run of the publisher.
+    Restart,
 }
 
 impl<T> SequenceTracker<T> {
@@ -193,6 +216,7 @@ impl<T> SequenceTracker<T> {
             recent: VecDeque::new(),
             held: BTreeMap::new(),
             fence: None,
+            floor: None,
         }
     }
 
@@ -225,6 +249,7 @@ impl<T> SequenceTracker<T> {
         self.last_id = None;
         self.max_millis = None;
         self.recent.clear();
+        self.floor = None;
         let dropped = self.held.len();
         self.held.clear();
         dropped
@@ -278,6 +303,32 @@ impl<T> SequenceTracker<T> {
         }
     }
 
+    /// Rules on a batch that begins the stream again after lost batches, whose last event id
+    /// was `last_id`. Within one run of the master event ids only grow (they do not skip over
+    /// events its queue dropped, and skip over messages lost after publishing), so a first id
+    /// no greater than the last is an older run's batch or another run's. With a reorder
+    /// window, a batch stamped before the newest batch applied is older than the stream: a late
+    /// batch of an older run (libzmq queues each connection's messages apart, so a restarted
+    /// master's late messages can follow the new run's), never a baseline. A publisher whose
+    /// clock went back is skipped until its clock passes the stream's again: misses, counted.
+    fn rule_after_loss(&self, fp: &Fingerprint, last_id: Option<u64>) -> AfterLoss {
+        let regressed = matches!((last_id, fp.first_event_id), (Some(l), Some(f)) if f <= l);
+        if regressed {
+            return if self.is_late_with_reordering(fp) {
+                AfterLoss::Stale
+            } else {
+                AfterLoss::Restart
+            };
+        }
+        let older = self.config.max_held > 0
+            && matches!((self.max_millis, fp.millis), (Some(max), Some(at)) if at < max);
+        if older {
+            AfterLoss::Stale
+        } else {
+            AfterLoss::Baseline
+        }
+    }
+
     /// Rules on a batch with sequence `seq`. After [`Verdict::Apply`], [`Verdict::Gap`] or
     /// [`Verdict::Restart`] the caller MUST apply the batch and then call
     /// [`SequenceTracker::applied`].
@@ -293,7 +344,14 @@ impl<T> SequenceTracker<T> {
             }
         }
         let Some((last, last_fp)) = self.last else {
-            return Verdict::Apply;
+            let Some((last, last_id)) = self.floor else {
+                return Verdict::Apply;
+            };
+            return match self.rule_after_loss(&fingerprint, last_id) {
+                AfterLoss::Baseline => Verdict::Apply,
+                AfterLoss::Stale => Verdict::Stale,
+                AfterLoss::Restart => self.restart(last),
+            };
         };
         if seq == last {
             return if fingerprint == last_fp {
@@ -315,9 +373,12 @@ impl<T> SequenceTracker<T> {
         }
         if seq > last {
             if self.config.max_held == 0 {
-                return Verdict::Gap {
-                    expected: Seq(last.0 + 1),
-                    missing: seq.0 - last.0 - 1,
+                return match self.rule_after_loss(&fingerprint, self.last_id) {
+                    AfterLoss::Restart => self.restart(last),
+                    _ => Verdict::Gap {
+                        expected: Seq(last.0 + 1),
+                        missing: seq.0 - last.0 - 1,
+                    },
                 };
             }
             return match self.held.get(&seq.0) {
@@ -348,12 +409,14 @@ impl<T> SequenceTracker<T> {
         self.recent.clear();
         self.last_id = None;
         self.max_millis = None;
+        self.floor = None;
         Verdict::Restart { last }
     }
 
     /// Records that the batch `seq` was applied.
     pub fn applied(&mut self, seq: Seq, fingerprint: Fingerprint) {
         self.last = Some((seq, fingerprint));
+        self.floor = None;
         if fingerprint.last_event_id.is_some() {
             self.last_id = fingerprint.last_event_id;
         }
@@ -395,18 +458,34 @@ impl<T> SequenceTracker<T> {
             None => *self.held.keys().next()?,
         };
         let (_, fp, item) = self.held.remove(&next)?;
-        let breaks = self.breaks_ids(fp.first_event_id);
-        let verdict = match self.last {
-            // Stamped no later than the stream: a late batch, skipped (the caller forgets).
-            Some(_) if breaks && self.is_late_with_reordering(&fp) => Verdict::Stale,
-            Some((last, _)) if breaks => {
+        let rule = match (self.last, self.floor) {
+            (Some(_), _) if self.breaks_ids(fp.first_event_id) => {
+                if self.is_late_with_reordering(&fp) {
+                    AfterLoss::Stale
+                } else {
+                    AfterLoss::Restart
+                }
+            }
+            (None, Some((_, last_id))) => self.rule_after_loss(&fp, last_id),
+            _ => AfterLoss::Baseline,
+        };
+        let verdict = match rule {
+            AfterLoss::Baseline => Verdict::Apply,
+            // Older than the stream: a late batch, skipped (the caller forgets).
+            AfterLoss::Stale => Verdict::Stale,
+            AfterLoss::Restart => {
+                let last = self
+                    .last
+                    .map(|(s, _)| s)
+                    .or(self.floor.map(|(s, _)| s))
+                    .unwrap_or(Seq(next));
                 self.fence_run();
                 self.recent.clear();
                 self.last_id = None;
                 self.max_millis = None;
+                self.floor = None;
                 Verdict::Restart { last }
             }
-            _ => Verdict::Apply,
         };
         Some((Seq(next), item, verdict))
     }
@@ -437,6 +516,9 @@ impl<T> SequenceTracker<T> {
         let expected = self
             .last
             .map_or(Seq(first), |(last, _)| Seq(last.0.wrapping_add(1)));
+        if let Some((last, _)) = self.last {
+            self.floor = Some((last, self.last_id));
+        }
         self.last = None;
         self.last_id = None;
         self.recent.clear();

@@ -301,8 +301,13 @@ pub struct World<S: System> {
     http_rng: Rng,
     query_rng: Rng,
     other_rng: Rng,
-    fed: Vec<(u32, u64)>,
+    /// Per sequence, the epoch and first and last positions of the batch fed under it.
+    fed: Vec<(u32, u64, u64)>,
     applied_pos: u64,
+    /// A clear happened and no batch has applied since: the next batch applied is the stream's
+    /// new baseline, and what was published before it is as lost as what came before the
+    /// clear (a batch older than the baseline that arrives after it can only be skipped).
+    baseline_pending: bool,
     snapshots: Vec<u64>,
     p_loss: u64,
     next_stray: Option<Instant>,
@@ -422,6 +427,7 @@ impl<S: System> World<S> {
             other_rng,
             fed: Vec::new(),
             applied_pos: 0,
+            baseline_pending: false,
             snapshots: Vec::new(),
             p_loss: 0,
             next_stray,
@@ -827,6 +833,7 @@ impl<S: System> World<S> {
                     self.driver.last_clear_at = self.now;
                     self.snapshots.clear();
                     self.p_loss = self.p_loss.max(self.master.position());
+                    self.baseline_pending = true;
                 }
                 Effect::Resynced { .. } => {
                     if let Some(pos) = snapshot {
@@ -840,11 +847,18 @@ impl<S: System> World<S> {
     }
 
     fn after_call(&mut self) {
-        self.applied_pos = self
+        let applied = self
             .sut
             .last_applied_seq()
             .and_then(|s| self.fed.get(s.0 as usize))
-            .map_or(0, |&(_, pos)| pos);
+            .copied();
+        self.applied_pos = applied.map_or(0, |(_, _, last)| last);
+        if let Some((_, first, _)) = applied.filter(|_| self.baseline_pending) {
+            // The first batch applied after the clear (or, when a window released several in
+            // one call, the last of them: a wider excuse, liveness only).
+            self.p_loss = self.p_loss.max(first.saturating_sub(1));
+            self.baseline_pending = false;
+        }
         let c = self.sut.counters();
         let s = self.opts.session.clone();
         if c.pages > s.index_cap as u64 {

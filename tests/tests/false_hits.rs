@@ -263,3 +263,75 @@ fn a_restart_that_mirrors_the_old_stream_is_bounded_by_verification() {
             .handle_verify_result(h.now, request, keys.iter().map(|k| (k.as_str(), false)));
     assert_eq!(h.prefix(&t), 0, "gone within one verification interval");
 }
+
+/// The history of simulator seed 115267 (restart-heavy, driver stalls): an old run's batch,
+/// held behind a hole, is released by the window after the new run's batches: it jumps forward
+/// past them and must not become the new baseline. `new_run_events` sets how far the new
+/// run's event ids get (past the old batch's ids, or not).
+fn old_batch_released_after_the_new_run(new_run_events: usize) {
+    let layout = mha(1);
+    let mut h = Harness::connected(reorder(config(layout.clone()), 8));
+    let t = tokens(1);
+    let page = page_hashes(&layout, &t)[0];
+    let _ = h.batch_at(1, filler(2));
+    let _ = h.batch_at(2, filler(2));
+    // The old master's seq 9 (its 3-8 lost) stores page A and is held behind the hole.
+    h.set_next_event_id(20);
+    let _ = h.batch_at(9, store_page(&layout, &page));
+    // It restarts unseen; the new master lost A. Its seq 1-3 are lost, 4-6 held too.
+    h.advance(5);
+    h.set_next_event_id(1);
+    for seq in 4..=6 {
+        let _ = h.batch_at(seq, filler(new_run_events));
+    }
+    // The window gives up: the new run's batches apply (another run: forget), and the old
+    // batch, now a jump forward past them, is released after them.
+    let mut seen = Vec::new();
+    while let Some(fx) = h.fire_timeout() {
+        seen.extend(fx.iter().cloned());
+        if h.session.poll_timeout().is_none() || seen.len() > 100 {
+            break;
+        }
+    }
+    assert_eq!(h.prefix(&t), 0, "page A is not at the master");
+    assert!(
+        seen.iter()
+            .any(|e| matches!(e, Effect::Late { seq } if seq.0 == 9)),
+        "the old batch is late: {seen:?}"
+    );
+    // The new run goes on and applies.
+    let _ = h.batch_at(7, filler(1));
+    assert_eq!(h.session.last_applied_seq(), Some(Seq(7)));
+}
+
+#[test]
+fn an_old_batch_released_after_the_new_run_is_late_when_its_event_ids_go_back() {
+    // The new run's ids (1-192) pass the old batch's (20-21): its first id goes back.
+    old_batch_released_after_the_new_run(64);
+}
+
+#[test]
+fn an_old_batch_released_after_the_new_run_is_late_when_stamped_before_it() {
+    // The new run's ids (1-3) stay below the old batch's (20-21): only its stamp tells.
+    old_batch_released_after_the_new_run(1);
+}
+
+#[test]
+fn a_jump_forward_whose_event_ids_go_back_is_a_restart() {
+    // Over one connection (no reordering): after lost batches the ids of the same run only
+    // grow; a first id no greater than the last is another run, which fences its late copies.
+    let layout = mha(1);
+    let mut h = Harness::connected(config(layout.clone()));
+    let t = tokens(1);
+    let _ = h.batch_at(1, filler(30));
+    let _ = h.batch_at(2, store_page(&layout, &page_hashes(&layout, &t)[0]));
+    h.advance(10);
+    h.set_next_event_id(5);
+    let fx = h.batch_at(9, filler(1));
+    assert!(
+        fx.iter().any(|e| matches!(e, Effect::Restart { .. })),
+        "{fx:?}"
+    );
+    assert_eq!(cleared(&fx), vec![ClearReason::Restart]);
+    assert_eq!(h.prefix(&t), 0);
+}

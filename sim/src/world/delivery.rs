@@ -253,9 +253,9 @@ impl<S: System> World<S> {
             if m.intact {
                 let i = m.seq as usize;
                 if self.fed.len() <= i {
-                    self.fed.resize(i + 1, (0, 0));
+                    self.fed.resize(i + 1, (0, 0, 0));
                 }
-                self.fed[i] = (m.epoch, m.last_pos);
+                self.fed[i] = (m.epoch, m.first_pos, m.last_pos);
             }
         }
         if self.trace {
