@@ -10,14 +10,15 @@ use std::time::Duration;
 use hicache_index::{Effect, Effects, Health, Instant, Session};
 
 use crate::config::SocketConfig;
-use crate::handle::{Control, Inbox, Shared};
+use crate::handle::{Control, HoldKind, Inbox, Shared};
 use crate::http::{HttpError, HttpJob, HttpOutcome, MasterHttp};
 use crate::report;
 use crate::socket::{self, Link, LinkEvent, MAX_FRAMES};
 
-/// The most snapshot lines applied under one hold of the write lock: a query waits at most for
-/// one such chunk (a few milliseconds), and live batches are fed between chunks.
-pub const SNAPSHOT_CHUNK_LINES: usize = 4096;
+/// The most snapshot lines applied under one hold of the write lock: as many as the master puts
+/// in one batch (64 events), so that a query waits for a chunk no longer than for a live batch;
+/// live batches are fed between chunks. (4,096-line chunks held the lock for milliseconds.)
+pub const SNAPSHOT_CHUNK_LINES: usize = 64;
 
 /// What the runtime must do for the driver, in order.
 #[derive(Debug)]
@@ -203,7 +204,7 @@ impl Driver {
             for (frame, part) in frames.iter_mut().zip(&self.parts[..kept]) {
                 *frame = part;
             }
-            let fed = hold(&self.shared, "batch", |session| {
+            let fed = hold(&self.shared, HoldKind::Batch, "batch", |session| {
                 (session.feed(now, &frames[..kept]), session.poll_timeout())
             });
             let Some((fx, deadline)) = fed else {
@@ -301,9 +302,12 @@ impl Driver {
         if !h.is_done() {
             let held = std::time::Instant::now();
             let request = h.request;
-            let applied = hold(&self.shared, "snapshot chunk", |session| {
-                session.snapshot_keys(request, h.lines(SNAPSHOT_CHUNK_LINES))
-            })
+            let applied = hold(
+                &self.shared,
+                HoldKind::SnapshotChunk,
+                "snapshot chunk",
+                |session| session.snapshot_keys(request, h.lines(SNAPSHOT_CHUNK_LINES)),
+            )
             .flatten();
             h.last = held.elapsed();
             h.longest = h.longest.max(h.last);
@@ -322,12 +326,17 @@ impl Driver {
             return false;
         };
         let now = self.now();
-        let finished = hold(&self.shared, "snapshot finish", |session| {
-            (
-                session.finish_snapshot(now, h.request),
-                session.poll_timeout(),
-            )
-        });
+        let finished = hold(
+            &self.shared,
+            HoldKind::Other,
+            "snapshot finish",
+            |session| {
+                (
+                    session.finish_snapshot(now, h.request),
+                    session.poll_timeout(),
+                )
+            },
+        );
         if let Some((fx, deadline)) = finished {
             self.deadline = deadline;
             self.execute(fx);
@@ -392,7 +401,7 @@ impl Driver {
     /// returned.
     fn call(&mut self, f: impl FnOnce(&mut Session, Instant) -> Effects) {
         let now = self.now();
-        let called = hold(&self.shared, "call", |session| {
+        let called = hold(&self.shared, HoldKind::Other, "call", |session| {
             (f(session, now), session.poll_timeout())
         });
         if let Some((fx, deadline)) = called {
@@ -438,12 +447,18 @@ const LONG_HOLD: Duration = Duration::from_millis(5);
 
 /// Runs `f` under the session's write lock (for that call only), timing the hold; `None` if a
 /// panic poisoned the lock.
-fn hold<R>(shared: &Shared, what: &'static str, f: impl FnOnce(&mut Session) -> R) -> Option<R> {
+fn hold<R>(
+    shared: &Shared,
+    kind: HoldKind,
+    what: &'static str,
+    f: impl FnOnce(&mut Session) -> R,
+) -> Option<R> {
     let mut session = shared.session.write().ok()?;
     let began = std::time::Instant::now();
     let r = f(&mut session);
     drop(session);
     let held = began.elapsed();
+    shared.locks.record_hold(kind, held);
     if held >= LONG_HOLD {
         tracing::debug!(
             what,

@@ -1,8 +1,9 @@
 //! What the rest of a program holds: a cheap, cloneable query handle and a control handle.
 
 use std::cell::RefCell;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, RwLock, RwLockReadGuard};
+use std::time::Duration;
 
 use hicache_index::{
     Counters, Health, Hits, Instant, Lookup, PageHash, PageHashes, Pages, QueryError, Seq, Session,
@@ -21,6 +22,73 @@ pub(crate) struct Shared {
     pub(crate) running: AtomicBool,
     /// The origin of the core's clock: the driver's `now` and the handles' read the same one.
     pub(crate) start: std::time::Instant,
+    /// The longest write-lock holds by kind and the longest wait of a query for the read lock.
+    pub(crate) locks: LockMaxima,
+}
+
+/// What held the session's write lock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum HoldKind {
+    /// One live batch fed.
+    Batch,
+    /// One chunk of a key list handed over.
+    SnapshotChunk,
+    /// Any other call (a snapshot's finish, an HTTP answer, a timer, a control message).
+    Other,
+}
+
+/// The longest durations seen, in nanoseconds (updated with `fetch_max`).
+#[derive(Debug, Default)]
+pub(crate) struct LockMaxima {
+    batch: AtomicU64,
+    snapshot_chunk: AtomicU64,
+    other: AtomicU64,
+    read_wait: AtomicU64,
+}
+
+impl LockMaxima {
+    /// Records a write-lock hold of `kind` that lasted `held`.
+    pub(crate) fn record_hold(&self, kind: HoldKind, held: Duration) {
+        let slot = match kind {
+            HoldKind::Batch => &self.batch,
+            HoldKind::SnapshotChunk => &self.snapshot_chunk,
+            HoldKind::Other => &self.other,
+        };
+        slot.fetch_max(nanos(held), Ordering::Relaxed);
+    }
+
+    fn record_read_wait(&self, waited: Duration) {
+        self.read_wait.fetch_max(nanos(waited), Ordering::Relaxed);
+    }
+
+    fn get(&self) -> LockTimes {
+        let d = |a: &AtomicU64| Duration::from_nanos(a.load(Ordering::Relaxed));
+        LockTimes {
+            batch_hold: d(&self.batch),
+            snapshot_chunk_hold: d(&self.snapshot_chunk),
+            other_hold: d(&self.other),
+            read_wait: d(&self.read_wait),
+        }
+    }
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// The longest holds of the session's write lock since the subscriber started, by what held
+/// it, and the longest a query waited for the read lock: a query waits at most for one hold.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LockTimes {
+    /// The longest hold for one live batch.
+    pub batch_hold: Duration,
+    /// The longest hold for one chunk of a key list ([`crate::SNAPSHOT_CHUNK_LINES`] lines).
+    pub snapshot_chunk_hold: Duration,
+    /// The longest hold for any other call (a snapshot's finish, an answer, a timer).
+    pub other_hold: Duration,
+    /// The longest a query waited for the read lock (wall time: on a contended CPU it includes
+    /// the writer being descheduled while it holds the lock).
+    pub read_wait: Duration,
 }
 
 impl Shared {
@@ -80,7 +148,7 @@ impl QueryHandle {
                 pages: Pages::Hashes(hashes),
                 ..*lookup
             };
-            let Ok(session) = self.shared.session.read() else {
+            let Some(session) = self.session() else {
                 return Ok(miss(map));
             };
             // A layout advertised in between may have changed the page shape: then the
@@ -97,8 +165,21 @@ impl QueryHandle {
         })
     }
 
+    /// Takes the read lock, recording how long that took.
+    fn session(&self) -> Option<RwLockReadGuard<'_, Session>> {
+        let asked = std::time::Instant::now();
+        let session = self.shared.session.read().ok();
+        self.shared.locks.record_read_wait(asked.elapsed());
+        session
+    }
+
+    /// Returns the longest write-lock holds by kind and the longest read-lock wait so far.
+    pub fn lock_times(&self) -> LockTimes {
+        self.shared.locks.get()
+    }
+
     fn probe(&self, lookup: &Lookup<'_>, map: Option<&mut [bool]>) -> Result<Hits, QueryError> {
-        let Ok(session) = self.shared.session.read() else {
+        let Some(session) = self.session() else {
             return Ok(miss(map));
         };
         match map {
@@ -287,6 +368,7 @@ mod tests {
             session: RwLock::new(session),
             running: AtomicBool::new(true),
             start,
+            locks: LockMaxima::default(),
         });
         (QueryHandle::new(shared), tokens)
     }

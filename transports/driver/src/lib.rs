@@ -46,7 +46,7 @@ use std::sync::{Arc, RwLock};
 
 pub use config::{Error, HttpConfig, SocketConfig, SubscriberConfig};
 pub use driver::{Action, Driver, SNAPSHOT_CHUNK_LINES};
-pub use handle::{Control, Inbox, QueryHandle};
+pub use handle::{Control, Inbox, LockTimes, QueryHandle};
 pub use http::{HttpError, HttpJob, HttpOutcome, MasterHttp, ResponseReader};
 
 use hicache_index::Session;
@@ -93,6 +93,7 @@ pub fn prepare(config: SubscriberConfig) -> Result<Parts, Error> {
         session: RwLock::new(session),
         running: AtomicBool::new(true),
         start,
+        locks: handle::LockMaxima::default(),
     });
     let (tx, inbox) = async_channel::unbounded();
     let control = Control::new(tx);

@@ -422,7 +422,7 @@ pub fn live_batches_are_applied_while_a_large_snapshot_is_handed_over<R: Runtime
     wait_subscribed(&peer, &q);
     wait_until(&q, "live", PATIENCE, || q.health() == Health::Live);
     // 100,000 objects stored with their events lost: the next batch shows a gap, and the
-    // resync after it reads them all from the key list (25 chunks).
+    // resync after it reads them all from the key list (in chunks of SNAPSHOT_CHUNK_LINES).
     let bulk = tokens(7, 25_000);
     let bulk_keys = object_keys(&bulk);
     let resyncs = q.counters().resyncs_completed;

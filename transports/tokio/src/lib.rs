@@ -37,7 +37,8 @@ use tokio::io::Interest;
 use tracing::Instrument;
 
 pub use hicache_index_driver::{
-    Control, Error, HttpConfig, QueryHandle, SocketConfig, SubscriberConfig,
+    Control, Error, HttpConfig, LockTimes, QueryHandle, SocketConfig, SubscriberConfig,
+    SNAPSHOT_CHUNK_LINES,
 };
 
 /// Starts subscribers on the current tokio runtime.

@@ -587,6 +587,24 @@ fn report(
             millis(world.latency.max())
         ),
     );
+    let locks = world.index.lock_times();
+    row(
+        "write-lock holds",
+        format!(
+            "longest: one batch {}, one key-list chunk ({} lines) {}, any other call {}",
+            micros(Some(locks.batch_hold)),
+            hicache_index_tokio::SNAPSHOT_CHUNK_LINES,
+            micros(Some(locks.snapshot_chunk_hold)),
+            micros(Some(locks.other_hold))
+        ),
+    );
+    row(
+        "read-lock wait",
+        format!(
+            "longest {} (a query waits for one hold; on a busy CPU also while the writer is descheduled)",
+            micros(Some(locks.read_wait))
+        ),
+    );
     row(
         "hit rate",
         format!(
