@@ -12,6 +12,9 @@ pub enum QueryError {
     UnknownModel,
     /// No model was named and there is not exactly one layout to default to.
     NoDefaultLayout,
+    /// The layout changed between [`crate::Session::plan`] and [`crate::Session::probe`]: plan
+    /// again.
+    PlanChanged,
 }
 
 impl fmt::Display for QueryError {
@@ -20,6 +23,9 @@ impl fmt::Display for QueryError {
             QueryError::UnknownModel => f.write_str("no layout is known for that model"),
             QueryError::NoDefaultLayout => {
                 f.write_str("no model was named and there is not exactly one layout to use")
+            }
+            QueryError::PlanChanged => {
+                f.write_str("the layout changed since the query was planned")
             }
         }
     }

@@ -269,6 +269,32 @@ impl<'t, T: Token> PageHashes<'t, T> {
     }
 }
 
+impl<T: Token> PageHashes<'_, T> {
+    /// Computes the next page's hash like [`Iterator::next`], asking `memo` first: a page whose
+    /// key `memo` holds costs no SHA-256, and a page hashed is handed to `memo` to keep.
+    ///
+    /// The memo is keyed by exactly what SHA-256 reads (the prior, the mode and the page's raw
+    /// tokens), so a correct memo cannot change a hash. A memo MUST compare keys in full.
+    pub fn next_with<M: DigestMemo + ?Sized>(&mut self, memo: &M) -> Option<PageHash> {
+        if self.next_page >= self.page_count {
+            return None;
+        }
+        let raw = self.page_tokens(self.next_page);
+        let prior = self.prior.as_ref();
+        let page = match memo.get(prior, self.eagle, raw) {
+            Some(known) => known.0,
+            None => {
+                let page = page_digest(prior, self.eagle, raw);
+                memo.put(prior, self.eagle, raw, PageHash(page));
+                page
+            }
+        };
+        self.next_page += 1;
+        self.prior = Some(page);
+        Some(PageHash(page))
+    }
+}
+
 impl<T: Token> Iterator for PageHashes<'_, T> {
     type Item = PageHash;
 
@@ -278,27 +304,7 @@ impl<T: Token> Iterator for PageHashes<'_, T> {
         }
         let raw = self.page_tokens(self.next_page);
         self.next_page += 1;
-
-        let wide = raw.iter().any(|t| t.to_u64() > u64::from(u32::MAX));
-        let mut digest = Sha256::new();
-        if let Some(prior) = &self.prior {
-            digest.update(prior);
-        }
-        if wide {
-            digest.update([0xff]);
-        }
-        let mut body = PageBody::new(digest, wide);
-        if self.eagle {
-            for pair in raw.windows(2) {
-                body.push(pair[0].to_u64());
-                body.push(pair[1].to_u64());
-            }
-        } else {
-            for token in raw {
-                body.push(token.to_u64());
-            }
-        }
-        let page = body.finish();
+        let page = page_digest(self.prior.as_ref(), self.eagle, raw);
         self.prior = Some(page);
         Some(PageHash(page))
     }
@@ -307,6 +313,63 @@ impl<T: Token> Iterator for PageHashes<'_, T> {
         let left = self.page_count - self.next_page;
         (left, Some(left))
     }
+}
+
+/// Hashes one page: SHA-256 of the prior (if any) and the page's body (see the module docs).
+fn page_digest<T: Token>(prior: Option<&[u8; 32]>, eagle: bool, raw: &[T]) -> [u8; 32] {
+    let wide = raw.iter().any(|t| t.to_u64() > u64::from(u32::MAX));
+    let mut digest = Sha256::new();
+    if let Some(prior) = prior {
+        digest.update(prior);
+    }
+    if wide {
+        digest.update([0xff]);
+    }
+    let mut body = PageBody::new(digest, wide);
+    if eagle {
+        for pair in raw.windows(2) {
+            body.push(pair[0].to_u64());
+            body.push(pair[1].to_u64());
+        }
+    } else {
+        for token in raw {
+            body.push(token.to_u64());
+        }
+    }
+    body.finish()
+}
+
+/// A store of page digests already computed, for routers that see the same prefixes again and
+/// again: keyed by exactly what SHA-256 reads for a page (the prior digest, or none for an
+/// un-namespaced page 0; whether the page is made of EAGLE bigrams; its raw tokens).
+///
+/// Used by [`PageHashes::next_with`]. An implementation MUST answer only for a key equal in full
+/// (token for token) to one it was given, so that it returns no digest SHA-256 would not
+/// produce; it may forget whatever it likes. Both methods take `&self`: a memo shared by query
+/// threads synchronises inside.
+pub trait DigestMemo {
+    /// Returns the digest remembered for this page, if any.
+    fn get<T: Token>(
+        &self,
+        prior: Option<&[u8; 32]>,
+        eagle: bool,
+        tokens: &[T],
+    ) -> Option<PageHash>;
+
+    /// Offers a digest just computed for this page.
+    fn put<T: Token>(&self, prior: Option<&[u8; 32]>, eagle: bool, tokens: &[T], digest: PageHash);
+}
+
+/// The memo that remembers nothing: [`PageHashes::next_with`] then hashes every page.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoMemo;
+
+impl DigestMemo for NoMemo {
+    fn get<T: Token>(&self, _: Option<&[u8; 32]>, _: bool, _: &[T]) -> Option<PageHash> {
+        None
+    }
+
+    fn put<T: Token>(&self, _: Option<&[u8; 32]>, _: bool, _: &[T], _: PageHash) {}
 }
 
 impl<T: Token> ExactSizeIterator for PageHashes<'_, T> {}

@@ -110,11 +110,11 @@ pub use error::{ConfigError, QueryError};
 pub use frame::{
     decode, Batch, Event, EventKind, FrameError, Medium, PayloadError, Seq, Timestamp,
 };
-pub use hash::{Namespace, PageHash, PageHashes};
+pub use hash::{DigestMemo, Namespace, NoMemo, PageHash, PageHashes, Token};
 pub use index::{Index, IndexConfig, DEFAULT_TENANT};
 pub use layout::{parse_object_key, HitPolicy, Layout, LayoutError, ObjectKey, Pool, SglangParams};
 pub use metrics::{Counters, Kind};
-pub use query::{Hits, Lookup, Pages, Tokens};
+pub use query::{Hits, Lookup, Pages, PlanHashes, QueryPlan, Tokens};
 pub use sequence::ReorderConfig;
 pub use session::{
     BackoffConfig, Config, ModelLayout, ResyncConfig, Session, VerifyConfig, Watermark, WorkerInfo,

@@ -1,7 +1,7 @@
 //! Query inputs and answers: which leading pages of a request are fully present.
 
 use crate::effect::Health;
-use crate::hash::{Namespace, PageHash};
+use crate::hash::{page_count, DigestMemo, Namespace, PageHash, PageHashes};
 use crate::index::DEFAULT_TENANT;
 
 /// A request's tokens, in either width (ids above `u32::MAX` hash in SGLang's wide form).
@@ -128,4 +128,74 @@ pub struct Hits {
     pub disk_only_pages: usize,
     /// The session's health when it answered.
     pub trust: Health,
+}
+
+/// How a token query's pages are hashed: the page size and mode of the layout its lookup
+/// resolves to, fixed when the query was planned ([`crate::Session::plan`]).
+///
+/// A query hashes under its plan outside any lock ([`QueryPlan::hashes`]) and then probes
+/// ([`crate::Session::probe`]), which refuses a plan that no longer holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QueryPlan {
+    /// Tokens a page (bigrams with EAGLE).
+    pub page_size: u32,
+    /// Whether pages are made of EAGLE bigrams.
+    pub eagle: bool,
+}
+
+impl QueryPlan {
+    /// Returns how many full pages `tokens` make under this plan.
+    pub fn page_count(&self, tokens: Tokens<'_>) -> usize {
+        page_count(tokens.len(), self.page_size, self.eagle)
+    }
+
+    /// Returns the page hashes of `tokens`, computed lazily as they are asked for.
+    pub fn hashes<'t>(&self, tokens: Tokens<'t>, namespace: Namespace<'_>) -> PlanHashes<'t> {
+        match tokens {
+            Tokens::U32(t) => {
+                PlanHashes::U32(PageHashes::new(t, self.page_size, self.eagle, namespace))
+            }
+            Tokens::U64(t) => {
+                PlanHashes::U64(PageHashes::new(t, self.page_size, self.eagle, namespace))
+            }
+        }
+    }
+}
+
+/// The page hashes of a token query under its [`QueryPlan`], in either token width.
+#[derive(Clone, Debug)]
+pub enum PlanHashes<'t> {
+    /// 32-bit tokens.
+    U32(PageHashes<'t, u32>),
+    /// 64-bit tokens.
+    U64(PageHashes<'t, u64>),
+}
+
+impl PlanHashes<'_> {
+    /// Returns the number of full pages, hashed or not.
+    pub fn page_count(&self) -> usize {
+        match self {
+            PlanHashes::U32(p) => p.page_count(),
+            PlanHashes::U64(p) => p.page_count(),
+        }
+    }
+
+    /// Hashes the next page, asking `memo` first (see [`PageHashes::next_with`]).
+    pub fn next_with<M: DigestMemo + ?Sized>(&mut self, memo: &M) -> Option<PageHash> {
+        match self {
+            PlanHashes::U32(p) => p.next_with(memo),
+            PlanHashes::U64(p) => p.next_with(memo),
+        }
+    }
+}
+
+impl Iterator for PlanHashes<'_> {
+    type Item = PageHash;
+
+    fn next(&mut self) -> Option<PageHash> {
+        match self {
+            PlanHashes::U32(p) => p.next(),
+            PlanHashes::U64(p) => p.next(),
+        }
+    }
 }

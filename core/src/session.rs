@@ -31,7 +31,7 @@ use crate::hash::PageHashes;
 use crate::index::{Index, IndexConfig, DEFAULT_TENANT};
 use crate::layout::Layout;
 use crate::metrics::Counters;
-use crate::query::{Hits, Lookup, Pages, Tokens};
+use crate::query::{Hits, Lookup, Pages, QueryPlan, Tokens};
 use crate::sequence::{Fingerprint, Loss, ReorderConfig, SequenceTracker, Verdict};
 use crate::snapshot::LineFilter;
 use crate::time::Instant;
@@ -1150,6 +1150,32 @@ impl Session {
     /// page that misses.
     pub fn query(&self, lookup: &Lookup<'_>) -> Result<Hits, QueryError> {
         self.answer(lookup, None)
+    }
+
+    /// Plans a lookup: how its tokens are hashed under the layout it resolves to. With the plan,
+    /// a caller hashes outside any lock ([`QueryPlan::hashes`]) and then calls
+    /// [`Session::probe`].
+    pub fn plan(&self, lookup: &Lookup<'_>) -> Result<QueryPlan, QueryError> {
+        let layout = self.layout_for(lookup.model)?;
+        Ok(QueryPlan {
+            page_size: layout.page_size,
+            eagle: layout.eagle,
+        })
+    }
+
+    /// Answers for page hashes computed under `plan` (`lookup.pages` names them; tokens are
+    /// hashed here, as by [`Session::query_map`]), after checking that `plan` is still the
+    /// lookup's: [`QueryError::PlanChanged`] if its layout changed since.
+    pub fn probe(
+        &self,
+        plan: QueryPlan,
+        lookup: &Lookup<'_>,
+        map: Option<&mut [bool]>,
+    ) -> Result<Hits, QueryError> {
+        if self.plan(lookup)? != plan {
+            return Err(QueryError::PlanChanged);
+        }
+        self.answer(lookup, map)
     }
 
     /// Answers like [`Session::query`] and also fills `map[i]` with whether page `i` has every

@@ -19,6 +19,9 @@ pub struct SubscriberConfig {
     pub http: HttpConfig,
     /// How often every counter is exported to the `metrics` facade.
     pub metrics_interval: Duration,
+    /// The prefix memo's budget in bytes (page digests of repeated prefixes, shared by every
+    /// query); 0 turns it off.
+    pub prefix_memo_bytes: usize,
 }
 
 impl SubscriberConfig {
@@ -30,6 +33,7 @@ impl SubscriberConfig {
             socket: SocketConfig::default(),
             http: HttpConfig::default(),
             metrics_interval: Duration::from_secs(1),
+            prefix_memo_bytes: crate::DEFAULT_MEMO_BYTES,
         }
     }
 

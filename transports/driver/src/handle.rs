@@ -6,11 +6,11 @@ use std::sync::{Arc, RwLock, RwLockReadGuard};
 use std::time::Duration;
 
 use hicache_index::{
-    Counters, Health, Hits, Instant, Lookup, PageHash, PageHashes, Pages, QueryError, Seq, Session,
-    Tokens, WorkerInfo,
+    Counters, Health, Hits, Instant, Lookup, PageHash, Pages, QueryError, Seq, Session, WorkerInfo,
 };
 
 use crate::http::HttpOutcome;
+use crate::memo::{MemoStats, PrefixMemo};
 
 /// The state the driver loop and every handle share.
 #[derive(Debug)]
@@ -24,7 +24,13 @@ pub(crate) struct Shared {
     pub(crate) start: std::time::Instant,
     /// The longest write-lock holds by kind and the longest wait of a query for the read lock.
     pub(crate) locks: LockMaxima,
+    /// Page digests already computed, shared by every query.
+    pub(crate) memo: PrefixMemo,
 }
+
+/// How many pages a token query hashes and probes first; each further round hashes eight times
+/// as many as the one before.
+pub const FIRST_BLOCK_PAGES: usize = 8;
 
 /// What held the session's write lock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -114,9 +120,12 @@ impl QueryHandle {
 
     /// Answers how many leading pages of the lookup are fully present.
     ///
-    /// Tokens are hashed before the read lock is taken (SHA-256 over a long request takes tens
-    /// of microseconds, which the ingest side would otherwise wait for); only the probes run
-    /// under the lock. Every page of the request is therefore hashed, even after a miss.
+    /// Tokens are hashed outside the read lock (SHA-256 over a long request takes tens of
+    /// microseconds, which the ingest side would otherwise wait for), through the subscriber's
+    /// prefix memo (a repeated page costs no SHA-256), and lazily: the first
+    /// [`FIRST_BLOCK_PAGES`] pages are hashed and probed, then eight times as many, and so on,
+    /// until a page misses or every page is in. A query whose early pages miss never pays for
+    /// the rest.
     ///
     /// If the subscriber died while changing the index (a panic), the answer is a miss with
     /// trust [`Health::Disconnected`]: a miss is always safe.
@@ -129,40 +138,74 @@ impl QueryHandle {
         self.answer(lookup, Some(map))
     }
 
-    fn answer(&self, lookup: &Lookup<'_>, map: Option<&mut [bool]>) -> Result<Hits, QueryError> {
+    /// Returns how often the prefix memo answered a page, and what it holds.
+    pub fn memo_stats(&self) -> MemoStats {
+        self.shared.memo.stats()
+    }
+
+    fn answer(
+        &self,
+        lookup: &Lookup<'_>,
+        mut map: Option<&mut [bool]>,
+    ) -> Result<Hits, QueryError> {
         let Pages::Tokens { tokens, namespace } = lookup.pages else {
             return self.probe(lookup, map);
         };
-        let Some(shape) = self.read(|s| page_shape(s, lookup)) else {
-            return Ok(miss(map));
-        };
-        let shape = shape?;
-        HASHES.with_borrow_mut(|hashes| {
-            hashes.clear();
-            let (page_size, eagle) = shape;
-            match tokens {
-                Tokens::U32(t) => hashes.extend(PageHashes::new(t, page_size, eagle, namespace)),
-                Tokens::U64(t) => hashes.extend(PageHashes::new(t, page_size, eagle, namespace)),
-            }
-            let hashed = Lookup {
-                pages: Pages::Hashes(hashes),
-                ..*lookup
-            };
-            let Some(session) = self.session() else {
+        if let Some(map) = map.as_deref_mut() {
+            map.fill(false);
+        }
+        // Twice at most: a layout advertised between planning and probing changes the plan.
+        for _ in 0..2 {
+            let Some(plan) = self.read(|s| s.plan(lookup)) else {
                 return Ok(miss(map));
             };
-            // A layout advertised in between may have changed the page shape: then the
-            // session hashes by itself.
-            let lookup = if page_shape(&session, lookup) == Ok(shape) {
-                &hashed
-            } else {
-                lookup
-            };
-            match map {
-                Some(map) => session.query_map(lookup, map),
-                None => session.query(lookup),
+            let plan = plan?;
+            let answered = HASHES.with_borrow_mut(|hashes| {
+                hashes.clear();
+                let mut pages = plan.hashes(tokens, namespace);
+                let total = pages.page_count();
+                let mut block = FIRST_BLOCK_PAGES;
+                loop {
+                    let want = hashes.len().saturating_add(block).min(total);
+                    while hashes.len() < want {
+                        match pages.next_with(&self.shared.memo) {
+                            Some(page) => hashes.push(page),
+                            None => break,
+                        }
+                    }
+                    let hashed = Lookup {
+                        pages: Pages::Hashes(hashes),
+                        ..*lookup
+                    };
+                    let Some(session) = self.session() else {
+                        return Ok(miss(map.as_deref_mut()));
+                    };
+                    let hits = session.probe(plan, &hashed, map.as_deref_mut())?;
+                    drop(session);
+                    // A page that misses (checking stopped short) ends the query; so does the
+                    // last page.
+                    if hits.pages_checked < hashes.len() || hashes.len() >= total {
+                        return Ok(Hits {
+                            total_pages: total,
+                            ..hits
+                        });
+                    }
+                    block = block.saturating_mul(8);
+                }
+            });
+            match answered {
+                Err(QueryError::PlanChanged) => continue,
+                other => return other,
             }
-        })
+        }
+        // The layout keeps changing under the query: let the session hash under its lock.
+        let Some(session) = self.session() else {
+            return Ok(miss(map));
+        };
+        match map {
+            Some(map) => session.query_map(lookup, map),
+            None => session.query(lookup),
+        }
     }
 
     /// Takes the read lock, recording how long that took.
@@ -231,12 +274,6 @@ thread_local! {
 }
 
 /// The page size and EAGLE mode the lookup's layout hashes with.
-fn page_shape(session: &Session, lookup: &Lookup<'_>) -> Result<(u32, bool), QueryError> {
-    session
-        .layout_for(lookup.model)
-        .map(|l| (l.page_size, l.eagle))
-}
-
 /// A miss for everything, trusted by no one.
 fn miss(map: Option<&mut [bool]>) -> Hits {
     if let Some(map) = map {
@@ -369,6 +406,7 @@ mod tests {
             running: AtomicBool::new(true),
             start,
             locks: LockMaxima::default(),
+            memo: PrefixMemo::new(crate::DEFAULT_MEMO_BYTES),
         });
         (QueryHandle::new(shared), tokens)
     }
@@ -402,7 +440,8 @@ mod tests {
             Lookup::tokens_u64(&wide),
             Lookup::tokens(&tokens).with_model("unknown"),
         ];
-        for lookup in &lookups {
+        // Twice: the second round hashes through the memo.
+        for lookup in lookups.iter().chain(&lookups) {
             let direct = q.read(|s| s.query(lookup)).unwrap();
             assert_eq!(q.query(lookup), direct, "{lookup:?}");
             let (mut a, mut b) = ([false; 12], [false; 12]);
@@ -411,5 +450,27 @@ mod tests {
             assert_eq!(a, b, "{lookup:?}");
         }
         assert_eq!(q.query(&lookups[0]).unwrap().prefix_pages, 3);
+    }
+
+    #[test]
+    fn a_token_query_stops_hashing_after_the_block_with_the_first_miss() {
+        let (q, _) = handle_with_pages();
+        // 64 pages of 4 tokens, none of them in the index.
+        let absent: Vec<u32> = (1_000..1_256).collect();
+        let hits = q.query(&Lookup::tokens(&absent)).unwrap();
+        assert_eq!((hits.prefix_pages, hits.total_pages), (0, 64));
+        assert_eq!(q.memo_stats().misses, FIRST_BLOCK_PAGES as u64, "pages hashed");
+    }
+
+    #[test]
+    fn a_repeated_token_query_is_answered_from_the_memo() {
+        let (q, tokens) = handle_with_pages();
+        let first = q.query(&Lookup::tokens(&tokens)).unwrap();
+        let hashed = q.memo_stats().misses;
+        assert_eq!(q.memo_stats().hits, 0);
+        let again = q.query(&Lookup::tokens(&tokens)).unwrap();
+        assert_eq!(first, again);
+        assert_eq!(q.memo_stats().hits, hashed, "every page of the repeat from the memo");
+        assert_eq!(q.memo_stats().misses, hashed);
     }
 }

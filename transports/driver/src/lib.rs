@@ -37,6 +37,7 @@ pub mod config;
 pub mod driver;
 pub mod handle;
 pub mod http;
+pub mod memo;
 pub mod report;
 pub mod socket;
 
@@ -48,6 +49,7 @@ pub use config::{Error, HttpConfig, SocketConfig, SubscriberConfig};
 pub use driver::{Action, Driver, SNAPSHOT_CHUNK_LINES};
 pub use handle::{Control, Inbox, LockTimes, QueryHandle};
 pub use http::{HttpError, HttpJob, HttpOutcome, MasterHttp, ResponseReader};
+pub use memo::{MemoStats, PrefixMemo, DEFAULT_MEMO_BYTES};
 
 use hicache_index::Session;
 
@@ -73,6 +75,7 @@ pub fn prepare(config: SubscriberConfig) -> Result<Parts, Error> {
         socket,
         http,
         metrics_interval,
+        prefix_memo_bytes,
     } = config;
     let wants_http = session.resync.is_some() || session.verify.is_some();
     let http = match (master_http, wants_http) {
@@ -94,6 +97,7 @@ pub fn prepare(config: SubscriberConfig) -> Result<Parts, Error> {
         running: AtomicBool::new(true),
         start,
         locks: handle::LockMaxima::default(),
+        memo: PrefixMemo::new(prefix_memo_bytes),
     });
     let (tx, inbox) = async_channel::unbounded();
     let control = Control::new(tx);

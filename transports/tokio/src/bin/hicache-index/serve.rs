@@ -79,6 +79,10 @@ pub(crate) struct ServeArgs {
     /// The most page hashes in one request.
     #[arg(long, value_name = "N", default_value_t = Limits::default().max_page_hashes)]
     max_page_hashes: usize,
+    /// The prefix memo's budget in bytes: page digests of repeated prefixes, so that a token
+    /// query over a known prefix costs no SHA-256 (0 turns it off).
+    #[arg(long, value_name = "BYTES", default_value_t = hicache_index_tokio::DEFAULT_MEMO_BYTES)]
+    prefix_memo_bytes: usize,
     /// Time a client has to send a request's headers, and then its body.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "10s")]
     client_timeout: Duration,
@@ -144,6 +148,7 @@ pub(crate) fn run(args: ServeArgs) -> Outcome {
     let config = SubscriberConfig {
         master_http: args.master_http.clone(),
         http,
+        prefix_memo_bytes: args.prefix_memo_bytes,
         ..SubscriberConfig::new(session)
     };
     let limits = Limits {
@@ -395,6 +400,32 @@ async fn metrics(State(app): State<Arc<App>>) -> Response {
             "hicache_index_health{{state=\"{}\"}} {}",
             state.as_str(),
             u8::from(state == health)
+        );
+    }
+    let memo = app.index.memo_stats();
+    for (name, help, kind, value) in [
+        (
+            "prefix_memo_hits_total",
+            "token-query pages whose digest the prefix memo knew (no SHA-256)",
+            "counter",
+            memo.hits,
+        ),
+        (
+            "prefix_memo_misses_total",
+            "token-query pages the prefix memo did not know (hashed)",
+            "counter",
+            memo.misses,
+        ),
+        (
+            "prefix_memo_bytes",
+            "bytes the prefix memo holds",
+            "gauge",
+            memo.bytes as u64,
+        ),
+    ] {
+        let _ = writeln!(
+            out,
+            "# HELP hicache_index_{name} {help}\n# TYPE hicache_index_{name} {kind}\nhicache_index_{name} {value}"
         );
     }
     let name = "hicache_index_query_duration_seconds";

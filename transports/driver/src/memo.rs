@@ -1,0 +1,394 @@
+//! The prefix memo: page digests already computed, shared by every query thread.
+//!
+//! Routers see the same prefixes again and again (system prompts, few-shot headers, turns of
+//! one conversation). A page of a repeated prefix has the same prior digest and the same tokens,
+//! so its digest is already known: [`PrefixMemo`] answers it without SHA-256 (see
+//! [`hicache_index::DigestMemo`]).
+//!
+//! - **Exact.** An entry is found only by a key equal in full to the one it was stored under
+//!   (prior digest, mode, every token compared), never by the memo's own 64-bit key hash alone:
+//!   two keys whose key hashes collide are kept apart. So the memo never returns a digest
+//!   SHA-256 would not produce for that page.
+//! - **Bounded in bytes.** Each of its shards forgets its oldest entries (first in, first out)
+//!   once it holds more than its share of the budget; an entry is charged its tokens, its
+//!   digests and a fixed overhead.
+//! - **No global lock.** Keys are spread over shards, each behind its own mutex held only to
+//!   look up or insert one entry: query threads meet only when they touch the same shard at the
+//!   same instant.
+
+use std::collections::VecDeque;
+use std::hash::{BuildHasher, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use foldhash::fast::FixedState;
+use hicache_index::{DigestMemo, PageHash, Token};
+
+/// The default budget: 64 MiB.
+pub const DEFAULT_MEMO_BYTES: usize = 64 << 20;
+
+/// Shards of a memo (a power of two): enough that query threads rarely meet on one.
+const SHARDS: usize = 64;
+
+/// What an entry costs beyond its tokens: two digests, the key hash, the queue slot, the map's
+/// slot and the boxes' headers (an estimate that errs high).
+const ENTRY_OVERHEAD: usize = 32 + 32 + 8 + 8 + 48 + 32;
+
+/// A page's raw tokens as stored: narrow when every one fits in a u32 (the usual case).
+#[derive(Debug)]
+enum Stored {
+    Narrow(Box<[u32]>),
+    Wide(Box<[u64]>),
+}
+
+impl Stored {
+    fn of<T: Token>(tokens: &[T]) -> Stored {
+        if tokens.iter().all(|t| t.to_u64() <= u64::from(u32::MAX)) {
+            Stored::Narrow(tokens.iter().map(|t| t.to_u64() as u32).collect())
+        } else {
+            Stored::Wide(tokens.iter().map(|t| t.to_u64()).collect())
+        }
+    }
+
+    fn bytes(&self) -> usize {
+        match self {
+            Stored::Narrow(t) => t.len() * 4,
+            Stored::Wide(t) => t.len() * 8,
+        }
+    }
+
+    fn equals<T: Token>(&self, tokens: &[T]) -> bool {
+        match self {
+            Stored::Narrow(s) => {
+                s.len() == tokens.len()
+                    && s.iter()
+                        .zip(tokens)
+                        .all(|(a, b)| u64::from(*a) == b.to_u64())
+            }
+            Stored::Wide(s) => {
+                s.len() == tokens.len() && s.iter().zip(tokens).all(|(a, b)| *a == b.to_u64())
+            }
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Entry {
+    key_hash: u64,
+    prior: Option<[u8; 32]>,
+    eagle: bool,
+    tokens: Stored,
+    digest: PageHash,
+}
+
+impl Entry {
+    fn matches<T: Token>(&self, prior: Option<&[u8; 32]>, eagle: bool, tokens: &[T]) -> bool {
+        self.eagle == eagle && self.prior.as_ref() == prior && self.tokens.equals(tokens)
+    }
+
+    fn same_key(&self, other: &Entry) -> bool {
+        match &other.tokens {
+            Stored::Narrow(t) => self.matches(other.prior.as_ref(), other.eagle, t),
+            Stored::Wide(t) => self.matches(other.prior.as_ref(), other.eagle, t),
+        }
+    }
+
+    fn cost(&self) -> usize {
+        ENTRY_OVERHEAD + self.tokens.bytes()
+    }
+}
+
+/// One shard: entries in insertion order (the front is the oldest), found through a map from
+/// key hash to the entries under it.
+#[derive(Debug, Default)]
+struct Shard {
+    /// Key hash to the entries stored under it (more than one only on a key-hash collision).
+    by_hash: hashbrown::HashMap<u64, Vec<Entry>, FixedState>,
+    /// Key hashes in insertion order, for forgetting the oldest.
+    order: VecDeque<u64>,
+    bytes: usize,
+}
+
+impl Shard {
+    fn get<T: Token>(
+        &self,
+        key_hash: u64,
+        prior: Option<&[u8; 32]>,
+        eagle: bool,
+        tokens: &[T],
+    ) -> Option<PageHash> {
+        self.by_hash
+            .get(&key_hash)?
+            .iter()
+            .find(|e| e.matches(prior, eagle, tokens))
+            .map(|e| e.digest)
+    }
+
+    fn put(&mut self, entry: Entry, budget: usize) {
+        let cost = entry.cost();
+        if cost > budget {
+            return;
+        }
+        let slot = self.by_hash.entry(entry.key_hash).or_default();
+        if slot.iter().any(|e| e.same_key(&entry)) {
+            return;
+        }
+        self.order.push_back(entry.key_hash);
+        slot.push(entry);
+        self.bytes += cost;
+        while self.bytes > budget {
+            let Some(oldest) = self.order.pop_front() else {
+                break;
+            };
+            self.forget_oldest_under(oldest);
+        }
+    }
+
+    /// Forgets the oldest entry stored under `key_hash` (entries under one key hash are kept
+    /// in insertion order, so it is the first).
+    fn forget_oldest_under(&mut self, key_hash: u64) {
+        let Some(slot) = self.by_hash.get_mut(&key_hash) else {
+            return;
+        };
+        if !slot.is_empty() {
+            let gone = slot.remove(0);
+            self.bytes -= gone.cost();
+        }
+        if slot.is_empty() {
+            self.by_hash.remove(&key_hash);
+        }
+    }
+}
+
+/// How often the memo answered, and what it holds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MemoStats {
+    /// Pages whose digest the memo knew.
+    pub hits: u64,
+    /// Pages it did not know (hashed, then offered to it).
+    pub misses: u64,
+    /// Bytes charged for what it holds now.
+    pub bytes: usize,
+    /// Entries it holds now.
+    pub entries: usize,
+}
+
+/// A bounded, exact, sharded memo of page digests, shared by query threads (see the module
+/// docs).
+#[derive(Debug)]
+pub struct PrefixMemo {
+    shards: Box<[Mutex<Shard>]>,
+    /// Each shard's share of the budget.
+    shard_budget: usize,
+    hasher: FixedState,
+    /// Applied to every key hash (the identity but in tests that force collisions).
+    key_hash: fn(u64) -> u64,
+    hits: AtomicU64,
+    misses: AtomicU64,
+}
+
+impl PrefixMemo {
+    /// Makes a memo that holds at most about `bytes` bytes; 0 makes one that remembers nothing.
+    pub fn new(bytes: usize) -> PrefixMemo {
+        PrefixMemo::with_key_hash(bytes, |h| h)
+    }
+
+    /// Makes a memo like [`PrefixMemo::new`] whose key hashes all go through `f`: a constant
+    /// `f` makes every key collide (tests check that the memo stays exact then).
+    pub fn with_key_hash(bytes: usize, f: fn(u64) -> u64) -> PrefixMemo {
+        PrefixMemo {
+            shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
+            shard_budget: bytes / SHARDS,
+            hasher: FixedState::with_seed(0x05ee_d1e5),
+            key_hash: f,
+            hits: AtomicU64::new(0),
+            misses: AtomicU64::new(0),
+        }
+    }
+
+    /// Returns how often it answered and what it holds.
+    pub fn stats(&self) -> MemoStats {
+        let (mut bytes, mut entries) = (0, 0);
+        for shard in self.shards.iter() {
+            if let Ok(s) = shard.lock() {
+                bytes += s.bytes;
+                entries += s.order.len();
+            }
+        }
+        MemoStats {
+            hits: self.hits.load(Ordering::Relaxed),
+            misses: self.misses.load(Ordering::Relaxed),
+            bytes,
+            entries,
+        }
+    }
+
+    fn hash_key<T: Token>(&self, prior: Option<&[u8; 32]>, eagle: bool, tokens: &[T]) -> u64 {
+        let mut h = self.hasher.build_hasher();
+        match prior {
+            Some(p) => h.write(p),
+            None => h.write_u8(0),
+        }
+        h.write_u8(u8::from(eagle));
+        for t in tokens {
+            h.write_u64(t.to_u64());
+        }
+        (self.key_hash)(h.finish())
+    }
+
+    fn shard(&self, key_hash: u64) -> &Mutex<Shard> {
+        // The top bits pick the shard; the map inside uses the whole hash.
+        &self.shards[(key_hash >> 58) as usize % SHARDS]
+    }
+}
+
+impl DigestMemo for PrefixMemo {
+    fn get<T: Token>(
+        &self,
+        prior: Option<&[u8; 32]>,
+        eagle: bool,
+        tokens: &[T],
+    ) -> Option<PageHash> {
+        if self.shard_budget == 0 {
+            return None;
+        }
+        let key_hash = self.hash_key(prior, eagle, tokens);
+        let found = self
+            .shard(key_hash)
+            .lock()
+            .ok()
+            .and_then(|s| s.get(key_hash, prior, eagle, tokens));
+        let counter = if found.is_some() {
+            &self.hits
+        } else {
+            &self.misses
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        found
+    }
+
+    fn put<T: Token>(&self, prior: Option<&[u8; 32]>, eagle: bool, tokens: &[T], digest: PageHash) {
+        if self.shard_budget == 0 {
+            return;
+        }
+        let key_hash = self.hash_key(prior, eagle, tokens);
+        let entry = Entry {
+            key_hash,
+            prior: prior.copied(),
+            eagle,
+            tokens: Stored::of(tokens),
+            digest,
+        };
+        if let Ok(mut shard) = self.shard(key_hash).lock() {
+            shard.put(entry, self.shard_budget);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hicache_index::{Namespace, NoMemo, PageHashes};
+    use quickcheck_macros::quickcheck;
+
+    /// Hashes `tokens` through `memo` page by page.
+    fn through<M: DigestMemo>(
+        memo: &M,
+        tokens: &[u64],
+        page: u32,
+        eagle: bool,
+        salt: Option<&str>,
+    ) -> Vec<PageHash> {
+        let ns = Namespace {
+            extra_key: None,
+            cache_salt: salt,
+        };
+        let mut pages = PageHashes::new(tokens, page, eagle, ns);
+        std::iter::from_fn(|| pages.next_with(memo)).collect()
+    }
+
+    fn plain(tokens: &[u64], page: u32, eagle: bool, salt: Option<&str>) -> Vec<PageHash> {
+        through(&NoMemo, tokens, page, eagle, salt)
+    }
+
+    /// Small token values from a quickcheck input, so that prompts share prefixes often; every
+    /// seventh prompt gets a token above u32::MAX (the wide form).
+    fn prompts(raw: &[Vec<u8>]) -> Vec<Vec<u64>> {
+        raw.iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let mut t: Vec<u64> = p.iter().map(|&b| u64::from(b % 4)).collect();
+                if i % 7 == 6 {
+                    if let Some(x) = t.last_mut() {
+                        *x = u64::from(u32::MAX) + 1;
+                    }
+                }
+                t
+            })
+            .collect()
+    }
+
+    fn memo_matches_the_chain(raw: Vec<Vec<u8>>, memo: &PrefixMemo) -> bool {
+        let mut all = true;
+        for (i, tokens) in prompts(&raw).iter().enumerate() {
+            let eagle = i % 3 == 0;
+            let salt = (i % 5 == 0).then_some("tenant");
+            // Twice: the second time every page comes from the memo (or a forgotten one is
+            // hashed again).
+            for _ in 0..2 {
+                all &= through(memo, tokens, 2, eagle, salt) == plain(tokens, 2, eagle, salt);
+            }
+        }
+        all
+    }
+
+    #[quickcheck]
+    fn memo_gives_the_chains_digests(raw: Vec<Vec<u8>>) -> bool {
+        memo_matches_the_chain(raw, &PrefixMemo::new(1 << 20))
+    }
+
+    #[quickcheck]
+    fn memo_stays_exact_when_every_key_hash_collides(raw: Vec<Vec<u8>>) -> bool {
+        memo_matches_the_chain(raw, &PrefixMemo::with_key_hash(1 << 20, |_| 7))
+    }
+
+    #[quickcheck]
+    fn memo_stays_exact_when_it_forgets(raw: Vec<Vec<u8>>) -> bool {
+        // A budget of a few entries a shard: most pages are forgotten and hashed again.
+        memo_matches_the_chain(raw, &PrefixMemo::with_key_hash(SHARDS * 400, |_| 0))
+    }
+
+    #[test]
+    fn a_repeated_prefix_is_answered_from_the_memo() {
+        let memo = PrefixMemo::new(DEFAULT_MEMO_BYTES);
+        let tokens: Vec<u64> = (0..64 * 8).collect();
+        let first = through(&memo, &tokens, 64, false, None);
+        assert_eq!(memo.stats().hits, 0);
+        assert_eq!(memo.stats().entries, 8);
+        let again = through(&memo, &tokens, 64, false, None);
+        assert_eq!(first, again);
+        assert_eq!(memo.stats().hits, 8);
+    }
+
+    #[test]
+    fn the_memo_holds_no_more_than_its_budget() {
+        let budget = SHARDS * 4 * (ENTRY_OVERHEAD + 64 * 4);
+        let memo = PrefixMemo::new(budget);
+        for start in 0..2_000u64 {
+            let tokens: Vec<u64> = (start * 64..start * 64 + 64).collect();
+            let _ = through(&memo, &tokens, 64, false, None);
+        }
+        let stats = memo.stats();
+        assert!(stats.bytes <= budget, "{stats:?}");
+        assert!(stats.entries > 0, "{stats:?}");
+    }
+
+    #[test]
+    fn a_memo_of_zero_bytes_remembers_nothing() {
+        let memo = PrefixMemo::new(0);
+        let tokens: Vec<u64> = (0..128).collect();
+        let _ = through(&memo, &tokens, 64, false, None);
+        let _ = through(&memo, &tokens, 64, false, None);
+        assert_eq!(memo.stats(), MemoStats::default());
+    }
+}
