@@ -109,6 +109,29 @@ fn query_rows() {
     }
 }
 
+fn memo_row() {
+    let group = "query_256_pages_tp8_memo";
+    let label = "1. query, 256 pages at TP 8, all hits, every page in the prefix memo";
+    let (Some(ours), Some(cold), Some(limit)) = (
+        mean_ns(group, "ours_in_memo"),
+        mean_ns(group, "ours_cold"),
+        mean_ns(group, "limit_sha256"),
+    ) else {
+        not_run(label);
+        return;
+    };
+    let memo_only = mean_ns(group, "memo_hashes_only")
+        .map_or(String::new(), |m| format!(" (the memo's digests alone: {})", time(m)));
+    let vs_limit = ours / limit;
+    println!(
+        "| {label} | {}{memo_only} | the same query cold (plan, hash, probe): {} | SHA-256 only: {} | {vs_limit:.2}x the limit | ≤ 0.35x the limit: {} |",
+        time(ours),
+        time(cold),
+        time(limit),
+        verdict(vs_limit <= 0.35)
+    );
+}
+
 fn ingest_row() {
     let group = "ingest_64_event_batches_into_1m_pages";
     let label = "2. ingest: decode + apply, 64-event Mooncake batches into 1M pages, one core";
@@ -242,6 +265,7 @@ fn main() {
     println!("| row | ours | reference | limit | ratios | goal |");
     println!("|---|---|---|---|---|---|");
     query_rows();
+    memo_row();
     ingest_row();
     memory_row();
     e2e_rows();

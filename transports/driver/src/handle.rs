@@ -459,7 +459,11 @@ mod tests {
         let absent: Vec<u32> = (1_000..1_256).collect();
         let hits = q.query(&Lookup::tokens(&absent)).unwrap();
         assert_eq!((hits.prefix_pages, hits.total_pages), (0, 64));
-        assert_eq!(q.memo_stats().misses, FIRST_BLOCK_PAGES as u64, "pages hashed");
+        assert_eq!(
+            q.memo_stats().misses,
+            FIRST_BLOCK_PAGES as u64,
+            "pages hashed"
+        );
     }
 
     #[test]
@@ -470,7 +474,11 @@ mod tests {
         assert_eq!(q.memo_stats().hits, 0);
         let again = q.query(&Lookup::tokens(&tokens)).unwrap();
         assert_eq!(first, again);
-        assert_eq!(q.memo_stats().hits, hashed, "every page of the repeat from the memo");
+        assert_eq!(
+            q.memo_stats().hits,
+            hashed,
+            "every page of the repeat from the memo"
+        );
         assert_eq!(q.memo_stats().misses, hashed);
     }
 }

@@ -230,9 +230,28 @@ impl PrefixMemo {
             None => h.write_u8(0),
         }
         h.write_u8(u8::from(eagle));
+        // The tokens as u32 LE bytes (a wide token as its u64), gathered on the stack and
+        // written a chunk at a time: one `write` of 256 bytes costs a fraction of 64 `write_u64`.
+        let mut buf = [0u8; 512];
+        let mut len = 0;
         for t in tokens {
-            h.write_u64(t.to_u64());
+            if len + 8 > buf.len() {
+                h.write(&buf[..len]);
+                len = 0;
+            }
+            let v = t.to_u64();
+            match u32::try_from(v) {
+                Ok(narrow) => {
+                    buf[len..len + 4].copy_from_slice(&narrow.to_le_bytes());
+                    len += 4;
+                }
+                Err(_) => {
+                    buf[len..len + 8].copy_from_slice(&v.to_le_bytes());
+                    len += 8;
+                }
+            }
         }
+        h.write(&buf[..len]);
         (self.key_hash)(h.finish())
     }
 
