@@ -120,8 +120,9 @@ fn memo_row() {
         not_run(label);
         return;
     };
-    let memo_only = mean_ns(group, "memo_hashes_only")
-        .map_or(String::new(), |m| format!(" (the memo's digests alone: {})", time(m)));
+    let memo_only = mean_ns(group, "memo_hashes_only").map_or(String::new(), |m| {
+        format!(" (the memo's digests alone: {})", time(m))
+    });
     let vs_limit = ours / limit;
     println!(
         "| {label} | {}{memo_only} | the same query cold (plan, hash, probe): {} | SHA-256 only: {} | {vs_limit:.2}x the limit | ≤ 0.35x the limit: {} |",
