@@ -14,6 +14,8 @@ const CAPTURE: &str = include_str!("fixtures/mooncake_0_3_14_capture.jsonl");
 /// One batch per publisher payload generation (PR 2214, PR 2876, PR 3744), written by
 /// `fixtures/payload_generations.py` from the upstream packer (sources named per record).
 const GENERATIONS: &str = include_str!("fixtures/payload_generations.jsonl");
+/// The real 0.3.14 master with a disk tier (`tests/mooncake/capture_disk_replica.py`).
+const DISK_CAPTURE: &str = include_str!("fixtures/mooncake_0_3_14_disk_replica.jsonl");
 const SEQ_ONE: [u8; 8] = 1u64.to_be_bytes();
 
 fn unhex(hex: &str) -> Vec<u8> {
@@ -193,8 +195,29 @@ fn every_payload_generation_decodes_to_its_listed_fields() {
         );
     }
     for rec in &recs {
-        let name = rec["name"].as_str().unwrap();
-        assert!(rec["source"].is_string(), "{name} names its source");
+        assert!(
+            rec["source"].is_string(),
+            "{} names its source",
+            rec["name"]
+        );
+    }
+    check_listed_fields(&recs);
+}
+
+#[test]
+fn every_batch_of_the_disk_replica_capture_decodes_to_its_listed_fields() {
+    let recs: Vec<Value> = records(DISK_CAPTURE)
+        .into_iter()
+        .filter(|r| r.get("frames_hex").is_some())
+        .collect();
+    assert_eq!(recs.len(), 64);
+    check_listed_fields(&recs);
+}
+
+/// Decodes each record's frames and compares every event with its `decoded` form.
+fn check_listed_fields(recs: &[Value]) {
+    for rec in recs {
+        let name = rec["name"].as_str().unwrap_or("capture");
         let frames: Vec<Vec<u8>> = rec["frames_hex"]
             .as_array()
             .unwrap()

@@ -194,3 +194,57 @@ fn cleared_clears_the_tenant_on_every_medium() {
         "a suspect of the cleared tenant does not come back"
     );
 }
+
+/// The real 0.3.14 master with a disk tier (see the note in the file): what it sent for one
+/// TP 2 page put with disk replicas, one object force-removed, the others evicted from memory.
+const DISK_CAPTURE: &str =
+    include_str!("../../core/tests/fixtures/mooncake_0_3_14_disk_replica.jsonl");
+
+fn unhex(hex: &str) -> Vec<u8> {
+    (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).expect("hex digit"))
+        .collect()
+}
+
+#[test]
+fn the_real_masters_memory_evictions_leave_disk_suspects_and_its_removal_leaves_none() {
+    let mut h = verifying();
+    let keys = page_keys();
+    assert!(
+        DISK_CAPTURE.contains(&keys[0]),
+        "the capture is of this page"
+    );
+    for line in DISK_CAPTURE.lines() {
+        let rec: serde_json::Value = serde_json::from_str(line).expect("a JSON line");
+        if rec["step"] == "force-remove the first key" {
+            assert_eq!(h.prefix(&tokens(1)), 1, "put on both media: a hit");
+            assert_eq!(disk_only_pages(&h), 0, "with memory copies");
+        }
+        let Some(frames) = rec["frames_hex"].as_array() else {
+            continue;
+        };
+        let frames: Vec<Vec<u8>> = frames.iter().map(|f| unhex(f.as_str().unwrap())).collect();
+        let fx = h.feed_frames(&frames);
+        assert!(
+            !fx.iter().any(|e| matches!(e, Effect::Cleared { .. })),
+            "{fx:?}"
+        );
+    }
+    // `_0_k` left both media; the other three objects left memory only.
+    assert_eq!(h.prefix(&tokens(1)), 0);
+    assert_eq!(h.session.index().suspect_count(), 3);
+    let round = next_round(&mut h);
+    for key in &keys[1..] {
+        assert!(round.1.contains(key), "{key} is verified");
+    }
+    assert!(!round.1.contains(&keys[0]));
+    // The master still holds them on disk; `_0_k` is stored again, on disk only.
+    let _ = answer(&mut h, &round, true);
+    // The stream runs on after the capture's last batch (sequence 64, event id 108).
+    h.next_seq = 65;
+    h.set_next_event_id(109);
+    let _ = h.batch(vec![on_disk(stored(keys[0].clone()))]);
+    assert_eq!(h.prefix(&tokens(1)), 1);
+    assert_eq!(disk_only_pages(&h), 1);
+}
