@@ -13,6 +13,15 @@
 //! legacy `type`: `"BlockStored"`, `"BlockRemoved"`, `"AllBlocksCleared"`), `object_key`,
 //! `tenant_id`, `group_id`, `medium`, `event_id`. Every other field is skipped unread.
 //!
+//! # Publisher generations
+//! All three Mooncake payload generations decode alike, because only the fields above are read:
+//! PR 2214 (20 fields for `stored`, 17 for `removed`), PR 2876 (adds `connector_block_hash`,
+//! `cache_prefix`, `tp_rank`, `head_or_tp_rank`, `pcp_rank`, `dcp_rank`, `pp_rank`, `layer_id`
+//! for connector keys, and a tenant-wide `cleared` with neither `object_key` nor `group_id`),
+//! and PR 3744 (the raw `object_key` with empty `seq_hashes`/`block_hashes` and nil
+//! `base_block_idx`, `parent_hash`, `token_ids`; 0.3.14 adds `session_id`). The vectors are in
+//! `core/tests/fixtures/payload_generations.jsonl`.
+//!
 //! # Robustness
 //! [`decode`] never panics and never allocates more than one `Vec` of events, whose capacity is
 //! bounded by the payload length (every event takes at least one byte): a length header that

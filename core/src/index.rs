@@ -9,6 +9,15 @@
 //!
 //! Memory is bounded: pages live in a slab of fixed capacity, and a full index evicts with
 //! CLOCK (second chance, the reference bit set by queries that hit a page), never by wiping.
+//!
+//! # Residency per medium
+//! A page holds two masks, the objects with a memory replica (`cpu`, or a medium the event did
+//! not name) and those with a disk replica; an object is present when it is in either. A
+//! removal never leaves its object present: when the stream had shown the object on the other
+//! medium too, the object becomes a *suspect* (absent for queries, remembered with the medium
+//! that may still hold it, in a bounded side table) until a verification answer read after the
+//! removal confirms it ([`Index::confirm_suspect`]) or any later event about it decides. See
+//! the crate docs for why.
 
 use alloc::string::String;
 use alloc::vec::Vec;
@@ -56,20 +65,39 @@ impl Default for IndexConfig {
     }
 }
 
-/// Residency tiers seen for a page (a hint: removal is for all media).
-const TIER_CPU: u8 = 1;
-const TIER_DISK: u8 = 2;
-
-/// One logical page: its identity and which of its namespace's suffixes are present.
+/// One logical page: its identity and which of its namespace's suffixes are present, per medium.
 #[derive(Debug)]
 struct Page {
     hash: PageHash,
     ns: u32,
-    tiers: u8,
     referenced: AtomicBool,
-    present: u128,
+    /// Objects with a memory replica (or one on a medium the event did not name).
+    cpu: u128,
+    /// Objects with a disk replica.
+    disk: u128,
     /// The index's write stamp when this page last changed (guards verification removals).
     touched: u64,
+}
+
+impl Page {
+    /// The objects present on any medium.
+    #[inline]
+    fn present(&self) -> u128 {
+        self.cpu | self.disk
+    }
+}
+
+/// The objects of one page that a removal left unproven on their other medium.
+#[derive(Debug)]
+struct SuspectPage {
+    ns: u32,
+    hash: PageHash,
+    /// The suspect objects' suffix bits.
+    slots: u128,
+    /// Of those, the ones whose remaining medium is disk (the others: memory).
+    disk: u128,
+    /// The write stamp of the latest suspension on this page.
+    stamp: u64,
 }
 
 /// One `(tenant, key prefix)` pair and the suffixes seen in it.
@@ -112,9 +140,10 @@ pub struct IndexHits {
     pub prefix_pages: usize,
     /// Pages hashed and probed.
     pub pages_checked: usize,
-    /// Of the prefix pages, how many were seen with a memory replica.
+    /// Of the prefix pages, how many have a memory replica of every all-pages object (or one
+    /// on a medium the events did not name).
     pub memory_pages: usize,
-    /// Of the prefix pages, how many were seen only on disk.
+    /// Of the prefix pages, how many have an all-pages object present only on disk.
     pub disk_only_pages: usize,
 }
 
@@ -150,6 +179,13 @@ pub struct IndexCounters {
     pub untracked_objects: u64,
     /// Events whose group id did not name the key's logical key.
     pub group_id_mismatches: u64,
+    /// Removals of one medium from an object the stream had shown on the other too: the object
+    /// became a suspect (absent until verified).
+    pub suspended_objects: u64,
+    /// Suspects a verification answer brought back as present.
+    pub suspects_confirmed: u64,
+    /// Suspects not kept because the suspect table was full (they stay absent).
+    pub suspects_dropped: u64,
 }
 
 /// The page index (see the module docs).
@@ -171,8 +207,13 @@ pub struct Index {
     stamp: u64,
     verify_cursor: usize,
     verify_slot: u32,
+    suspects: HashTable<SuspectPage>,
     counters: IndexCounters,
 }
+
+/// Pages of capacity per suspect page the side table may hold (and at least 16): a full table
+/// costs under 3 bytes per page.
+const PAGES_PER_SUSPECT_PAGE: usize = 64;
 
 impl Index {
     /// Makes an empty index; the page table is sized for `config.max_pages` up front.
@@ -193,6 +234,7 @@ impl Index {
             stamp: 0,
             verify_cursor: 0,
             verify_slot: 0,
+            suspects: HashTable::new(),
             counters: IndexCounters::default(),
             config: IndexConfig {
                 max_pages: cap,
@@ -249,7 +291,8 @@ impl Index {
         self.deltas.drain(..)
     }
 
-    /// Marks `key` present (idempotent), with the medium as a residency hint.
+    /// Marks `key` present on `medium` (idempotent). `None` names no medium: it marks an absent
+    /// object present in memory and leaves a present one's media as they are.
     pub fn store(
         &mut self,
         tenant: &str,
@@ -271,39 +314,220 @@ impl Index {
             self.counters.untracked_objects += 1;
             return Applied::Untracked;
         };
-        let tier = match medium {
-            Some(Medium::Disk) => TIER_DISK,
-            Some(Medium::Cpu) => TIER_CPU,
-            _ => 0,
-        };
         let h = self.table_hash(ns, &parsed.page_hash);
-        let idx = match self.find(h, ns, &parsed.page_hash) {
-            Some(idx) => idx,
-            None => self.insert_page(h, ns, parsed.page_hash),
-        };
-        self.stamp += 1;
-        let page = &mut self.pages[idx];
-        let before = page.present;
-        page.present |= 1u128 << slot;
-        page.tiers |= tier;
-        page.touched = self.stamp;
-        if before != page.present {
-            self.live_objects += 1;
-            self.note_change(ns, parsed.page_hash, before, before | (1u128 << slot));
-        }
+        // A store decides a suspect: the object is present again.
+        self.unsuspect(h, ns, &parsed.page_hash, 1u128 << slot);
+        self.set_bit(h, ns, parsed.page_hash, 1u128 << slot, medium);
         Applied::Applied
     }
 
     /// Marks `key` absent on every medium (idempotent).
     pub fn remove(&mut self, tenant: &str, key: &str) -> Applied {
+        self.remove_replica(tenant, key, None)
+    }
+
+    /// Takes `medium` away from `key` (`None`: every medium); idempotent.
+    ///
+    /// The object is absent afterwards whatever it held: a removal is a per-medium removal from
+    /// a current publisher but the last one from an older publisher, and the event does not say
+    /// which. When the stream had shown the object on the other medium, it becomes a suspect,
+    /// to be confirmed by [`Index::confirm_suspect`] (see the crate docs).
+    pub fn remove_replica(&mut self, tenant: &str, key: &str, medium: Option<Medium>) -> Applied {
         let Some(parsed) = parse_object_key(key) else {
             self.counters.unparsed_keys += 1;
             return Applied::Unparsed;
         };
-        if let Some((idx, h, bit)) = self.locate(tenant, &parsed) {
-            self.clear_bit(idx, h, bit, true);
+        let Some(ns) = self.find_namespace(tenant, parsed.prefix) else {
+            return Applied::Applied;
+        };
+        let Some(slot) = self.namespaces[ns as usize]
+            .suffixes
+            .iter()
+            .position(|s| s == parsed.suffix)
+        else {
+            return Applied::Applied;
+        };
+        let bit = 1u128 << slot;
+        let h = self.table_hash(ns, &parsed.page_hash);
+        // Any later event decides a suspect; a removal leaves it absent.
+        self.unsuspect(h, ns, &parsed.page_hash, bit);
+        let Some(idx) = self.find(h, ns, &parsed.page_hash) else {
+            return Applied::Applied;
+        };
+        let page = &self.pages[idx];
+        let remaining_disk = match medium {
+            Some(Medium::Disk) => (page.cpu & bit != 0).then_some(false),
+            Some(Medium::Cpu | Medium::Other) => (page.disk & bit != 0).then_some(true),
+            None => None,
+        };
+        self.clear_bit(idx, h, bit, true);
+        if let Some(on_disk) = remaining_disk {
+            self.suspect(h, ns, parsed.page_hash, bit, on_disk);
         }
         Applied::Applied
+    }
+
+    /// Returns the number of suspect objects (see the module docs).
+    pub fn suspect_count(&self) -> usize {
+        self.suspects
+            .iter()
+            .map(|s| s.slots.count_ones() as usize)
+            .sum()
+    }
+
+    /// Collects up to `max` keys of `tenant`'s suspects into `out` (after what it holds) for
+    /// verification; returns how many it added.
+    pub fn sample_suspects(&self, tenant: &str, max: usize, out: &mut Vec<String>) -> usize {
+        let start = out.len();
+        for s in self.suspects.iter() {
+            let ns = &self.namespaces[s.ns as usize];
+            if ns.tenant != tenant {
+                continue;
+            }
+            let mut bits = s.slots;
+            while bits != 0 {
+                if out.len() - start >= max {
+                    return out.len() - start;
+                }
+                let slot = bits.trailing_zeros();
+                bits &= bits - 1;
+                out.push(object_key(
+                    ns.prefix.as_deref(),
+                    &s.hash,
+                    &ns.suffixes[slot as usize],
+                ));
+            }
+        }
+        out.len() - start
+    }
+
+    /// Brings a suspect back as present on the medium that may still hold it, when a
+    /// verification found it present at the master; `stamp` is the write stamp when the keys
+    /// were sampled (see [`Index::sample_keys`]). Only a suspect that was suspended before
+    /// `stamp` and that no event touched since comes back: the answer was then read after its
+    /// removal, and an event about it after the answer still applies. Returns whether it came
+    /// back.
+    pub fn confirm_suspect(&mut self, tenant: &str, key: &str, stamp: u64) -> bool {
+        let Some((h, ns, hash, bit)) = self.find_suspect(tenant, key) else {
+            return false;
+        };
+        let Some(s) = self.suspects.find(h, |s| s.ns == ns && s.hash == hash) else {
+            return false;
+        };
+        if s.stamp > stamp {
+            return false;
+        }
+        let medium = if s.disk & bit != 0 {
+            Medium::Disk
+        } else {
+            Medium::Cpu
+        };
+        self.unsuspect(h, ns, &hash, bit);
+        self.set_bit(h, ns, hash, bit, Some(medium));
+        self.counters.suspects_confirmed += 1;
+        true
+    }
+
+    /// Forgets a suspect that a verification found absent; returns whether it was one.
+    pub fn drop_suspect(&mut self, tenant: &str, key: &str) -> bool {
+        match self.find_suspect(tenant, key) {
+            Some((h, ns, hash, bit)) => {
+                self.unsuspect(h, ns, &hash, bit);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Finds a suspect object by key: its table hash, namespace, page hash and suffix bit.
+    fn find_suspect(&self, tenant: &str, key: &str) -> Option<(u64, u32, PageHash, u128)> {
+        if self.suspects.is_empty() {
+            return None;
+        }
+        let parsed = parse_object_key(key)?;
+        let ns = self.find_namespace(tenant, parsed.prefix)?;
+        let slot = self.namespaces[ns as usize]
+            .suffixes
+            .iter()
+            .position(|s| s == parsed.suffix)?;
+        let bit = 1u128 << slot;
+        let h = self.table_hash(ns, &parsed.page_hash);
+        let s = self
+            .suspects
+            .find(h, |s| s.ns == ns && s.hash == parsed.page_hash)?;
+        (s.slots & bit != 0).then_some((h, ns, parsed.page_hash, bit))
+    }
+
+    /// Records a suspect object, unless the table is full (it then stays absent).
+    fn suspect(&mut self, h: u64, ns: u32, hash: PageHash, bit: u128, on_disk: bool) {
+        let stamp = self.stamp;
+        let disk = if on_disk { bit } else { 0 };
+        if let Some(s) = self.suspects.find_mut(h, |s| s.ns == ns && s.hash == hash) {
+            s.slots |= bit;
+            s.disk = (s.disk & !bit) | disk;
+            s.stamp = stamp;
+        } else if self.suspects.len() < self.max_suspect_pages() {
+            let seed = self.config.seed;
+            self.suspects.insert_unique(
+                h,
+                SuspectPage {
+                    ns,
+                    hash,
+                    slots: bit,
+                    disk,
+                    stamp,
+                },
+                |s| page_table_hash(seed, s.ns, &s.hash),
+            );
+        } else {
+            self.counters.suspects_dropped += 1;
+            return;
+        }
+        self.counters.suspended_objects += 1;
+    }
+
+    /// Forgets the suspects among `bits` of a page.
+    fn unsuspect(&mut self, h: u64, ns: u32, hash: &PageHash, bits: u128) {
+        if self.suspects.is_empty() {
+            return;
+        }
+        if let Ok(mut entry) = self
+            .suspects
+            .find_entry(h, |s| s.ns == ns && s.hash == *hash)
+        {
+            let s = entry.get_mut();
+            s.slots &= !bits;
+            s.disk &= !bits;
+            if s.slots == 0 {
+                entry.remove();
+            }
+        }
+    }
+
+    fn max_suspect_pages(&self) -> usize {
+        (self.config.max_pages / PAGES_PER_SUSPECT_PAGE).max(16)
+    }
+
+    /// Sets one object's bit for `medium`, making room for its page if needed.
+    fn set_bit(&mut self, h: u64, ns: u32, hash: PageHash, bit: u128, medium: Option<Medium>) {
+        let idx = match self.find(h, ns, &hash) {
+            Some(idx) => idx,
+            None => self.insert_page(h, ns, hash),
+        };
+        self.stamp += 1;
+        let page = &mut self.pages[idx];
+        let before = page.present();
+        match medium {
+            Some(Medium::Disk) => page.disk |= bit,
+            Some(Medium::Cpu | Medium::Other) => page.cpu |= bit,
+            None if before & bit == 0 => page.cpu |= bit,
+            None => {}
+        }
+        page.touched = self.stamp;
+        if before & bit == 0 {
+            self.live_objects += 1;
+            self.note_change(ns, hash, before, before | bit);
+        }
     }
 
     /// Reports whether the exact object `key` of `tenant` is present.
@@ -312,7 +536,7 @@ impl Index {
             return false;
         };
         self.locate(tenant, &parsed)
-            .is_some_and(|(idx, _, bit)| self.pages[idx].present & bit != 0)
+            .is_some_and(|(idx, _, bit)| self.pages[idx].present() & bit != 0)
     }
 
     /// Forgets every page of `tenant`; returns the pages and objects forgotten.
@@ -320,13 +544,17 @@ impl Index {
         let mut forgotten = (0, 0);
         for idx in 0..self.pages.len() {
             let page = &self.pages[idx];
-            if page.present != 0 && self.namespaces[page.ns as usize].tenant == tenant {
+            if page.present() != 0 && self.namespaces[page.ns as usize].tenant == tenant {
                 forgotten.0 += 1;
-                forgotten.1 += page.present.count_ones() as usize;
+                forgotten.1 += page.present().count_ones() as usize;
                 self.forget_page(idx);
                 self.free.push(idx as u32);
             }
         }
+        // Every medium: the tenant's suspects go too.
+        let namespaces = &self.namespaces;
+        self.suspects
+            .retain(|s| namespaces[s.ns as usize].tenant != tenant);
         self.stamp += 1;
         forgotten
     }
@@ -345,6 +573,7 @@ impl Index {
         self.live_objects = 0;
         self.verify_cursor = 0;
         self.verify_slot = 0;
+        self.suspects.clear();
         self.stamp += 1;
         forgotten
     }
@@ -383,7 +612,7 @@ impl Index {
                 }
             }
             hits.pages_checked = i + 1;
-            let (present, tiers) = self.probe(plan.ns, &hash);
+            let (present, cpu) = self.probe(plan.ns, &hash);
             let page_all = present & plan.all_mask == plan.all_mask;
             let mut page_full = page_all;
             for (run, &(mask, _)) in runs.iter_mut().zip(trailing) {
@@ -404,7 +633,7 @@ impl Index {
                 }
                 continue;
             }
-            if tiers & TIER_CPU != 0 || tiers == 0 {
+            if cpu & plan.all_mask == plan.all_mask {
                 memory += 1;
             } else {
                 disk_only += 1;
@@ -446,9 +675,9 @@ impl Index {
             let idx = self.verify_cursor % len;
             let page = &self.pages[idx];
             let ns = &self.namespaces[page.ns as usize];
-            if page.present != 0 && ns.tenant == tenant {
+            if page.present() != 0 && ns.tenant == tenant {
                 // Resume where the last round stopped within this page.
-                let mut bits = page.present & (!0u128).checked_shl(self.verify_slot).unwrap_or(0);
+                let mut bits = page.present() & (!0u128).checked_shl(self.verify_slot).unwrap_or(0);
                 while bits != 0 {
                     if out.len() >= max {
                         sampled.began_next = sampled.ended_sweep;
@@ -463,7 +692,7 @@ impl Index {
                     ));
                     self.verify_slot = slot + 1;
                 }
-            } else if page.present != 0 {
+            } else if page.present() != 0 {
                 sampled.other_tenants = true;
             }
             self.verify_cursor = (idx + 1) % len;
@@ -484,7 +713,7 @@ impl Index {
         };
         match self.locate(tenant, &parsed) {
             Some((idx, h, bit))
-                if self.pages[idx].touched <= stamp && self.pages[idx].present & bit != 0 =>
+                if self.pages[idx].touched <= stamp && self.pages[idx].present() & bit != 0 =>
             {
                 self.clear_bit(idx, h, bit, false);
                 true
@@ -510,6 +739,7 @@ impl Index {
             .sum();
         self.table.allocation_size()
             + self.ns_table.allocation_size()
+            + self.suspects.allocation_size()
             + self.pages.capacity() * core::mem::size_of::<Page>()
             + self.free.capacity() * core::mem::size_of::<u32>()
             + self.namespaces.capacity() * core::mem::size_of::<Namespace>()
@@ -528,21 +758,24 @@ impl Index {
         Some((idx, h, 1u128 << slot))
     }
 
-    /// Clears one suffix bit of a held page, freeing the page when nothing is left. `touch`
-    /// marks the page as changed by the stream (verification's own removals do not).
+    /// Clears one suffix bit of a held page on every medium, freeing the page when nothing is
+    /// left. `touch` marks the page as changed by the stream (verification's own removals do
+    /// not).
     fn clear_bit(&mut self, idx: usize, h: u64, bit: u128, touch: bool) {
         self.stamp += 1;
         let page = &mut self.pages[idx];
-        let before = page.present;
-        page.present &= !bit;
+        let before = page.present();
+        page.cpu &= !bit;
+        page.disk &= !bit;
         if touch {
             page.touched = self.stamp;
         }
-        if before == page.present {
+        let after = page.present();
+        if before == after {
             return;
         }
         self.live_objects -= 1;
-        let (ns, hash, after) = (page.ns, page.hash, page.present);
+        let (ns, hash) = (page.ns, page.hash);
         self.note_change(ns, hash, before, after);
         if after == 0 {
             self.unlink(idx, h);
@@ -567,7 +800,8 @@ impl Index {
         }
     }
 
-    fn probe(&self, ns: u32, hash: &PageHash) -> (u128, u8) {
+    /// Returns a page's present objects and those of them with a memory replica.
+    fn probe(&self, ns: u32, hash: &PageHash) -> (u128, u128) {
         let h = self.table_hash(ns, hash);
         match self.find(h, ns, hash) {
             Some(idx) => {
@@ -575,7 +809,7 @@ impl Index {
                 if !page.referenced.load(Ordering::Relaxed) {
                     page.referenced.store(true, Ordering::Relaxed);
                 }
-                (page.present, page.tiers)
+                (page.present(), page.cpu)
             }
             None => (0, 0),
         }
@@ -626,9 +860,9 @@ impl Index {
         let blank = Page {
             hash,
             ns,
-            tiers: 0,
             referenced: AtomicBool::new(false),
-            present: 0,
+            cpu: 0,
+            disk: 0,
             touched: 0,
         };
         let idx = if let Some(idx) = self.free.pop() {
@@ -657,11 +891,12 @@ impl Index {
     /// decides what becomes of the slot.
     fn forget_page(&mut self, idx: usize) {
         let page = &self.pages[idx];
-        let (ns, hash, present) = (page.ns, page.hash, page.present);
+        let (ns, hash, present) = (page.ns, page.hash, page.present());
         self.live_objects -= present.count_ones() as usize;
         self.live_pages -= 1;
         self.note_change(ns, hash, present, 0);
-        self.pages[idx].present = 0;
+        self.pages[idx].cpu = 0;
+        self.pages[idx].disk = 0;
         let h = self.table_hash(ns, &hash);
         self.unlink(idx, h);
     }
@@ -678,7 +913,7 @@ impl Index {
             let idx = self.clock_hand;
             self.clock_hand = (idx + 1) % self.pages.len();
             let page = &self.pages[idx];
-            if page.present == 0 || page.referenced.swap(false, Ordering::Relaxed) {
+            if page.present() == 0 || page.referenced.swap(false, Ordering::Relaxed) {
                 continue;
             }
             self.forget_page(idx);

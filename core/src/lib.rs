@@ -40,6 +40,35 @@
 //! within a round; [`Counters::unconfirmed_ms`] says how long the index has gone without that
 //! confirmation.
 //!
+//! # Residency per medium
+//! The master publishes `stored` once per medium an object lands on (`cpu`, `disk`) and
+//! `removed` when a medium loses it. What a `removed` means depends on the publisher: current
+//! ones (PR 2876 on) take away **that medium only**; older ones (PR 2214) sent it only when no
+//! replica was left, naming `cpu` even when the last replica was on disk. The event says
+//! neither which publisher sent it nor what the master still holds. The rule:
+//! - The index keeps, per object, the media the stream showed ([`Index::store`]); a `stored`
+//!   without a medium marks an absent object present in memory and adds nothing to a present
+//!   one.
+//! - **A removal never leaves its object present** ([`Index::remove_replica`]). When the stream
+//!   had shown the object on the other medium too, it becomes a *suspect*: it misses, and the
+//!   next verification round ([`VerifyConfig`]) asks the master about it first. A suspect comes
+//!   back (on the medium that may hold it: a disk-only hit) only when the answer was read after
+//!   the removal (keys sampled at a later write stamp) and no event touched the object since; a
+//!   later `stored` brings it back at once, a later `removed` or a `cleared` of its tenant ends
+//!   it, an answer "absent" ends it without counting it stale.
+//! - `cleared` forgets its tenant's objects on every medium, suspects included.
+//!
+//! Why this never claims a page that is not there: an object is present in the index only on
+//! positive evidence later than anything that removed it — a `stored` event, a key in a
+//! snapshot, or a verification answer read after the removal. Under an older publisher a
+//! suspect is truly gone and its answer says so; under a current one it is on disk and its
+//! answer brings it back. Any event about the object after the answer was read reaches the
+//! session after the answer's point and still applies. The cost: a page whose memory copy goes
+//! misses until one verification round (`interval` plus the answer) confirms it; without
+//! verification it misses until it is stored again or a resync lists it. The suspect table is
+//! bounded (one suspect page per 64 pages of capacity); a suspect it cannot hold stays absent
+//! and is counted ([`index::IndexCounters::suspects_dropped`]).
+//!
 //! # The driving contract
 //! 1. Make a [`Session`] from a [`Config`]. With an endpoint configured, [`Session::poll_timeout`]
 //!    is due at once and [`Session::handle_timeout`] returns [`Effect::Connect`].

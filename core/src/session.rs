@@ -1011,10 +1011,19 @@ impl Session {
             }
         };
         let (mut checked, mut stale, mut checksum, mut kept) = (0usize, 0usize, 0u64, false);
+        let mut confirmed = false;
         for (key, exists) in results {
             checked += 1;
             checksum = checksum.wrapping_add(key_checksum(key));
-            if !exists {
+            if exists {
+                // A suspect the master still holds, read after its removal: present again.
+                if self.index.confirm_suspect(DEFAULT_TENANT, key, round.stamp) && !confirmed {
+                    self.note_evidence(round.sampled_at);
+                    confirmed = true;
+                }
+            } else if self.index.drop_suspect(DEFAULT_TENANT, key) {
+                // A suspect that went with its removal (an older publisher): already absent.
+            } else {
                 if self.index.remove_stale(DEFAULT_TENANT, key, round.stamp) {
                     stale += 1;
                 } else {
@@ -1369,8 +1378,9 @@ impl Session {
                 }
                 (EventKind::Stored, None) => self.counters.stored_without_key += 1,
                 (EventKind::Removed, Some(key)) => {
+                    // One medium only; the object misses until its other medium is proven.
                     self.counters.removed += 1;
-                    let _ = self.index.remove(tenant, key);
+                    let _ = self.index.remove_replica(tenant, key, event.medium);
                 }
                 (EventKind::Removed, None) => {
                     self.counters.unreadable_removals += 1;
@@ -1607,6 +1617,9 @@ impl Session {
             return;
         }
         let mut keys = Vec::new();
+        // Suspects first: each is a page that misses until its answer comes back.
+        self.index
+            .sample_suspects(DEFAULT_TENANT, v.sample, &mut keys);
         let sampled = self.index.sample_keys(DEFAULT_TENANT, v.sample, &mut keys);
         if keys.is_empty() {
             // No default-tenant object at all: nothing for a sweep to confirm.

@@ -11,6 +11,11 @@ use serde_json::Value;
 
 const VECTORS: &str = include_str!("fixtures/mooncake_frames.jsonl");
 const CAPTURE: &str = include_str!("fixtures/mooncake_0_3_14_capture.jsonl");
+/// One batch per publisher payload generation (PR 2214, PR 2876, PR 3744), written by
+/// `fixtures/payload_generations.py` from the upstream packer (sources named per record).
+const GENERATIONS: &str = include_str!("fixtures/payload_generations.jsonl");
+/// The real 0.3.14 master with a disk tier (`tests/mooncake/capture_disk_replica.py`).
+const DISK_CAPTURE: &str = include_str!("fixtures/mooncake_0_3_14_disk_replica.jsonl");
 const SEQ_ONE: [u8; 8] = 1u64.to_be_bytes();
 
 fn unhex(hex: &str) -> Vec<u8> {
@@ -177,6 +182,99 @@ fn every_published_vector_decodes_to_its_listed_fields() {
             assert_eq!(got.event_id, want["event_id"].as_u64(), "{name}");
         }
     }
+}
+
+#[test]
+fn every_payload_generation_decodes_to_its_listed_fields() {
+    let recs = records(GENERATIONS);
+    let names: Vec<&str> = recs.iter().map(|r| r["name"].as_str().unwrap()).collect();
+    for generation in ["pr2214_", "pr2876_", "pr3744_"] {
+        assert!(
+            names.iter().any(|n| n.starts_with(generation)),
+            "no vector of {generation}"
+        );
+    }
+    for rec in &recs {
+        assert!(
+            rec["source"].is_string(),
+            "{} names its source",
+            rec["name"]
+        );
+    }
+    check_listed_fields(&recs);
+}
+
+#[test]
+fn every_batch_of_the_disk_replica_capture_decodes_to_its_listed_fields() {
+    let recs: Vec<Value> = records(DISK_CAPTURE)
+        .into_iter()
+        .filter(|r| r.get("frames_hex").is_some())
+        .collect();
+    assert_eq!(recs.len(), 64);
+    check_listed_fields(&recs);
+}
+
+/// Decodes each record's frames and compares every event with its `decoded` form.
+fn check_listed_fields(recs: &[Value]) {
+    for rec in recs {
+        let name = rec["name"].as_str().unwrap_or("capture");
+        let frames: Vec<Vec<u8>> = rec["frames_hex"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| unhex(f.as_str().unwrap()))
+            .collect();
+        let batch = decode(&frame_refs(&frames)).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let decoded = &rec["decoded"];
+        assert_eq!(batch.dp_rank, decoded[2].as_u64(), "{name}");
+        let events = decoded[1].as_array().unwrap();
+        assert_eq!(batch.events.len(), events.len(), "{name}");
+        for (got, want) in batch.events.iter().zip(events) {
+            let kind = match want["event_type"].as_str().unwrap() {
+                "stored" => EventKind::Stored,
+                "removed" => EventKind::Removed,
+                "cleared" => EventKind::Cleared,
+                other => panic!("{name}: unexpected event_type {other}"),
+            };
+            let medium = want["medium"].as_str().map(|m| match m {
+                "cpu" => Medium::Cpu,
+                "disk" => Medium::Disk,
+                _ => Medium::Other,
+            });
+            assert_eq!(got.kind, kind, "{name}");
+            assert_eq!(
+                got.object_key,
+                want.get("object_key").and_then(Value::as_str),
+                "{name}"
+            );
+            assert_eq!(got.tenant_id, as_opt_str(&want["tenant_id"]), "{name}");
+            assert_eq!(
+                got.group_id,
+                want.get("group_id").and_then(Value::as_str),
+                "{name}"
+            );
+            assert_eq!(got.medium, medium, "{name}");
+            assert_eq!(got.event_id, want["event_id"].as_u64(), "{name}");
+        }
+    }
+}
+
+#[test]
+fn a_pr2876_cleared_event_names_its_tenant_and_no_object() {
+    let recs = records(GENERATIONS);
+    let rec = recs
+        .iter()
+        .find(|r| r["name"] == "pr2876_removed_per_medium_then_cleared")
+        .expect("the vector is there");
+    let payload = unhex(rec["frames_hex"][2].as_str().unwrap());
+    let batch = decode_payload(&payload).unwrap();
+    let cleared = batch.events.last().unwrap();
+    assert_eq!(cleared.kind, EventKind::Cleared);
+    assert_eq!(cleared.tenant_id, Some("default"));
+    assert_eq!(cleared.object_key, None);
+    assert_eq!(cleared.medium, None);
+    let media: Vec<_> = batch.events[..2].iter().map(|e| e.medium).collect();
+    assert_eq!(media, [Some(Medium::Cpu), Some(Medium::Disk)]);
 }
 
 #[test]

@@ -7,7 +7,8 @@
 //! - A **disk replica** emits a second `stored` with medium `disk`. **Evictions** (of one object,
 //!   of a page, or to stay under capacity) emit `removed`. A memory replica evicted while a disk
 //!   replica remains emits nothing, or `removed` with medium `cpu` when
-//!   [`MasterOptions::per_medium_removals`] is on (the reading upstream docs suggest).
+//!   [`MasterOptions::per_medium_removals`] is on (PR 2876 on); an object evicted from both
+//!   media then gets one `removed` per medium, as upstream's `PublishObjectRemoved` sends them.
 //! - **Silent removals** emit nothing: batch remove, remove-all of a tenant, a worker segment
 //!   going away (memory replicas on it vanish).
 //! - The **publisher** drains a bounded queue every [`MasterOptions::publish_interval`] into
@@ -936,9 +937,23 @@ impl Master {
         self.present[t].remove(obj);
     }
 
+    /// Evicts an object from every medium. An older master sends one `removed` once no replica
+    /// is left (medium `cpu`, whatever the last one was); with
+    /// [`MasterOptions::per_medium_removals`] one per medium it had (`cpu` first), the last
+    /// one taking the object away.
     fn evict(&mut self, obj: ObjId, out: &mut MasterOutput) {
+        let flags = self.flags[obj as usize];
         self.take_away(obj);
-        self.emit(QKind::Removed, obj, Some(Medium::Cpu), out);
+        if !self.opts.per_medium_removals {
+            self.emit(QKind::Removed, obj, Some(Medium::Cpu), out);
+        } else if flags == MEM | DISK {
+            self.emit(QKind::RemovedMedium, obj, Some(Medium::Cpu), out);
+            self.emit(QKind::Removed, obj, Some(Medium::Disk), out);
+        } else if flags == DISK {
+            self.emit(QKind::Removed, obj, Some(Medium::Disk), out);
+        } else {
+            self.emit(QKind::Removed, obj, Some(Medium::Cpu), out);
+        }
     }
 
     fn vanish(&mut self, obj: ObjId, out: &mut MasterOutput) {

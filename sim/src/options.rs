@@ -176,7 +176,10 @@ pub struct MasterOptions {
     pub mix: ActionMix,
     /// Chance that sending a batch fails (its sequence is consumed).
     pub send_fail: f64,
-    /// A memory replica evicted while a disk replica remains emits `removed` (medium cpu).
+    /// The current publisher generation (PR 2876 on): a memory replica evicted while a disk
+    /// replica remains emits `removed` (medium cpu), and an object evicted from both media one
+    /// `removed` per medium. Off: an older master, one `removed` (medium cpu) when no replica is
+    /// left.
     pub per_medium_removals: bool,
     /// How long a restarting master is down.
     pub restart_downtime: (Duration, Duration),
@@ -480,6 +483,11 @@ impl Options {
             driver,
         };
         o.apply_preset(&mut r);
+        // Both publisher generations wherever the master evicts with events (drawn last, so the
+        // draws above stay as they were). Hostile draws its own; Pristine has none.
+        if !matches!(o.preset, Preset::Pristine | Preset::Hostile) {
+            o.master.per_medium_removals = r.chance(0.5);
+        }
         o
     }
 

@@ -3,9 +3,11 @@
 //! The default sweep must catch every one of them (see `sim/tests/planted_bug.rs` and the CI
 //! sweep); [`crate::GapBlindSession`] is the first of the kind.
 
+use std::collections::BTreeMap;
+
 use hicache_index::{
     decode, Config, ConfigError, Counters, Effects, EventKind, Health, Hits, Instant, Lookup,
-    QueryError, Seq, Session, Timestamp,
+    Medium, QueryError, Seq, Session, Timestamp,
 };
 
 use crate::encode::{encode_payload, MasterFlavor, OwnedBatch};
@@ -35,6 +37,10 @@ pub enum Bug {
     LateCopyAsNext,
     /// The watermark's event count (`published_events`) is ignored.
     WatermarkEventsIgnored,
+    /// A `removed` of one medium from an object the stream showed on the other medium too is
+    /// read as keeping that medium, without proof (rewritten into an event about a key no layout
+    /// parses, so the object stays): an older master's `removed` meant "no replica left".
+    MediumKeptWithoutProof,
 }
 
 impl Bug {
@@ -47,6 +53,7 @@ impl Bug {
             Bug::UnknownKeylessDropped => "unknown-keyless-dropped",
             Bug::LateCopyAsNext => "late-copy-as-next",
             Bug::WatermarkEventsIgnored => "watermark-events-ignored",
+            Bug::MediumKeptWithoutProof => "medium-kept-without-proof",
         }
     }
 
@@ -74,13 +81,14 @@ impl Bug {
     }
 
     /// Every planted bug.
-    pub const ALL: [Bug; 6] = [
+    pub const ALL: [Bug; 7] = [
         Bug::RestartBlind,
         Bug::TrimmedSnapshotLines,
         Bug::UndecodableDropped,
         Bug::UnknownKeylessDropped,
         Bug::LateCopyAsNext,
         Bug::WatermarkEventsIgnored,
+        Bug::MediumKeptWithoutProof,
     ];
 }
 
@@ -98,6 +106,16 @@ pub struct PlantedBug {
     last_out_id: u64,
     last_in_id: u64,
     newest_stamp: Timestamp,
+    /// The media the stream showed per `(tenant, key)` (bit 1 memory, bit 2 disk).
+    media: BTreeMap<(String, String), u8>,
+}
+
+/// The bit of a medium in [`PlantedBug::media`] (`None` and other media count as memory).
+fn medium_bit(medium: Option<Medium>) -> u8 {
+    match medium {
+        Some(Medium::Disk) => 2,
+        _ => 1,
+    }
 }
 
 impl PlantedBug {
@@ -115,7 +133,49 @@ impl PlantedBug {
             last_out_id: 0,
             last_in_id: 0,
             newest_stamp: Timestamp::Nil,
+            media: BTreeMap::new(),
         })
+    }
+
+    /// Drops the `removed` events that take one medium from an object also seen on the other.
+    fn keep_other_medium(&mut self, now: Instant, frames: &[&[u8]]) -> Effects {
+        let Ok(batch) = decode(frames) else {
+            return self.inner.feed(now, frames);
+        };
+        let mut owned = OwnedBatch::from(&batch);
+        let mut rewritten = false;
+        for e in &mut owned.events {
+            let tenant = e.tenant_id.clone().unwrap_or_else(|| "default".into());
+            match (e.kind, e.object_key.clone()) {
+                (EventKind::Stored, Some(key)) => {
+                    *self.media.entry((tenant, key)).or_insert(0) |= medium_bit(e.medium);
+                }
+                (EventKind::Removed | EventKind::Unknown, Some(key)) => {
+                    let id = (tenant, key);
+                    let had = self.media.remove(&id).unwrap_or(0);
+                    let left = match e.medium {
+                        Some(m) if e.kind == EventKind::Removed => had & !medium_bit(Some(m)),
+                        _ => 0,
+                    };
+                    if left != 0 {
+                        self.media.insert(id, left);
+                        e.kind = EventKind::Stored;
+                        e.object_key = Some("planted: not a key".into());
+                        rewritten = true;
+                    }
+                }
+                (EventKind::Cleared, _) => match &e.tenant_id {
+                    Some(t) => self.media.retain(|(tenant, _), _| tenant != t),
+                    None => self.media.clear(),
+                },
+                _ => {}
+            }
+        }
+        if rewritten {
+            self.feed_owned(now, frames[0], &owned)
+        } else {
+            self.inner.feed(now, frames)
+        }
     }
 
     fn ours(&self, frames: &[&[u8]]) -> bool {
@@ -201,6 +261,7 @@ impl System for PlantedBug {
         match self.bug {
             Bug::RestartBlind | Bug::LateCopyAsNext => self.renumber(now, frames),
             Bug::UndecodableDropped if decode(frames).is_err() => Effects::new(),
+            Bug::MediumKeptWithoutProof => self.keep_other_medium(now, frames),
             Bug::UnknownKeylessDropped => {
                 let Ok(batch) = decode(frames) else {
                     return self.inner.feed(now, frames);

@@ -99,3 +99,15 @@ fn planted_blindness_to_the_watermark_event_count_is_caught() {
         8_000,
     );
 }
+
+#[test]
+fn planted_reading_of_removed_as_keeping_the_other_medium_is_caught() {
+    // Calm seeds evict objects on both media with an older master's single `removed` half the
+    // time: a session that keeps the disk copy without proof claims what is gone.
+    caught(
+        Bug::MediumKeptWithoutProof,
+        Some(Preset::Calm),
+        0..40,
+        4_000,
+    );
+}
