@@ -1,9 +1,9 @@
 //! What a simulated cluster serves: the models (each an SGLang object layout), the tenants and
-//! the request namespaces. The options pick models from [`catalogue`]; the master writes their
-//! pages.
+//! the request namespaces. The options pick models from [`catalogue`] and
+//! [`hybrid_catalogue`]; the master writes their pages.
 
 use hicache_index::{
-    layout::{DcpParams, KeyRule, Pool},
+    layout::{DcpParams, HybridParams, KeyRule, Pool, PoolKind, SidePool},
     HitPolicy, Layout, Namespace, SglangParams, DEFAULT_TENANT,
 };
 
@@ -120,6 +120,139 @@ pub fn catalogue() -> Vec<ModelSpec> {
     ]
 }
 
+fn hybrid(
+    f: impl FnOnce(&mut SglangParams),
+    logical_kv: bool,
+    pools: &[(PoolKind, HitPolicy)],
+) -> Layout {
+    let mut kv = SglangParams::new(4, 1);
+    f(&mut kv);
+    let pools = pools
+        .iter()
+        .map(|(kind, hit_policy)| SidePool {
+            kind: kind.clone(),
+            hit_policy: *hit_policy,
+        })
+        .collect();
+    Layout::from_hybrid(&HybridParams {
+        kv,
+        logical_kv,
+        pools,
+    })
+    .expect("catalogue parameters are valid")
+}
+
+/// The hybrid models a run can serve besides the [`catalogue`]'s: one per family of pools
+/// SGLang's Mooncake backend writes after 0.5.23 (Mamba with and without a temporal state,
+/// DSA indexer and MLA draft, MHA sliding window and draft, MLA sliding window over PP stages,
+/// DeepSeek-V4's logical anchor), with trailing pools that leave holes.
+pub fn hybrid_catalogue() -> Vec<ModelSpec> {
+    use HitPolicy::{AllPages, TrailingPages};
+    vec![
+        ModelSpec::new(
+            "Qwen/Qwen3-Next-80B-A3B",
+            hybrid(
+                |p| {
+                    p.tp = 2;
+                    p.model = Some("Qwen/Qwen3-Next-80B-A3B".into());
+                },
+                false,
+                &[(
+                    PoolKind::Mamba {
+                        conv_states: 2,
+                        temporal: true,
+                    },
+                    TrailingPages(1),
+                )],
+            ),
+        ),
+        ModelSpec::new(
+            "mamba-conv-pp2",
+            hybrid(
+                |p| {
+                    p.pp = 2;
+                    p.model = Some("mamba-conv-pp2".into());
+                },
+                false,
+                &[(
+                    PoolKind::Mamba {
+                        conv_states: 1,
+                        temporal: false,
+                    },
+                    TrailingPages(2),
+                )],
+            ),
+        ),
+        ModelSpec::new(
+            "deepseek-ai/DeepSeek-V3.2",
+            hybrid(
+                |p| {
+                    p.tp = 4;
+                    p.mla = true;
+                    p.model = Some("deepseek-ai/DeepSeek-V3.2".into());
+                },
+                false,
+                &[
+                    (PoolKind::Indexer, AllPages),
+                    (PoolKind::Draft { mla: true }, AllPages),
+                ],
+            ),
+        ),
+        ModelSpec::new(
+            "gpt-oss-swa",
+            hybrid(
+                |p| {
+                    p.page_size = 2;
+                    p.tp = 2;
+                    p.model = Some("gpt-oss-swa".into());
+                },
+                false,
+                &[
+                    (PoolKind::Swa, TrailingPages(3)),
+                    (PoolKind::Draft { mla: false }, AllPages),
+                ],
+            ),
+        ),
+        ModelSpec::new(
+            "mla-swa-pp2",
+            hybrid(
+                |p| {
+                    p.pp = 2;
+                    p.mla = true;
+                    p.extra_backend_tag = Some("swa".into());
+                },
+                false,
+                &[(PoolKind::Swa, TrailingPages(2))],
+            ),
+        ),
+        ModelSpec::new(
+            "deepseek-ai/DeepSeek-V4",
+            hybrid(
+                |p| {
+                    p.tp = 8;
+                    p.mla = true;
+                    p.model = Some("deepseek-ai/DeepSeek-V4".into());
+                },
+                true,
+                &[
+                    (PoolKind::DeepseekV4C4, AllPages),
+                    (PoolKind::DeepseekV4C4Indexer, AllPages),
+                    (PoolKind::DeepseekV4C4State, TrailingPages(2)),
+                    (PoolKind::Swa, TrailingPages(2)),
+                    (PoolKind::DraftSwa { mla: true }, TrailingPages(1)),
+                ],
+            ),
+        ),
+    ]
+}
+
+/// Every model a run can serve: the [`catalogue`], then the [`hybrid_catalogue`].
+pub fn all_models() -> Vec<ModelSpec> {
+    let mut all = catalogue();
+    all.extend(hybrid_catalogue());
+    all
+}
+
 /// Tenants, the first being Mooncake's default.
 pub const TENANTS: [&str; 3] = [DEFAULT_TENANT, "tenant-a", "tenant-b"];
 
@@ -146,7 +279,7 @@ mod tests {
 
     #[test]
     fn every_catalogue_layout_is_valid_and_keys_parse_back() {
-        for spec in catalogue() {
+        for spec in catalogue().into_iter().chain(hybrid_catalogue()) {
             let h = PageHash([7; 32]);
             for key in spec.layout.object_keys(&h) {
                 let parsed = hicache_index::parse_object_key(&key).expect("keys parse");

@@ -35,6 +35,9 @@ pub enum Bug {
     LateCopyAsNext,
     /// The watermark's event count (`published_events`) is ignored.
     WatermarkEventsIgnored,
+    /// Each layout keeps only its first pool: a hybrid model's side pools (Mamba and SWA states
+    /// with trailing holes, indexers, drafts) are no longer demanded.
+    SidePoolsIgnored,
 }
 
 impl Bug {
@@ -47,6 +50,7 @@ impl Bug {
             Bug::UnknownKeylessDropped => "unknown-keyless-dropped",
             Bug::LateCopyAsNext => "late-copy-as-next",
             Bug::WatermarkEventsIgnored => "watermark-events-ignored",
+            Bug::SidePoolsIgnored => "side-pools-ignored",
         }
     }
 
@@ -74,13 +78,14 @@ impl Bug {
     }
 
     /// Every planted bug.
-    pub const ALL: [Bug; 6] = [
+    pub const ALL: [Bug; 7] = [
         Bug::RestartBlind,
         Bug::TrimmedSnapshotLines,
         Bug::UndecodableDropped,
         Bug::UnknownKeylessDropped,
         Bug::LateCopyAsNext,
         Bug::WatermarkEventsIgnored,
+        Bug::SidePoolsIgnored,
     ];
 }
 
@@ -102,7 +107,12 @@ pub struct PlantedBug {
 
 impl PlantedBug {
     /// Wraps a real session made from `config`.
-    pub fn new(config: Config, bug: Bug) -> Result<PlantedBug, ConfigError> {
+    pub fn new(mut config: Config, bug: Bug) -> Result<PlantedBug, ConfigError> {
+        if bug == Bug::SidePoolsIgnored {
+            for model in &mut config.layouts {
+                model.layout.pools.truncate(1);
+            }
+        }
         let topic = config.topic.clone();
         Ok(PlantedBug {
             inner: Session::new(config)?,

@@ -15,7 +15,7 @@ use hicache_index::{
 };
 
 use crate::encode::MasterFlavor;
-use crate::models::{catalogue, ModelSpec};
+use crate::models::{all_models, catalogue, hybrid_catalogue, ModelSpec};
 use crate::rng::Rng;
 mod parts;
 
@@ -147,6 +147,17 @@ impl Options {
         let mut models: Vec<usize> = Vec::new();
         while models.len() < want {
             let m = r.index(n_models);
+            if !models.contains(&m) {
+                models.push(m);
+            }
+        }
+        // SGLang's hybrid pools (issue 17) from a stream of their own, so that the draws above
+        // (and every seed's other options) stay what they were.
+        let mut hybrid_rng = root.fork(0x17);
+        let n_hybrid = hybrid_catalogue().len();
+        let extra = hybrid_rng.range(0, 2) as usize;
+        while models.len() < want + extra {
+            let m = n_models + hybrid_rng.index(n_hybrid);
             if !models.contains(&m) {
                 models.push(m);
             }
@@ -482,9 +493,19 @@ impl Options {
         )
     }
 
+    /// Returns these options without the [`hybrid_catalogue`]'s models: the world the seed made
+    /// before they joined (they are drawn from a stream of their own). The replay command does
+    /// not say it.
+    #[must_use]
+    pub fn without_hybrid_models(mut self) -> Options {
+        let n = catalogue().len();
+        self.master.models.retain(|&m| m < n);
+        self
+    }
+
     /// Returns the models served, from the catalogue.
     pub fn model_specs(&self) -> Vec<ModelSpec> {
-        let all = catalogue();
+        let all = all_models();
         self.master.models.iter().map(|&i| all[i].clone()).collect()
     }
 

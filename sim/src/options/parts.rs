@@ -65,7 +65,9 @@ pub struct MasterOptions {
     pub flavor: MasterFlavor,
     /// Tenants (the first is `"default"`).
     pub tenants: usize,
-    /// Indices into [`catalogue`] of the models served.
+    /// Indices into [`all_models`](crate::models::all_models) of the models served: the
+    /// [`catalogue`](crate::models::catalogue)'s first, then the
+    /// [`hybrid_catalogue`](crate::models::hybrid_catalogue)'s.
     pub models: Vec<usize>,
     /// The first model is the session's default layout (configured with no model name).
     pub default_model: bool,
