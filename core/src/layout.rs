@@ -6,11 +6,38 @@
 //! hex characters. Every suffix starts with `_` and holds no run of 64 hex characters, which makes
 //! [`parse_object_key`] the exact inverse of [`Layout::object_keys`].
 //!
-//! A layout comes from one of three places:
+//! A layout comes from one of four places:
 //! - SGLang's own description (`GET /get_hicache_l3_cache_layout`): [`LayoutDocument`], then
 //!   [`Layout::from_document`]. Preferred: SGLang says what it writes.
-//! - SGLang's launch parameters: [`SglangParams`], then [`Layout::from_sglang`].
+//! - SGLang's launch parameters: [`SglangParams`], then [`Layout::from_sglang`] (the KV pool);
+//!   with side pools, [`HybridParams`], then [`Layout::from_hybrid`].
 //! - An explicit prefix and suffix list: [`Layout::new`].
+//!
+//! # Pool kinds and their keys
+//! A page's objects are grouped in pools, each with a [`HitPolicy`]: an all-pages pool is
+//! needed on every page of a hit, a trailing-pages pool (`W`) only on the last `W` pages of the
+//! matched prefix (SGLang writes it for the other pages or not: holes). A page is a hit only when
+//! every object its pools demand is present. The key is `{P}_{H}{suffix}`; in the suffixes,
+//! `r` is the MHA rank part (`{tp_rank}`, or `{tp_rank}_{pp_rank}` with PP > 1; one object per
+//! TP rank and stage) and `m` the MLA rank part (empty, or `{pp_rank}` with PP > 1; one object
+//! per stage, written alike by every TP rank). SGLang's pool names:
+//!
+//! | pool | suffixes |
+//! |---|---|
+//! | `kv`, MHA | `_{r}_k`, `_{r}_v` (ranks over `tp_lcm` with split heads) |
+//! | `kv`, MLA | `_{m}_k` (`__k`); with DCP, `_dcp{d}_cp{c}_k` |
+//! | `kv`, logical anchor (DeepSeek-V4) | none: it stores no object and demands none |
+//! | `mamba` | `_{r}_temporal` (omitted when the temporal state is empty), `_{r}_conv_{i}` |
+//! | `draft` | MLA draft pool: `_{m}_draft_k`; MHA: `_{r}_draft_k`, `_{r}_draft_v` |
+//! | `swa` | MLA: `_{m}_swa`; MHA: `_{r}_swa_k`, `_{r}_swa_v` |
+//! | `draft_swa` | MLA or DeepSeek-V4 pool: `_{m}_draft_swa`; MHA: `_{r}_draft_swa_k`, `_{r}_draft_swa_v` |
+//! | `indexer`, `draft_indexer` | `_{m}_{pool}` |
+//! | `deepseek_v4_c4`, `_c4_indexer`, `_c4_indexer_scale`, `_c128`, `_c4_state`, `_c4_indexer_state`, `_c128_state` | `_{m}_{pool}` (`__deepseek_v4_c4`) |
+//!
+//! Which pools are all-pages and which trailing (and `W`) is SGLang's choice per model (Mamba
+//! and SWA states are typically trailing); the document says it, [`SidePool`] takes it. The
+//! group id of every object of a page is `sglang-hicache:{P}_{H}` ([`Layout::group_id`]): the
+//! full key prefix, as SGLang tags the logical key before grouping.
 //!
 //! Every constructor runs [`Layout::validate`]; a hand-built `Layout` SHOULD be validated before
 //! use.
@@ -23,6 +50,12 @@ use core::fmt::{self, Write as _};
 use serde::{Deserialize, Serialize};
 
 use crate::hash::{Namespace, PageHash, PageHashes, Token};
+
+mod document;
+mod hybrid;
+
+pub use document::{LayoutDocument, ObjectLayoutDocument, PoolDocument};
+pub use hybrid::{HybridParams, PoolKind, SidePool};
 
 /// When a pool's objects must be present for a page to count as a hit.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -271,46 +304,6 @@ impl SglangParams {
     }
 }
 
-/// SGLang's description of its object layout (`GET /get_hicache_l3_cache_layout`).
-///
-/// Unknown fields are ignored, so newer SGLang versions still parse.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct LayoutDocument {
-    /// Tokens per page.
-    pub page_size: u32,
-    /// The key prefix and the pools.
-    pub hicache_object_layout: ObjectLayoutDocument,
-}
-
-/// The `hicache_object_layout` member of a [`LayoutDocument`].
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ObjectLayoutDocument {
-    /// The key prefix `P`; `null` (or absent) when keys start with the page hash.
-    #[serde(default)]
-    pub key_prefix: Option<String>,
-    /// The object pools.
-    pub pools: Vec<PoolDocument>,
-}
-
-/// One entry of `pools` in a [`LayoutDocument`].
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PoolDocument {
-    /// The pool's name.
-    pub pool: String,
-    /// The suffixes appended to `{P}_{H}` (or `{H}`).
-    pub suffixes: Vec<String>,
-    /// `"all_pages"` or `"trailing_pages"`; absent reads as `"all_pages"` (the strictest).
-    #[serde(default = "all_pages_name")]
-    pub hit_policy: String,
-    /// The window `W` of a `"trailing_pages"` pool.
-    #[serde(default)]
-    pub trailing_pages: Option<u32>,
-}
-
-fn all_pages_name() -> String {
-    "all_pages".to_owned()
-}
-
 impl Layout {
     /// Builds and validates a layout from an explicit key prefix and pools (EAGLE off).
     pub fn new(
@@ -498,37 +491,6 @@ impl Layout {
         };
         layout.validate()?;
         Ok(layout)
-    }
-
-    /// Builds the layout SGLang advertises (EAGLE off: set it with [`Layout::with_eagle`]).
-    pub fn from_document(document: &LayoutDocument) -> Result<Layout, LayoutError> {
-        let object_layout = &document.hicache_object_layout;
-        let mut pools = Vec::with_capacity(object_layout.pools.len());
-        for pool in &object_layout.pools {
-            let hit_policy = match pool.hit_policy.as_str() {
-                "all_pages" => HitPolicy::AllPages,
-                "trailing_pages" => match pool.trailing_pages {
-                    Some(window) => HitPolicy::TrailingPages(window),
-                    None => {
-                        return Err(LayoutError::MissingTrailingPages {
-                            pool: pool.pool.clone(),
-                        })
-                    }
-                },
-                other => {
-                    return Err(LayoutError::UnknownHitPolicy {
-                        pool: pool.pool.clone(),
-                        policy: other.to_owned(),
-                    })
-                }
-            };
-            pools.push(Pool {
-                name: pool.pool.clone(),
-                suffixes: pool.suffixes.clone(),
-                hit_policy,
-            });
-        }
-        Layout::new(document.page_size, object_layout.key_prefix.clone(), pools)
     }
 
     /// Returns the lazy page hashes of `tokens` under this layout's page size and EAGLE mode.

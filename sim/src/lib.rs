@@ -13,7 +13,8 @@
 //! ```
 //!
 //! # Modules
-//! - [`rng`]: the seeded generator; [`options`]: presets and knobs, expanded from a seed.
+//! - [`rng`]: the seeded generator; [`options`]: presets and knobs, expanded from a seed;
+//!   [`models`]: the models (layouts), tenants and namespaces a run's cluster serves.
 //! - [`master`]: the Mooncake master model (puts, replicas, evictions, silent removals, a
 //!   bounded queue, restarts, the HTTP side), emitting real frames through [`encode`].
 //! - [`network`]: the per-message netem between PUB and SUB.
@@ -44,6 +45,7 @@
 pub mod encode;
 pub mod flight;
 pub mod master;
+pub mod models;
 pub mod network;
 pub mod options;
 pub mod oracle;

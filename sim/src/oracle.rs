@@ -57,7 +57,8 @@
 //! **Staleness** is the separate figure for justified hits whose objects are absent in `T` now:
 //! presence learned from events that a silent removal made stale. Verification bounds it.
 
-use crate::master::{Change, ObjId, Record, TENANTS};
+use crate::master::{Change, ObjId, Record};
+use crate::models::TENANTS;
 use crate::util::IdSet;
 
 /// One entry of a history log: a position, the presence from then on, and the object's previous

@@ -41,6 +41,9 @@ pub enum Bug {
     /// read as keeping that medium, without proof (rewritten into an event about a key no layout
     /// parses, so the object stays): an older master's `removed` meant "no replica left".
     MediumKeptWithoutProof,
+    /// Each layout keeps only its first pool: a hybrid model's side pools (Mamba and SWA states
+    /// with trailing holes, indexers, drafts) are no longer demanded.
+    SidePoolsIgnored,
 }
 
 impl Bug {
@@ -54,6 +57,7 @@ impl Bug {
             Bug::LateCopyAsNext => "late-copy-as-next",
             Bug::WatermarkEventsIgnored => "watermark-events-ignored",
             Bug::MediumKeptWithoutProof => "medium-kept-without-proof",
+            Bug::SidePoolsIgnored => "side-pools-ignored",
         }
     }
 
@@ -81,7 +85,7 @@ impl Bug {
     }
 
     /// Every planted bug.
-    pub const ALL: [Bug; 7] = [
+    pub const ALL: [Bug; 8] = [
         Bug::RestartBlind,
         Bug::TrimmedSnapshotLines,
         Bug::UndecodableDropped,
@@ -89,6 +93,7 @@ impl Bug {
         Bug::LateCopyAsNext,
         Bug::WatermarkEventsIgnored,
         Bug::MediumKeptWithoutProof,
+        Bug::SidePoolsIgnored,
     ];
 }
 
@@ -120,7 +125,12 @@ fn medium_bit(medium: Option<Medium>) -> u8 {
 
 impl PlantedBug {
     /// Wraps a real session made from `config`.
-    pub fn new(config: Config, bug: Bug) -> Result<PlantedBug, ConfigError> {
+    pub fn new(mut config: Config, bug: Bug) -> Result<PlantedBug, ConfigError> {
+        if bug == Bug::SidePoolsIgnored {
+            for model in &mut config.layouts {
+                model.layout.pools.truncate(1);
+            }
+        }
         let topic = config.topic.clone();
         Ok(PlantedBug {
             inner: Session::new(config)?,

@@ -1,0 +1,121 @@
+//! Executing what the session and the master produce: the master's records and messages, the
+//! session's effects (connect, fetch, verify, clears), and the bookkeeping and bounds after
+//! every call.
+
+use super::*;
+
+impl<S: System> World<S> {
+    pub(super) fn absorb_master(&mut self, out: &mut MasterOutput) {
+        for record in out.records.drain(..) {
+            self.oracle.apply(&record);
+            self.record_times.push((record.pos, self.now));
+        }
+        for pos in out.dropped.drain(..).chain(out.failed.drain(..)) {
+            self.driver.flight.lost_at_master(pos);
+        }
+        for pos in out.restarts.drain(..) {
+            self.driver.flight.restarted(pos);
+        }
+        self.p_loss = self.p_loss.max(out.lost_upto);
+        out.lost_upto = 0;
+        if let Some(up) = out.restarted_until.take() {
+            if self.trace {
+                eprintln!(
+                    "{:>14} master restarts at position {}, up at {}",
+                    self.now.as_nanos(),
+                    self.master.position(),
+                    up.as_nanos()
+                );
+            }
+            self.net.master_restarted(up);
+        }
+        for published in out.published.drain(..) {
+            self.net.send(self.now, published);
+        }
+        self.sync_losses();
+        if core::mem::take(&mut out.put) {
+            for _ in 0..self.opts.queries_per_action {
+                self.random_query();
+            }
+        }
+    }
+
+    // ---- effects ----
+
+    /// Executes and records a call's effects; `snapshot` is the position of the snapshot the
+    /// call handed over, if any.
+    pub(super) fn absorb(&mut self, effects: Effects, snapshot: Option<u64>) {
+        if !effects.is_empty() {
+            self.transcript.number(self.now.as_nanos());
+        }
+        for effect in effects {
+            self.text.clear();
+            let _ = write!(self.text, "{effect:?}");
+            if self.trace {
+                let shown: String = self.text.chars().take(160).collect();
+                eprintln!("{:>14}   effect {shown}", self.now.as_nanos());
+            }
+            self.transcript.bytes(self.text.as_bytes());
+            match effect {
+                Effect::Connect { .. } => self.net.connect(self.now),
+                Effect::Disconnect => self.net.disconnect(self.now),
+                Effect::FetchSnapshot { request } => self.on_fetch(request),
+                Effect::VerifyKeys { request, keys } => self.on_verify(request, keys),
+                Effect::Cleared { reason, .. } if reason != ClearReason::PublisherCleared => {
+                    self.driver.last_clear_at = self.now;
+                    self.snapshots.clear();
+                    self.p_loss = self.p_loss.max(self.master.position());
+                    self.baseline_pending = true;
+                }
+                Effect::Resynced { .. } => {
+                    if let Some(pos) = snapshot {
+                        self.snapshots.push(pos);
+                    }
+                }
+                _ => {}
+            }
+        }
+        self.after_call();
+    }
+
+    pub(super) fn after_call(&mut self) {
+        let applied = self
+            .sut
+            .last_applied_seq()
+            .and_then(|s| self.fed.get(s.0 as usize))
+            .copied();
+        self.applied_pos = applied.map_or(0, |(_, _, last)| last);
+        if let Some((_, first, _)) = applied.filter(|_| self.baseline_pending) {
+            // The first batch applied after the clear (or, when a window released several in
+            // one call, the last of them: a wider excuse, liveness only).
+            self.p_loss = self.p_loss.max(first.saturating_sub(1));
+            self.baseline_pending = false;
+        }
+        let c = self.sut.counters();
+        let s = self.opts.session.clone();
+        if c.pages > s.index_cap as u64 {
+            self.fail(
+                FailureKind::Bounds,
+                format!("{} pages held, cap {}", c.pages, s.index_cap),
+            );
+        }
+        if c.held_batches > s.reorder.max_held as u64 {
+            self.fail(
+                FailureKind::Bounds,
+                format!(
+                    "{} batches held, max {}",
+                    c.held_batches, s.reorder.max_held
+                ),
+            );
+        }
+        if s.resync && c.buffered_batches > s.max_buffered_batches as u64 {
+            self.fail(
+                FailureKind::Bounds,
+                format!(
+                    "{} batches buffered, max {}",
+                    c.buffered_batches, s.max_buffered_batches
+                ),
+            );
+        }
+    }
+}

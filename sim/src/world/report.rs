@@ -1,0 +1,240 @@
+//! What a run reports: its failures, its figures and the transcript hash.
+
+use super::*;
+
+/// Stop a run after this many failures.
+const MAX_FAILURES: usize = 3;
+
+/// What went wrong in a run.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum FailureKind {
+    /// A hit with an object the history does not justify.
+    FalseHit,
+    /// An answer differs from the oracle's (exact mode only).
+    Mismatch,
+    /// A page that must be a hit after the quiet period is not.
+    Liveness,
+    /// The session is not live after the quiet period.
+    NotLive,
+    /// Stale hits remain after enough verification rounds.
+    Staleness,
+    /// A hit's object left the master before the time the index reports it confirmed.
+    Unconfirmed,
+    /// A bound was exceeded (index pages, held or buffered batches).
+    Bounds,
+    /// The session's deadline did not move after `handle_timeout`.
+    BusyLoop,
+    /// Virtual time stopped advancing.
+    StepCap,
+    /// A query returned an error.
+    QueryError,
+    /// The system under test panicked.
+    Panic,
+}
+
+/// One failed check.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Failure {
+    /// Virtual time.
+    pub at: Instant,
+    /// What kind.
+    pub kind: FailureKind,
+    /// The particulars.
+    pub detail: String,
+}
+
+/// Figures of one run.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RunStats {
+    /// Events the master created.
+    pub events: u64,
+    /// Batches the master sent.
+    pub batches: u64,
+    /// Events dropped by the master's full queue.
+    pub queue_drops: u64,
+    /// Master restarts.
+    pub master_restarts: u64,
+    /// Objects removed without an event.
+    pub silent_removals: u64,
+    /// Gaps the session saw.
+    pub gaps: u64,
+    /// Restarts the session saw.
+    pub session_restarts: u64,
+    /// Clears (every reason).
+    pub clears: u64,
+    /// Resyncs completed.
+    pub resyncs: u64,
+    /// Resyncs failed.
+    pub resyncs_failed: u64,
+    /// Verification rounds.
+    pub verify_rounds: u64,
+    /// Stale keys verification removed.
+    pub stale_keys_found: u64,
+    /// Duplicates and late copies skipped.
+    pub duplicates: u64,
+    /// Batches held out of order (reorder window).
+    pub held: u64,
+    /// Disconnects the session saw (connection losses and failed connects).
+    pub disconnects: u64,
+    /// Clears after an unreadable removal.
+    pub unreadable_removal_clears: u64,
+    /// `cleared` events applied.
+    pub publisher_clears: u64,
+    /// Driver-requested clears.
+    pub requested_clears: u64,
+    /// Stray and malformed messages ignored.
+    pub ignored_messages: u64,
+    /// Queries asked.
+    pub queries: u64,
+    /// Pages reported as hits.
+    pub hit_pages: u64,
+    /// False hits (pages).
+    pub false_hits: u64,
+    /// Justified hit pages with an object absent from the true state (default tenant).
+    pub stale_hits: u64,
+    /// The same, in other tenants (verification cannot reach them).
+    pub stale_hits_other_tenants: u64,
+    /// Pages checked for liveness at the end.
+    pub liveness_pages: u64,
+    /// Claims excused because a change of their object was still pending for the session
+    /// (pages; see [`crate::oracle`]).
+    pub excused_claims: u64,
+    /// The longest excuse: the age of the oldest pending event behind an excused claim.
+    pub longest_excuse: Duration,
+    /// Restarts whose first message handed continued the old master's exactly (no stream signal
+    /// can reveal them; counted as silent removals).
+    pub invisible_restarts: u64,
+    /// Messages handed with an undecodable payload, topic and sequence intact.
+    pub undecodable_with_seq: u64,
+    /// Messages of an older master run handed after one of a newer run.
+    pub cross_restart_reorders: u64,
+    /// Late copies handed after the session forgot everything since their message was sent.
+    pub late_after_clear: u64,
+    /// Driver stalls.
+    pub stalls: u64,
+    /// Snapshot answers applied only after a stall.
+    pub snapshot_stalls: u64,
+    /// Snapshot answers whose body had foreign lines (odd keys, split keys).
+    pub odd_snapshots: u64,
+    /// Key lists read after at least ten batches had been published since their status read.
+    pub resyncs_under_load: u64,
+    /// Events of an unknown type without a key the master sent.
+    pub unknown_keyless: u64,
+    /// Liveness was skipped (the index evicted).
+    pub liveness_skipped: bool,
+    /// Index evictions.
+    pub evictions: u64,
+    /// Virtual time simulated.
+    pub virtual_time: Duration,
+    /// Loop steps.
+    pub steps: u64,
+    /// The network's figures.
+    pub net: NetStats,
+}
+
+/// The outcome of one run.
+#[derive(Clone, Debug)]
+pub struct Report {
+    /// The options it ran with.
+    pub options: Options,
+    /// Its figures.
+    pub stats: RunStats,
+    /// Failed checks (the run stops after a few).
+    pub failures: Vec<Failure>,
+    /// The hash of every effect and answer, in order.
+    pub transcript: u64,
+}
+
+impl Report {
+    /// Reports whether every check passed.
+    pub fn passed(&self) -> bool {
+        self.failures.is_empty()
+    }
+
+    /// Describes the outcome: the failures, the replay command and the options.
+    pub fn describe_failure(&self) -> String {
+        let mut s = String::new();
+        if self.passed() {
+            let _ = writeln!(
+                s,
+                "seed {} ({}) passed",
+                self.options.seed, self.options.preset
+            );
+        } else {
+            let _ = writeln!(
+                s,
+                "seed {} ({}) FAILED: {} failure(s)",
+                self.options.seed,
+                self.options.preset,
+                self.failures.len()
+            );
+        }
+        for f in &self.failures {
+            let _ = writeln!(s, "  [{:?}] at {:?}: {}", f.kind, f.at, f.detail);
+        }
+        let _ = writeln!(s, "  replay: {}", self.options.replay_command());
+        let _ = writeln!(s, "  options: {:#?}", self.options);
+        s
+    }
+}
+
+impl<S: System> World<S> {
+    pub(super) fn report(mut self) -> Report {
+        let c = self.sut.counters();
+        let m = self.master.stats();
+        let s = &mut self.stats;
+        s.events = m.events;
+        s.batches = m.batches;
+        s.queue_drops = m.queue_drops;
+        s.master_restarts = m.restarts;
+        s.silent_removals = m.silent_removals;
+        s.unknown_keyless = m.unknown_keyless;
+        s.gaps = c.gaps;
+        s.session_restarts = c.restarts;
+        s.clears = c.clears_gap
+            + c.clears_restart
+            + c.clears_disconnected
+            + c.clears_endpoint
+            + c.clears_unreadable_removal
+            + c.clears_requested
+            + c.publisher_clears;
+        s.resyncs = c.resyncs_completed;
+        s.resyncs_failed = c.resyncs_failed;
+        s.verify_rounds = c.verify_rounds;
+        s.stale_keys_found = c.stale_keys_found;
+        s.duplicates = c.duplicates + c.late;
+        s.held = c.held;
+        s.disconnects = c.disconnects;
+        s.unreadable_removal_clears = c.clears_unreadable_removal;
+        s.publisher_clears = c.publisher_clears;
+        s.requested_clears = c.clears_requested;
+        s.ignored_messages =
+            c.stray_topic + c.stray_frame_count + c.malformed_seq + c.malformed_payload;
+        s.evictions = c.evictions;
+        s.virtual_time = Duration::from_nanos(self.now.as_nanos());
+        s.net = self.net.stats();
+        Report {
+            options: self.opts,
+            stats: self.stats,
+            failures: self.failures,
+            transcript: self.transcript.hash(),
+        }
+    }
+
+    pub(super) fn fail(&mut self, kind: FailureKind, detail: String) {
+        if kind == FailureKind::FalseHit {
+            self.stats.false_hits += 1;
+        }
+        if self.failures.len() < MAX_FAILURES {
+            self.failures.push(Failure {
+                at: self.now,
+                kind,
+                detail,
+            });
+        }
+    }
+
+    pub(super) fn stopped(&self) -> bool {
+        self.failures.len() >= MAX_FAILURES
+    }
+}
