@@ -98,6 +98,7 @@ pub mod frame;
 pub mod hash;
 pub mod index;
 pub mod layout;
+pub mod leader;
 pub mod metrics;
 pub mod query;
 pub mod sequence;
@@ -113,6 +114,7 @@ pub use frame::{
 pub use hash::{Namespace, PageHash, PageHashes};
 pub use index::{Index, IndexConfig, DEFAULT_TENANT};
 pub use layout::{parse_object_key, HitPolicy, Layout, LayoutError, ObjectKey, Pool, SglangParams};
+pub use leader::{EventsStatus, LeaderConfig, LeaderInfo, LeaderStatus, LeaderView};
 pub use metrics::{Counters, Kind};
 pub use query::{Hits, Lookup, Pages, Tokens};
 pub use sequence::ReorderConfig;
