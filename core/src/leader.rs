@@ -15,7 +15,8 @@
 //! - **A new leader is followed only once it serves**: the session asks the driver to check it
 //!   ([`crate::Effect::CheckLeader`]: `GET /health`, then `GET /kv_events/status`), and commits
 //!   only when `/health` says `serving` for the address discovery named, with a master view
-//!   version no older than any the session followed, and the status answers. Until then it asks
+//!   version no older than the candidate's (Mooncake's `view_version` is the key's create
+//!   revision) nor than any the session followed, and the status answers. Until then it asks
 //!   again every [`LeaderConfig::check_interval`]. Then it points the driver's HTTP side at the
 //!   leader ([`crate::Effect::UseMaster`]) and connects to its event endpoint (the configured
 //!   endpoint with the leader's host); the usual resync from the new leader follows.
@@ -139,7 +140,7 @@ pub struct LeaderStatus {
 }
 
 /// Where the session is with the cluster's leader (see [`crate::Session::leader`]).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct LeaderInfo {
     /// The leader followed (its RPC address), if one was committed to.
     pub address: Option<String>,
@@ -303,10 +304,11 @@ impl Leader {
             .leader_address
             .as_deref()
             .is_none_or(|a| a == candidate.address);
-        let view_ok = match (status.view_version, self.master_view) {
-            (Some(v), Some(known)) => v >= known,
-            _ => true,
-        };
+        // Mooncake's `view_version` is the master view key's create revision (measured on
+        // 0.3.14 with etcd): an answer of an older view is the old leader's.
+        let view_ok = status
+            .view_version
+            .is_none_or(|v| v >= candidate.version && self.master_view.is_none_or(|m| v >= m));
         let active = !matches!(status.events, EventsStatus::Inactive);
         if !(status.serving && address_ok && view_ok && active) {
             self.check = Check::Waiting {

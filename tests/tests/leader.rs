@@ -79,7 +79,7 @@ fn follow(h: &mut Harness, address: &str, version: u64, view_version: u64) {
 fn following_a_with_a_page() -> (Harness, Vec<u32>) {
     let layout = mha(1);
     let mut h = Harness::new(ha());
-    follow(&mut h, A, 10, 1);
+    follow(&mut h, A, 10, 10);
     let t = tokens(1);
     let _ = h.batch_at(1, store_page(&layout, &page_hashes(&layout, &t)[0]));
     assert_eq!(h.prefix(&t), 1);
@@ -102,7 +102,7 @@ fn nothing_connects_before_discovery_names_a_leader_that_serves() {
     let not_yet = LeaderStatus {
         serving: false,
         events: EventsStatus::Inactive,
-        ..serving(B, 2)
+        ..serving(B, 5)
     };
     let fx = h.session.handle_leader_status(h.now, request, &not_yet);
     assert!(
@@ -114,7 +114,7 @@ fn nothing_connects_before_discovery_names_a_leader_that_serves() {
     let (request, _) = check_request(&fx).expect("checked again");
     let warming = LeaderStatus {
         serving: false,
-        ..serving(B, 2)
+        ..serving(B, 5)
     };
     let fx = h.session.handle_leader_status(h.now, request, &warming);
     assert!(
@@ -126,7 +126,7 @@ fn nothing_connects_before_discovery_names_a_leader_that_serves() {
     let (request, _) = check_request(&fx).expect("checked again");
     let fx = h
         .session
-        .handle_leader_status(h.now, request, &serving(B, 2));
+        .handle_leader_status(h.now, request, &serving(B, 5));
     assert!(
         fx.iter()
             .any(|e| matches!(e, Effect::UseMaster { host } if host == "127.0.0.2")),
@@ -170,12 +170,12 @@ fn the_old_leaders_late_batches_are_fenced_until_the_new_leader_serves() {
 fn an_old_leaders_health_answer_is_not_taken_for_the_new_leader() {
     let (mut h, _) = following_a_with_a_page();
     // Discovery names A again in a new view (a new election): a new incarnation. The master at
-    // A still answers with the old master view version: it is the old one, not yet gone.
+    // A still answers with the old master view version (10): it is the old one, not yet gone.
     let fx = h.session.handle_leader_view(h.now, &view(A, 12));
     let (request, _) = check_request(&fx).expect("checked");
     let fx = h
         .session
-        .handle_leader_status(h.now, request, &serving(A, 0));
+        .handle_leader_status(h.now, request, &serving(A, 10));
     assert!(
         connect_endpoint(&fx).is_none(),
         "an older view is refused: {fx:?}"
@@ -185,14 +185,14 @@ fn an_old_leaders_health_answer_is_not_taken_for_the_new_leader() {
     let (request, _) = check_request(&fx).expect("checked again");
     let fx = h
         .session
-        .handle_leader_status(h.now, request + 100, &serving(A, 2));
+        .handle_leader_status(h.now, request + 100, &serving(A, 12));
     assert!(
         connect_endpoint(&fx).is_none(),
         "a stale answer is refused: {fx:?}"
     );
     let fx = h
         .session
-        .handle_leader_status(h.now, request, &serving(A, 2));
+        .handle_leader_status(h.now, request, &serving(A, 12));
     assert!(connect_endpoint(&fx).is_some(), "{fx:?}");
 }
 
@@ -234,7 +234,7 @@ fn a_leader_whose_publisher_is_off_is_a_health_state_not_an_empty_index() {
     let (request, _) = check_request(&fx).expect("checked");
     let off = LeaderStatus {
         events: EventsStatus::Disabled,
-        ..serving(B, 1)
+        ..serving(B, 5)
     };
     let fx = h.session.handle_leader_status(h.now, request, &off);
     assert!(connect_endpoint(&fx).is_none(), "{fx:?}");
@@ -270,7 +270,7 @@ fn the_last_failover_is_timed_from_the_change_and_from_serving() {
     h.advance(3_000);
     let fx = h
         .session
-        .handle_leader_status(h.now, request, &serving(B, 2));
+        .handle_leader_status(h.now, request, &serving(B, 20));
     assert!(connect_endpoint(&fx).is_some());
     h.advance(40);
     let fx = h.session.handle_connected(h.now);
