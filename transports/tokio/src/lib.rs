@@ -37,7 +37,7 @@ use tokio::io::Interest;
 use tracing::Instrument;
 
 pub use hicache_index_driver::{
-    Control, Error, HttpConfig, QueryHandle, SocketConfig, SubscriberConfig,
+    Control, Error, HaLocator, HttpConfig, QueryHandle, SocketConfig, SubscriberConfig,
 };
 
 /// Starts subscribers on the current tokio runtime.
