@@ -22,8 +22,10 @@ use crate::TestLayout;
 /// A running etcd on 127.0.0.1, killed (and its data removed) on drop.
 #[derive(Debug)]
 pub struct Etcd {
+    venvs: Venvs,
     process: Option<Guarded>,
     port: u16,
+    peer_port: u16,
     data: PathBuf,
 }
 
@@ -31,10 +33,57 @@ impl Etcd {
     /// Starts etcd on free loopback ports and waits until it answers `/health`.
     pub fn start(venvs: &Venvs) -> Etcd {
         let p = free_ports(2);
-        let data = venvs.log_file("etcd-data");
+        let mut etcd = Etcd {
+            venvs: venvs.clone(),
+            process: None,
+            port: p[0],
+            peer_port: p[1],
+            data: venvs.log_file("etcd-data"),
+        };
+        etcd.launch();
+        etcd
+    }
+
+    /// Kills it (SIGKILL); its data stays for [`Etcd::start_again`].
+    pub fn kill(&mut self) {
+        drop(self.process.take());
+    }
+
+    /// Starts it again on the same ports and data after [`Etcd::kill`].
+    pub fn start_again(&mut self) {
+        assert!(self.process.is_none(), "kill it first");
+        self.launch();
+    }
+
+    /// Sets `key` to `value` through etcd's JSON gateway (`POST /v3/kv/put`), as a master
+    /// elected by hand.
+    pub fn put(&self, key: &str, value: &str) {
+        let body = json!({ "key": base64(key.as_bytes()), "value": base64(value.as_bytes()) });
+        let (status, answer) = http::post_json(
+            self.addr(),
+            "/v3/kv/put",
+            &body.to_string(),
+            Duration::from_secs(5),
+        )
+        .unwrap_or_else(|e| panic!("etcd put: {e}"));
+        assert_eq!(
+            status,
+            200,
+            "etcd put: {}",
+            String::from_utf8_lossy(&answer)
+        );
+    }
+
+    fn addr(&self) -> SocketAddr {
+        SocketAddr::from((Ipv4Addr::LOCALHOST, self.port))
+    }
+
+    fn launch(&mut self) {
+        let p = [self.port, self.peer_port];
+        let (venvs, data) = (&self.venvs, &self.data);
         let mut cmd = Command::new("etcd");
         cmd.arg("--data-dir")
-            .arg(&data)
+            .arg(data)
             .args([
                 "--listen-client-urls",
                 &format!("http://127.0.0.1:{}", p[0]),
@@ -56,8 +105,9 @@ impl Etcd {
         let mut process = Guarded::spawn(cmd, venvs.log_file("etcd")).unwrap_or_else(|e| {
             panic!("{e} (is Debian's etcd-server installed? .ci/mooncake-setup installs it)")
         });
-        let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, p[0]));
+        let addr = self.addr();
         let started = Instant::now();
+        let started_at = started;
         while !matches!(
             http::get(addr, "/health", Duration::from_secs(1)),
             Ok((200, _))
@@ -68,17 +118,13 @@ impl Etcd {
                 process.log_tail()
             );
             assert!(
-                started.elapsed() < Duration::from_secs(15),
+                started_at.elapsed() < Duration::from_secs(15),
                 "etcd did not answer /health within 15 s\n{}",
                 process.log_tail()
             );
             std::thread::sleep(Duration::from_millis(20));
         }
-        Etcd {
-            process: Some(process),
-            port: p[0],
-            data,
-        }
+        self.process = Some(process);
     }
 
     /// `127.0.0.1:{port}`, for `--etcd_endpoints`.
@@ -252,6 +298,8 @@ pub struct LeaderState {
     pub last_failover_after_serving_ms: Option<u64>,
     /// Batches applied.
     pub batches: u64,
+    /// The leader discovery names that the index checks, not yet serving.
+    pub candidate: Option<String>,
 }
 
 /// The index following the cluster: the tokio library, or a `serve` process over HTTP.
@@ -399,6 +447,7 @@ impl HaIndex {
                     last_failover_ms: ms(leader.last_failover),
                     last_failover_after_serving_ms: ms(leader.last_failover_after_serving),
                     batches: handle.counters().batches,
+                    candidate: leader.candidate,
                 }
             }
             Inner::Serve { addr, .. } => {
@@ -421,6 +470,7 @@ impl HaIndex {
                     last_failover_ms: l["last_failover_ms"].as_u64(),
                     last_failover_after_serving_ms: l["last_failover_after_serving_ms"].as_u64(),
                     batches,
+                    candidate: l["candidate"].as_str().map(String::from),
                 }
             }
         }
@@ -478,4 +528,31 @@ impl HaIndex {
 /// Whether something listens at `addr` (a master's port).
 pub fn is_listening(addr: SocketAddr) -> bool {
     TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok()
+}
+
+/// Standard base64 with padding (etcd's JSON gateway takes keys and values so).
+fn base64(bytes: &[u8]) -> String {
+    const ABC: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let n = chunk.iter().fold(0u32, |n, &b| n << 8 | u32::from(b)) << (8 * (3 - chunk.len()));
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(char::from(ABC[(n >> (18 - 6 * i)) as usize & 63]));
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn base64_pads_like_the_standard() {
+        assert_eq!(super::base64(b"mooncake-store"), "bW9vbmNha2Utc3RvcmU=");
+        assert_eq!(super::base64(b"ab"), "YWI=");
+        assert_eq!(super::base64(b"abc"), "YWJj");
+    }
 }

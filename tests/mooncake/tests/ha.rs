@@ -288,3 +288,53 @@ fn restart_in_place_tokio() {
 fn restart_in_place_serve() {
     restart_in_place("serve");
 }
+
+/// The watcher reads the key, watches it, and when etcd goes away reads it again every poll
+/// interval until etcd is back: a value set while it was down is seen. No master runs here
+/// (the addresses are nobody's): the index checks the named leader and, as it never serves,
+/// follows nobody and claims nothing.
+#[test]
+fn etcd_watch_falls_back_to_polling_and_sees_every_value() {
+    let venvs = Venvs::from_env();
+    let mut etcd = Etcd::start(&venvs);
+    let key = "mooncake-store/mooncake_cluster/master_view";
+    etcd.put(key, "127.0.0.9:50051");
+    let ports = cluster_ports();
+    let layout = TestLayout::mha(4, 1, None);
+    let index = HaIndex::tokio(&layout, ports, &etcd);
+    let candidate =
+        |want: &'static str| move |i: &HaIndex| i.state().candidate.as_deref() == Some(want);
+    index.wait(
+        "the first value read",
+        Duration::from_secs(10),
+        candidate("127.0.0.9:50051"),
+    );
+    etcd.put(key, "127.0.0.8:50051");
+    let watched = index.wait(
+        "a value watched",
+        Duration::from_secs(10),
+        candidate("127.0.0.8:50051"),
+    );
+    etcd.kill();
+    std::thread::sleep(Duration::from_secs(1));
+    etcd.start_again();
+    etcd.put(key, "127.0.0.7:50051");
+    let polled = index.wait(
+        "the value set around etcd's restart",
+        Duration::from_secs(20),
+        candidate("127.0.0.7:50051"),
+    );
+    let state = index.state();
+    assert_eq!(state.address, None, "no leader served: {state:?}");
+    assert_ne!(state.health, Health::Live.as_str());
+    assert_eq!(index.prefix(&layout, &tokens(5, 2)), 0);
+    report(
+        "ha etcd fallback (tokio)",
+        format_args!(
+            "a put seen through the watch in {} ms; after etcd was killed for 1 s and started \
+             again, a put seen in {} ms",
+            elapsed_ms(watched),
+            elapsed_ms(polled)
+        ),
+    );
+}
