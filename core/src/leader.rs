@@ -339,6 +339,11 @@ impl Leader {
         if !self.is_following() {
             return;
         }
+        if self.changes == 0 {
+            // The first leader followed: a start, not a failover.
+            self.failover = None;
+            return;
+        }
         if let Some(f) = self.failover.take() {
             self.last_failover = Some((
                 now.saturating_duration_since(f.began),

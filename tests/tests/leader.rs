@@ -83,6 +83,11 @@ fn following_a_with_a_page() -> (Harness, Vec<u32>) {
     let t = tokens(1);
     let _ = h.batch_at(1, store_page(&layout, &page_hashes(&layout, &t)[0]));
     assert_eq!(h.prefix(&t), 1);
+    let info = h.session.leader().expect("HA is on");
+    assert_eq!(
+        info.last_failover, None,
+        "following the first leader is no failover"
+    );
     (h, t)
 }
 

@@ -484,12 +484,18 @@ impl HaIndex {
 
     /// Leading pages of `tokens` it claims under `layout`.
     pub fn prefix(&self, layout: &TestLayout, tokens: &[u32]) -> usize {
+        self.ask(layout, tokens).0
+    }
+
+    /// Leading pages of `tokens` it claims under `layout`, with the trust (health) the answer
+    /// carries: both read at once.
+    pub fn ask(&self, layout: &TestLayout, tokens: &[u32]) -> (usize, String) {
         match &self.0 {
             Inner::Tokio { handle, .. } => {
-                handle
+                let hits = handle
                     .query(&layout.lookup(tokens))
-                    .expect("a known layout")
-                    .prefix_pages
+                    .expect("a known layout");
+                (hits.prefix_pages, hits.trust.as_str().into())
             }
             Inner::Serve { addr, .. } => {
                 let request = json!({ "tokens": tokens }).to_string();
@@ -498,7 +504,10 @@ impl HaIndex {
                         .unwrap_or_else(|e| panic!("POST /v1/query: {e}"));
                 let doc: Value = serde_json::from_slice(&body).expect("a JSON answer");
                 assert_eq!(status, 200, "{doc}");
-                doc["prefix_pages"].as_u64().expect("prefix_pages") as usize
+                (
+                    doc["prefix_pages"].as_u64().expect("prefix_pages") as usize,
+                    doc["trust"].as_str().unwrap_or_default().into(),
+                )
             }
         }
     }

@@ -113,19 +113,28 @@ fn failover(via: &str) {
     let mut seen = None;
     let mut serving = None;
     let mut polls = 0u64;
+    let mut window = (0u64, Duration::ZERO);
     let live = loop {
         polls += 1;
-        let state = index.state();
-        let claimed = assert_no_false_hit(&index, &layout, &old, &[&a, &b], "during the failover");
-        if seen.is_none() && state.health != Health::Live.as_str() {
+        let (claimed, trust) = index.ask(&layout, &old);
+        if seen.is_none() && trust != Health::Live.as_str() {
             seen = Some(killed.elapsed());
         }
-        if seen.is_some() && state.address.as_deref() != Some(b.rpc_address().as_str()) {
-            assert_eq!(
-                claimed, 0,
-                "{via}: an old page is a hit after the failover was seen"
+        // Until the index sees the kill (its connection drops), it cannot know: answers
+        // trusted `live` in that window are the detection delay, counted and reported; once it
+        // was seen, every old page claimed must be held by the serving leader.
+        if claimed > 0 && seen.is_none() {
+            window = (window.0 + 1, killed.elapsed());
+        } else if claimed > 0 {
+            let keys = layout.object_keys(&old[..claimed * 4]);
+            assert!(
+                b.is_serving() && b.holds(&keys),
+                "{via}: {claimed} old pages claimed (trust {trust}) after the failover was seen \
+                 that the serving leader does not hold: {:?}",
+                index.state()
             );
         }
+        let state = index.state();
         if serving.is_none() && b.is_serving() {
             serving = Some(killed.elapsed());
         }
@@ -173,8 +182,9 @@ fn failover(via: &str) {
         format_args!(
             "A elected in {:.1} s; kill -> index saw it {:.2} s, B serving {:.1} s (our 25 ms \
              poll), index live on B {:.2} s: serving -> live {} ms (index's own figures: \
-             {:?} ms from the change seen, {:?} ms from serving); {polls} polls without a false \
-             hit; A's pages hits after: {old_now} of 4; view {:?} -> {:?}",
+             {:?} ms from the change seen, {:?} ms from serving); {polls} polls, none with a \
+             false hit once the kill was seen ({} answered live before it, the last {} ms \
+             after the kill); A's pages hits after: {old_now} of 4; view {:?} -> {:?}",
             elapsed_s(elapsed_ms(elected)),
             elapsed_s(elapsed_ms(seen.unwrap_or(live))),
             elapsed_s(elapsed_ms(serving)),
@@ -182,6 +192,8 @@ fn failover(via: &str) {
             elapsed_ms(live.saturating_sub(serving)),
             after.last_failover_ms,
             after.last_failover_after_serving_ms,
+            window.0,
+            elapsed_ms(window.1),
             before.view_version,
             after.view_version,
         ),
@@ -231,8 +243,15 @@ fn restart_in_place(via: &str) {
     let killed = Instant::now();
     a.kill();
     a.start_again();
+    let mut seen = false;
     let live = loop {
-        assert_no_false_hit(&index, &layout, &old, &[&a], "during the restart");
+        // As in the failover: answers trusted `live` before the index saw the kill are its
+        // detection delay; after that, nothing the restarted master does not hold.
+        let (claimed, trust) = index.ask(&layout, &old);
+        seen |= trust != Health::Live.as_str();
+        if seen && claimed > 0 {
+            assert_no_false_hit(&index, &layout, &old, &[&a], "during the restart");
+        }
         let s = index.state();
         if s.view_version != before.view_version && index.is_live_on(&a) {
             break killed.elapsed();
