@@ -19,6 +19,10 @@ pub enum Health {
     /// Connected, and a resynchronisation is under way: present pages may be missing (misses),
     /// never the other way round.
     Recovering,
+    /// The master says its KV event publisher is off (`"enabled":false` in
+    /// `/kv_events/status`: a build without it): the index stays empty, and it is an error of
+    /// the deployment, not a wait.
+    EventsDisabled,
 }
 
 impl Health {
@@ -29,6 +33,7 @@ impl Health {
             Health::Connecting => "connecting",
             Health::Live => "live",
             Health::Recovering => "recovering",
+            Health::EventsDisabled => "events_disabled",
         }
     }
 }
@@ -46,6 +51,9 @@ pub enum ClearReason {
     Reconnected,
     /// The event endpoint changed: a different stream.
     EndpointChanged,
+    /// HA discovery names another leader (or another incarnation of it, or none): a different
+    /// stream, whose new leader restores its objects without events.
+    LeaderChanged,
     /// An event that may have removed objects could not be read: a `removed` without an object
     /// key, or an event of a type this decoder does not know that names no object (it might
     /// remove any number of them).
@@ -77,6 +85,7 @@ impl ClearReason {
             ClearReason::Disconnected => "disconnected",
             ClearReason::Reconnected => "reconnected",
             ClearReason::EndpointChanged => "endpoint_changed",
+            ClearReason::LeaderChanged => "leader_changed",
             ClearReason::UnreadableRemoval => "unreadable_removal",
             ClearReason::Undecodable => "undecodable",
             ClearReason::Unproven => "unproven",
@@ -106,6 +115,8 @@ pub enum ResyncFailure {
     Timeout,
     /// More live batches arrived during the fetch than the buffer holds.
     BufferFull,
+    /// The master's status said its publisher is off (`"enabled":false`).
+    EventsDisabled,
 }
 
 /// One thing the driver must do or may report.
@@ -185,6 +196,21 @@ pub enum Effect {
         request: u64,
         /// The object keys to check.
         keys: Vec<String>,
+    },
+    /// Check whether the candidate leader at `host` serves: `GET /health`, then
+    /// `GET /kv_events/status`, on its admin port (the configured master HTTP port), and hand
+    /// what they said to `handle_leader_status` (a failed request: not serving, events unknown).
+    CheckLeader {
+        /// The request number to answer with.
+        request: u64,
+        /// The candidate's host.
+        host: String,
+    },
+    /// Point the master HTTP side at `host` (ports and path kept): the leader now followed.
+    /// Every later fetch and verification goes there.
+    UseMaster {
+        /// The leader's host.
+        host: String,
     },
     /// A resynchronisation completed (report only).
     Resynced {

@@ -51,6 +51,9 @@ pub enum ConfigError {
     ResyncTiming,
     /// A verification sample size or interval is zero.
     Verify,
+    /// Following an HA leader needs an endpoint with a host to replace, and non-zero check
+    /// timing.
+    Leader,
 }
 
 impl fmt::Display for ConfigError {
@@ -68,6 +71,9 @@ impl fmt::Display for ConfigError {
             ConfigError::Verify => {
                 f.write_str("verification needs a sample of at least 1 key, a non-zero interval and timeout")
             }
+            ConfigError::Leader => f.write_str(
+                "following an HA leader needs an endpoint scheme://host:port and non-zero check timing",
+            ),
         }
     }
 }

@@ -30,6 +30,9 @@
 //!   the event ids around its point, is of another run ([`Session::handle_snapshot`]).
 //! - **The socket**: the production transports see a restart as a disconnect.
 //! - **Time**: after a reconnect, batches no newer than those seen before are late.
+//! - **HA discovery** ([`leader`]): in a Mooncake HA cluster, the leader's address and view
+//!   version in etcd name the incarnation; another one forgets at once, its late batches are
+//!   fenced, and the new leader is followed only once it serves.
 //!
 //! What no signal can close, and how it is bounded: a restart that no transport saw whose
 //! first delivered batch continues the old run exactly (same next sequence, same next event
@@ -76,7 +79,10 @@
 //!    or verify keys over the master's HTTP side, and report the outcome with
 //!    [`Session::handle_connected`], [`Session::handle_disconnected`],
 //!    [`Session::handle_snapshot`], [`Session::handle_snapshot_failed`] or
-//!    [`Session::handle_verify_result`]. Every other effect is a report to log or count.
+//!    [`Session::handle_verify_result`]. Following an HA leader ([`Config::leader`]), also
+//!    hand every value of the master view key to [`Session::handle_leader_view`], check the
+//!    leader on [`Effect::CheckLeader`] ([`Session::handle_leader_status`]) and point the HTTP
+//!    side at it on [`Effect::UseMaster`]. Every other effect is a report to log or count.
 //! 3. Hand every received multipart message to [`Session::feed`] with the current time.
 //! 4. Sleep until the next message or until [`Session::poll_timeout`], then call
 //!    [`Session::handle_timeout`]; an early call is a no-op.
@@ -127,6 +133,7 @@ pub mod frame;
 pub mod hash;
 pub mod index;
 pub mod layout;
+pub mod leader;
 pub mod metrics;
 pub mod query;
 pub mod sequence;
@@ -142,6 +149,7 @@ pub use frame::{
 pub use hash::{DigestMemo, Namespace, NoMemo, PageHash, PageHashes, Token};
 pub use index::{Index, IndexConfig, DEFAULT_TENANT};
 pub use layout::{parse_object_key, HitPolicy, Layout, LayoutError, ObjectKey, Pool, SglangParams};
+pub use leader::{EventsStatus, LeaderConfig, LeaderInfo, LeaderStatus, LeaderView};
 pub use metrics::{Counters, Kind};
 pub use query::{Hits, Lookup, Pages, PlanHashes, QueryPlan, Tokens};
 pub use sequence::ReorderConfig;

@@ -12,7 +12,8 @@ pub enum Kind {
 /// Every counter and gauge of a session, readable at any time with `Session::counters`.
 ///
 /// Counters only grow (until the session is dropped); `pages`, `objects`, `held_batches`,
-/// `buffered_batches` and `unconfirmed_ms` are gauges.
+/// `buffered_batches`, `unconfirmed_ms`, `leader_view_version` and the `last_failover` figures
+/// are gauges.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Counters {
@@ -146,11 +147,24 @@ pub struct Counters {
     pub queries: u64,
     /// Pages reported as hits (prefix pages) across all queries.
     pub hit_pages: u64,
+    /// Leader changes seen in HA discovery (a new address or view version).
+    pub leader_changes: u64,
+    /// Batches dropped between a leader change and following the new leader: the old leader's
+    /// late messages.
+    pub fenced_batches: u64,
+    /// Times a master said its publisher is off (`"enabled":false`).
+    pub events_disabled: u64,
+    /// The followed leader's view version in discovery (0: none followed; a gauge).
+    pub leader_view_version: u64,
+    /// The last failover, from the leader change seen to live again (0: none yet; a gauge).
+    pub last_failover_ms: u64,
+    /// The last failover, from the new leader found serving to live again (a gauge).
+    pub last_failover_after_serving_ms: u64,
 }
 
 impl Counters {
     /// Lists every figure with its name and kind, so exporters need not name them one by one.
-    pub fn fields(&self) -> [(&'static str, u64, Kind); 54] {
+    pub fn fields(&self) -> [(&'static str, u64, Kind); 60] {
         [
             ("batches", self.batches, Kind::Counter),
             ("events", self.events, Kind::Counter),
@@ -230,6 +244,16 @@ impl Counters {
             ("unconfirmed_ms", self.unconfirmed_ms, Kind::Gauge),
             ("queries", self.queries, Kind::Counter),
             ("hit_pages", self.hit_pages, Kind::Counter),
+            ("leader_changes", self.leader_changes, Kind::Counter),
+            ("fenced_batches", self.fenced_batches, Kind::Counter),
+            ("events_disabled", self.events_disabled, Kind::Counter),
+            ("leader_view_version", self.leader_view_version, Kind::Gauge),
+            ("last_failover_ms", self.last_failover_ms, Kind::Gauge),
+            (
+                "last_failover_after_serving_ms",
+                self.last_failover_after_serving_ms,
+                Kind::Gauge,
+            ),
         ]
     }
 }

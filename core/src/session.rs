@@ -30,6 +30,9 @@ use crate::frame::{decode, Batch, EventKind, FrameError, Seq};
 use crate::hash::PageHashes;
 use crate::index::{Index, IndexConfig, DEFAULT_TENANT};
 use crate::layout::Layout;
+use crate::leader::{
+    Leader, LeaderConfig, LeaderInfo, LeaderStatus, LeaderView, StatusStep, ViewStep,
+};
 use crate::metrics::Counters;
 use crate::query::{Hits, Lookup, Pages, QueryPlan, Tokens};
 use crate::sequence::{Fingerprint, Loss, ReorderConfig, SequenceTracker, Verdict};
@@ -211,6 +214,10 @@ pub struct Config {
     pub page_deltas: bool,
     /// Seeds the backoff jitter and the index's hashing.
     pub seed: u64,
+    /// Follow the leader of a Mooncake HA cluster (see [`crate::leader`]); `endpoint` is then
+    /// a template whose host is replaced by the leader's, and nothing connects until
+    /// [`Session::handle_leader_view`] names a leader that serves. `None`: one fixed master.
+    pub leader: Option<LeaderConfig>,
 }
 
 impl Default for Config {
@@ -226,6 +233,7 @@ impl Default for Config {
             verify: None,
             page_deltas: false,
             seed: 0x0123_4567_89ab_cdef,
+            leader: None,
         }
     }
 }
@@ -404,6 +412,10 @@ pub struct Session {
     latest: Instant,
     queries: AtomicUsize,
     hit_pages: AtomicUsize,
+    /// The HA leader machine, when the session follows a cluster's leader.
+    leader: Option<Leader>,
+    /// The last status read said the publisher is off.
+    events_disabled: bool,
 }
 
 impl Session {
@@ -448,7 +460,23 @@ impl Session {
                 index.watch_layout(&ml.layout);
             }
         }
-        let endpoint = config.endpoint.clone();
+        if config
+            .leader
+            .is_some_and(|l| l.check_interval.is_zero() || l.check_timeout.is_zero())
+        {
+            return Err(ConfigError::Leader);
+        }
+        if config.leader.is_some()
+            && config
+                .endpoint
+                .as_deref()
+                .and_then(|e| crate::leader::replace_host(e, "h"))
+                .is_none()
+        {
+            return Err(ConfigError::Leader);
+        }
+        // Following a leader, nothing connects before a leader serves.
+        let endpoint = config.endpoint.clone().filter(|_| config.leader.is_none());
         let retry_at = endpoint.as_ref().map(|_| Instant::ZERO);
         Ok(Session {
             index,
@@ -471,6 +499,8 @@ impl Session {
             latest: Instant::ZERO,
             queries: AtomicUsize::new(0),
             hit_pages: AtomicUsize::new(0),
+            leader: config.leader.map(Leader::new),
+            events_disabled: false,
             config,
         })
     }
@@ -488,6 +518,116 @@ impl Session {
     /// Returns the event endpoint in use (configured, or chosen from worker metadata).
     pub fn endpoint(&self) -> Option<&str> {
         self.endpoint.as_deref()
+    }
+
+    /// Returns where the session is with the HA cluster's leader; `None` when it follows one
+    /// fixed master.
+    pub fn leader(&self) -> Option<LeaderInfo> {
+        self.leader.as_ref().map(Leader::info)
+    }
+
+    /// Hands over what HA discovery says about the leader: every value the driver reads of the
+    /// master view key (watched or polled), with its version (see [`crate::leader`]).
+    ///
+    /// Another incarnation than the one followed forgets at once, drops the connection and
+    /// asks to check the new leader ([`Effect::CheckLeader`]); nothing connects before it
+    /// serves. The same incarnation again changes nothing. Without HA configured, ignored.
+    pub fn handle_leader_view(&mut self, now: Instant, view: &LeaderView) -> Effects {
+        self.see(now);
+        let mut fx = Effects::new();
+        let Some(leader) = &mut self.leader else {
+            return fx;
+        };
+        if let ViewStep::Changed { check } = leader.handle_view(now, view) {
+            if self.endpoint.take().is_some() || !matches!(self.link, Link::Down { .. }) {
+                fx.push(Effect::Disconnect);
+            }
+            self.link = Link::Down { retry_at: None };
+            self.reset_stream();
+            self.resync = Resync::Idle;
+            self.verify = Verify::idle();
+            self.events_disabled = false;
+            self.attempts = 0;
+            if self.index.object_count() > 0 {
+                // The new leader restores its objects without events: only a resync from it
+                // once it serves can tell which are there.
+                self.forget(now, ClearReason::LeaderChanged, &mut fx);
+            }
+            if let Some(request) = check {
+                self.check_leader(request, &mut fx);
+            }
+        }
+        self.update_health(&mut fx);
+        fx
+    }
+
+    /// Hands over the answer to the [`Effect::CheckLeader`] `request`. A leader that serves, at
+    /// the address discovery named, with a master view no older than any followed, whose
+    /// status answers, is followed: [`Effect::UseMaster`], then [`Effect::Connect`] to the
+    /// endpoint with its host. Otherwise it is checked again later; a status saying the
+    /// publisher is off is [`Health::EventsDisabled`].
+    pub fn handle_leader_status(
+        &mut self,
+        now: Instant,
+        request: u64,
+        status: &LeaderStatus,
+    ) -> Effects {
+        self.see(now);
+        let mut fx = Effects::new();
+        let step = match &mut self.leader {
+            Some(leader) => leader.handle_status(now, request, status),
+            None => StatusStep::Stale,
+        };
+        match step {
+            StatusStep::Stale => self.counters.stale_answers += 1,
+            StatusStep::NotYet => {}
+            StatusStep::Disabled => {
+                self.counters.events_disabled += 1;
+                self.events_disabled = true;
+            }
+            StatusStep::Follow { host } => {
+                self.events_disabled = false;
+                self.endpoint = self
+                    .config
+                    .endpoint
+                    .as_deref()
+                    .and_then(|e| crate::leader::replace_host(e, &host));
+                fx.push(Effect::UseMaster { host });
+                self.attempts = 0;
+                self.connect(now, &mut fx);
+            }
+        }
+        self.update_health(&mut fx);
+        fx
+    }
+
+    /// Reports that the fetch `request`'s `/kv_events/status` said `"enabled":false`: the
+    /// master publishes nothing, so the index can learn nothing true from it. The health is
+    /// [`Health::EventsDisabled`] until a later status says otherwise (the fetch is retried).
+    pub fn handle_events_disabled(&mut self, now: Instant, request: u64) -> Effects {
+        self.see(now);
+        let mut fx = Effects::new();
+        match &self.resync {
+            Resync::Fetching {
+                request: current, ..
+            } if *current == request => {
+                self.counters.events_disabled += 1;
+                self.events_disabled = true;
+                self.resync_failed(now, ResyncFailure::EventsDisabled, &mut fx);
+            }
+            _ => self.counters.stale_answers += 1,
+        }
+        self.update_health(&mut fx);
+        fx
+    }
+
+    fn check_leader(&mut self, request: u64, fx: &mut Effects) {
+        if let Some(host) = self.leader.as_ref().and_then(Leader::candidate_host) {
+            fx.push(Effect::CheckLeader {
+                request,
+                host: host.into(),
+            });
+        }
     }
 
     /// Returns the sequence of the last batch applied from the stream (`None` after a clear
@@ -527,6 +667,15 @@ impl Session {
         });
         c.queries = self.queries.load(Ordering::Relaxed) as u64;
         c.hit_pages = self.hit_pages.load(Ordering::Relaxed) as u64;
+        if let Some(info) = self.leader() {
+            let ms = |d: Option<Duration>| {
+                d.map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+            };
+            c.leader_changes = info.changes;
+            c.leader_view_version = info.version.unwrap_or(0);
+            c.last_failover_ms = ms(info.last_failover);
+            c.last_failover_after_serving_ms = ms(info.last_failover_after_serving);
+        }
         c
     }
 
@@ -556,10 +705,18 @@ impl Session {
             None => self.verify.next_at,
         };
         let proof = self.proof.and_then(|p| p.deadline);
-        [link, self.tracker.poll_timeout(), resync, verify, proof]
-            .into_iter()
-            .flatten()
-            .min()
+        let leader = self.leader.as_ref().and_then(Leader::poll_timeout);
+        [
+            link,
+            self.tracker.poll_timeout(),
+            resync,
+            verify,
+            proof,
+            leader,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     /// Does whatever is due at `now`; early calls do nothing.
@@ -573,6 +730,9 @@ impl Session {
                 self.link_lost(now, &mut fx);
             }
             _ => {}
+        }
+        if let Some(request) = self.leader.as_mut().and_then(|l| l.handle_timeout(now)) {
+            self.check_leader(request, &mut fx);
         }
         while let Some(loss) = self.tracker.handle_timeout(now) {
             self.reorder_loss(now, loss, &mut fx);
@@ -646,6 +806,12 @@ impl Session {
             fx.push(Effect::Stray {
                 reason: StrayReason::Topic,
             });
+            return fx;
+        }
+        if self.leader.as_ref().is_some_and(|l| !l.is_following()) {
+            // Between a leader change and following the new leader, a batch can only be the old
+            // leader's: its stream is not the one the index will follow.
+            self.counters.fenced_batches += 1;
             return fx;
         }
         let batch = match decode(frames) {
@@ -789,6 +955,8 @@ impl Session {
                 return fx;
             }
         };
+        // The master's status answered and did not say its publisher is off.
+        self.events_disabled = false;
         let check = watermark.map(|w| (w, self.check_status_point(w)));
         if let Some((_, ProofCheck::Broken)) = check {
             // The master's counters went back, or its event ids disagree with the stream's:
@@ -1491,7 +1659,9 @@ impl Session {
             ClearReason::Disconnected | ClearReason::Reconnected => {
                 &mut self.counters.clears_disconnected
             }
-            ClearReason::EndpointChanged => &mut self.counters.clears_endpoint,
+            ClearReason::EndpointChanged | ClearReason::LeaderChanged => {
+                &mut self.counters.clears_endpoint
+            }
             ClearReason::UnreadableRemoval => &mut self.counters.clears_unreadable_removal,
             ClearReason::Undecodable => &mut self.counters.clears_undecodable,
             ClearReason::Unproven => &mut self.counters.clears_unproven,
@@ -1831,7 +2001,7 @@ impl Session {
     }
 
     fn choose_endpoint(&mut self, now: Instant, fx: &mut Effects) {
-        if self.config.endpoint.is_some() {
+        if self.config.endpoint.is_some() || self.leader.is_some() {
             return;
         }
         let mut votes: BTreeMap<&str, usize> = BTreeMap::new();
@@ -1874,6 +2044,7 @@ impl Session {
 
     fn update_health(&mut self, fx: &mut Effects) {
         let health = match self.link {
+            _ if self.events_disabled => Health::EventsDisabled,
             Link::Down { .. } => Health::Disconnected,
             Link::Connecting { .. } => Health::Connecting,
             Link::Up { .. } => match self.resync {
@@ -1887,6 +2058,11 @@ impl Session {
                 to: health,
             });
             self.health = health;
+            if health == Health::Live {
+                if let Some(leader) = &mut self.leader {
+                    leader.note_live(self.latest);
+                }
+            }
         }
     }
 }

@@ -556,6 +556,7 @@ impl Options {
             }),
             page_deltas: s.page_deltas,
             seed: self.seed ^ 0x5e55_1011,
+            leader: None,
         }
     }
 }

@@ -326,7 +326,7 @@ fn core_config(master: &Master, layouts: &[&TestLayout], setup: &Setup) -> Confi
 }
 
 /// The `hicache-index` binary (see [`BIN_VAR`]).
-fn binary() -> PathBuf {
+pub(crate) fn binary() -> PathBuf {
     if let Some(path) = std::env::var_os(BIN_VAR) {
         return PathBuf::from(path);
     }

@@ -16,10 +16,13 @@
 //!   library, the `hicache-index serve` binary over HTTP) behind one interface;
 //! - [`driver`]: a minimal synchronous driver of the core's `Session`;
 //! - [`observer`]: a bystander SUB socket counting what the stream itself showed;
+//! - [`ha`]: an HA cluster (etcd and masters on 127.0.0.1, 127.0.0.2 ...) and the index
+//!   following its leader;
 //! - [`proxy`]: an HTTP proxy in front of the master that can hold back key lists;
 //! - this module: layouts described once for both sides, and helpers the scenarios share.
 
 pub mod driver;
+pub mod ha;
 pub mod http;
 pub mod index;
 pub mod observer;
@@ -122,8 +125,14 @@ impl TestLayout {
 /// A session config for `master`: its event endpoint, `layouts`, quick reconnects; no resync and
 /// no verification (set them per scenario).
 pub fn config(master: &Master, layouts: &[&TestLayout]) -> Config {
+    config_for(&master.event_endpoint(), layouts)
+}
+
+/// A session config for the event `endpoint`: `layouts`, quick reconnects; no resync and no
+/// verification.
+pub fn config_for(endpoint: &str, layouts: &[&TestLayout]) -> Config {
     Config {
-        endpoint: Some(master.event_endpoint()),
+        endpoint: Some(endpoint.into()),
         layouts: layouts.iter().map(|l| l.model_layout()).collect(),
         backoff: BackoffConfig {
             initial: Duration::from_millis(50),

@@ -22,6 +22,10 @@ pub struct SubscriberConfig {
     /// The prefix memo's budget in bytes (page digests of repeated prefixes, shared by every
     /// query); 0 turns it off.
     pub prefix_memo_bytes: usize,
+    /// Follow a Mooncake HA cluster's leader, named in etcd: the leader's host then replaces
+    /// the host of `session.endpoint` and of `master_http` (their ports kept), and the session
+    /// follows the leader (`session.leader`, default timing when unset). `None`: one fixed master.
+    pub ha: Option<crate::etcd::HaLocator>,
 }
 
 impl SubscriberConfig {
@@ -34,7 +38,16 @@ impl SubscriberConfig {
             http: HttpConfig::default(),
             metrics_interval: Duration::from_secs(1),
             prefix_memo_bytes: crate::DEFAULT_MEMO_BYTES,
+            ha: None,
         }
+    }
+
+    /// Follows the leader of the HA cluster `locator` names (see [`SubscriberConfig::ha`]); the
+    /// master HTTP URL MUST be set too (its port and path are kept).
+    pub fn with_ha(mut self, locator: crate::etcd::HaLocator) -> SubscriberConfig {
+        self.ha = Some(locator);
+        self.session.leader.get_or_insert_with(Default::default);
+        self
     }
 
     /// Sets the master's HTTP base URL and turns on resynchronisation and verification with
@@ -116,6 +129,8 @@ pub enum Error {
     MasterHttpUrl(String),
     /// A socket setting is out of range.
     Socket(&'static str),
+    /// The etcd watcher could not be started.
+    Etcd(String),
 }
 
 impl fmt::Display for Error {
@@ -132,6 +147,7 @@ impl fmt::Display for Error {
                 )
             }
             Error::Socket(what) => write!(f, "invalid socket setting: {what}"),
+            Error::Etcd(e) => write!(f, "starting the etcd watcher failed: {e}"),
         }
     }
 }

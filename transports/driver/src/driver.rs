@@ -263,11 +263,33 @@ impl Driver {
                     self.call(|s, now| s.begin_snapshot(now, request, watermark));
                     self.handover = Some(Handover::new(request, body));
                 }
+                Err(HttpError::EventsDisabled) => {
+                    tracing::error!(
+                        request,
+                        "the master's KV event publisher is off (\"enabled\":false in \
+                         /kv_events/status): the index stays empty; run a master built with it"
+                    );
+                    self.call(|s, now| s.handle_events_disabled(now, request));
+                }
                 Err(error) => {
                     tracing::warn!(request, %error, "fetching the master's key list failed");
                     self.call(|s, now| s.handle_snapshot_failed(now, request));
                 }
             },
+            Inbox::LeaderView(view) => {
+                tracing::info!(?view, "HA discovery");
+                self.call(|s, now| s.handle_leader_view(now, &view));
+            }
+            Inbox::LeaderStatus { request, status } => {
+                tracing::debug!(request, ?status, "leader check");
+                if status.events == hicache_index::EventsStatus::Disabled && status.serving {
+                    tracing::error!(
+                        request,
+                        "the leader's KV event publisher is off (\"enabled\":false): not followed"
+                    );
+                }
+                self.call(|s, now| s.handle_leader_status(now, request, &status));
+            }
             Inbox::Http(HttpOutcome::Verify {
                 request,
                 results,
@@ -397,6 +419,25 @@ impl Driver {
         }
     }
 
+    /// Checks the candidate leader at `host` on a thread of its own (see [`crate::leader`]).
+    fn spawn_check(&mut self, request: u64, host: &str) {
+        let Some(http) = self.http.as_ref().map(|h| h.with_host(host)) else {
+            // Without a master HTTP side no leader can be checked: it stays a candidate.
+            tracing::warn!(host, "no master HTTP URL to check the HA leader with");
+            return;
+        };
+        let control = self.control.clone();
+        let spawned = std::thread::Builder::new()
+            .name("hicache-index-leader".into())
+            .spawn(move || {
+                control.deliver_leader_status(request, crate::leader::check_leader(&http));
+            });
+        if let Err(error) = spawned {
+            // Not answered: the core's check times out and asks again.
+            tracing::warn!(%error, "starting a leader check's thread failed");
+        }
+    }
+
     /// Calls into the session under the write lock (for that call only), then executes what it
     /// returned.
     fn call(&mut self, f: impl FnOnce(&mut Session, Instant) -> Effects) {
@@ -434,6 +475,11 @@ impl Driver {
                 },
                 Effect::VerifyKeys { request, keys } => {
                     self.spawn_job(HttpJob::Verify { request, keys })
+                }
+                Effect::CheckLeader { request, host } => self.spawn_check(request, &host),
+                Effect::UseMaster { host } => {
+                    tracing::info!(host, "following the HA leader");
+                    self.http = self.http.as_ref().map(|h| Arc::new(h.with_host(&host)));
                 }
                 other => report::log_effect(&other),
             }

@@ -8,6 +8,7 @@ use std::time::Duration;
 use hicache_index::{
     Counters, Health, Hits, Instant, Lookup, PageHash, Pages, QueryError, Seq, Session, WorkerInfo,
 };
+use hicache_index::{LeaderStatus, LeaderView};
 
 use crate::http::HttpOutcome;
 use crate::memo::{MemoStats, PrefixMemo};
@@ -303,6 +304,15 @@ pub enum Inbox {
     Clear,
     /// An HTTP job finished.
     Http(HttpOutcome),
+    /// What HA discovery read of the master view key.
+    LeaderView(LeaderView),
+    /// The answer to an `Effect::CheckLeader`.
+    LeaderStatus {
+        /// The core's request number.
+        request: u64,
+        /// What the candidate said.
+        status: LeaderStatus,
+    },
     /// Stop the loop.
     Stop,
 }
@@ -341,6 +351,21 @@ impl Control {
     /// Hands an HTTP job's outcome back to the loop (used by the runtimes).
     pub fn deliver(&self, outcome: HttpOutcome) -> bool {
         self.send(Inbox::Http(outcome))
+    }
+
+    /// Hands what HA discovery read to the loop; false once the loop is gone.
+    pub fn report_leader_view(&self, view: LeaderView) -> bool {
+        self.send(Inbox::LeaderView(view))
+    }
+
+    /// Hands a leader check's answer to the loop; false once the loop is gone.
+    pub fn deliver_leader_status(&self, request: u64, status: LeaderStatus) -> bool {
+        self.send(Inbox::LeaderStatus { request, status })
+    }
+
+    /// Reports whether the loop is gone (nothing sent is read any more).
+    pub fn is_closed(&self) -> bool {
+        self.tx.is_closed()
     }
 
     fn send(&self, msg: Inbox) -> bool {

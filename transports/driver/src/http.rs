@@ -44,6 +44,8 @@ pub enum HttpError {
     Malformed(&'static str),
     /// The body was larger than allowed.
     TooLarge,
+    /// `/kv_events/status` said `"enabled":false`: the master publishes no events.
+    EventsDisabled,
 }
 
 impl fmt::Display for HttpError {
@@ -54,6 +56,7 @@ impl fmt::Display for HttpError {
             HttpError::Status(s) => write!(f, "status {s}"),
             HttpError::Malformed(what) => write!(f, "malformed answer: {what}"),
             HttpError::TooLarge => f.write_str("answer too large"),
+            HttpError::EventsDisabled => f.write_str("the master's KV event publisher is off"),
         }
     }
 }
@@ -98,6 +101,14 @@ impl MasterHttp {
             base_path: path.to_owned(),
             config,
         })
+    }
+
+    /// Returns the same client for another host (an HA leader's), port and path kept.
+    pub fn with_host(&self, host: &str) -> MasterHttp {
+        MasterHttp {
+            host: host.to_owned(),
+            ..self.clone()
+        }
     }
 
     /// The host and port to connect to.
@@ -441,11 +452,16 @@ impl HttpJob {
         match self {
             HttpJob::Snapshot { request } => {
                 // The watermark first: every batch after it must then reach the stream.
-                let watermark = match http.get("/kv_events/status") {
-                    Ok(body) => parse_watermark(&body),
-                    Err(_) => None,
+                let status = http.get("/kv_events/status");
+                let disabled = status.as_deref().is_ok_and(|body| {
+                    crate::leader::parse_events_status(Some(body))
+                        == hicache_index::EventsStatus::Disabled
+                });
+                let watermark = status.ok().and_then(|body| parse_watermark(&body));
+                let keys = match disabled {
+                    true => Err(HttpError::EventsDisabled),
+                    false => http.get("/get_all_keys"),
                 };
-                let keys = http.get("/get_all_keys");
                 HttpOutcome::Snapshot {
                     request,
                     watermark,

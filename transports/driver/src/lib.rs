@@ -35,8 +35,10 @@
 
 pub mod config;
 pub mod driver;
+pub mod etcd;
 pub mod handle;
 pub mod http;
+pub mod leader;
 pub mod memo;
 pub mod report;
 pub mod socket;
@@ -47,6 +49,7 @@ use std::sync::{Arc, RwLock};
 
 pub use config::{Error, HttpConfig, SocketConfig, SubscriberConfig};
 pub use driver::{Action, Driver, SNAPSHOT_CHUNK_LINES};
+pub use etcd::{HaLocator, LocatorError};
 pub use handle::{Control, Inbox, LockTimes, QueryHandle};
 pub use http::{HttpError, HttpJob, HttpOutcome, MasterHttp, ResponseReader};
 pub use memo::{MemoStats, PrefixMemo, DEFAULT_MEMO_BYTES};
@@ -76,7 +79,15 @@ pub fn prepare(config: SubscriberConfig) -> Result<Parts, Error> {
         http,
         metrics_interval,
         prefix_memo_bytes,
+        ha,
     } = config;
+    let mut session = session;
+    if ha.is_some() {
+        session.leader.get_or_insert_with(Default::default);
+        if master_http.is_none() {
+            return Err(Error::MasterHttpRequired);
+        }
+    }
     let wants_http = session.resync.is_some() || session.verify.is_some();
     let http = match (master_http, wants_http) {
         (Some(url), _) => Some(Arc::new(MasterHttp::new(&url, http)?)),
@@ -116,6 +127,9 @@ pub fn prepare(config: SubscriberConfig) -> Result<Parts, Error> {
         next_export: start,
         handover: None,
     };
+    if let Some(locator) = ha {
+        etcd::spawn(locator, control.clone()).map_err(|e| Error::Etcd(e.to_string()))?;
+    }
     Ok(Parts {
         driver,
         query: QueryHandle::new(shared),

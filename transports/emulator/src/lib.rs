@@ -340,6 +340,12 @@ impl Emulator {
         self.master().status
     }
 
+    /// Makes `/kv_events/status` say `"enabled":true` or `false` (a master built without the
+    /// publisher says false, and publishes nothing).
+    pub fn set_events_enabled(&self, enabled: bool) {
+        self.master().status.enabled = enabled;
+    }
+
     /// Makes the HTTP side answer 503 (false) or normally (true).
     pub fn set_http_available(&self, available: bool) {
         self.inner

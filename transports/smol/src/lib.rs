@@ -39,7 +39,7 @@ use smol::{Async, Executor, Task, Timer};
 use tracing::Instrument;
 
 pub use hicache_index_driver::{
-    Control, Error, HttpConfig, QueryHandle, SocketConfig, SubscriberConfig,
+    Control, Error, HaLocator, HttpConfig, QueryHandle, SocketConfig, SubscriberConfig,
 };
 
 /// Starts subscribers on a smol executor.

@@ -37,8 +37,8 @@ use tokio::io::Interest;
 use tracing::Instrument;
 
 pub use hicache_index_driver::{
-    Control, Error, HttpConfig, LockTimes, MemoStats, QueryHandle, SocketConfig, SubscriberConfig,
-    DEFAULT_MEMO_BYTES, SNAPSHOT_CHUNK_LINES,
+    Control, Error, HaLocator, HttpConfig, LockTimes, MemoStats, QueryHandle, SocketConfig,
+    SubscriberConfig, DEFAULT_MEMO_BYTES, SNAPSHOT_CHUNK_LINES,
 };
 
 /// Starts subscribers on the current tokio runtime.

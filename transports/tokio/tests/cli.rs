@@ -820,6 +820,38 @@ fn slow_clients_do_not_hold_up_others_and_are_cut_off() {
 }
 
 #[test]
+fn serve_exits_with_a_clear_error_when_the_masters_publisher_is_off() {
+    let emulator = emulator();
+    emulator.set_events_enabled(false);
+    let endpoint = emulator.event_endpoint();
+    let base = emulator.http_base();
+    let out = run(
+        &[
+            "serve",
+            "--events",
+            &endpoint,
+            "--master-http",
+            &base,
+            "--page-size",
+            "4",
+            "--tp",
+            "2",
+            "--listen",
+            "127.0.0.1:0",
+        ],
+        "",
+    );
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "stderr: {err}");
+    let last = err.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("hicache-index: error: ") && last.contains("\"enabled\":false"),
+        "{err}"
+    );
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+#[test]
 fn serve_refuses_bad_configurations_in_one_line() {
     let layout = ["--page-size", "4", "--tp", "2"];
     let with = |extra: &[&str]| {
@@ -850,6 +882,28 @@ fn serve_refuses_bad_configurations_in_one_line() {
         ]),
         1,
         "master HTTP URL",
+    );
+    assert_fails(
+        &with(&[
+            "--events",
+            "tcp://127.0.0.1:1",
+            "--ha-locator",
+            "etcd://127.0.0.1:2379",
+        ]),
+        2,
+        "--master-http",
+    );
+    assert_fails(
+        &with(&[
+            "--events",
+            "tcp://127.0.0.1:1",
+            "--master-http",
+            "http://127.0.0.1:1",
+            "--ha-locator",
+            "redis://127.0.0.1:6379",
+        ]),
+        1,
+        "etcd://host:port",
     );
     let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = busy.local_addr().unwrap().to_string();

@@ -21,9 +21,11 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use clap::Args;
-use hicache_index::{Config, Health, IndexConfig, Kind, ModelLayout, ResyncConfig, VerifyConfig};
+use hicache_index::{
+    Config, Health, IndexConfig, Kind, LeaderConfig, ModelLayout, ResyncConfig, VerifyConfig,
+};
 use hicache_index_api::{answer_with, ApiError, LayoutArgs, Limits, QueryRequest};
-use hicache_index_tokio::{HttpConfig, QueryHandle, Subscriber, SubscriberConfig};
+use hicache_index_tokio::{HaLocator, HttpConfig, QueryHandle, Subscriber, SubscriberConfig};
 use http_body_util::{BodyExt, Limited};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
@@ -44,6 +46,18 @@ pub(crate) struct ServeArgs {
     /// its key list at start, resync after loss, and periodic verification.
     #[arg(long, value_name = "URL")]
     master_http: Option<String>,
+    /// Follow a Mooncake HA cluster's leader, named in etcd (Mooncake's own form, e.g.
+    /// etcd://10.0.0.1:2379;10.0.0.2:2379): the leader's host replaces the host of --events and
+    /// --master-http, their ports kept. Needs --master-http.
+    #[arg(
+        long,
+        value_name = "etcd://HOST:PORT[;HOST:PORT...]",
+        requires = "master_http"
+    )]
+    ha_locator: Option<String>,
+    /// The Mooncake cluster id of --ha-locator (the masters' MC_STORE_CLUSTER_ID).
+    #[arg(long, value_name = "ID", requires = "ha_locator")]
+    cluster_id: Option<String>,
     /// Turn the bootstrap and the resync after loss off (loss then only clears).
     #[arg(long, requires = "master_http")]
     no_resync: bool,
@@ -145,10 +159,20 @@ pub(crate) fn run(args: ServeArgs) -> Outcome {
             session.verify = Some(verify);
         }
     }
+    let ha = args
+        .ha_locator
+        .as_deref()
+        .map(|l| HaLocator::parse(l, args.cluster_id.as_deref()))
+        .transpose()
+        .map_err(|e| format!("--ha-locator: {e}"))?;
+    if ha.is_some() {
+        session.leader = Some(LeaderConfig::default());
+    }
     let config = SubscriberConfig {
         master_http: args.master_http.clone(),
         http,
         prefix_memo_bytes: args.prefix_memo_bytes,
+        ha,
         ..SubscriberConfig::new(session)
     };
     let limits = Limits {
@@ -194,13 +218,25 @@ async fn serve(args: ServeArgs, config: SubscriberConfig, limits: Limits) -> Out
             .as_deref()
             .unwrap_or("none: loss only clears")
     );
-    let router = router(app);
-    tokio::select! {
-        () = accept_loop(listener, router, args.client_timeout, args.max_connections) => {}
-        () = shutdown_signal() => tracing::info!(target: "hicache_index_serve", "stopping"),
+    if let Some(locator) = &args.ha_locator {
+        tracing::info!(target: "hicache_index_serve", "following the HA leader named in {locator}");
     }
+    let router = router(app);
+    let outcome = tokio::select! {
+        () = accept_loop(listener, router, args.client_timeout, args.max_connections) => Ok(ExitCode::SUCCESS),
+        () = shutdown_signal() => {
+            tracing::info!(target: "hicache_index_serve", "stopping");
+            Ok(ExitCode::SUCCESS)
+        }
+        () = events_disabled(&index) => Err(
+            "the master's KV event publisher is off (\"enabled\":false in /kv_events/status): \
+             it was built without it, and the index would stay empty; run a master with the \
+             publisher (e.g. PyPI mooncake-transfer-engine-cuda13 0.3.14)"
+                .to_owned(),
+        ),
+    };
     task.shutdown().await;
-    Ok(ExitCode::SUCCESS)
+    outcome
 }
 
 #[cfg(feature = "nng")]
@@ -262,6 +298,14 @@ async fn accept_loop(
             let _ = connection.await;
             drop(slot);
         });
+    }
+}
+
+/// Returns once the master (or HA leader) said its publisher is off: an error of the
+/// deployment, which `serve` reports and exits on rather than serve an empty index.
+async fn events_disabled(index: &QueryHandle) {
+    while index.health() != Health::EventsDisabled {
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
@@ -394,6 +438,7 @@ async fn metrics(State(app): State<Arc<App>>) -> Response {
         Health::Recovering,
         Health::Connecting,
         Health::Disconnected,
+        Health::EventsDisabled,
     ] {
         let _ = writeln!(
             out,
@@ -426,6 +471,13 @@ async fn metrics(State(app): State<Arc<App>>) -> Response {
         let _ = writeln!(
             out,
             "# HELP hicache_index_{name} {help}\n# TYPE hicache_index_{name} {kind}\nhicache_index_{name} {value}"
+        );
+    }
+    if let Some(leader) = app.index.read(|s| s.leader()).flatten() {
+        let _ = writeln!(
+            out,
+            "# HELP hicache_index_leader 1 for the HA leader the index follows\n# TYPE hicache_index_leader gauge\nhicache_index_leader{{address=\"{}\"}} 1",
+            leader.address.as_deref().unwrap_or("")
         );
     }
     let name = "hicache_index_query_duration_seconds";
@@ -467,7 +519,20 @@ async fn readyz(State(app): State<Arc<App>>) -> Response {
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
-    json(status, format!(r#"{{"health":"{}"}}"#, health.as_str()))
+    let mut body = serde_json::json!({ "health": health.as_str() });
+    if let Some(leader) = app.index.read(|s| s.leader()).flatten() {
+        let ms = |d: Option<Duration>| d.map(|d| d.as_millis() as u64);
+        body["leader"] = serde_json::json!({
+            "address": leader.address,
+            "view_version": leader.version,
+            "master_view_version": leader.master_view_version,
+            "candidate": leader.candidate,
+            "changes": leader.changes,
+            "last_failover_ms": ms(leader.last_failover),
+            "last_failover_after_serving_ms": ms(leader.last_failover_after_serving),
+        });
+    }
+    json(status, body.to_string())
 }
 
 async fn not_found() -> Response {
