@@ -24,6 +24,10 @@
 //!   newest batch applied is stale too: libzmq queues each connection's messages apart, so an
 //!   unseen restart's late messages of the old run can follow the new run's. A publisher
 //!   whose clock went back is then skipped until its clock passes the stream's: misses.
+//! - With a reorder window, a batch stamped before the newest batch applied is never applied,
+//!   even when its sequence and event ids run on (two runs whose batches had the same sizes
+//!   number them alike): the master stamps a run's batches in order as it sends them, so it is
+//!   an older run's late batch ([`Verdict::Stale`]).
 //! - A jump backward is a restart, except, with a reorder window, a sequence within the window
 //!   whose fingerprint matches the batch applied under that number: a late copy.
 //!   With a reorder window, a jump backward that is no copy but is stamped no later than the
@@ -294,6 +298,11 @@ impl<T> SequenceTracker<T> {
         }
     }
 
+    fn stamped_before(&self, fp: &Fingerprint) -> bool {
+        self.config.max_held > 0
+            && matches!((self.max_millis, fp.millis), (Some(max), Some(at)) if at < max)
+    }
+
     /// Reports whether a batch whose first event id is `first_id` breaks the stream's event-id
     /// continuity.
     fn breaks_ids(&self, first_id: Option<u64>) -> bool {
@@ -363,7 +372,9 @@ impl<T> SequenceTracker<T> {
             };
         }
         if seq.0 == last.0.wrapping_add(1) && seq.0 != 0 {
-            return if !self.breaks_ids(fingerprint.first_event_id) {
+            return if !self.breaks_ids(fingerprint.first_event_id)
+                && !self.stamped_before(&fingerprint)
+            {
                 Verdict::Apply
             } else if self.is_late_with_reordering(&fingerprint) {
                 Verdict::Stale
@@ -467,6 +478,7 @@ impl<T> SequenceTracker<T> {
                 }
             }
             (None, Some((_, last_id))) => self.rule_after_loss(&fp, last_id),
+            (Some(_), _) if self.stamped_before(&fp) => AfterLoss::Stale,
             _ => AfterLoss::Baseline,
         };
         let verdict = match rule {
