@@ -22,13 +22,14 @@ use axum::routing::{get, post};
 use axum::Router;
 use clap::Args;
 use hicache_index::{Config, Health, IndexConfig, Kind, ModelLayout, ResyncConfig, VerifyConfig};
-use hicache_index_api::{answer_with, ApiError, LayoutArgs, Limits, QueryRequest};
+use hicache_index_api::{answer_with, ApiError, Limits, QueryRequest};
 use hicache_index_tokio::{HttpConfig, QueryHandle, Subscriber, SubscriberConfig};
 use http_body_util::{BodyExt, Limited};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 
 use crate::latency::Latency;
+use crate::layout_args::LayoutArgs;
 use crate::{parse_duration, Outcome};
 
 /// `serve --events URL [--master-http URL] LAYOUT [--listen ADDR] [--nng-listen URL]`

@@ -11,6 +11,8 @@
 
 mod demo;
 mod latency;
+mod layout_args;
+mod plumbing;
 mod serve;
 mod tools;
 mod watch;

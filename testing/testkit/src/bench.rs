@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use hicache_index::{Config, EventKind, Layout, Lookup, ModelLayout, SglangParams};
 use hicache_index_driver::{QueryHandle, SubscriberConfig};
 use hicache_index_emulator::{Emulator, EmulatorConfig};
-use hicache_index_sim::encode::{EventIdSlots, FIXED_WIDTH_EVENT_ID};
+use hicache_index_wire::{EventIdSlots, FIXED_WIDTH_EVENT_ID};
 
 use crate::{wait_subscribed, EmulatorPeer, Runtime};
 
