@@ -1,156 +1,82 @@
-//! A lock-free latency histogram: fine log-linear buckets for quantiles (the demo's p50/p99)
-//! and the cumulative buckets of a Prometheus histogram (`/metrics`).
+//! Latency figures for the demo's report: an `hdrhistogram` behind a lock, recorded from any
+//! thread, read for quantiles and the maximum. (`serve`'s `/metrics` histogram is the
+//! Prometheus exporter's.)
 
-use std::fmt::Write as _;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 use std::time::Duration;
 
-/// Sub-buckets per power of two: bucket widths are 1/8 of their lower edge (12.5 %).
-const SUB_BITS: u32 = 3;
-const SUB: usize = 1 << SUB_BITS;
-/// Fine buckets: values up to 2^40 ns (about 18 minutes); larger ones land in the last.
-const FINE: usize = (40 - SUB_BITS as usize + 1) * SUB;
+use hdrhistogram::Histogram;
 
-/// The upper bounds of the Prometheus buckets, in seconds.
-const BOUNDS: [f64; 16] = [
-    1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 1e-1,
-    1.0, 10.0,
-];
+/// Significant decimal digits kept: values within 0.1 % of the truth.
+const SIGFIG: u8 = 3;
 
-/// Records durations from any thread without locks.
+/// Records durations from any thread, in nanoseconds (1 ns to about 18 minutes; longer ones
+/// count as the longest).
 #[derive(Debug)]
 pub(crate) struct Latency {
-    fine: Box<[AtomicU64]>,
-    bounds: [AtomicU64; BOUNDS.len()],
-    count: AtomicU64,
-    sum_ns: AtomicU64,
-    max_ns: AtomicU64,
+    histogram: Mutex<Recorded>,
+}
+
+/// The histogram and the exact longest duration (the histogram's own is its bucket's edge).
+#[derive(Debug)]
+struct Recorded {
+    histogram: Histogram<u64>,
+    max_ns: u64,
 }
 
 impl Latency {
+    /// The longest duration told apart, in nanoseconds (2^40, about 18 minutes).
+    const HIGHEST_NS: u64 = 1 << 40;
+
     /// Makes an empty histogram.
     pub(crate) fn new() -> Latency {
+        let histogram = Histogram::new_with_bounds(1, Self::HIGHEST_NS, SIGFIG)
+            .expect("1 ns to 2^40 ns at 3 digits are valid bounds");
         Latency {
-            fine: (0..FINE).map(|_| AtomicU64::new(0)).collect(),
-            bounds: std::array::from_fn(|_| AtomicU64::new(0)),
-            count: AtomicU64::new(0),
-            sum_ns: AtomicU64::new(0),
-            max_ns: AtomicU64::new(0),
+            histogram: Mutex::new(Recorded {
+                histogram,
+                max_ns: 0,
+            }),
         }
     }
 
     /// Records one duration.
     pub(crate) fn record(&self, d: Duration) {
         let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
-        self.fine[fine_index(ns)].fetch_add(1, Ordering::Relaxed);
-        let secs = d.as_secs_f64();
-        if let Some(i) = BOUNDS.iter().position(|&b| secs <= b) {
-            self.bounds[i].fetch_add(1, Ordering::Relaxed);
-        }
-        self.count.fetch_add(1, Ordering::Relaxed);
-        self.sum_ns.fetch_add(ns, Ordering::Relaxed);
-        self.max_ns.fetch_max(ns, Ordering::Relaxed);
+        let mut r = self.lock();
+        r.histogram.saturating_record(ns.max(1));
+        r.max_ns = r.max_ns.max(ns);
     }
 
     /// Returns the longest duration recorded; `None` when empty.
     pub(crate) fn max(&self) -> Option<Duration> {
-        (self.count() > 0).then(|| Duration::from_nanos(self.max_ns.load(Ordering::Relaxed)))
+        let r = self.lock();
+        (!r.histogram.is_empty()).then(|| Duration::from_nanos(r.max_ns))
     }
 
     /// Returns how many durations were recorded.
     pub(crate) fn count(&self) -> u64 {
-        self.count.load(Ordering::Relaxed)
+        self.lock().histogram.len()
     }
 
-    /// Returns the `q`-quantile (0..=1), interpolated within its bucket; `None` when empty.
+    /// Returns the `q`-quantile (0..=1); `None` when empty.
     pub(crate) fn quantile(&self, q: f64) -> Option<Duration> {
-        let counts: Vec<u64> = self
-            .fine
-            .iter()
-            .map(|c| c.load(Ordering::Relaxed))
-            .collect();
-        let total: u64 = counts.iter().sum();
-        if total == 0 {
-            return None;
-        }
-        let rank = (q.clamp(0.0, 1.0) * total as f64).max(1.0);
-        let mut seen = 0u64;
-        for (i, &c) in counts.iter().enumerate() {
-            if c == 0 {
-                continue;
-            }
-            if (seen + c) as f64 >= rank {
-                let (low, high) = fine_bounds(i);
-                let within = (rank - seen as f64) / c as f64;
-                let ns = low as f64 + (high - low) as f64 * within;
-                return Some(Duration::from_nanos(ns as u64));
-            }
-            seen += c;
-        }
-        None
+        let r = self.lock();
+        let h = &r.histogram;
+        (!h.is_empty()).then(|| Duration::from_nanos(h.value_at_quantile(q.clamp(0.0, 1.0))))
     }
 
-    /// Appends the histogram in the Prometheus text format, named `name`, with `labels` (e.g.
-    /// `transport="http"`; empty for none) on every sample.
-    pub(crate) fn write_prometheus(&self, out: &mut String, name: &str, labels: &str) {
-        let sep = if labels.is_empty() { "" } else { "," };
-        let mut cumulative = 0u64;
-        for (bound, count) in BOUNDS.iter().zip(&self.bounds) {
-            cumulative += count.load(Ordering::Relaxed);
-            let _ = writeln!(
-                out,
-                "{name}_bucket{{{labels}{sep}le=\"{bound}\"}} {cumulative}"
-            );
-        }
-        let count = self.count.load(Ordering::Relaxed);
-        let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {count}");
-        let sum = self.sum_ns.load(Ordering::Relaxed) as f64 / 1e9;
-        let braces = |l: &str| {
-            if l.is_empty() {
-                String::new()
-            } else {
-                format!("{{{l}}}")
-            }
-        };
-        let _ = writeln!(out, "{name}_sum{} {sum}", braces(labels));
-        let _ = writeln!(out, "{name}_count{} {count}", braces(labels));
+    /// The histogram; a panic while recording leaves it usable (counts are plain numbers).
+    fn lock(&self) -> std::sync::MutexGuard<'_, Recorded> {
+        self.histogram
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
-}
-
-/// The fine bucket of `ns`: exact below 8 ns, then 8 buckets per power of two.
-fn fine_index(ns: u64) -> usize {
-    if ns < SUB as u64 {
-        return ns as usize;
-    }
-    let exp = 63 - ns.leading_zeros();
-    let sub = ((ns >> (exp - SUB_BITS)) as usize) & (SUB - 1);
-    let index = (exp - SUB_BITS + 1) as usize * SUB + sub;
-    index.min(FINE - 1)
-}
-
-/// The lower and upper edges of fine bucket `i`, in nanoseconds.
-fn fine_bounds(i: usize) -> (u64, u64) {
-    if i < SUB {
-        return (i as u64, i as u64 + 1);
-    }
-    let exp = (i / SUB) as u32 + SUB_BITS - 1;
-    let sub = (i % SUB) as u64;
-    let width = 1u64 << (exp - SUB_BITS);
-    let low = (1u64 << exp) + sub * width;
-    (low, low + width)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn every_value_lands_in_the_bucket_whose_edges_hold_it() {
-        for ns in (0..5000u64).chain([1 << 20, (1 << 20) + 12345, 987_654_321]) {
-            let (low, high) = fine_bounds(fine_index(ns));
-            assert!(low <= ns && ns < high, "{ns} in [{low}, {high})");
-        }
-    }
 
     #[test]
     fn quantiles_are_within_a_bucket_of_the_truth() {
@@ -168,29 +94,12 @@ mod tests {
     }
 
     #[test]
-    fn prometheus_buckets_are_cumulative_and_end_with_the_count() {
+    fn durations_past_the_range_count_as_the_longest() {
         let h = Latency::new();
-        h.record(Duration::from_nanos(500));
-        h.record(Duration::from_micros(30));
-        h.record(Duration::from_secs(100));
-        let mut out = String::new();
-        h.write_prometheus(&mut out, "q", "transport=\"http\"");
-        assert!(
-            out.contains("q_bucket{transport=\"http\",le=\"0.000001\"} 1"),
-            "{out}"
-        );
-        assert!(
-            out.contains("q_bucket{transport=\"http\",le=\"0.00005\"} 2"),
-            "{out}"
-        );
-        assert!(
-            out.contains("q_bucket{transport=\"http\",le=\"10\"} 2"),
-            "{out}"
-        );
-        assert!(
-            out.contains("q_bucket{transport=\"http\",le=\"+Inf\"} 3"),
-            "{out}"
-        );
-        assert!(out.contains("q_count{transport=\"http\"} 3"), "{out}");
+        h.record(Duration::from_secs(100_000));
+        h.record(Duration::ZERO);
+        assert_eq!(h.count(), 2);
+        assert_eq!(h.max(), Some(Duration::from_secs(100_000)));
+        assert!(h.quantile(1.0).unwrap() >= Duration::from_nanos(Latency::HIGHEST_NS / 2));
     }
 }
