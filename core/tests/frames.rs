@@ -19,11 +19,7 @@ const DISK_CAPTURE: &str = include_str!("fixtures/mooncake_0_3_14_disk_replica.j
 const SEQ_ONE: [u8; 8] = 1u64.to_be_bytes();
 
 fn unhex(hex: &str) -> Vec<u8> {
-    assert!(hex.len() % 2 == 0, "odd hex length");
-    (0..hex.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).expect("hex digit"))
-        .collect()
+    hex::decode(hex).expect("an even number of hex digits")
 }
 
 fn records(jsonl: &str) -> Vec<Value> {

@@ -42,7 +42,7 @@
 //! - Nothing is avoided: every fault kind runs in the sweep; each false hit the simulator found
 //!   has a regression test in `sim/tests/regressions.rs`.
 
-pub mod encode;
+pub use hicache_index_wire as encode;
 pub mod flight;
 pub mod master;
 pub mod models;

@@ -25,10 +25,7 @@ fn fixture(name: &str) -> String {
 }
 
 fn unhex(hex: &str) -> Vec<u8> {
-    (0..hex.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).expect("hex digit"))
-        .collect()
+    hex::decode(hex).expect("hex digits")
 }
 
 fn opt_string(v: &Value) -> Option<String> {

@@ -195,7 +195,7 @@ pub fn layout_document(data: &[u8]) {
         return;
     };
     meter::reset();
-    let parsed = hicache_index_api::layout_args::layout_from_document_json(text);
+    let parsed = hicache_index_api::layout_from_document_json(text);
     assert!(
         meter::largest_since_reset() <= 64 * data.len() + 4096,
         "layout document allocation"

@@ -76,8 +76,7 @@ fn write_seeds() {
             let Some(frames) = v["frames_hex"].as_array() else {
                 continue;
             };
-            let hex =
-                |i: usize| hicache_index_api::tools::from_hex(frames[i].as_str().unwrap()).unwrap();
+            let hex = |i: usize| hex::decode(frames[i].as_str().unwrap()).unwrap();
             let mut data = vec![4u8];
             data.extend(hex(1));
             data.extend(hex(2));

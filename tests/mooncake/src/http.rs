@@ -1,17 +1,15 @@
-//! A tiny blocking HTTP/1.1 client (`GET`, and `POST` for `hicache-index serve`) over
-//! `std::net::TcpStream`, and the master's admin calls.
-//!
-//! The Mooncake master's admin side (cinatra) answers with `Content-Length`; chunked bodies and
-//! bodies delimited by the connection's close are read too. Every request has a deadline.
+//! A blocking HTTP/1.1 client (`GET`, and `POST` for `hicache-index serve`) on `ureq`, and the
+//! master's admin calls. Every request has a deadline.
 //!
 //! It is deliberately not the transports' client (`hicache_index_driver::MasterHttp` and its
 //! response reader and `/batch_query_keys` parser): the scenarios judge the index against what
 //! this client reads from the master, so a bug in the production client must not be shared by
 //! the judge.
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
-use std::time::{Duration, Instant};
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 
 /// The master's answer to `GET /kv_events/status`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -44,7 +42,10 @@ pub fn post_json(
     request(addr, "POST", path, Some(body), timeout)
 }
 
-/// Sends one request (`Connection: close`) and reads the whole answer, within `timeout`.
+/// The largest body read (a key list of the load scenario is a few MB).
+const MAX_BODY: u64 = 1 << 30;
+
+/// Sends one request and reads the whole answer, whatever its status, within `timeout`.
 fn request(
     addr: SocketAddr,
     method: &str,
@@ -52,47 +53,30 @@ fn request(
     body: Option<&str>,
     timeout: Duration,
 ) -> Result<(u16, Vec<u8>), String> {
-    let deadline = Instant::now() + timeout;
-    let mut stream =
-        TcpStream::connect_timeout(&addr, timeout).map_err(|e| format!("connect {addr}: {e}"))?;
-    stream.set_nodelay(true).ok();
-    let mut request = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nUser-Agent: hicache-index-mooncake-tests\r\n\
-         Accept: */*\r\nConnection: close\r\n"
-    );
-    match body {
-        Some(body) => request.push_str(&format!(
-            "Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-            body.len()
-        )),
-        None => request.push_str("\r\n"),
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .timeout_global(Some(timeout))
+        .http_status_as_error(false)
+        .user_agent("hicache-index-mooncake-tests")
+        .build()
+        .into();
+    let url = format!("http://{addr}{path}");
+    let fail = |e: ureq::Error| format!("{method} {addr}{}: {e}", short(path));
+    let mut response = match body {
+        Some(body) => agent
+            .post(&url)
+            .header("Content-Type", "application/json")
+            .send(body),
+        None => agent.get(&url).call(),
     }
-    stream
-        .set_write_timeout(Some(timeout))
-        .and_then(|()| stream.write_all(request.as_bytes()))
-        .map_err(|e| format!("send {method} {addr}{}: {e}", short(path)))?;
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 64 * 1024];
-    loop {
-        if let Some(done) = parse_response(&buf, false)? {
-            return Ok(done);
-        }
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(format!("{method} {addr}{}: timed out", short(path)));
-        }
-        stream.set_read_timeout(Some(left)).ok();
-        match stream.read(&mut chunk) {
-            Ok(0) => {
-                return parse_response(&buf, true)?.ok_or_else(|| {
-                    format!("{method} {addr}{}: connection closed early", short(path))
-                });
-            }
-            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(format!("{method} {addr}{}: {e}", short(path))),
-        }
-    }
+    .map_err(fail)?;
+    let status = response.status().as_u16();
+    let body = response
+        .body_mut()
+        .with_config()
+        .limit(MAX_BODY)
+        .read_to_vec()
+        .map_err(fail)?;
+    Ok((status, body))
 }
 
 /// Sends `GET path` and returns the body of a `200` answer as text.
@@ -172,85 +156,16 @@ pub fn kv_events_status(addr: SocketAddr, timeout: Duration) -> Result<KvEventsS
     })
 }
 
+/// Everything but RFC 3986's unreserved characters (`A-Z a-z 0-9 - . _ ~`).
+const KEY_ENCODE_SET: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
 /// Percent-encodes everything but RFC 3986's unreserved characters.
 fn percent_encode(s: &str, out: &mut String) {
-    const HEX: &[u8; 16] = b"0123456789ABCDEF";
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(char::from(b));
-        } else {
-            out.push('%');
-            out.push(char::from(HEX[usize::from(b >> 4)]));
-            out.push(char::from(HEX[usize::from(b & 15)]));
-        }
-    }
-}
-
-/// Parses a complete response from `buf`; `None` while more bytes are needed. `closed`: the
-/// peer closed, so a body without length ends here.
-pub(crate) fn parse_response(buf: &[u8], closed: bool) -> Result<Option<(u16, Vec<u8>)>, String> {
-    let Some(head_end) = find(buf, b"\r\n\r\n") else {
-        return Ok(None);
-    };
-    let head = std::str::from_utf8(&buf[..head_end]).map_err(|_| "response head is not UTF-8")?;
-    let mut lines = head.split("\r\n");
-    let status_line = lines.next().unwrap_or_default();
-    let status: u16 = status_line
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| format!("bad status line {status_line:?}"))?;
-    let mut length = None;
-    let mut chunked = false;
-    for line in lines {
-        let Some((name, value)) = line.split_once(':') else {
-            continue;
-        };
-        let value = value.trim();
-        if name.eq_ignore_ascii_case("content-length") {
-            length = Some(value.parse::<usize>().map_err(|_| "bad Content-Length")?);
-        } else if name.eq_ignore_ascii_case("transfer-encoding")
-            && value.to_ascii_lowercase().contains("chunked")
-        {
-            chunked = true;
-        }
-    }
-    let body = &buf[head_end + 4..];
-    if chunked {
-        return Ok(dechunk(body)?.map(|b| (status, b)));
-    }
-    match length {
-        Some(n) if body.len() >= n => Ok(Some((status, body[..n].to_vec()))),
-        Some(_) => Ok(None),
-        None if closed => Ok(Some((status, body.to_vec()))),
-        None => Ok(None),
-    }
-}
-
-/// Decodes a chunked body; `None` while incomplete.
-fn dechunk(mut body: &[u8]) -> Result<Option<Vec<u8>>, String> {
-    let mut out = Vec::new();
-    loop {
-        let Some(line_end) = find(body, b"\r\n") else {
-            return Ok(None);
-        };
-        let size_text = std::str::from_utf8(&body[..line_end]).map_err(|_| "bad chunk size")?;
-        let size_text = size_text.split(';').next().unwrap_or_default().trim();
-        let size = usize::from_str_radix(size_text, 16).map_err(|_| "bad chunk size")?;
-        body = &body[line_end + 2..];
-        if size == 0 {
-            return Ok(Some(out));
-        }
-        if body.len() < size + 2 {
-            return Ok(None);
-        }
-        out.extend_from_slice(&body[..size]);
-        body = &body[size + 2..];
-    }
-}
-
-pub(crate) fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack.windows(needle.len()).position(|w| w == needle)
+    out.extend(utf8_percent_encode(s, KEY_ENCODE_SET));
 }
 
 /// The first 200 characters of `s`, for error messages.
@@ -265,25 +180,37 @@ fn short(s: &str) -> &str {
 mod tests {
     use super::*;
 
+    /// Answers one connection on loopback with `answer` and closes it.
+    fn serve_once(answer: &'static [u8]) -> SocketAddr {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a listener");
+        let addr = listener.local_addr().expect("an address");
+        std::thread::spawn(move || {
+            let (mut stream, _) = listener.accept().expect("a connection");
+            let mut request = Vec::new();
+            let mut buf = [0u8; 1024];
+            while !request.ends_with(b"\r\n\r\n") {
+                match stream.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => request.extend_from_slice(&buf[..n]),
+                }
+            }
+            stream.write_all(answer).expect("the answer is written");
+        });
+        addr
+    }
+
     #[test]
     fn reads_content_length_chunked_and_close_delimited_bodies() {
-        let fixed = b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nabcdef";
-        assert_eq!(
-            parse_response(fixed, false).unwrap(),
-            Some((200, b"abc".to_vec()))
+        let timeout = Duration::from_secs(5);
+        let fixed = serve_once(b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nabcdef");
+        assert_eq!(get(fixed, "/", timeout).unwrap(), (200, b"abc".to_vec()));
+        let chunked = serve_once(
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nab\r\n1\r\nc\r\n0\r\n\r\n",
         );
-        let chunked =
-            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nab\r\n1\r\nc\r\n0\r\n\r\n";
-        assert_eq!(
-            parse_response(chunked, false).unwrap(),
-            Some((200, b"abc".to_vec()))
-        );
-        let open = b"HTTP/1.1 404 Not Found\r\n\r\nnope";
-        assert_eq!(parse_response(open, false).unwrap(), None);
-        assert_eq!(
-            parse_response(open, true).unwrap(),
-            Some((404, b"nope".to_vec()))
-        );
+        assert_eq!(get(chunked, "/", timeout).unwrap(), (200, b"abc".to_vec()));
+        let open = serve_once(b"HTTP/1.1 404 Not Found\r\n\r\nnope");
+        assert_eq!(get(open, "/", timeout).unwrap(), (404, b"nope".to_vec()));
     }
 
     #[test]

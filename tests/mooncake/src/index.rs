@@ -25,7 +25,7 @@ use crate::process::{Guarded, Master, Venvs};
 use crate::{config, http, TestLayout};
 
 /// The environment variable that may name the `hicache-index` binary (default: next to the test
-/// executable's folder, where `cargo build -p hicache-index-tokio --bin hicache-index` puts it).
+/// executable's folder, where `cargo build -p hicache-index-app --bin hicache-index` puts it).
 pub const BIN_VAR: &str = "HICACHE_INDEX_BIN";
 
 /// How a scenario runs the index.
@@ -339,7 +339,7 @@ pub(crate) fn binary() -> PathBuf {
         .expect("a target folder");
     assert!(
         path.exists(),
-        "{} is missing: build it first (`cargo build -p hicache-index-tokio --bin \
+        "{} is missing: build it first (`cargo build -p hicache-index-app --bin \
          hicache-index`, as .ci/mooncake-run does) or name it in {BIN_VAR}",
         path.display()
     );

@@ -5,7 +5,8 @@
 //! test releases it. Meanwhile the index waits for its snapshot, and whatever the store does in
 //! between arrives as live batches the index must buffer and replay. This works the same for
 //! every way of running the index (core driver, tokio library, `hicache-index serve`), because
-//! it is just another HTTP server on loopback.
+//! it is just another HTTP server on loopback. It reads requests with `httparse` and asks the
+//! master with the tests' own client ([`crate::http`]).
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
@@ -13,8 +14,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
-
-use crate::http::{find, parse_response};
 
 /// What the proxy saw and whether it holds snapshots.
 #[derive(Debug, Default)]
@@ -104,43 +103,35 @@ impl Drop for HttpProxy {
     }
 }
 
-/// Serves one client: reads its request head, sends it upstream, reads the whole answer and
-/// passes it back (after the hold, for a key list).
+/// Serves one client: reads its request head, asks upstream for the same target, reads the
+/// whole answer and passes it back with its status (after the hold, for a key list).
 fn forward(
     mut client: TcpStream,
     upstream: SocketAddr,
     state: &(Mutex<State>, Condvar),
 ) -> std::io::Result<()> {
-    let timeout = Some(Duration::from_secs(30));
+    let timeout = Duration::from_secs(30);
     client.set_nonblocking(false)?;
-    client.set_read_timeout(timeout)?;
+    client.set_read_timeout(Some(timeout))?;
     let mut request = Vec::new();
     let mut chunk = [0u8; 64 * 1024];
-    while find(&request, b"\r\n\r\n").is_none() {
+    let target = loop {
         let n = client.read(&mut chunk)?;
         if n == 0 {
             return Ok(());
         }
         request.extend_from_slice(&chunk[..n]);
-    }
-    let is_key_list = request.starts_with(b"GET /get_all_keys");
-    let mut server = TcpStream::connect(upstream)?;
-    server.set_read_timeout(timeout)?;
-    server.write_all(&request)?;
-    let mut answer = Vec::new();
-    let body = loop {
-        let n = server.read(&mut chunk)?;
-        if n > 0 {
-            answer.extend_from_slice(&chunk[..n]);
-        }
-        let parsed = parse_response(&answer, n == 0)
-            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
-        match parsed {
-            Some((_, body)) => break body,
-            None if n == 0 => return Ok(()),
-            None => {}
+        let mut headers = [httparse::EMPTY_HEADER; 64];
+        let mut head = httparse::Request::new(&mut headers);
+        match head.parse(&request) {
+            Ok(httparse::Status::Complete(_)) => break head.path.unwrap_or("/").to_owned(),
+            Ok(httparse::Status::Partial) => {}
+            Err(e) => return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, e)),
         }
     };
+    let is_key_list = target.starts_with("/get_all_keys");
+    let (status, body) =
+        crate::http::get(upstream, &target, timeout).map_err(std::io::Error::other)?;
     if is_key_list {
         let keys = String::from_utf8_lossy(&body)
             .lines()
@@ -157,6 +148,11 @@ fn forward(
             s = wake.wait(s).expect("proxy state");
         }
     }
-    client.write_all(&answer)?;
+    let head = format!(
+        "HTTP/1.1 {status} Proxied\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    client.write_all(head.as_bytes())?;
+    client.write_all(&body)?;
     Ok(())
 }

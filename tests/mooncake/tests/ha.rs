@@ -209,11 +209,13 @@ fn elapsed_s(ms: u64) -> f64 {
 }
 
 #[test]
+#[ignore = "needs the real Mooncake master: run .ci/mooncake-run"]
 fn failover_tokio() {
     failover("tokio");
 }
 
 #[test]
+#[ignore = "needs the real Mooncake master: run .ci/mooncake-run"]
 fn failover_serve() {
     failover("serve");
 }
@@ -299,11 +301,13 @@ fn restart_in_place(via: &str) {
 }
 
 #[test]
+#[ignore = "needs the real Mooncake master: run .ci/mooncake-run"]
 fn restart_in_place_tokio() {
     restart_in_place("tokio");
 }
 
 #[test]
+#[ignore = "needs the real Mooncake master: run .ci/mooncake-run"]
 fn restart_in_place_serve() {
     restart_in_place("serve");
 }
@@ -313,6 +317,7 @@ fn restart_in_place_serve() {
 /// (the addresses are nobody's): the index checks the named leader and, as it never serves,
 /// follows nobody and claims nothing.
 #[test]
+#[ignore = "needs the real Mooncake master: run .ci/mooncake-run"]
 fn etcd_watch_falls_back_to_polling_and_sees_every_value() {
     let venvs = Venvs::from_env();
     let mut etcd = Etcd::start(&venvs);

@@ -7,9 +7,9 @@
 
 use std::path::PathBuf;
 
-use hicache_index_api::tools::thousands;
 use hicache_index_sim::perf;
 use serde_json::Value;
+use thousands::Separable;
 
 /// Time per iteration of a criterion benchmark, in nanoseconds: the slope of its linear
 /// regression (what criterion prints), else the mean.
@@ -46,7 +46,8 @@ fn time(ns: f64) -> String {
 
 /// An integer with thousands separators (`1,048,576`).
 fn count(v: &Value) -> String {
-    v.as_u64().map_or_else(|| v.to_string(), thousands)
+    v.as_u64()
+        .map_or_else(|| v.to_string(), |n| n.separate_with_commas())
 }
 
 fn rate(per_second: f64) -> String {

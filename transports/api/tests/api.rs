@@ -1,15 +1,13 @@
-//! The shared request/answer and tools, through their public API.
+//! The shared request and answer, through their public API (the tools' tests are beside
+//! their code in the `hicache-index-app` crate).
 
 use hicache_index::{
-    Config, EventKind, Instant, Layout, ModelLayout, Namespace, Session, SglangParams,
+    Config, EventKind, Instant, Layout, ModelLayout, Namespace, PageHashes, Session, SglangParams,
 };
-use hicache_index_api::tools::{decode_line, object_keys, page_hashes_hex, thousands};
-use hicache_index_api::{answer, ApiError, LayoutArgs, Limits, QueryRequest};
-use hicache_index_sim::encode::{encode_message, MasterFlavor, OwnedBatch, OwnedEvent};
+use hicache_index_api::{answer, ApiError, Limits, QueryRequest};
+use hicache_index_wire::{encode_message, MasterFlavor, OwnedBatch, OwnedEvent};
 use quickcheck_macros::quickcheck;
 use serde_json::Value;
-
-const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../core/tests/fixtures");
 
 fn session_with_first_page(layout: &Layout) -> Session {
     let mut session = Session::new(Config {
@@ -59,7 +57,9 @@ fn a_page_hash_query_in_msgpack_answers_the_same() {
     let layout = Layout::from_sglang(&SglangParams::new(4, 2)).unwrap();
     let session = session_with_first_page(&layout);
     let tokens: Vec<u64> = (1..=10).collect();
-    let hashes = page_hashes_hex(&tokens, 4, false, Namespace::NONE);
+    let hashes: Vec<String> = PageHashes::new(&tokens, 4, false, Namespace::NONE)
+        .map(|h| h.to_string())
+        .collect();
     let request = QueryRequest {
         page_hashes: Some(hashes),
         ..QueryRequest::default()
@@ -139,88 +139,6 @@ fn tokens_above_u32_hash_in_the_wide_form() {
     assert_eq!((a.prefix_pages, a.total_pages), (0, 2));
 }
 
-#[test]
-fn every_captured_message_decodes_to_its_listed_fields() {
-    for file in ["mooncake_frames.jsonl", "mooncake_0_3_14_capture.jsonl"] {
-        let text = std::fs::read_to_string(format!("{FIXTURES}/{file}")).unwrap();
-        for line in text.lines() {
-            let vector: Value = serde_json::from_str(line).unwrap();
-            if vector.get("frames_hex").is_none() {
-                continue;
-            }
-            let out = decode_line(line);
-            let decoded = &vector["decoded"];
-            assert_eq!(out["timestamp_ms"], decoded[0], "{out}");
-            let events = out["events"].as_array().unwrap();
-            let want = decoded[1].as_array().unwrap();
-            assert_eq!(events.len(), want.len());
-            for (got, want) in events.iter().zip(want) {
-                for field in [
-                    "event_type",
-                    "object_key",
-                    "tenant_id",
-                    "group_id",
-                    "medium",
-                    "event_id",
-                ] {
-                    assert_eq!(got[field], want[field], "{field} in {file}");
-                }
-            }
-        }
-    }
-}
-
-#[test]
-fn undecodable_lines_become_error_lines() {
-    for line in [
-        "not json",
-        "{}",
-        r#"{"frames_hex": ["", "00"]}"#,
-        r#"{"frames_hex": ["", "0000000000000001", "zz"]}"#,
-    ] {
-        assert!(decode_line(line)["error"].is_string(), "{line}");
-    }
-}
-
-#[test]
-fn hash_and_keys_tools_match_the_upstream_vectors() {
-    let tokens: Vec<u64> = (1..=10).collect();
-    let hashes = page_hashes_hex(&tokens, 4, false, Namespace::NONE);
-    assert_eq!(
-        hashes[0],
-        "cf97adeedb59e05bfd73a2b4c2a8885708c4f4f70c84c64b27120e72ab733b72"
-    );
-    let args = LayoutArgs {
-        page_size: Some(4),
-        tp: Some(2),
-        pp: 1,
-        model: Some("Qwen/Qwen3-8B".into()),
-        ..LayoutArgs::default()
-    };
-    let layout = args.to_layout().unwrap();
-    let keys = object_keys(&layout, &hashes[0].parse().unwrap());
-    assert_eq!(
-        keys[0],
-        "Qwen-Qwen3-8B_cf97adeedb59e05bfd73a2b4c2a8885708c4f4f70c84c64b27120e72ab733b72_0_k"
-    );
-    assert_eq!(keys.len(), 4);
-}
-
-#[test]
-fn layout_flags_explain_what_is_missing() {
-    assert!(LayoutArgs::default()
-        .to_layout()
-        .unwrap_err()
-        .contains("--page-size"));
-    let bad = LayoutArgs {
-        page_size: Some(0),
-        tp: Some(1),
-        pp: 1,
-        ..LayoutArgs::default()
-    };
-    assert!(bad.to_layout().unwrap_err().starts_with("invalid layout"));
-}
-
 #[quickcheck]
 fn request_decoding_never_panics(body: Vec<u8>) -> bool {
     let limits = Limits::default();
@@ -244,12 +162,4 @@ fn a_msgpack_length_claiming_billions_is_refused_before_decoding() {
     body.extend_from_slice(br#"{"tokens":[1]}"#);
     let err = QueryRequest::from_msgpack(&body, &Limits::default()).unwrap_err();
     assert!(err.to_string().contains("claims more"), "{err}");
-}
-
-#[test]
-fn thousands_groups_digits_by_three() {
-    assert_eq!(thousands(0), "0");
-    assert_eq!(thousands(999), "999");
-    assert_eq!(thousands(1_000), "1,000");
-    assert_eq!(thousands(1_048_576), "1,048,576");
 }

@@ -16,8 +16,10 @@
 use std::fmt;
 use std::time::Duration;
 
+#[cfg(feature = "etcd")]
 use etcd_client::{Client, ConnectOptions, EventType, WatchOptions};
 use hicache_index::leader::{master_view_key, parse_locator, DEFAULT_CLUSTER_ID};
+#[cfg(feature = "etcd")]
 use hicache_index::LeaderView;
 
 use crate::handle::Control;
@@ -70,6 +72,17 @@ impl HaLocator {
     }
 }
 
+/// Refuses to follow an HA cluster: this build has no etcd client (the `etcd` feature, whose
+/// build needs `protoc`).
+#[cfg(not(feature = "etcd"))]
+pub(crate) fn spawn(_: HaLocator, _: Control) -> std::io::Result<()> {
+    Err(std::io::Error::new(
+        std::io::ErrorKind::Unsupported,
+        "built without the `etcd` feature (it needs protoc): rebuild with --features etcd (the binary: --features ha)",
+    ))
+}
+
+#[cfg(feature = "etcd")]
 /// Starts the watcher's thread; it hands every value it reads to `control` until the loop is
 /// gone.
 pub(crate) fn spawn(locator: HaLocator, control: Control) -> std::io::Result<()> {
@@ -82,6 +95,7 @@ pub(crate) fn spawn(locator: HaLocator, control: Control) -> std::io::Result<()>
     Ok(())
 }
 
+#[cfg(feature = "etcd")]
 /// Reads the key, then watches it; after any error waits and reads it again (a poll).
 async fn run(locator: HaLocator, control: Control) {
     let key = locator.key();
@@ -98,6 +112,7 @@ async fn run(locator: HaLocator, control: Control) {
     tracing::debug!("etcd watcher stopped");
 }
 
+#[cfg(feature = "etcd")]
 /// One connection: a read of the key, then its watch until it ends or fails.
 async fn follow(
     locator: &HaLocator,
@@ -152,6 +167,7 @@ async fn follow(
     }
 }
 
+#[cfg(feature = "etcd")]
 /// Reads a master view value; a create revision below zero (none) is version 0.
 fn view_of(value: Option<&[u8]>, create_revision: i64) -> LeaderView {
     let view = LeaderView::from_value(value, u64::try_from(create_revision).unwrap_or(0));

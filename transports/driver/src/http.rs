@@ -1,5 +1,6 @@
-//! The master's HTTP admin side: request bytes, an HTTP/1.1 response reader, a blocking `GET`,
-//! and the two jobs the core asks for.
+//! The master's HTTP admin side: request bytes, an HTTP/1.1 response reader (sans IO, on
+//! `httparse`), a blocking `GET`, and the two jobs the core asks for. URLs are parsed by `url`,
+//! keys percent-encoded by `percent-encoding`.
 //!
 //! Every job runs on a thread of its own ([`HttpJob::run`], started by the [`crate::Driver`]),
 //! never on the runtime's workers: reading a key list of tens of megabytes takes a CPU for a
@@ -18,6 +19,8 @@ use std::net::{TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
 use hicache_index::{Seq, Watermark};
+use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
+use url::{Host, Url};
 
 use crate::config::{Error, HttpConfig};
 
@@ -70,35 +73,29 @@ impl From<std::io::Error> for HttpError {
 }
 
 impl MasterHttp {
-    /// Parses `http://host[:port][/path]` (port 80 by default).
+    /// Parses `http://host[:port][/path]` (port 80 by default) with the `url` crate; a URL
+    /// with credentials, a query or a fragment is refused.
     pub fn new(url: &str, config: HttpConfig) -> Result<MasterHttp, Error> {
         let bad = || Error::MasterHttpUrl(url.to_owned());
-        let rest = url.strip_prefix("http://").ok_or_else(bad)?;
-        let (authority, path) = match rest.find('/') {
-            Some(i) => (&rest[..i], rest[i..].trim_end_matches('/')),
-            None => (rest, ""),
-        };
-        let (host, port) = match authority.strip_prefix('[') {
-            Some(v6) => {
-                let (host, rest) = v6.split_once(']').ok_or_else(bad)?;
-                (host, rest.strip_prefix(':'))
-            }
-            None => match authority.rsplit_once(':') {
-                Some((host, port)) => (host, Some(port)),
-                None => (authority, None),
-            },
-        };
-        let port = match port {
-            Some(p) => p.parse::<u16>().map_err(|_| bad())?,
-            None => 80,
-        };
-        if host.is_empty() || !path.bytes().all(|b| b.is_ascii_graphic()) {
+        let parsed = Url::parse(url).map_err(|_| bad())?;
+        if parsed.scheme() != "http"
+            || !parsed.username().is_empty()
+            || parsed.password().is_some()
+            || parsed.query().is_some()
+            || parsed.fragment().is_some()
+        {
             return Err(bad());
         }
+        let host = match parsed.host().ok_or_else(bad)? {
+            Host::Domain(name) if !name.is_empty() => name.to_owned(),
+            Host::Domain(_) => return Err(bad()),
+            Host::Ipv4(ip) => ip.to_string(),
+            Host::Ipv6(ip) => ip.to_string(),
+        };
         Ok(MasterHttp {
-            host: host.to_owned(),
-            port,
-            base_path: path.to_owned(),
+            host,
+            port: parsed.port_or_known_default().ok_or_else(bad)?,
+            base_path: parsed.path().trim_end_matches('/').to_owned(),
             config,
         })
     }
@@ -213,49 +210,66 @@ fn timed_out(e: std::io::Error) -> HttpError {
     }
 }
 
-/// Percent-encodes everything but RFC 3986's unreserved characters.
+/// Everything but RFC 3986's unreserved characters (`A-Z a-z 0-9 - . _ ~`) is percent-encoded
+/// in a key of `/batch_query_keys?keys=` (a `,` in a key must not split it).
+const KEY_ENCODE_SET: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
+/// Percent-encodes `s` into `out` with [`KEY_ENCODE_SET`].
 fn percent_encode(s: &str, out: &mut String) {
-    const HEX: &[u8; 16] = b"0123456789ABCDEF";
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(char::from(b));
-        } else {
-            out.push('%');
-            out.push(char::from(HEX[usize::from(b >> 4)]));
-            out.push(char::from(HEX[usize::from(b & 15)]));
-        }
-    }
+    out.extend(utf8_percent_encode(s, KEY_ENCODE_SET));
 }
 
-/// Reads one HTTP/1.1 response: feed it what the socket gives, in order.
+/// The longest response head accepted.
+const MAX_HEAD_BYTES: usize = 64 << 10;
+
+/// The most header lines accepted in a response head.
+const MAX_HEADERS: usize = 64;
+
+/// Reads one HTTP/1.1 response, sans IO: feed it what the socket gives, in order.
+///
+/// The head is parsed by `httparse`, chunk sizes by `httparse::parse_chunk_size`; the body is
+/// decoded as it arrives (each byte once, whatever the framing), and only input not decoded yet
+/// is kept apart from it.
 #[derive(Debug)]
 pub struct ResponseReader {
-    buf: Vec<u8>,
+    /// Input not consumed yet: the head until it is complete, then a partial chunk line.
+    pending: Vec<u8>,
+    body: Vec<u8>,
     max_body: usize,
-    head: Option<Head>,
+    state: State,
 }
 
-#[derive(Debug, Clone, Copy)]
-struct Head {
-    status: u16,
-    body_start: usize,
-    framing: Framing,
-}
-
-#[derive(Debug, Clone, Copy)]
-enum Framing {
+/// Where a [`ResponseReader`] stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// Reading the status line and headers.
+    Head,
+    /// A `Content-Length` body with this many bytes still to come.
     Length(usize),
-    Chunked,
+    /// Chunked: the next thing is a chunk-size line.
+    ChunkSize,
+    /// Chunked: this many bytes of the current chunk still to come.
+    ChunkData(usize),
+    /// Chunked: the CRLF after a chunk's data.
+    ChunkEnd,
+    /// No framing: the body ends when the peer closes.
     UntilClose,
+    /// The body is complete.
+    Done,
 }
 
 impl ResponseReader {
     /// Makes a reader accepting bodies up to `max_body` bytes.
     pub fn new(max_body: usize) -> ResponseReader {
         ResponseReader {
-            buf: Vec::new(),
+            pending: Vec::new(),
+            body: Vec::new(),
             max_body,
-            head: None,
+            state: State::Head,
         }
     }
 
@@ -263,122 +277,167 @@ impl ResponseReader {
     /// returns the body once the response is complete and its status is 200.
     pub fn feed(&mut self, bytes: &[u8]) -> Result<Option<Vec<u8>>, HttpError> {
         let eof = bytes.is_empty();
-        if self.buf.len() + bytes.len() > self.max_body.saturating_add(64 << 10) {
-            return Err(HttpError::TooLarge);
-        }
-        self.buf.extend_from_slice(bytes);
-        if self.head.is_none() {
-            self.head = parse_head(&self.buf)?;
-            if let Some(Head {
-                body_start,
-                framing: Framing::Length(n),
-                ..
-            }) = self.head
-            {
+        let input = bytes;
+        if self.state == State::Head {
+            if self.pending.len() + input.len() > MAX_HEAD_BYTES.saturating_add(self.max_body) {
+                return Err(HttpError::TooLarge);
+            }
+            self.pending.extend_from_slice(input);
+            let Some((status, state, head_len)) = parse_head(&self.pending)? else {
+                return if eof {
+                    Err(HttpError::Malformed("connection closed before the headers"))
+                } else {
+                    Ok(None)
+                };
+            };
+            if status != 200 {
+                return Err(HttpError::Status(status));
+            }
+            if let State::Length(n) = state {
+                if n > self.max_body {
+                    return Err(HttpError::TooLarge);
+                }
                 // One allocation for a large key list instead of a copy at every doubling.
-                let whole = body_start.saturating_add(n.min(self.max_body));
-                self.buf.reserve(whole.saturating_sub(self.buf.len()));
+                self.body.reserve_exact(n);
+            }
+            self.state = state;
+            let rest = self.pending.split_off(head_len);
+            self.pending.clear();
+            return self.take(&rest, eof);
+        }
+        if !self.pending.is_empty() {
+            // Only a partial chunk-size line waits here: join it with what follows.
+            let mut joined = std::mem::take(&mut self.pending);
+            joined.extend_from_slice(input);
+            return self.take(&joined, eof);
+        }
+        self.take(input, eof)
+    }
+
+    /// Decodes `input` (body bytes after the head) into the body.
+    fn take(&mut self, mut input: &[u8], eof: bool) -> Result<Option<Vec<u8>>, HttpError> {
+        loop {
+            match self.state {
+                State::Head => unreachable!("the head is parsed before any body byte"),
+                State::Done => return Ok(Some(std::mem::take(&mut self.body))),
+                State::Length(0) => self.state = State::Done,
+                State::Length(left) | State::ChunkData(left) => {
+                    let n = left.min(input.len());
+                    self.append(&input[..n])?;
+                    input = &input[n..];
+                    self.state = match self.state {
+                        State::Length(_) => State::Length(left - n),
+                        _ if left == n => State::ChunkEnd,
+                        _ => State::ChunkData(left - n),
+                    };
+                    if n < left {
+                        return self.wait(eof);
+                    }
+                }
+                State::ChunkEnd => match input {
+                    [b'\r', b'\n', rest @ ..] => {
+                        input = rest;
+                        self.state = State::ChunkSize;
+                    }
+                    [b'\r'] | [] => return self.keep(input, eof),
+                    _ => return Err(HttpError::Malformed("chunk without its CRLF")),
+                },
+                State::ChunkSize => match httparse::parse_chunk_size(input) {
+                    Ok(httparse::Status::Complete((_, 0))) => {
+                        // The last chunk: trailers, if any, are not read (Connection: close).
+                        self.state = State::Done;
+                    }
+                    Ok(httparse::Status::Complete((used, size))) => {
+                        let size = usize::try_from(size).map_err(|_| HttpError::TooLarge)?;
+                        if self.body.len().saturating_add(size) > self.max_body {
+                            return Err(HttpError::TooLarge);
+                        }
+                        input = &input[used..];
+                        self.state = State::ChunkData(size);
+                    }
+                    Ok(httparse::Status::Partial) if input.len() > MAX_HEAD_BYTES => {
+                        return Err(HttpError::Malformed("chunk size"));
+                    }
+                    Ok(httparse::Status::Partial) => return self.keep(input, eof),
+                    Err(httparse::InvalidChunkSize) => {
+                        return Err(HttpError::Malformed("chunk size"));
+                    }
+                },
+                State::UntilClose => {
+                    self.append(input)?;
+                    if eof {
+                        self.state = State::Done;
+                    } else {
+                        return Ok(None);
+                    }
+                }
             }
         }
-        let Some(head) = self.head else {
-            return if eof {
-                Err(HttpError::Malformed("connection closed before the headers"))
-            } else {
-                Ok(None)
-            };
-        };
-        if head.status != 200 {
-            return Err(HttpError::Status(head.status));
-        }
-        let body = &self.buf[head.body_start..];
-        let done = match head.framing {
-            Framing::Length(n) if n > self.max_body => return Err(HttpError::TooLarge),
-            Framing::Length(n) if body.len() >= n => Some(body[..n].to_vec()),
-            Framing::Length(_) => None,
-            Framing::Chunked => decode_chunked(body, self.max_body)?,
-            Framing::UntilClose if eof => Some(body.to_vec()),
-            Framing::UntilClose => None,
-        };
-        match done {
-            Some(body) => Ok(Some(body)),
-            None if eof => Err(HttpError::Malformed("connection closed mid-body")),
-            None => Ok(None),
-        }
     }
-}
 
-fn parse_head(buf: &[u8]) -> Result<Option<Head>, HttpError> {
-    let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
-        return if buf.len() > 64 << 10 {
-            Err(HttpError::Malformed("headers too long"))
-        } else {
-            Ok(None)
-        };
-    };
-    let text = std::str::from_utf8(&buf[..end]).map_err(|_| HttpError::Malformed("headers"))?;
-    let mut lines = text.split("\r\n");
-    let status_line = lines.next().unwrap_or("");
-    let mut words = status_line.split(' ');
-    let (Some(version), Some(code)) = (words.next(), words.next()) else {
-        return Err(HttpError::Malformed("status line"));
-    };
-    if !version.starts_with("HTTP/1.") {
-        return Err(HttpError::Malformed("status line"));
-    }
-    let status = code
-        .parse::<u16>()
-        .map_err(|_| HttpError::Malformed("status code"))?;
-    let mut framing = Framing::UntilClose;
-    for line in lines {
-        let Some((name, value)) = line.split_once(':') else {
-            continue;
-        };
-        let value = value.trim();
-        if name.eq_ignore_ascii_case("transfer-encoding")
-            && value.to_ascii_lowercase().contains("chunked")
-        {
-            framing = Framing::Chunked;
-        } else if name.eq_ignore_ascii_case("content-length")
-            && !matches!(framing, Framing::Chunked)
-        {
-            let n = value
-                .parse()
-                .map_err(|_| HttpError::Malformed("content-length"))?;
-            framing = Framing::Length(n);
-        }
-    }
-    Ok(Some(Head {
-        status,
-        body_start: end + 4,
-        framing,
-    }))
-}
-
-/// Decodes a chunked body if it is complete.
-fn decode_chunked(mut body: &[u8], max: usize) -> Result<Option<Vec<u8>>, HttpError> {
-    let mut out = Vec::new();
-    loop {
-        let Some(eol) = body.windows(2).position(|w| w == b"\r\n") else {
-            return Ok(None);
-        };
-        let size_text =
-            std::str::from_utf8(&body[..eol]).map_err(|_| HttpError::Malformed("chunk size"))?;
-        let size_text = size_text.split(';').next().unwrap_or("").trim();
-        let size =
-            usize::from_str_radix(size_text, 16).map_err(|_| HttpError::Malformed("chunk size"))?;
-        let data = &body[eol + 2..];
-        if size == 0 {
-            return Ok(Some(out));
-        }
-        if out.len() + size > max {
+    /// Appends decoded body bytes, within the body limit.
+    fn append(&mut self, bytes: &[u8]) -> Result<(), HttpError> {
+        if self.body.len() + bytes.len() > self.max_body {
             return Err(HttpError::TooLarge);
         }
-        if data.len() < size + 2 {
-            return Ok(None);
-        }
-        out.extend_from_slice(&data[..size]);
-        body = &data[size + 2..];
+        self.body.extend_from_slice(bytes);
+        Ok(())
     }
+
+    /// Keeps undecoded `input` for the next call.
+    fn keep(&mut self, input: &[u8], eof: bool) -> Result<Option<Vec<u8>>, HttpError> {
+        self.pending.extend_from_slice(input);
+        self.wait(eof)
+    }
+
+    /// More input is needed: an error if the peer closed.
+    fn wait(&self, eof: bool) -> Result<Option<Vec<u8>>, HttpError> {
+        if eof {
+            Err(HttpError::Malformed("connection closed mid-body"))
+        } else {
+            Ok(None)
+        }
+    }
+}
+
+/// Parses a complete response head: its status, how its body is framed, and its length.
+fn parse_head(buf: &[u8]) -> Result<Option<(u16, State, usize)>, HttpError> {
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut response = httparse::Response::new(&mut headers);
+    let head_len = match response.parse(buf) {
+        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Partial) if buf.len() > MAX_HEAD_BYTES => {
+            return Err(HttpError::Malformed("headers too long"));
+        }
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(httparse::Error::TooManyHeaders) => return Err(HttpError::Malformed("headers")),
+        Err(_) => return Err(HttpError::Malformed("status line or headers")),
+    };
+    let status = response.code.ok_or(HttpError::Malformed("status line"))?;
+    let mut state = State::UntilClose;
+    let mut length = None;
+    for header in response.headers.iter() {
+        let value = std::str::from_utf8(header.value)
+            .map_err(|_| HttpError::Malformed("headers"))?
+            .trim();
+        if header.name.eq_ignore_ascii_case("transfer-encoding")
+            && value.to_ascii_lowercase().contains("chunked")
+        {
+            state = State::ChunkSize;
+        } else if header.name.eq_ignore_ascii_case("content-length") {
+            let n: usize = value
+                .parse()
+                .map_err(|_| HttpError::Malformed("content-length"))?;
+            if length.is_some_and(|m| m != n) {
+                return Err(HttpError::Malformed("content-length"));
+            }
+            length = Some(n);
+        }
+    }
+    if let (Some(n), State::UntilClose) = (length, state) {
+        state = State::Length(n);
+    }
+    Ok(Some((status, state, head_len)))
 }
 
 /// Work the core asked for over HTTP, run on a thread of its own.
@@ -583,6 +642,52 @@ mod tests {
         let mut r = ResponseReader::new(1 << 20);
         assert_eq!(r.feed(b"HTTP/1.0 200 OK\r\n\r\nk1\nk2\n"), Ok(None));
         assert_eq!(r.feed(b""), Ok(Some(b"k1\nk2\n".to_vec())));
+    }
+
+    #[test]
+    fn a_chunked_body_fed_one_byte_at_a_time_is_decoded_once() {
+        let answer: &[u8] = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n\
+            3;ext=1\r\nabc\r\n10\r\n0123456789abcdef\r\n0\r\n\r\n";
+        let mut r = ResponseReader::new(1 << 20);
+        // The body is complete with the last chunk's size line (trailers are not read).
+        let end = answer.len() - 2;
+        for (i, b) in answer[..end].iter().enumerate() {
+            let got = r.feed(std::slice::from_ref(b));
+            if i + 1 < end {
+                assert_eq!(got, Ok(None), "after {} bytes", i + 1);
+            } else {
+                assert_eq!(got, Ok(Some(b"abc0123456789abcdef".to_vec())));
+            }
+        }
+    }
+
+    #[test]
+    fn chunked_bodies_past_the_limit_or_with_bad_sizes_are_errors() {
+        let mut r = ResponseReader::new(4);
+        let head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n";
+        assert_eq!(r.feed(head), Ok(None));
+        assert_eq!(r.feed(b"5\r\nabcde\r\n"), Err(HttpError::TooLarge));
+        let mut r = ResponseReader::new(1 << 20);
+        assert_eq!(r.feed(head), Ok(None));
+        assert!(matches!(r.feed(b"zz\r\n"), Err(HttpError::Malformed(_))));
+        let mut r = ResponseReader::new(1 << 20);
+        assert_eq!(r.feed(head), Ok(None));
+        assert!(matches!(r.feed(b"2\r\nabXY"), Err(HttpError::Malformed(_))));
+    }
+
+    #[test]
+    fn urls_with_credentials_a_query_or_a_fragment_are_refused() {
+        for bad in [
+            "http://u:p@h:1",
+            "http://h:1/?x=1",
+            "http://h:1/#f",
+            "http://h:99999",
+        ] {
+            assert!(
+                MasterHttp::new(bad, HttpConfig::default()).is_err(),
+                "{bad}"
+            );
+        }
     }
 
     #[test]

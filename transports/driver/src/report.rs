@@ -1,11 +1,90 @@
 //! Reports: effects to `tracing`, counters and health to the `metrics` facade.
 //!
-//! Every core counter is exported as `hicache_index_<field>_total` (a counter) and every core
-//! gauge as `hicache_index_<field>`; the subscriber adds `hicache_index_connected` (1 while
-//! connected: live or recovering), `hicache_index_healthy` (1 while live) and
-//! `hicache_index_subscriber_running` (0 once the loop stopped, was dropped or panicked).
+//! This module is the one source of the metric names. Every core counter is exported as
+//! `hicache_index_<field>_total` (a counter) and every core gauge as `hicache_index_<field>`; the
+//! subscriber adds `hicache_index_connected` (1 while connected: live or recovering),
+//! `hicache_index_healthy` (1 while live), `hicache_index_health{state}` (1 for the current
+//! state) and `hicache_index_subscriber_running` (0 once the loop stopped, was dropped or
+//! panicked); a query service adds [`QUERY_DURATION_SECONDS`] and [`HTTP_REJECTED_TOTAL`].
+//! The calls go nowhere until the program installs a recorder (`hicache-index serve` installs
+//! `metrics-exporter-prometheus` and renders `/metrics` from it).
 
 use hicache_index::{ClearReason, Counters, Effect, Health, Kind};
+
+/// The histogram of query latencies, labelled `transport` (`http`, `nng`), in seconds.
+pub const QUERY_DURATION_SECONDS: &str = "hicache_index_query_duration_seconds";
+
+/// The counter of HTTP queries refused with a 4xx status.
+pub const HTTP_REJECTED_TOTAL: &str = "hicache_index_http_rejected_total";
+
+/// The upper bounds of [`QUERY_DURATION_SECONDS`]' buckets, in seconds.
+pub const QUERY_DURATION_BUCKETS: [f64; 16] = [
+    1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 1e-1,
+    1.0, 10.0,
+];
+
+/// Every health state, as `hicache_index_health{state}` labels them.
+const HEALTH_STATES: [Health; 5] = [
+    Health::Live,
+    Health::Recovering,
+    Health::Connecting,
+    Health::Disconnected,
+    Health::EventsDisabled,
+];
+
+/// Describes the metrics this module and a query service export (their `# HELP` lines); call
+/// it once after installing a recorder.
+pub fn describe() {
+    metrics::describe_gauge!(
+        "hicache_index_connected",
+        "1 while connected to the publisher (live or recovering)"
+    );
+    metrics::describe_gauge!(
+        "hicache_index_healthy",
+        "1 while live: the index reflects every event since its last clear"
+    );
+    metrics::describe_gauge!(
+        "hicache_index_subscriber_running",
+        "0 once the subscriber loop stopped"
+    );
+    metrics::describe_gauge!("hicache_index_health", "1 for the current health state");
+    metrics::describe_histogram!(
+        QUERY_DURATION_SECONDS,
+        metrics::Unit::Seconds,
+        "Time to decode, answer and encode one query (not the client's network time)"
+    );
+    metrics::describe_counter!(HTTP_REJECTED_TOTAL, "HTTP queries refused (4xx)");
+    metrics::describe_counter!(
+        "hicache_index_prefix_memo_hits_total",
+        "token-query pages whose digest the prefix memo knew (no SHA-256)"
+    );
+    metrics::describe_counter!(
+        "hicache_index_prefix_memo_misses_total",
+        "token-query pages the prefix memo did not know (hashed)"
+    );
+    metrics::describe_gauge!(
+        "hicache_index_prefix_memo_bytes",
+        "bytes the prefix memo holds"
+    );
+    metrics::describe_gauge!(
+        "hicache_index_leader",
+        "1 for the HA leader the index follows (label address)"
+    );
+}
+
+/// Exports the prefix memo's hits, misses and size.
+pub fn export_memo(stats: &crate::MemoStats) {
+    metrics::counter!("hicache_index_prefix_memo_hits_total").absolute(stats.hits);
+    metrics::counter!("hicache_index_prefix_memo_misses_total").absolute(stats.misses);
+    metrics::gauge!("hicache_index_prefix_memo_bytes").set(stats.bytes as f64);
+}
+
+/// Exports the HA leader the index follows, if any.
+pub fn export_leader(address: Option<&str>) {
+    if let Some(address) = address {
+        metrics::gauge!("hicache_index_leader", "address" => address.to_owned()).set(1.0);
+    }
+}
 
 /// Exports every counter and gauge of the session, by the core's own list of them.
 pub fn export_counters(c: &Counters) {
@@ -19,11 +98,15 @@ pub fn export_counters(c: &Counters) {
     }
 }
 
-/// Exports the connected and healthy gauges for `health`.
+/// Exports the connected, healthy and per-state health gauges for `health`.
 pub fn export_health(health: Health) {
     let connected = matches!(health, Health::Live | Health::Recovering);
     metrics::gauge!("hicache_index_connected").set(f64::from(u8::from(connected)));
     metrics::gauge!("hicache_index_healthy").set(f64::from(u8::from(health == Health::Live)));
+    for state in HEALTH_STATES {
+        metrics::gauge!("hicache_index_health", "state" => state.as_str())
+            .set(f64::from(u8::from(state == health)));
+    }
 }
 
 /// Exports whether the subscriber loop runs.

@@ -179,7 +179,7 @@ impl Peer for PythonPeer {
     }
 
     fn send_frames(&self, frames: &[Vec<u8>]) {
-        let hex: Vec<String> = frames.iter().map(|f| to_hex(f)).collect();
+        let hex: Vec<String> = frames.iter().map(hex::encode).collect();
         self.command(serde_json::json!({ "op": "raw", "frames_hex": hex }));
     }
 }
@@ -199,10 +199,6 @@ impl Drop for PythonPeer {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-fn to_hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// The venv's Python with pyzmq and msgpack, made on first use.

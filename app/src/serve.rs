@@ -7,10 +7,8 @@
 //! most `--max-connections` are open at once. Query latency is measured from the decoded body
 //! to the encoded answer, so a slow client never shows in it.
 
-use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -22,15 +20,19 @@ use axum::routing::{get, post};
 use axum::Router;
 use clap::Args;
 use hicache_index::{
-    Config, Health, IndexConfig, Kind, LeaderConfig, ModelLayout, ResyncConfig, VerifyConfig,
+    Config, Health, IndexConfig, LeaderConfig, ModelLayout, ResyncConfig, VerifyConfig,
 };
-use hicache_index_api::{answer_with, ApiError, LayoutArgs, Limits, QueryRequest};
+use hicache_index_api::{answer_with, ApiError, Limits, QueryRequest};
+use hicache_index_driver::report::{
+    self, HTTP_REJECTED_TOTAL, QUERY_DURATION_BUCKETS, QUERY_DURATION_SECONDS,
+};
 use hicache_index_tokio::{HaLocator, HttpConfig, QueryHandle, Subscriber, SubscriberConfig};
 use http_body_util::{BodyExt, Limited};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
-use crate::latency::Latency;
+use crate::layout_args::LayoutArgs;
 use crate::{parse_duration, Outcome};
 
 /// `serve --events URL [--master-http URL] LAYOUT [--listen ADDR] [--nng-listen URL]`
@@ -110,9 +112,12 @@ struct App {
     index: QueryHandle,
     limits: Limits,
     client_timeout: Duration,
-    http_latency: Latency,
-    nng_latency: Arc<Latency>,
-    rejected: AtomicU64,
+    /// The query latencies over HTTP.
+    http_latency: metrics::Histogram,
+    /// HTTP queries refused.
+    rejected: metrics::Counter,
+    /// Renders `/metrics` from the process's recorder.
+    prometheus: PrometheusHandle,
 }
 
 /// Runs the service until SIGINT or SIGTERM.
@@ -195,14 +200,15 @@ async fn serve(args: ServeArgs, config: SubscriberConfig, limits: Limits) -> Out
     let local = listener
         .local_addr()
         .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
+    let prometheus = install_recorder()?;
     let (index, task) = Subscriber::spawn(config).map_err(|e| e.to_string())?;
     let app = Arc::new(App {
         index: index.clone(),
         limits,
         client_timeout: args.client_timeout,
-        http_latency: Latency::new(),
-        nng_latency: Arc::new(Latency::new()),
-        rejected: AtomicU64::new(0),
+        http_latency: metrics::histogram!(QUERY_DURATION_SECONDS, "transport" => "http"),
+        rejected: metrics::counter!(HTTP_REJECTED_TOTAL),
+        prometheus,
     });
     // Closed when this function returns, after the subscriber stopped.
     let _nng = start_nng(&args, &app)?;
@@ -247,7 +253,7 @@ fn start_nng(
     let Some(url) = &args.nng_listen else {
         return Ok(None);
     };
-    let latency = app.nng_latency.clone();
+    let latency = metrics::histogram!(QUERY_DURATION_SECONDS, "transport" => "nng");
     let options = hicache_index_nng::Options {
         limits: app.limits,
         observer: Some(Arc::new(move |d| latency.record(d))),
@@ -346,7 +352,7 @@ async fn query(State(app): State<Arc<App>>, body: Body) -> Response {
     let body = match read_body(body, &app).await {
         Ok(body) => body,
         Err(response) => {
-            app.rejected.fetch_add(1, Ordering::Relaxed);
+            app.rejected.increment(1);
             return response;
         }
     };
@@ -367,7 +373,7 @@ async fn query(State(app): State<Arc<App>>, body: Body) -> Response {
     let response = match answer {
         Ok(answer) => json(StatusCode::OK, answer.to_json()),
         Err(error) => {
-            app.rejected.fetch_add(1, Ordering::Relaxed);
+            app.rejected.increment(1);
             api_error(&error)
         }
     };
@@ -395,113 +401,46 @@ async fn read_body(body: Body, app: &App) -> Result<Bytes, Response> {
     }
 }
 
-/// `GET /metrics`: every core counter and gauge, the connection gauges, query latencies.
+/// Installs `metrics-exporter-prometheus` as the process's recorder, with the query latency
+/// buckets, and describes the metrics.
+fn install_recorder() -> Result<PrometheusHandle, String> {
+    let handle = prometheus_builder()
+        .install_recorder()
+        .map_err(|e| format!("cannot install the metrics recorder: {e}"))?;
+    report::describe();
+    Ok(handle)
+}
+
+/// The exporter's configuration: the buckets of the query latency histogram.
+fn prometheus_builder() -> PrometheusBuilder {
+    PrometheusBuilder::new()
+        .set_buckets_for_metric(
+            Matcher::Full(QUERY_DURATION_SECONDS.into()),
+            &QUERY_DURATION_BUCKETS,
+        )
+        .expect("the bucket list is not empty")
+}
+
+/// Exports the index's counters and health as they are now, through the `metrics` facade.
+fn export_now(index: &QueryHandle) {
+    report::export_counters(&index.counters());
+    report::export_health(index.health());
+    report::export_running(index.is_running());
+    report::export_memo(&index.memo_stats());
+    let leader = index.read(|s| s.leader()).flatten();
+    report::export_leader(leader.as_ref().and_then(|l| l.address.as_deref()));
+}
+
+/// `GET /metrics`: every core counter and gauge, the connection gauges, query latencies, all
+/// rendered by the Prometheus exporter.
 async fn metrics(State(app): State<Arc<App>>) -> Response {
-    let counters = app.index.counters();
-    let health = app.index.health();
-    let mut out = String::with_capacity(8 << 10);
-    for (name, value, kind) in counters.fields() {
-        let (name, kind) = match kind {
-            Kind::Counter => (format!("hicache_index_{name}_total"), "counter"),
-            Kind::Gauge => (format!("hicache_index_{name}"), "gauge"),
-        };
-        let _ = writeln!(out, "# TYPE {name} {kind}\n{name} {value}");
-    }
-    let connected = matches!(health, Health::Live | Health::Recovering);
-    let running = app.index.is_running();
-    for (name, help, value) in [
-        (
-            "connected",
-            "1 while connected to the publisher (live or recovering)",
-            connected,
-        ),
-        (
-            "healthy",
-            "1 while live: the index reflects every event since its last clear",
-            health == Health::Live,
-        ),
-        (
-            "subscriber_running",
-            "0 once the subscriber loop stopped",
-            running,
-        ),
-    ] {
-        let _ = writeln!(
-            out,
-            "# HELP hicache_index_{name} {help}\n# TYPE hicache_index_{name} gauge\nhicache_index_{name} {}",
-            u8::from(value)
-        );
-    }
-    let _ = writeln!(out, "# HELP hicache_index_health 1 for the current health state\n# TYPE hicache_index_health gauge");
-    for state in [
-        Health::Live,
-        Health::Recovering,
-        Health::Connecting,
-        Health::Disconnected,
-        Health::EventsDisabled,
-    ] {
-        let _ = writeln!(
-            out,
-            "hicache_index_health{{state=\"{}\"}} {}",
-            state.as_str(),
-            u8::from(state == health)
-        );
-    }
-    let memo = app.index.memo_stats();
-    for (name, help, kind, value) in [
-        (
-            "prefix_memo_hits_total",
-            "token-query pages whose digest the prefix memo knew (no SHA-256)",
-            "counter",
-            memo.hits,
-        ),
-        (
-            "prefix_memo_misses_total",
-            "token-query pages the prefix memo did not know (hashed)",
-            "counter",
-            memo.misses,
-        ),
-        (
-            "prefix_memo_bytes",
-            "bytes the prefix memo holds",
-            "gauge",
-            memo.bytes as u64,
-        ),
-    ] {
-        let _ = writeln!(
-            out,
-            "# HELP hicache_index_{name} {help}\n# TYPE hicache_index_{name} {kind}\nhicache_index_{name} {value}"
-        );
-    }
-    if let Some(leader) = app.index.read(|s| s.leader()).flatten() {
-        let _ = writeln!(
-            out,
-            "# HELP hicache_index_leader 1 for the HA leader the index follows\n# TYPE hicache_index_leader gauge\nhicache_index_leader{{address=\"{}\"}} 1",
-            leader.address.as_deref().unwrap_or("")
-        );
-    }
-    let name = "hicache_index_query_duration_seconds";
-    let _ = writeln!(
-        out,
-        "# HELP {name} Time to decode, answer and encode one query (not the client's network time)\n# TYPE {name} histogram"
-    );
-    app.http_latency
-        .write_prometheus(&mut out, name, "transport=\"http\"");
-    if app.nng_latency.count() > 0 {
-        app.nng_latency
-            .write_prometheus(&mut out, name, "transport=\"nng\"");
-    }
-    let _ = writeln!(
-        out,
-        "# HELP hicache_index_http_rejected_total HTTP queries refused (4xx)\n# TYPE hicache_index_http_rejected_total counter\nhicache_index_http_rejected_total {}",
-        app.rejected.load(Ordering::Relaxed)
-    );
+    export_now(&app.index);
     (
         [(
             header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
-        out,
+        app.prometheus.render(),
     )
         .into_response()
 }
@@ -575,5 +514,36 @@ pub(crate) fn check_endpoint(url: &str) -> Result<(), String> {
     match url.strip_prefix("ipc://") {
         Some(path) if !path.is_empty() => Ok(()),
         _ => Err(bad()),
+    }
+}
+
+#[cfg(test)]
+mod metrics_tests {
+    //! The Prometheus histogram's text (moved from the hand-written writer's test, with its
+    //! assertions, onto the exporter's configuration).
+
+    use super::*;
+
+    #[test]
+    fn prometheus_buckets_are_cumulative_and_end_with_the_count() {
+        let recorder = prometheus_builder().build_recorder();
+        let handle = recorder.handle();
+        metrics::with_local_recorder(&recorder, || {
+            let h = metrics::histogram!(QUERY_DURATION_SECONDS, "transport" => "http");
+            h.record(Duration::from_nanos(500));
+            h.record(Duration::from_micros(30));
+            h.record(Duration::from_secs(100));
+        });
+        let out = handle.render();
+        let q = QUERY_DURATION_SECONDS;
+        for line in [
+            format!("{q}_bucket{{transport=\"http\",le=\"0.000001\"}} 1"),
+            format!("{q}_bucket{{transport=\"http\",le=\"0.00005\"}} 2"),
+            format!("{q}_bucket{{transport=\"http\",le=\"10\"}} 2"),
+            format!("{q}_bucket{{transport=\"http\",le=\"+Inf\"}} 3"),
+            format!("{q}_count{{transport=\"http\"}} 3"),
+        ] {
+            assert!(out.contains(&line), "{line} in\n{out}");
+        }
     }
 }

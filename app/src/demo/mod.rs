@@ -31,11 +31,11 @@ use hicache_index::{
     Config, Health, Layout, Lookup, ModelLayout, Namespace, PageHash, ResyncConfig, Seq,
     SglangParams, VerifyConfig,
 };
-use hicache_index_api::tools::thousands;
 use hicache_index_emulator::{Emulator, EmulatorConfig, Position};
 use hicache_index_tokio::{QueryHandle, Subscriber, SubscriberConfig};
 
 use crate::latency::Latency;
+use crate::plumbing::thousands;
 use crate::{parse_duration, say, Outcome};
 use workers::{workers, Plan};
 use workload::{router, system_prompts};

@@ -2,7 +2,7 @@
 //!
 //! It speaks both sides of a real master:
 //! - a ZeroMQ PUB socket it binds, publishing `[topic, seq, payload]` messages made by
-//!   [`hicache_index_sim::encode`] (the 0.3.14 master's exact bytes by default), sequences from
+//!   [`hicache_index_wire`] (the 0.3.14 master's exact bytes by default), sequences from
 //!   1, at most 64 events a batch;
 //! - an HTTP admin side (axum, on its own thread): `GET /get_all_keys`,
 //!   `GET /batch_query_keys?keys=k1,k2`, `GET /kv_events/status`, `GET /health`.
@@ -25,9 +25,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use hicache_index::{EventKind, Layout, PageHash, Seq, Timestamp};
-use hicache_index_sim::encode::{
-    encode_payload_into, encode_seq, MasterFlavor, OwnedBatch, OwnedEvent,
-};
+use hicache_index_wire::{encode_payload_into, encode_seq, MasterFlavor, OwnedBatch, OwnedEvent};
 
 /// How an emulator is set up.
 #[derive(Clone, Debug)]

@@ -14,7 +14,7 @@ use hicache_index_testkit::{object_keys, page_hashes, tokens};
 use serde_json::{json, Value};
 
 const BIN: &str = env!("CARGO_BIN_EXE_hicache-index");
-const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../core/tests/fixtures");
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../core/tests/fixtures");
 const PATIENCE: Duration = Duration::from_secs(15);
 
 /// Runs the binary to its end (killed after 60 s), with `stdin` as its input.
@@ -985,7 +985,10 @@ fn serve_answers_pynng_clients_on_nng_like_http() {
         &["pynng", "msgpack"],
         "import pynng, msgpack",
     );
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../nng/tests/pynng_client.py");
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../transports/nng/tests/pynng_client.py"
+    );
     let mut child = Command::new(python)
         .args([script, &url])
         .stdin(Stdio::piped())

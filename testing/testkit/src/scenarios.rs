@@ -7,7 +7,7 @@ use hicache_index::{
     VerifyConfig, WorkerInfo,
 };
 use hicache_index_driver::{SubscriberConfig, SNAPSHOT_CHUNK_LINES};
-use hicache_index_sim::encode::{encode_payload, MasterFlavor, OwnedBatch, OwnedEvent};
+use hicache_index_wire::{encode_payload, MasterFlavor, OwnedBatch, OwnedEvent};
 
 use crate::{
     clears, layout, object_keys, prefix, tokens, wait_subscribed, wait_until, EmulatorPeer, Peer,

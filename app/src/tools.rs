@@ -1,13 +1,13 @@
-//! The operator's tools: `hash`, `keys` and `decode`, thin over `hicache_index_api::tools`.
+//! The operator's tools: `hash`, `keys` and `decode`, thin over [`crate::plumbing`].
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use crate::layout_args::LayoutArgs;
+use crate::plumbing::{decode_line, object_keys, page_hashes_hex};
 use clap::Args;
 use hicache_index::{Namespace, PageHash};
-use hicache_index_api::tools::{decode_line, object_keys, page_hashes_hex};
-use hicache_index_api::LayoutArgs;
 use serde::Serialize;
 use serde_json::Value;
 

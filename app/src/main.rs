@@ -11,6 +11,8 @@
 
 mod demo;
 mod latency;
+mod layout_args;
+mod plumbing;
 mod serve;
 mod tools;
 mod watch;
@@ -124,25 +126,19 @@ fn init_logging(default: &str) {
         .try_init();
 }
 
-/// Parses a duration: a number with a unit (`ms`, `s`, `m`, `h`; seconds without one), e.g.
-/// `30s`, `1.5s`, `250ms`, `2m`.
+/// Parses a duration with `humantime` (`30s`, `250ms`, `2m`, `1h 30m`, ...); a bare number,
+/// fractions allowed, is seconds (`1.5`).
 fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
-    let split = text
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let value: f64 = number
-        .parse()
-        .map_err(|_| format!("{text:?} is not a duration like 30s, 250ms or 2m"))?;
-    let scale = match unit.trim() {
-        "ms" => 0.001,
-        "" | "s" => 1.0,
-        "m" | "min" => 60.0,
-        "h" => 3600.0,
-        other => return Err(format!("unknown unit {other:?} (use ms, s, m or h)")),
-    };
-    Duration::try_from_secs_f64(value * scale).map_err(|_| format!("{text:?} is out of range"))
+    if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
+        // A bare number is seconds (humantime asks for a unit).
+        let value: f64 = text
+            .parse()
+            .map_err(|_| format!("{text:?} is not a duration like 30s, 250ms or 2m"))?;
+        return Duration::try_from_secs_f64(value).map_err(|_| format!("{text:?} is out of range"));
+    }
+    humantime::parse_duration(text)
+        .map_err(|e| format!("{text:?} is not a duration like 30s, 250ms or 2m ({e})"))
 }
 
 #[cfg(test)]
