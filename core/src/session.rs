@@ -1343,6 +1343,9 @@ impl Session {
     /// Answers for page hashes computed under `plan` (`lookup.pages` names them; tokens are
     /// hashed here, as by [`Session::query_map`]), after checking that `plan` is still the
     /// lookup's: [`QueryError::PlanChanged`] if its layout changed since.
+    ///
+    /// A probe is not counted (a query may probe in several rounds): the caller reports the
+    /// final answer once with [`Session::count_answer`].
     pub fn probe(
         &self,
         plan: QueryPlan,
@@ -1352,7 +1355,15 @@ impl Session {
         if self.plan(lookup)? != plan {
             return Err(QueryError::PlanChanged);
         }
-        self.answer(lookup, map)
+        self.answer_uncounted(lookup, map)
+    }
+
+    /// Counts one query answered by probes (see [`Session::probe`]) in
+    /// [`Counters::queries`] and [`Counters::hit_pages`].
+    pub fn count_answer(&self, hits: &Hits) {
+        self.queries.fetch_add(1, Ordering::Relaxed);
+        self.hit_pages
+            .fetch_add(hits.prefix_pages, Ordering::Relaxed);
     }
 
     /// Answers like [`Session::query`] and also fills `map[i]` with whether page `i` has every
@@ -1362,13 +1373,22 @@ impl Session {
     }
 
     fn answer(&self, lookup: &Lookup<'_>, map: Option<&mut [bool]>) -> Result<Hits, QueryError> {
+        let hits = self.answer_uncounted(lookup, map)?;
+        self.count_answer(&hits);
+        Ok(hits)
+    }
+
+    fn answer_uncounted(
+        &self,
+        lookup: &Lookup<'_>,
+        map: Option<&mut [bool]>,
+    ) -> Result<Hits, QueryError> {
         let layout = self.layout_for(lookup.model)?;
         if self.is_unproven() {
             // The snapshot may be of another run of the master than the stream: claim nothing.
             if let Some(map) = map {
                 map.fill(false);
             }
-            self.queries.fetch_add(1, Ordering::Relaxed);
             let total = match lookup.pages {
                 Pages::Hashes(hashes) => hashes.len(),
                 Pages::Tokens {
@@ -1416,9 +1436,6 @@ impl Session {
                 )
             }
         };
-        self.queries.fetch_add(1, Ordering::Relaxed);
-        self.hit_pages
-            .fetch_add(found.prefix_pages, Ordering::Relaxed);
         Ok(Hits {
             prefix_pages: found.prefix_pages,
             total_pages: total,

@@ -182,15 +182,17 @@ impl QueryHandle {
                         return Ok(miss(map.as_deref_mut()));
                     };
                     let hits = session.probe(plan, &hashed, map.as_deref_mut())?;
-                    drop(session);
                     // A page that misses (checking stopped short) ends the query; so does the
-                    // last page.
+                    // last page. The query counts once, however many rounds it took.
                     if hits.pages_checked < hashes.len() || hashes.len() >= total {
-                        return Ok(Hits {
+                        let hits = Hits {
                             total_pages: total,
                             ..hits
-                        });
+                        };
+                        session.count_answer(&hits);
+                        return Ok(hits);
                     }
+                    drop(session);
                     block = block.saturating_mul(8);
                 }
             });

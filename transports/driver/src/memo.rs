@@ -30,9 +30,12 @@ pub const DEFAULT_MEMO_BYTES: usize = 64 << 20;
 /// Shards of a memo (a power of two): enough that query threads rarely meet on one.
 const SHARDS: usize = 64;
 
-/// What an entry costs beyond its tokens: two digests, the key hash, the queue slot, the map's
-/// slot and the boxes' headers (an estimate that errs high).
-const ENTRY_OVERHEAD: usize = 32 + 32 + 8 + 8 + 48 + 32;
+/// What an entry costs beyond its tokens, charged high enough that the memo's real heap stays
+/// within its budget: the entry in the table twice over (a hash table grows by doubling, so up
+/// to half its slots are spare) with its control byte, its slot in the insertion queue twice
+/// over likewise, and the allocator's header of the token box.
+const ENTRY_OVERHEAD: usize =
+    2 * (std::mem::size_of::<Entry>() + 1) + 2 * std::mem::size_of::<(u64, u64)>() + 16;
 
 /// A page's raw tokens as stored: narrow when every one fits in a u32 (the usual case).
 #[derive(Debug)]
@@ -75,6 +78,8 @@ impl Stored {
 #[derive(Debug)]
 struct Entry {
     key_hash: u64,
+    /// Its place in the shard's insertion order (tells apart entries whose key hashes collide).
+    serial: u64,
     prior: Option<[u8; 32]>,
     eagle: bool,
     tokens: Stored,
@@ -98,14 +103,14 @@ impl Entry {
     }
 }
 
-/// One shard: entries in insertion order (the front is the oldest), found through a map from
-/// key hash to the entries under it.
+/// One shard: entries found by their full key (the key hash only picks the bucket), and their
+/// insertion order for forgetting the oldest.
 #[derive(Debug, Default)]
 struct Shard {
-    /// Key hash to the entries stored under it (more than one only on a key-hash collision).
-    by_hash: hashbrown::HashMap<u64, Vec<Entry>, FixedState>,
-    /// Key hashes in insertion order, for forgetting the oldest.
-    order: VecDeque<u64>,
+    table: hashbrown::HashTable<Entry>,
+    /// (key hash, serial) of every entry, oldest first.
+    order: VecDeque<(u64, u64)>,
+    next_serial: u64,
     bytes: usize,
 }
 
@@ -117,46 +122,38 @@ impl Shard {
         eagle: bool,
         tokens: &[T],
     ) -> Option<PageHash> {
-        self.by_hash
-            .get(&key_hash)?
-            .iter()
-            .find(|e| e.matches(prior, eagle, tokens))
+        self.table
+            .find(key_hash, |e| e.matches(prior, eagle, tokens))
             .map(|e| e.digest)
     }
 
-    fn put(&mut self, entry: Entry, budget: usize) {
+    fn put(&mut self, mut entry: Entry, budget: usize) {
         let cost = entry.cost();
         if cost > budget {
             return;
         }
-        let slot = self.by_hash.entry(entry.key_hash).or_default();
-        if slot.iter().any(|e| e.same_key(&entry)) {
+        if self
+            .table
+            .find(entry.key_hash, |e| e.same_key(&entry))
+            .is_some()
+        {
             return;
         }
-        self.order.push_back(entry.key_hash);
-        slot.push(entry);
-        self.bytes += cost;
-        while self.bytes > budget {
-            let Some(oldest) = self.order.pop_front() else {
+        while self.bytes + cost > budget {
+            let Some((hash, serial)) = self.order.pop_front() else {
                 break;
             };
-            self.forget_oldest_under(oldest);
+            if let Ok(gone) = self.table.find_entry(hash, |e| e.serial == serial) {
+                let (gone, _) = gone.remove();
+                self.bytes -= gone.cost();
+            }
         }
-    }
-
-    /// Forgets the oldest entry stored under `key_hash` (entries under one key hash are kept
-    /// in insertion order, so it is the first).
-    fn forget_oldest_under(&mut self, key_hash: u64) {
-        let Some(slot) = self.by_hash.get_mut(&key_hash) else {
-            return;
-        };
-        if !slot.is_empty() {
-            let gone = slot.remove(0);
-            self.bytes -= gone.cost();
-        }
-        if slot.is_empty() {
-            self.by_hash.remove(&key_hash);
-        }
+        entry.serial = self.next_serial;
+        self.next_serial += 1;
+        self.order.push_back((entry.key_hash, entry.serial));
+        self.bytes += cost;
+        self.table
+            .insert_unique(entry.key_hash, entry, |e| e.key_hash);
     }
 }
 
@@ -212,7 +209,7 @@ impl PrefixMemo {
         for shard in self.shards.iter() {
             if let Ok(s) = shard.lock() {
                 bytes += s.bytes;
-                entries += s.order.len();
+                entries += s.table.len();
             }
         }
         MemoStats {
@@ -293,6 +290,7 @@ impl DigestMemo for PrefixMemo {
         let key_hash = self.hash_key(prior, eagle, tokens);
         let entry = Entry {
             key_hash,
+            serial: 0,
             prior: prior.copied(),
             eagle,
             tokens: Stored::of(tokens),
