@@ -1,0 +1,147 @@
+//! Queries: a plan per layout, and the probe of each page.
+
+use super::*;
+
+/// The answer of [`Index::query`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct IndexHits {
+    /// Leading pages fully present, honouring trailing-page policies.
+    pub prefix_pages: usize,
+    /// Pages hashed and probed.
+    pub pages_checked: usize,
+    /// Of the prefix pages, how many have a memory replica of every all-pages object (or one
+    /// on a medium the events did not name).
+    pub memory_pages: usize,
+    /// Of the prefix pages, how many have an all-pages object present only on disk.
+    pub disk_only_pages: usize,
+}
+
+/// A layout resolved against one namespace: the masks a query tests.
+pub(super) struct Plan {
+    pub(super) ns: u32,
+    pub(super) all_mask: u128,
+    pub(super) trailing: [(u128, u32); MAX_TRAILING_POOLS],
+    pub(super) trailing_len: usize,
+}
+
+impl Index {
+    /// Answers how many leading pages of `pages` are fully present for `layout` in `tenant`.
+    ///
+    /// Hashing is driven by the iterator: in prefix mode (`map` is `None`) the query stops at
+    /// the first page that misses an all-pages object, so later pages are never hashed. With a
+    /// map, every page up to the map's length is probed and `map[i]` says whether page `i` has
+    /// all objects of all pools.
+    pub fn query<I>(
+        &self,
+        tenant: &str,
+        layout: &Layout,
+        pages: I,
+        mut map: Option<&mut [bool]>,
+    ) -> IndexHits
+    where
+        I: Iterator<Item = PageHash>,
+    {
+        let mut hits = IndexHits::default();
+        let Some(plan) = self.plan(tenant, layout) else {
+            if let Some(map) = map {
+                map.fill(false);
+            }
+            return hits;
+        };
+        let trailing = &plan.trailing[..plan.trailing_len];
+        let mut runs = [0u32; MAX_TRAILING_POOLS];
+        let mut all_ok = true;
+        let (mut memory, mut disk_only) = (0usize, 0usize);
+        for (i, hash) in pages.enumerate() {
+            if let Some(map) = map.as_deref() {
+                if i >= map.len() {
+                    break;
+                }
+            }
+            hits.pages_checked = i + 1;
+            let (present, cpu) = self.probe(plan.ns, &hash);
+            let page_all = present & plan.all_mask == plan.all_mask;
+            let mut page_full = page_all;
+            for (run, &(mask, _)) in runs.iter_mut().zip(trailing) {
+                if present & mask == mask {
+                    *run += 1;
+                } else {
+                    *run = 0;
+                    page_full = false;
+                }
+            }
+            if let Some(map) = map.as_deref_mut() {
+                map[i] = page_full;
+            }
+            all_ok &= page_all;
+            if !all_ok {
+                if map.is_none() {
+                    break;
+                }
+                continue;
+            }
+            if cpu & plan.all_mask == plan.all_mask {
+                memory += 1;
+            } else {
+                disk_only += 1;
+            }
+            let n = i + 1;
+            let trailing_ok = runs
+                .iter()
+                .zip(trailing)
+                .all(|(&run, &(_, w))| run as usize >= (w as usize).min(n));
+            if trailing_ok {
+                hits.prefix_pages = n;
+                hits.memory_pages = memory;
+                hits.disk_only_pages = disk_only;
+            }
+        }
+        if let Some(map) = map {
+            let from = hits.pages_checked.min(map.len());
+            map[from..].fill(false);
+        }
+        hits
+    }
+
+    /// Returns a page's present objects and those of them with a memory replica.
+    pub(super) fn probe(&self, ns: u32, hash: &PageHash) -> (u128, u128) {
+        let h = self.table_hash(ns, hash);
+        match self.find(h, ns, hash) {
+            Some(idx) => {
+                let page = &self.pages[idx];
+                if !page.referenced.load(Ordering::Relaxed) {
+                    page.referenced.store(true, Ordering::Relaxed);
+                }
+                (page.present(), page.cpu)
+            }
+            None => (0, 0),
+        }
+    }
+
+    pub(super) fn plan(&self, tenant: &str, layout: &Layout) -> Option<Plan> {
+        let ns = self.find_namespace(tenant, layout.key_prefix.as_deref())?;
+        let suffixes = &self.namespaces[ns as usize].suffixes;
+        let mut plan = Plan {
+            ns,
+            all_mask: 0,
+            trailing: [(0, 0); MAX_TRAILING_POOLS],
+            trailing_len: 0,
+        };
+        for pool in &layout.pools {
+            let mut mask = 0u128;
+            for suffix in &pool.suffixes {
+                let slot = suffixes.iter().position(|s| s == suffix)?;
+                mask |= 1u128 << slot;
+            }
+            match pool.hit_policy {
+                HitPolicy::AllPages => plan.all_mask |= mask,
+                HitPolicy::TrailingPages(w) => {
+                    let entry = plan.trailing.get_mut(plan.trailing_len)?;
+                    *entry = (mask, w.max(1));
+                    plan.trailing_len += 1;
+                }
+            }
+        }
+        (plan.all_mask != 0).then_some(plan)
+    }
+}

@@ -1,0 +1,204 @@
+//! The page table: open addressing by page hash, namespaces, interned suffixes, eviction.
+
+use super::*;
+
+/// The page table's hash of `(namespace, page hash)`: page hashes are already uniform, so 16 of
+/// their bytes mixed with the seed and the namespace suffice.
+pub(super) fn page_table_hash(seed: u64, ns: u32, hash: &PageHash) -> u64 {
+    let b = &hash.0;
+    let lo = u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]);
+    let hi = u64::from_le_bytes([b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]]);
+    mix(
+        lo ^ seed,
+        hi ^ u64::from(ns).wrapping_mul(0x9e37_79b9_7f4a_7c15),
+    )
+}
+
+/// The namespace table's hash of `(tenant, prefix)`.
+pub(super) fn namespace_hash(seed: u64, tenant: &str, prefix: Option<&str>) -> u64 {
+    let mut h = seed;
+    for part in [Some(tenant), prefix] {
+        h = mix(h, 0x100 + part.map_or(0, str::len) as u64);
+        for chunk in part.unwrap_or("").as_bytes().chunks(8) {
+            let mut word = [0u8; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            h = mix(h, u64::from_le_bytes(word));
+        }
+    }
+    h
+}
+
+/// A 64-bit mixing function (folded 128-bit multiply).
+pub(super) fn mix(a: u64, b: u64) -> u64 {
+    let full =
+        u128::from(a ^ 0xa076_1d64_78bd_642f).wrapping_mul(u128::from(b ^ 0xe703_7ed1_a0b4_28db));
+    (full as u64) ^ ((full >> 64) as u64)
+}
+
+impl Index {
+    pub(super) fn table_hash(&self, ns: u32, hash: &PageHash) -> u64 {
+        page_table_hash(self.config.seed, ns, hash)
+    }
+
+    pub(super) fn find(&self, h: u64, ns: u32, hash: &PageHash) -> Option<usize> {
+        let pages = &self.pages;
+        self.table
+            .find(h, |&i| {
+                let p = &pages[i as usize];
+                p.ns == ns && p.hash == *hash
+            })
+            .map(|&i| i as usize)
+    }
+
+    pub(super) fn insert_page(&mut self, h: u64, ns: u32, hash: PageHash) -> usize {
+        let blank = Page {
+            hash,
+            ns,
+            referenced: AtomicBool::new(false),
+            cpu: 0,
+            disk: 0,
+            touched: 0,
+        };
+        let idx = if let Some(idx) = self.free.pop() {
+            idx as usize
+        } else if self.pages.len() < self.config.max_pages {
+            self.pages.len()
+        } else {
+            self.evict_one()
+        };
+        if idx == self.pages.len() {
+            self.pages.push(blank);
+        } else {
+            self.pages[idx] = blank;
+        }
+        let pages = &self.pages;
+        let seed = self.config.seed;
+        self.table.insert_unique(h, idx as u32, |&i| {
+            let p = &pages[i as usize];
+            page_table_hash(seed, p.ns, &p.hash)
+        });
+        self.live_pages += 1;
+        idx
+    }
+
+    /// Drops a held page: its objects, its table entry and (when watched) a delta. The caller
+    /// decides what becomes of the slot.
+    pub(super) fn forget_page(&mut self, idx: usize) {
+        let page = &self.pages[idx];
+        let (ns, hash, present) = (page.ns, page.hash, page.present());
+        self.live_objects -= present.count_ones() as usize;
+        self.live_pages -= 1;
+        self.note_change(ns, hash, present, 0);
+        self.pages[idx].cpu = 0;
+        self.pages[idx].disk = 0;
+        let h = self.table_hash(ns, &hash);
+        self.unlink(idx, h);
+    }
+
+    pub(super) fn unlink(&mut self, idx: usize, h: u64) {
+        if let Ok(entry) = self.table.find_entry(h, |&i| i as usize == idx) {
+            entry.remove();
+        }
+    }
+
+    /// Evicts one page by CLOCK and returns its slot, which the caller reuses at once.
+    pub(super) fn evict_one(&mut self) -> usize {
+        loop {
+            let idx = self.clock_hand;
+            self.clock_hand = (idx + 1) % self.pages.len();
+            let page = &self.pages[idx];
+            if page.present() == 0 || page.referenced.swap(false, Ordering::Relaxed) {
+                continue;
+            }
+            self.forget_page(idx);
+            self.counters.evictions += 1;
+            return idx;
+        }
+    }
+
+    pub(super) fn find_namespace(&self, tenant: &str, prefix: Option<&str>) -> Option<u32> {
+        let namespaces = &self.namespaces;
+        self.ns_table
+            .find(namespace_hash(self.config.seed, tenant, prefix), |&i| {
+                let ns = &namespaces[i as usize];
+                ns.tenant == tenant && ns.prefix.as_deref() == prefix
+            })
+            .copied()
+    }
+
+    pub(super) fn intern(
+        &mut self,
+        tenant: &str,
+        prefix: Option<&str>,
+        suffix: &str,
+    ) -> Option<(u32, u32)> {
+        if tenant.len() > MAX_TENANT_LEN || prefix.is_some_and(|p| p.len() > MAX_PREFIX_LEN) {
+            return None;
+        }
+        let cached = self.last_ns.filter(|&i| {
+            let ns = &self.namespaces[i as usize];
+            ns.tenant == tenant && ns.prefix.as_deref() == prefix
+        });
+        let ns = match cached.or_else(|| self.find_namespace(tenant, prefix)) {
+            Some(ns) => ns,
+            None => {
+                if self.namespaces.len() >= self.config.max_namespaces {
+                    return None;
+                }
+                let ns = self.namespaces.len() as u32;
+                self.namespaces.push(Namespace {
+                    tenant: tenant.into(),
+                    prefix: prefix.map(String::from),
+                    suffixes: Vec::new(),
+                    complete_mask: 0,
+                });
+                let (namespaces, seed) = (&self.namespaces, self.config.seed);
+                self.ns_table
+                    .insert_unique(namespace_hash(seed, tenant, prefix), ns, |&i| {
+                        let n = &namespaces[i as usize];
+                        namespace_hash(seed, &n.tenant, n.prefix.as_deref())
+                    });
+                self.refresh_complete_mask(ns as usize);
+                ns
+            }
+        };
+        self.last_ns = Some(ns);
+        let slot = self.intern_suffix(ns as usize, suffix)?;
+        Some((ns, slot))
+    }
+
+    pub(super) fn intern_suffix(&mut self, ns: usize, suffix: &str) -> Option<u32> {
+        let suffixes = &mut self.namespaces[ns].suffixes;
+        if let Some(slot) = suffixes.iter().position(|s| s == suffix) {
+            return Some(slot as u32);
+        }
+        if suffixes.len() >= MAX_SUFFIXES {
+            return None;
+        }
+        suffixes.push(suffix.into());
+        Some((suffixes.len() - 1) as u32)
+    }
+
+    /// Recomputes which suffix mask makes a page of namespace `ns` complete, giving the watched
+    /// layouts' suffixes their slots now. A namespace whose table cannot hold them is unwatched.
+    pub(super) fn refresh_complete_mask(&mut self, ns: usize) {
+        let prefix = self.namespaces[ns].prefix.as_deref();
+        let wanted: Vec<String> = self
+            .watched_layouts
+            .iter()
+            .filter(|l| l.key_prefix.as_deref() == prefix)
+            .flat_map(|l| l.pools.iter().flat_map(|p| p.suffixes.iter().cloned()))
+            .collect();
+        let mut mask = 0u128;
+        for suffix in &wanted {
+            match self.intern_suffix(ns, suffix) {
+                Some(slot) => mask |= 1u128 << slot,
+                None => {
+                    mask = 0;
+                    break;
+                }
+            }
+        }
+        self.namespaces[ns].complete_mask = mask;
+    }
+}

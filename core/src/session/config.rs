@@ -1,0 +1,145 @@
+//! What a session is configured with: endpoint, layouts, limits, backoff, resync, verification.
+
+use super::*;
+
+/// Reconnection timing: exponential backoff with jitter, reset after a healthy period.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BackoffConfig {
+    /// The delay before the first retry.
+    pub initial: Duration,
+    /// The longest delay.
+    pub max: Duration,
+    /// A connection that lasted this long resets the backoff.
+    pub reset_after: Duration,
+    /// How long a connection may take before it counts as failed.
+    pub connect_timeout: Duration,
+}
+
+impl Default for BackoffConfig {
+    fn default() -> Self {
+        BackoffConfig {
+            initial: Duration::from_millis(100),
+            max: Duration::from_secs(10),
+            reset_after: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Resynchronisation from the master's key list after loss and at every (re)connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ResyncConfig {
+    /// The most live batches buffered while the snapshot is fetched.
+    pub max_buffered_batches: usize,
+    /// The most payload bytes buffered while the snapshot is fetched.
+    pub max_buffered_bytes: usize,
+    /// How long the driver may take to answer a fetch.
+    pub fetch_timeout: Duration,
+    /// How long to wait before trying again after a failure.
+    pub retry_after: Duration,
+}
+
+impl Default for ResyncConfig {
+    fn default() -> Self {
+        ResyncConfig {
+            max_buffered_batches: 65_536,
+            max_buffered_bytes: 256 << 20,
+            fetch_timeout: Duration::from_secs(10),
+            retry_after: Duration::from_secs(1),
+        }
+    }
+}
+
+/// Periodic verification of present keys against the master, which bounds how long an object
+/// removed without an event can stay a hit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct VerifyConfig {
+    /// Time between rounds.
+    pub interval: Duration,
+    /// Keys checked per round.
+    pub sample: usize,
+    /// How long the driver may take to answer.
+    pub timeout: Duration,
+    /// A round that finds at least this percentage of its keys stale clears the index and
+    /// starts a full resync (when resync is on): the keys it did not sample are as doubtful,
+    /// and a snapshot only adds.
+    pub resync_stale_percent: u8,
+}
+
+impl Default for VerifyConfig {
+    fn default() -> Self {
+        VerifyConfig {
+            interval: Duration::from_secs(5),
+            sample: 1024,
+            timeout: Duration::from_secs(5),
+            resync_stale_percent: 10,
+        }
+    }
+}
+
+/// A layout for one model (or the default layout, with no model).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ModelLayout {
+    /// The served model name; `None` for the default layout.
+    pub model: Option<String>,
+    /// The layout.
+    pub layout: Layout,
+}
+
+/// Everything a session is made from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// The event endpoint; when set it wins over what workers advertise.
+    pub endpoint: Option<String>,
+    /// The topic subscribed to; the Mooncake master sends an empty one.
+    pub topic: Vec<u8>,
+    /// Configured layouts; these win over advertised ones.
+    pub layouts: Vec<ModelLayout>,
+    /// Index limits.
+    pub index: IndexConfig,
+    /// How much reordering the transport can produce (none over ZeroMQ).
+    pub reorder: ReorderConfig,
+    /// Reconnection timing.
+    pub backoff: BackoffConfig,
+    /// Resynchronisation from the master's HTTP side; `None`: loss can only clear.
+    pub resync: Option<ResyncConfig>,
+    /// Verification against silent removals; `None`: off.
+    pub verify: Option<VerifyConfig>,
+    /// Emit [`Effect::Page`] for pages that become complete or incomplete under the layouts.
+    pub page_deltas: bool,
+    /// Seeds the backoff jitter and the index's hashing.
+    pub seed: u64,
+    /// Follow the leader of a Mooncake HA cluster (see [`crate::leader`]); `endpoint` is then
+    /// a template whose host is replaced by the leader's, and nothing connects until
+    /// [`Session::handle_leader_view`] names a leader that serves. `None`: one fixed master.
+    pub leader: Option<LeaderConfig>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            endpoint: None,
+            topic: Vec::new(),
+            layouts: Vec::new(),
+            index: IndexConfig::default(),
+            reorder: ReorderConfig::default(),
+            backoff: BackoffConfig::default(),
+            resync: None,
+            verify: None,
+            page_deltas: false,
+            seed: 0x0123_4567_89ab_cdef,
+            leader: None,
+        }
+    }
+}
+
+/// What one worker advertises about itself.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WorkerInfo {
+    /// The KV event endpoint it was told about, if any.
+    pub event_endpoint: Option<String>,
+    /// The model it serves.
+    pub model: Option<String>,
+    /// Its object layout, if it advertises one.
+    pub layout: Option<Layout>,
+}

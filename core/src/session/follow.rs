@@ -1,0 +1,115 @@
+//! Following a Mooncake HA leader: discovery values, leader checks, and masters without events.
+
+use super::*;
+
+impl Session {
+    /// Returns where the session is with the HA cluster's leader; `None` when it follows one
+    /// fixed master.
+    pub fn leader(&self) -> Option<LeaderInfo> {
+        self.leader.as_ref().map(Leader::info)
+    }
+
+    /// Hands over what HA discovery says about the leader: every value the driver reads of the
+    /// master view key (watched or polled), with its version (see [`crate::leader`]).
+    ///
+    /// Another incarnation than the one followed forgets at once, drops the connection and
+    /// asks to check the new leader ([`Effect::CheckLeader`]); nothing connects before it
+    /// serves. The same incarnation again changes nothing. Without HA configured, ignored.
+    pub fn handle_leader_view(&mut self, now: Instant, view: &LeaderView) -> Effects {
+        self.see(now);
+        let mut fx = Effects::new();
+        let Some(leader) = &mut self.leader else {
+            return fx;
+        };
+        if let ViewStep::Changed { check } = leader.handle_view(now, view) {
+            if self.endpoint.take().is_some() || !matches!(self.link, Link::Down { .. }) {
+                fx.push(Effect::Disconnect);
+            }
+            self.link = Link::Down { retry_at: None };
+            self.reset_stream();
+            self.resync = Resync::Idle;
+            self.verify = Verify::idle();
+            self.events_disabled = false;
+            self.attempts = 0;
+            if self.index.object_count() > 0 {
+                // The new leader restores its objects without events: only a resync from it
+                // once it serves can tell which are there.
+                self.forget(now, ClearReason::LeaderChanged, &mut fx);
+            }
+            if let Some(request) = check {
+                self.check_leader(request, &mut fx);
+            }
+        }
+        self.update_health(&mut fx);
+        fx
+    }
+
+    /// Hands over the answer to the [`Effect::CheckLeader`] `request`. A leader that serves, at
+    /// the address discovery named, with a master view no older than any followed, whose
+    /// status answers, is followed: [`Effect::UseMaster`], then [`Effect::Connect`] to the
+    /// endpoint with its host. Otherwise it is checked again later; a status saying the
+    /// publisher is off is [`Health::EventsDisabled`].
+    pub fn handle_leader_status(
+        &mut self,
+        now: Instant,
+        request: u64,
+        status: &LeaderStatus,
+    ) -> Effects {
+        self.see(now);
+        let mut fx = Effects::new();
+        let step = match &mut self.leader {
+            Some(leader) => leader.handle_status(now, request, status),
+            None => StatusStep::Stale,
+        };
+        match step {
+            StatusStep::Stale => self.counters.stale_answers += 1,
+            StatusStep::NotYet => {}
+            StatusStep::Disabled => {
+                self.counters.events_disabled += 1;
+                self.events_disabled = true;
+            }
+            StatusStep::Follow { host } => {
+                self.events_disabled = false;
+                self.endpoint = self
+                    .config
+                    .endpoint
+                    .as_deref()
+                    .and_then(|e| crate::leader::replace_host(e, &host));
+                fx.push(Effect::UseMaster { host });
+                self.attempts = 0;
+                self.connect(now, &mut fx);
+            }
+        }
+        self.update_health(&mut fx);
+        fx
+    }
+
+    /// Reports that the fetch `request`'s `/kv_events/status` said `"enabled":false`: the
+    /// master publishes nothing, so the index can learn nothing true from it. The health is
+    /// [`Health::EventsDisabled`] until a later status says otherwise (the fetch is retried).
+    pub fn handle_events_disabled(&mut self, now: Instant, request: u64) -> Effects {
+        self.see(now);
+        let mut fx = Effects::new();
+        match &self.resync {
+            Resync::Fetching {
+                request: current, ..
+            } if *current == request => {
+                self.counters.events_disabled += 1;
+                self.events_disabled = true;
+                self.resync_failed(now, ResyncFailure::EventsDisabled, &mut fx);
+            }
+            _ => self.counters.stale_answers += 1,
+        }
+        self.update_health(&mut fx);
+        fx
+    }
+
+    pub(super) fn check_leader(&mut self, request: u64, fx: &mut Effects) {
+        if let Some(host) = self.leader.as_ref().and_then(Leader::candidate_host) {
+            fx.push(Effect::CheckLeader {
+                request,
+                host: host.into(),
+            });
+        }
+    }
+}

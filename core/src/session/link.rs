@@ -1,0 +1,133 @@
+//! The connection: connect, the socket coming up or going down, backoff with jitter.
+
+use super::*;
+
+/// The connection's state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Link {
+    /// Not connected; connect at the given time (never, without an endpoint).
+    Down { retry_at: Option<Instant> },
+    /// A connection was asked for.
+    Connecting { deadline: Instant },
+    /// Connected since.
+    Up { since: Instant },
+}
+
+impl Session {
+    /// Reports that the subscriber connected to the endpoint last asked for.
+    pub fn handle_connected(&mut self, now: Instant) -> Effects {
+        self.see(now);
+        let mut fx = Effects::new();
+        self.link_up(now, &mut fx);
+        self.update_health(&mut fx);
+        fx
+    }
+
+    /// Reports that the subscriber's connection was lost or failed. Events may have been missed:
+    /// the index forgets, and a reconnect is scheduled.
+    pub fn handle_disconnected(&mut self, now: Instant) -> Effects {
+        self.see(now);
+        let mut fx = Effects::new();
+        if !matches!(self.link, Link::Down { .. }) || self.index.page_count() > 0 {
+            self.link_lost(now, &mut fx);
+        }
+        self.update_health(&mut fx);
+        fx
+    }
+
+    /// Reports that the driver stopped for good: the index forgets, nothing is scheduled, and the
+    /// health is [`Health::Disconnected`] until a new endpoint or [`Session::handle_timeout`]
+    /// after [`Session::restart`].
+    pub fn handle_stopped(&mut self, now: Instant) -> Effects {
+        self.see(now);
+        let mut fx = Effects::new();
+        self.link = Link::Down { retry_at: None };
+        self.reset_stream();
+        self.verify = Verify::idle();
+        if self.index.page_count() > 0 {
+            self.forget(now, ClearReason::Requested, &mut fx);
+        }
+        self.resync = Resync::Idle;
+        self.update_health(&mut fx);
+        fx
+    }
+
+    pub(super) fn connect(&mut self, now: Instant, fx: &mut Effects) {
+        let Some(endpoint) = self.endpoint.clone() else {
+            self.link = Link::Down { retry_at: None };
+            return;
+        };
+        self.counters.connects += 1;
+        self.link = Link::Connecting {
+            deadline: now + self.config.backoff.connect_timeout,
+        };
+        fx.push(Effect::Connect { endpoint });
+    }
+
+    pub(super) fn link_up(&mut self, now: Instant, fx: &mut Effects) {
+        if matches!(self.link, Link::Up { .. }) {
+            return;
+        }
+        self.link = Link::Up { since: now };
+        // A new connection is a new stream: whatever was applied before it (batches that arrived
+        // while the link was down) must not be continued by the next batch's silent baseline.
+        let had_stream = self.tracker.last_applied().is_some() || self.index.page_count() > 0;
+        self.reset_stream();
+        if had_stream {
+            self.forget(now, ClearReason::Reconnected, fx);
+        }
+        self.start_resync(now, fx);
+        if self.config.resync.is_none() {
+            self.schedule_verify(now);
+        }
+    }
+
+    /// The connection is gone (or never came): forget, and schedule a reconnect with backoff.
+    pub(super) fn link_lost(&mut self, now: Instant, fx: &mut Effects) {
+        if let Link::Up { since } = self.link {
+            if now.saturating_duration_since(since) >= self.config.backoff.reset_after {
+                self.attempts = 0;
+            }
+        }
+        self.counters.disconnects += 1;
+        self.link = Link::Down { retry_at: None };
+        self.reset_stream();
+        self.verify = Verify::idle();
+        self.forget(now, ClearReason::Disconnected, fx);
+        let delay = self.backoff_delay();
+        let retry_at = self.endpoint.as_ref().map(|_| now + delay);
+        if let Some(at) = retry_at {
+            fx.push(Effect::ReconnectScheduled {
+                at,
+                attempt: self.attempts,
+            });
+        }
+        self.attempts = self.attempts.saturating_add(1);
+        self.link = Link::Down { retry_at };
+    }
+
+    /// The next backoff delay: `initial * 2^attempts` capped at `max`, then a uniformly random
+    /// point in its upper half (jitter from the seeded generator).
+    pub(super) fn backoff_delay(&mut self) -> Duration {
+        let b = self.config.backoff;
+        let exp = b.initial.saturating_mul(1u32 << self.attempts.min(20));
+        let full = exp.min(b.max);
+        let nanos = u64::try_from(full.as_nanos()).unwrap_or(u64::MAX);
+        let half = nanos / 2;
+        let jitter = if half == 0 {
+            0
+        } else {
+            self.next_random() % (half + 1)
+        };
+        Duration::from_nanos(half + jitter)
+    }
+
+    /// SplitMix64.
+    pub(super) fn next_random(&mut self) -> u64 {
+        self.rng = self.rng.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.rng;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+}

@@ -1,0 +1,445 @@
+//! The session: the sans-IO machine a transport drives.
+//!
+//! A [`Session`] owns the index, the stream's sequence tracker, the connection lifecycle with
+//! its backoff, the worker directory, resynchronisation and verification. It reads no clock and
+//! does no IO: the driver hands it messages and times, and executes the [`Effect`]s it returns.
+//!
+//! # The driving loop
+//! ```text
+//! loop {
+//!     deadline = session.poll_timeout()            // None: nothing timed is pending
+//!     wait until a message arrives, an answer comes back, or the deadline passes
+//!     message  -> session.feed(now, &frames)
+//!     socket   -> session.handle_connected(now) / handle_disconnected(now)
+//!     HTTP     -> session.handle_snapshot(..) / handle_snapshot_failed(..) / handle_verify_result(..)
+//!     deadline -> session.handle_timeout(now)
+//!     execute every returned Effect, in order
+//! }
+//! ```
+//! Queries ([`Session::query`]) take `&self` and may run at any time between these calls.
+
+mod answer;
+mod config;
+mod follow;
+mod link;
+mod resync;
+mod stream;
+mod verify;
+mod workers;
+
+use alloc::collections::BTreeMap;
+use alloc::string::String;
+use alloc::vec::Vec;
+use core::sync::atomic::{AtomicUsize, Ordering};
+use core::time::Duration;
+
+use crate::effect::{ClearReason, Effect, Effects, Health, ResyncFailure, StrayReason};
+use crate::error::{ConfigError, QueryError};
+use crate::frame::{decode, Batch, EventKind, FrameError, Seq};
+use crate::hash::PageHashes;
+use crate::index::{Index, IndexConfig, DEFAULT_TENANT};
+use crate::layout::Layout;
+use crate::leader::{
+    Leader, LeaderConfig, LeaderInfo, LeaderStatus, LeaderView, StatusStep, ViewStep,
+};
+use crate::metrics::Counters;
+use crate::query::{Hits, Lookup, Pages, QueryPlan, Tokens};
+use crate::sequence::{Fingerprint, Loss, ReorderConfig, SequenceTracker, Verdict};
+use crate::snapshot::LineFilter;
+use crate::time::Instant;
+
+/// What the master's `GET /kv_events/status` said just before its key list was read: where its
+/// stream stood.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Watermark {
+    /// The last sequence the master had assigned: `published_batches + dropped_events`.
+    pub seq: Seq,
+    /// The last event id it had given: `published_events` (event ids count published events
+    /// from 1); `None` when the master does not tell.
+    pub events: Option<u64>,
+}
+
+pub use self::config::{
+    BackoffConfig, Config, ModelLayout, ResyncConfig, VerifyConfig, WorkerInfo,
+};
+use self::link::Link;
+use self::resync::{key_checksum, Proof, Resync};
+use self::stream::HeldBatch;
+use self::verify::Verify;
+
+/// The sans-IO machine a transport drives (see the module docs for the loop).
+#[derive(Debug)]
+pub struct Session {
+    config: Config,
+    index: Index,
+    tracker: SequenceTracker<HeldBatch>,
+    link: Link,
+    /// The first sequence applied since the stream's baseline was last reset.
+    stream_start: Option<Seq>,
+    /// The latest sequence the stream may begin at for the last snapshot to hold (watermark + 1).
+    anchor: Option<Seq>,
+    /// The last snapshot's status point, until the stream has passed it.
+    proof: Option<Proof>,
+    attempts: u32,
+    endpoint: Option<String>,
+    health: Health,
+    resync: Resync,
+    verify: Verify,
+    workers: BTreeMap<String, WorkerInfo>,
+    advertised_layouts: BTreeMap<String, Layout>,
+    rng: u64,
+    next_request: u64,
+    counters: Counters,
+    /// A time at or after which every object the index holds was present at the master (see
+    /// [`Counters::unconfirmed_ms`]); meaningless while the index is empty.
+    confirmed_at: Instant,
+    /// The latest time an input carried.
+    latest: Instant,
+    queries: AtomicUsize,
+    hit_pages: AtomicUsize,
+    /// The HA leader machine, when the session follows a cluster's leader.
+    leader: Option<Leader>,
+    /// The last status read said the publisher is off.
+    events_disabled: bool,
+}
+
+impl Session {
+    /// Makes a session; with a configured endpoint, the first [`Session::handle_timeout`] asks
+    /// to connect.
+    pub fn new(config: Config) -> Result<Session, ConfigError> {
+        if config.index.max_pages == 0 {
+            return Err(ConfigError::NoPages);
+        }
+        for (i, ml) in config.layouts.iter().enumerate() {
+            ml.layout.validate()?;
+            if config.layouts[..i].iter().any(|o| o.model == ml.model) {
+                return Err(ConfigError::DuplicateModel);
+            }
+        }
+        let b = &config.backoff;
+        if b.initial.is_zero() || b.max < b.initial || b.connect_timeout.is_zero() {
+            return Err(ConfigError::Backoff);
+        }
+        if config.reorder.max_delay.is_some_and(|d| d.is_zero()) {
+            return Err(ConfigError::Reorder);
+        }
+        if let Some(r) = &config.resync {
+            if r.max_buffered_batches == 0 || r.max_buffered_bytes == 0 {
+                return Err(ConfigError::ResyncBuffer);
+            }
+            if r.fetch_timeout.is_zero() || r.retry_after.is_zero() {
+                return Err(ConfigError::ResyncTiming);
+            }
+        }
+        if let Some(v) = &config.verify {
+            if v.sample == 0 || v.interval.is_zero() || v.timeout.is_zero() {
+                return Err(ConfigError::Verify);
+            }
+        }
+        let mut index = Index::new(IndexConfig {
+            seed: config.index.seed ^ config.seed,
+            ..config.index.clone()
+        });
+        if config.page_deltas {
+            for ml in &config.layouts {
+                index.watch_layout(&ml.layout);
+            }
+        }
+        if config
+            .leader
+            .is_some_and(|l| l.check_interval.is_zero() || l.check_timeout.is_zero())
+        {
+            return Err(ConfigError::Leader);
+        }
+        if config.leader.is_some()
+            && config
+                .endpoint
+                .as_deref()
+                .and_then(|e| crate::leader::replace_host(e, "h"))
+                .is_none()
+        {
+            return Err(ConfigError::Leader);
+        }
+        // Following a leader, nothing connects before a leader serves.
+        let endpoint = config.endpoint.clone().filter(|_| config.leader.is_none());
+        let retry_at = endpoint.as_ref().map(|_| Instant::ZERO);
+        Ok(Session {
+            index,
+            tracker: SequenceTracker::new(config.reorder),
+            link: Link::Down { retry_at },
+            stream_start: None,
+            anchor: None,
+            proof: None,
+            attempts: 0,
+            endpoint,
+            health: Health::Disconnected,
+            resync: Resync::Idle,
+            verify: Verify::idle(),
+            workers: BTreeMap::new(),
+            advertised_layouts: BTreeMap::new(),
+            rng: config.seed ^ 0x9e37_79b9_7f4a_7c15,
+            next_request: 1,
+            counters: Counters::default(),
+            confirmed_at: Instant::ZERO,
+            latest: Instant::ZERO,
+            queries: AtomicUsize::new(0),
+            hit_pages: AtomicUsize::new(0),
+            leader: config.leader.map(Leader::new),
+            events_disabled: false,
+            config,
+        })
+    }
+
+    /// Returns the configuration.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Returns the health.
+    pub fn health(&self) -> Health {
+        self.health
+    }
+
+    /// Returns the event endpoint in use (configured, or chosen from worker metadata).
+    pub fn endpoint(&self) -> Option<&str> {
+        self.endpoint.as_deref()
+    }
+
+    /// Returns the sequence of the last batch applied from the stream (`None` after a clear
+    /// until the next batch).
+    pub fn last_applied_seq(&self) -> Option<Seq> {
+        self.tracker.last_applied()
+    }
+
+    /// Returns the index (read only).
+    pub fn index(&self) -> &Index {
+        &self.index
+    }
+
+    /// Returns every counter and gauge, with [`Counters::unconfirmed_ms`] as of the latest time
+    /// any input carried (see [`Session::counters_at`] for another time).
+    pub fn counters(&self) -> Counters {
+        self.counters_at(self.latest)
+    }
+
+    /// Returns every counter and gauge, with [`Counters::unconfirmed_ms`] as of `now`.
+    pub fn counters_at(&self, now: Instant) -> Counters {
+        let mut c = self.counters;
+        let ic = self.index.counters();
+        c.unparsed_keys = ic.unparsed_keys;
+        c.untracked_objects = ic.untracked_objects;
+        c.group_id_mismatches = ic.group_id_mismatches;
+        c.evictions = ic.evictions;
+        c.pages = self.index.page_count() as u64;
+        c.objects = self.index.object_count() as u64;
+        c.held_batches = self.tracker.held_count() as u64;
+        c.buffered_batches = match &self.resync {
+            Resync::Fetching { batches, .. } => *batches as u64,
+            _ => 0,
+        };
+        c.unconfirmed_ms = self.confirmed_at().map_or(0, |at| {
+            u64::try_from(now.saturating_duration_since(at).as_millis()).unwrap_or(u64::MAX)
+        });
+        c.queries = self.queries.load(Ordering::Relaxed) as u64;
+        c.hit_pages = self.hit_pages.load(Ordering::Relaxed) as u64;
+        if let Some(info) = self.leader() {
+            let ms = |d: Option<Duration>| {
+                d.map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+            };
+            c.leader_changes = info.changes;
+            c.leader_view_version = info.version.unwrap_or(0);
+            c.last_failover_ms = ms(info.last_failover);
+            c.last_failover_after_serving_ms = ms(info.last_failover_after_serving);
+        }
+        c
+    }
+
+    /// Returns a time at or after which every object the index holds is known to have been
+    /// present at the master; `None` while the index is empty (trivially confirmed). See
+    /// [`Counters::unconfirmed_ms`] for what confirms an object.
+    pub fn confirmed_at(&self) -> Option<Instant> {
+        (self.index.object_count() > 0).then_some(self.confirmed_at)
+    }
+
+    /// Returns when [`Session::handle_timeout`] must next be called; `None` when nothing timed is
+    /// pending.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let link = match self.link {
+            Link::Down { retry_at } => retry_at,
+            Link::Connecting { deadline } => Some(deadline),
+            Link::Up { .. } => None,
+        };
+        let resync = match &self.resync {
+            Resync::Idle => None,
+            Resync::Fetching { deadline, .. } => Some(*deadline),
+            Resync::Waiting { retry_at } => Some(*retry_at),
+            Resync::AwaitingStream => None,
+        };
+        let verify = match &self.verify.in_flight {
+            Some(round) => Some(round.deadline),
+            None => self.verify.next_at,
+        };
+        let proof = self.proof.and_then(|p| p.deadline);
+        let leader = self.leader.as_ref().and_then(Leader::poll_timeout);
+        [
+            link,
+            self.tracker.poll_timeout(),
+            resync,
+            verify,
+            proof,
+            leader,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    /// Does whatever is due at `now`; early calls do nothing.
+    pub fn handle_timeout(&mut self, now: Instant) -> Effects {
+        self.see(now);
+        let mut fx = Effects::new();
+        match self.link {
+            Link::Down { retry_at: Some(at) } if at <= now => self.connect(now, &mut fx),
+            Link::Connecting { deadline } if deadline <= now => {
+                fx.push(Effect::Disconnect);
+                self.link_lost(now, &mut fx);
+            }
+            _ => {}
+        }
+        if let Some(request) = self.leader.as_mut().and_then(|l| l.handle_timeout(now)) {
+            self.check_leader(request, &mut fx);
+        }
+        while let Some(loss) = self.tracker.handle_timeout(now) {
+            self.reorder_loss(now, loss, &mut fx);
+        }
+        if self
+            .proof
+            .and_then(|p| p.deadline)
+            .is_some_and(|at| at <= now)
+        {
+            // The stream did not reach the snapshot's status point in time: the snapshot may be
+            // of another run of the master.
+            self.forget(now, ClearReason::Unproven, &mut fx);
+        }
+        match self.resync {
+            Resync::Fetching { deadline, .. } if deadline <= now => {
+                self.resync_failed(now, ResyncFailure::Timeout, &mut fx);
+            }
+            Resync::Waiting { retry_at } if retry_at <= now => self.start_resync(now, &mut fx),
+            _ => {}
+        }
+        match &self.verify.in_flight {
+            Some(round) if round.deadline <= now => {
+                self.verify.in_flight = None;
+                self.verify.sweep = None;
+                self.schedule_verify(now);
+            }
+            None if self.verify.next_at.is_some_and(|at| at <= now) => {
+                self.start_verify(now, &mut fx)
+            }
+            _ => {}
+        }
+        self.update_health(&mut fx);
+        fx
+    }
+
+    /// Asks to connect again at `now` after [`Session::handle_stopped`] (backoff reset).
+    pub fn restart(&mut self, now: Instant) {
+        self.see(now);
+        self.attempts = 0;
+        if self.endpoint.is_some() {
+            self.link = Link::Down {
+                retry_at: Some(now),
+            };
+        }
+    }
+
+    /// Forgets every page now (for example when an operator asks). The next batch is a silent
+    /// baseline, unless it is from before the clear (see [`crate::sequence`]'s fence).
+    pub fn clear(&mut self, now: Instant) -> Effects {
+        self.see(now);
+        let mut fx = Effects::new();
+        self.reset_stream();
+        self.forget(now, ClearReason::Requested, &mut fx);
+        self.update_health(&mut fx);
+        fx
+    }
+
+    /// Forgets what the stream taught the index, and starts a resync when that is on.
+    fn forget(&mut self, now: Instant, reason: ClearReason, fx: &mut Effects) {
+        let (pages, objects) = self.index.clear();
+        self.verify.sweep = None;
+        self.proof = None;
+        self.anchor = None;
+        let counter = match reason {
+            ClearReason::Gap => &mut self.counters.clears_gap,
+            ClearReason::Restart => &mut self.counters.clears_restart,
+            ClearReason::Disconnected | ClearReason::Reconnected => {
+                &mut self.counters.clears_disconnected
+            }
+            ClearReason::EndpointChanged | ClearReason::LeaderChanged => {
+                &mut self.counters.clears_endpoint
+            }
+            ClearReason::UnreadableRemoval => &mut self.counters.clears_unreadable_removal,
+            ClearReason::Undecodable => &mut self.counters.clears_undecodable,
+            ClearReason::Unproven => &mut self.counters.clears_unproven,
+            ClearReason::StaleBatch => &mut self.counters.clears_stale_batch,
+            ClearReason::Requested => &mut self.counters.clears_requested,
+            ClearReason::Stale => &mut self.counters.clears_stale,
+            ClearReason::PublisherCleared => &mut self.counters.publisher_clears,
+        };
+        *counter += 1;
+        fx.push(Effect::Cleared {
+            reason,
+            pages,
+            objects,
+        });
+        let connected = matches!(self.link, Link::Up { .. });
+        if connected
+            && matches!(
+                reason,
+                ClearReason::Gap
+                    | ClearReason::Restart
+                    | ClearReason::UnreadableRemoval
+                    | ClearReason::Undecodable
+                    | ClearReason::Unproven
+                    | ClearReason::StaleBatch
+                    | ClearReason::Requested
+                    | ClearReason::Stale
+            )
+        {
+            self.start_resync(now, fx);
+        } else if !connected {
+            self.resync = Resync::Idle;
+        }
+    }
+
+    /// Notes the time an input carried.
+    fn see(&mut self, now: Instant) {
+        self.latest = self.latest.max(now);
+    }
+
+    fn update_health(&mut self, fx: &mut Effects) {
+        let health = match self.link {
+            _ if self.events_disabled => Health::EventsDisabled,
+            Link::Down { .. } => Health::Disconnected,
+            Link::Connecting { .. } => Health::Connecting,
+            Link::Up { .. } => match self.resync {
+                Resync::Idle if !self.is_unproven() => Health::Live,
+                _ => Health::Recovering,
+            },
+        };
+        if health != self.health {
+            fx.push(Effect::HealthChanged {
+                from: self.health,
+                to: health,
+            });
+            self.health = health;
+            if health == Health::Live {
+                if let Some(leader) = &mut self.leader {
+                    leader.note_live(self.latest);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,497 @@
+//! Resynchronisation from the master's key list, and the status point that proves a snapshot.
+
+use super::*;
+
+impl From<Seq> for Watermark {
+    fn from(seq: Seq) -> Watermark {
+        Watermark { seq, events: None }
+    }
+}
+
+/// A snapshot's status point that the stream has not passed yet: until it does, the snapshot may
+/// be of another run of the master than the stream (a restart nobody saw between the two).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Proof {
+    /// The master's stream position when the snapshot was read.
+    pub(super) at: Watermark,
+    /// Set once the stream has begun short of the point: queries miss until it is passed, and
+    /// at this time the snapshot counts as unproven.
+    pub(super) deadline: Option<Instant>,
+}
+
+/// What a batch says about a pending [`Proof`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum ProofCheck {
+    /// It is before the status point and consistent with it.
+    Pending,
+    /// It is the first batch after the point and runs on from it.
+    Proven,
+    /// It contradicts the point: the snapshot and the stream are of different runs.
+    Broken,
+}
+
+impl Proof {
+    /// Checks a batch with sequence `seq` and event ids `first..=last` against the point.
+    ///
+    /// Event ids count the master's published events from 1, so the status's `events` is the
+    /// last id it gave: a batch before the point ends at or below it (at it: every event
+    /// published before the status was read has arrived, and the sequences after were dropped
+    /// events, which carry none); the batch at the point ends exactly at it; the first batch
+    /// after the point starts right after it.
+    pub(super) fn check(&self, seq: Seq, first: Option<u64>, last: Option<u64>) -> ProofCheck {
+        use core::cmp::Ordering::{Equal, Greater, Less};
+        let events = self.at.events;
+        match seq.cmp(&self.at.seq) {
+            Less => match (events, last) {
+                (Some(e), Some(l)) if l > e => ProofCheck::Broken,
+                (Some(e), Some(l)) if l == e => ProofCheck::Proven,
+                _ => ProofCheck::Pending,
+            },
+            Equal => match (events, last) {
+                (Some(e), Some(l)) if l != e => ProofCheck::Broken,
+                _ => ProofCheck::Proven,
+            },
+            Greater => match (events, first) {
+                (Some(e), Some(f)) if e.checked_add(1) != Some(f) => ProofCheck::Broken,
+                _ => ProofCheck::Proven,
+            },
+        }
+    }
+}
+
+/// The resynchronisation's state.
+// One per session, moved only when a resync begins or ends: the size of `Fetching` costs nothing.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug)]
+pub(super) enum Resync {
+    Idle,
+    Fetching {
+        request: u64,
+        deadline: Instant,
+        /// When the fetch was asked for: the master's key list is read after it.
+        asked_at: Instant,
+        /// What the completed resync confirms: `asked_at`, or the index's confirmation when it
+        /// held objects already (a snapshot only adds), lowered by anything older added since.
+        confirms: Instant,
+        /// Live batches applied since the fetch was asked for, and their payload bytes (bounded:
+        /// what they touched is remembered in `seen` until the resync ends).
+        batches: usize,
+        bytes: usize,
+        /// The first sequence of the stream when the fetch was asked for, if it had begun.
+        stream_at_request: Option<Seq>,
+        /// Keys applied so far, once the driver began handing the snapshot over.
+        applied: Option<usize>,
+        /// The last live event of each default-tenant key since the fetch was asked for
+        /// (`true`: stored): a snapshot key whose last live event removed it is not applied,
+        /// so that no query between chunks sees it again.
+        ///
+        /// Keyed by [`key_checksum`], not by the key: no allocation per live event, and a cheap
+        /// drop when the resync ends (under the driver's lock). A removal is sticky (`false`
+        /// stays), so two keys with one checksum only keep a snapshot key out: a miss, never a
+        /// hit.
+        seen: BTreeMap<u64, bool>,
+        /// A live `cleared` of the default tenant came since the fetch was asked for.
+        cleared: bool,
+        /// The stream's last sequence and event id when the fetch was asked for.
+        before: Option<(Seq, Option<u64>)>,
+        /// Each batch applied live since the fetch was asked for: its sequence and first and
+        /// last event ids, to check the snapshot's status point against.
+        since: Vec<(Seq, Option<u64>, Option<u64>)>,
+        /// Which of the snapshot's lines become keys.
+        lines: LineFilter,
+    },
+    Waiting {
+        retry_at: Instant,
+    },
+    /// A snapshot could not be anchored to the stream: fetch again once a batch has arrived.
+    AwaitingStream,
+}
+
+/// Applies one key of a snapshot unless a live batch since the fetch decided its state: removed
+/// (or cleared) keys stay out, stored ones are in already.
+pub(super) fn store_snapshot_key(
+    index: &mut Index,
+    seen: &BTreeMap<u64, bool>,
+    cleared: bool,
+    applied: &mut usize,
+    key: &str,
+) {
+    if cleared || seen.contains_key(&key_checksum(key)) {
+        return;
+    }
+    let _ = index.store(DEFAULT_TENANT, key, None, None);
+    *applied += 1;
+}
+
+/// An order-independent checksum term of one key (FNV-1a, then mixed): a round's answer names
+/// every key asked about, each once, when the sums of the terms agree (and the counts).
+pub(super) fn key_checksum(key: &str) -> u64 {
+    let mut h = 0xcbf2_9ce4_8422_2325u64;
+    for b in key.bytes() {
+        h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+    }
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^ (h >> 33)
+}
+
+impl Session {
+    /// Hands over the master's key list (default tenant) for the fetch `request`, one item per
+    /// line exactly as the master wrote it (see [`crate::snapshot_lines`]), with the
+    /// [`Watermark`] read just before it, or `None` when the master does not tell.
+    ///
+    /// The snapshot holds only if the live stream covers every batch after it, from the same run
+    /// of the master:
+    /// - the stream must begin at or before `watermark.seq + 1`; a stream that begins later lost
+    ///   batches between the snapshot and the subscription taking effect: that is a gap, and the
+    ///   session fetches again;
+    /// - the status point must agree with the stream: the master's counters only grow within
+    ///   one run, so a stream that was already past the watermark when the fetch was asked for,
+    ///   a batch at or before it with a later event id than `watermark.events`, or a first batch
+    ///   after it that does not start at event id `watermark.events + 1`, is another run: the
+    ///   session forgets and fetches again;
+    /// - until the stream has passed the status point, the index has not caught up with the
+    ///   snapshot: the health stays [`Health::Recovering`] and queries miss, and if the point is
+    ///   not passed within the fetch timeout the session forgets and fetches again. (With no
+    ///   batch since the connection, an idle master, the snapshot is live at once and its point
+    ///   is checked by the first batch.)
+    ///
+    /// Without a watermark, a snapshot asked for before any batch arrived cannot be anchored; the
+    /// session fetches again once the stream has begun. Lines that are not exactly keys are never
+    /// applied (see [`crate::snapshot`]).
+    pub fn handle_snapshot<I>(
+        &mut self,
+        now: Instant,
+        request: u64,
+        watermark: Option<Watermark>,
+        lines: I,
+    ) -> Effects
+    where
+        I: IntoIterator,
+        I::Item: AsRef<[u8]>,
+    {
+        let mut fx = self.begin_snapshot(now, request, watermark);
+        if self.snapshot_keys(request, lines).is_some() {
+            fx.0.extend(self.finish_snapshot(now, request).0);
+        }
+        fx
+    }
+
+    /// Begins handing over the snapshot of `request` in chunks (see [`Session::handle_snapshot`]
+    /// for the watermark). Then call [`Session::snapshot_keys`] any number of times and
+    /// [`Session::finish_snapshot`] once; queries and live batches may come in between, which
+    /// lets a driver release its lock between chunks of a large key list.
+    pub fn begin_snapshot(
+        &mut self,
+        now: Instant,
+        request: u64,
+        watermark: Option<Watermark>,
+    ) -> Effects {
+        self.see(now);
+        let mut fx = Effects::new();
+        let (stream_at_request, batches_since) = match &self.resync {
+            Resync::Fetching {
+                request: current,
+                stream_at_request,
+                applied: None,
+                since,
+                ..
+            } if *current == request => (*stream_at_request, !since.is_empty()),
+            _ => {
+                self.counters.stale_answers += 1;
+                return fx;
+            }
+        };
+        // The master's status answered and did not say its publisher is off.
+        self.events_disabled = false;
+        let check = watermark.map(|w| (w, self.check_status_point(w)));
+        if let Some((_, ProofCheck::Broken)) = check {
+            // The master's counters went back, or its event ids disagree with the stream's:
+            // the snapshot and the stream are of different runs of the master.
+            self.counters.restarts += 1;
+            self.counters.run_mismatches += 1;
+            self.resync = Resync::Idle;
+            self.reset_stream();
+            self.forget(now, ClearReason::Restart, &mut fx);
+            self.update_health(&mut fx);
+            return fx;
+        }
+        let max_first = watermark.map(|w| Seq(w.seq.0.saturating_add(1)));
+        match (max_first, self.stream_start) {
+            (Some(max_first), Some(start)) if start > max_first => {
+                self.counters.unanchored_snapshots += 1;
+                self.note_gap(max_first, start, &mut fx);
+                self.resync = Resync::Idle;
+                // The stream's beginning cannot be anchored to this master's counters (batches
+                // were lost, or they are another run's, an idle restarted master's): the next
+                // batch begins the stream anew, so that the next snapshot can be.
+                self.reset_stream();
+                self.forget(now, ClearReason::Gap, &mut fx);
+            }
+            (None, _) if stream_at_request.is_none() => {
+                self.counters.unanchored_snapshots += 1;
+                self.resync = Resync::AwaitingStream;
+                if self.stream_start.is_some() {
+                    // The stream began while this fetch was under way: a new one is anchored.
+                    self.start_resync(now, &mut fx);
+                }
+            }
+            (max_first, start) => {
+                if let (Some(max_first), None) = (max_first, start) {
+                    self.anchor = Some(max_first);
+                }
+                if let Some((at, ProofCheck::Pending)) = check {
+                    // Queries miss until the stream passes the point, once a batch shows the
+                    // stream short of it; with none since the fetch was asked for (an idle
+                    // master), the next batch checks the point.
+                    let timeout = self
+                        .config
+                        .resync
+                        .map_or(Duration::ZERO, |r| r.fetch_timeout);
+                    self.proof = Some(Proof {
+                        at,
+                        deadline: batches_since.then(|| now + timeout),
+                    });
+                }
+                if let Resync::Fetching { applied, .. } = &mut self.resync {
+                    *applied = Some(0);
+                }
+            }
+        }
+        self.update_health(&mut fx);
+        fx
+    }
+
+    /// Checks a snapshot's status point against the stream as it stood when the fetch was asked
+    /// for and against the batches applied since.
+    pub(super) fn check_status_point(&self, at: Watermark) -> ProofCheck {
+        let Resync::Fetching { before, since, .. } = &self.resync else {
+            return ProofCheck::Pending;
+        };
+        let proof = Proof { at, deadline: None };
+        // The stream when the fetch was asked for: the status was read after it, so a stream
+        // already past the point is another run (the master's counters only grow in one).
+        let before = match *before {
+            Some((seq, _)) if seq > at.seq => return ProofCheck::Broken,
+            Some((seq, last)) => proof.check(seq, None, last),
+            None => ProofCheck::Pending,
+        };
+        if before != ProofCheck::Pending {
+            return before;
+        }
+        since
+            .iter()
+            .map(|&(seq, first, last)| proof.check(seq, first, last))
+            .find(|c| *c != ProofCheck::Pending)
+            .unwrap_or(ProofCheck::Pending)
+    }
+
+    /// Applies a chunk of the snapshot of `request`: lines of the key list (default tenant),
+    /// one per item, exactly as the master wrote them (see [`crate::snapshot_lines`]); chunks
+    /// MUST be handed over in order and split between lines. Only lines that are exactly keys
+    /// become keys (see [`crate::snapshot`]). Returns how many keys it applied in all so far, or
+    /// `None` when `request` is not being handed over (stale, refused by
+    /// [`Session::begin_snapshot`]).
+    pub fn snapshot_keys<I>(&mut self, request: u64, lines: I) -> Option<usize>
+    where
+        I: IntoIterator,
+        I::Item: AsRef<[u8]>,
+    {
+        let asked_at = match &self.resync {
+            Resync::Fetching {
+                request: current,
+                applied: Some(_),
+                asked_at,
+                ..
+            } if *current == request => *asked_at,
+            _ => return None,
+        };
+        // The master's key list was read after the fetch was asked for.
+        self.note_evidence(asked_at);
+        let Resync::Fetching {
+            applied: Some(applied),
+            seen,
+            cleared,
+            lines: filter,
+            ..
+        } = &mut self.resync
+        else {
+            return None;
+        };
+        let index = &mut self.index;
+        for line in lines {
+            filter.push(line.as_ref(), |key| {
+                store_snapshot_key(index, seen, *cleared, applied, key)
+            });
+        }
+        Some(*applied)
+    }
+
+    /// Ends the snapshot of `request`: the index is live again (once the stream has passed the
+    /// snapshot's status point). The live batches since the fetch was asked for were applied as
+    /// they came, and the snapshot's keys they touched were left to them: nothing is replayed, so
+    /// the call is short (a driver holds its lock for it).
+    pub fn finish_snapshot(&mut self, now: Instant, request: u64) -> Effects {
+        self.see(now);
+        let mut fx = Effects::new();
+        let (batches, applied, confirms, odd, doubted) = match &mut self.resync {
+            Resync::Fetching {
+                request: current,
+                batches,
+                applied: Some(applied),
+                confirms,
+                seen,
+                cleared,
+                lines,
+                ..
+            } if *current == request => {
+                let index = &mut self.index;
+                lines.finish(|key| store_snapshot_key(index, seen, *cleared, applied, key));
+                (*batches, *applied, *confirms, lines.odd, lines.doubted)
+            }
+            _ => {
+                self.counters.stale_answers += 1;
+                return fx;
+            }
+        };
+        self.counters.snapshot_odd_lines += odd;
+        self.counters.snapshot_doubted_lines += doubted;
+        self.resync = Resync::Idle;
+        // Every object is from the snapshot (read after the fetch was asked for) or from a batch
+        // since, unless the index held objects before: then `confirms` is their confirmation.
+        self.confirm(confirms);
+        self.counters.snapshot_keys += applied as u64;
+        self.counters.resyncs_completed += 1;
+        fx.push(Effect::Resynced {
+            keys: applied,
+            replayed: batches,
+        });
+        self.emit_deltas(&mut fx);
+        self.schedule_verify(now);
+        self.update_health(&mut fx);
+        fx
+    }
+
+    /// Reports that the fetch `request` failed; it is retried later.
+    pub fn handle_snapshot_failed(&mut self, now: Instant, request: u64) -> Effects {
+        self.see(now);
+        let mut fx = Effects::new();
+        match &self.resync {
+            Resync::Fetching {
+                request: current, ..
+            } if *current == request => {
+                self.resync_failed(now, ResyncFailure::Fetch, &mut fx);
+            }
+            _ => self.counters.stale_answers += 1,
+        }
+        self.update_health(&mut fx);
+        fx
+    }
+
+    /// Checks a live batch about to apply against the pending status point of the last
+    /// snapshot, and records it for the status point of the snapshot being fetched. A batch that
+    /// contradicts the point starts the stream anew: the index forgets first.
+    pub(super) fn check_proof(
+        &mut self,
+        now: Instant,
+        seq: Seq,
+        fp: Fingerprint,
+        fx: &mut Effects,
+    ) {
+        let (first, last) = (fp.first_event_id(), fp.last_event_id());
+        if let Some(proof) = &mut self.proof {
+            match proof.check(seq, first, last) {
+                ProofCheck::Proven => self.proof = None,
+                ProofCheck::Pending => {
+                    if proof.deadline.is_none() {
+                        let timeout = self
+                            .config
+                            .resync
+                            .map_or(Duration::ZERO, |r| r.fetch_timeout);
+                        proof.deadline = Some(now + timeout);
+                    }
+                }
+                ProofCheck::Broken => {
+                    self.counters.restarts += 1;
+                    self.counters.run_mismatches += 1;
+                    self.reset_stream();
+                    self.begin_stream(now, seq, fx);
+                    self.forget(now, ClearReason::Restart, fx);
+                }
+            }
+        }
+        if let Resync::Fetching { since, .. } = &mut self.resync {
+            since.push((seq, first, last));
+        }
+    }
+
+    /// Reports whether the last snapshot is not yet proven to be of the stream's run while the
+    /// stream has begun short of its status point: queries miss then.
+    pub(super) fn is_unproven(&self) -> bool {
+        self.proof.is_some_and(|p| p.deadline.is_some())
+    }
+
+    /// Counts a live batch applied while a snapshot is fetched; too many fail the resync.
+    pub(super) fn count_for_resync(&mut self, now: Instant, payload_len: usize, fx: &mut Effects) {
+        let Some(limits) = self.config.resync else {
+            return;
+        };
+        let Resync::Fetching { batches, bytes, .. } = &mut self.resync else {
+            return;
+        };
+        if *batches >= limits.max_buffered_batches
+            || *bytes + payload_len > limits.max_buffered_bytes
+        {
+            self.resync_failed(now, ResyncFailure::BufferFull, fx);
+            return;
+        }
+        *bytes += payload_len;
+        *batches += 1;
+    }
+
+    pub(super) fn start_resync(&mut self, now: Instant, fx: &mut Effects) {
+        let Some(limits) = self.config.resync else {
+            return;
+        };
+        let request = self.next_request;
+        self.next_request += 1;
+        self.counters.resyncs_started += 1;
+        // A snapshot only adds: objects held already stay as confirmed as they were.
+        let confirms = if self.index.object_count() == 0 {
+            now
+        } else {
+            self.confirmed_at.min(now)
+        };
+        self.resync = Resync::Fetching {
+            request,
+            deadline: now + limits.fetch_timeout,
+            asked_at: now,
+            confirms,
+            batches: 0,
+            bytes: 0,
+            stream_at_request: self.stream_start,
+            applied: None,
+            seen: BTreeMap::new(),
+            cleared: false,
+            before: self
+                .tracker
+                .last_applied()
+                .map(|seq| (seq, self.tracker.last_event_id())),
+            since: Vec::new(),
+            lines: LineFilter::default(),
+        };
+        fx.push(Effect::FetchSnapshot { request });
+    }
+
+    pub(super) fn resync_failed(&mut self, now: Instant, reason: ResyncFailure, fx: &mut Effects) {
+        let retry = self
+            .config
+            .resync
+            .map_or(Duration::from_secs(1), |r| r.retry_after);
+        self.counters.resyncs_failed += 1;
+        self.resync = Resync::Waiting {
+            retry_at: now + retry,
+        };
+        fx.push(Effect::ResyncFailed { reason });
+    }
+}

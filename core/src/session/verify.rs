@@ -1,0 +1,254 @@
+//! Verification: rounds of sampled keys asked of the master, sweeps, and the confirmation age.
+
+use super::*;
+
+/// Verification: the next round, the one in flight, and the sweep in progress.
+#[derive(Debug)]
+pub(super) struct Verify {
+    pub(super) next_at: Option<Instant>,
+    pub(super) in_flight: Option<Round>,
+    /// The sweep in progress, if every round of it so far was answered in full.
+    pub(super) sweep: Option<Sweep>,
+}
+
+/// A verification sweep in progress (see [`crate::index::Sampled`]).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Sweep {
+    /// When it began, lowered to the arrival of anything older added since: at its end, every
+    /// object the index holds was present at the master at or after this.
+    pub(super) began: Instant,
+    /// Its rounds passed objects of another tenant, which verification does not sample.
+    pub(super) other_tenants: bool,
+}
+
+impl Verify {
+    pub(super) fn idle() -> Verify {
+        Verify {
+            next_at: None,
+            in_flight: None,
+            sweep: None,
+        }
+    }
+}
+
+/// A verification round asked of the driver.
+#[derive(Debug)]
+pub(super) struct Round {
+    pub(super) request: u64,
+    /// The index's write stamp when the keys were sampled.
+    pub(super) stamp: u64,
+    pub(super) deadline: Instant,
+    /// How many keys were asked about, and their [`key_checksum`]: a full answer names each.
+    pub(super) keys: usize,
+    pub(super) checksum: u64,
+    /// A sweep ended within this round, whether the next began in it, and whether it passed
+    /// objects of another tenant (see [`crate::index::Sampled`]).
+    pub(super) ended_sweep: bool,
+    pub(super) began_next: bool,
+    pub(super) other_tenants: bool,
+    /// When the keys were sampled, lowered to the arrival of anything older added since: the
+    /// next sweep began then if it began in this round.
+    pub(super) sampled_at: Instant,
+}
+
+impl Session {
+    /// Reports that the verification `request` failed; the next round comes after the interval.
+    pub fn handle_verify_failed(&mut self, now: Instant, request: u64) -> Effects {
+        self.see(now);
+        match &self.verify.in_flight {
+            Some(round) if round.request == request => {
+                self.verify.in_flight = None;
+                self.counters.verify_failures += 1;
+                self.schedule_verify(now);
+            }
+            _ => self.counters.stale_answers += 1,
+        }
+        self.verify.sweep = None;
+        Effects::new()
+    }
+
+    /// Hands over the master's answer to the verification `request`: each checked key and
+    /// whether it exists. Keys found absent are removed unless their page changed since the keys
+    /// were sampled.
+    ///
+    /// A round counts towards a sweep (see [`Counters::unconfirmed_ms`]) only when the answer
+    /// names every key asked about, each once, and every key found absent left the index; keys
+    /// the driver could not check MUST be left out, never reported present.
+    pub fn handle_verify_result<'k, I>(&mut self, now: Instant, request: u64, results: I) -> Effects
+    where
+        I: IntoIterator<Item = (&'k str, bool)>,
+    {
+        self.see(now);
+        let mut fx = Effects::new();
+        let round = match self.verify.in_flight.take() {
+            Some(round) if round.request == request => round,
+            other => {
+                self.verify.in_flight = other;
+                self.verify.sweep = None;
+                self.counters.stale_answers += 1;
+                return fx;
+            }
+        };
+        let (mut checked, mut stale, mut checksum, mut kept) = (0usize, 0usize, 0u64, false);
+        let mut confirmed = false;
+        for (key, exists) in results {
+            checked += 1;
+            checksum = checksum.wrapping_add(key_checksum(key));
+            if exists {
+                // A suspect the master still holds, read after its removal: present again.
+                if self.index.confirm_suspect(DEFAULT_TENANT, key, round.stamp) && !confirmed {
+                    self.note_evidence(round.sampled_at);
+                    confirmed = true;
+                }
+            } else if self.index.drop_suspect(DEFAULT_TENANT, key) {
+                // A suspect that went with its removal (an older publisher): already absent.
+            } else {
+                if self.index.remove_stale(DEFAULT_TENANT, key, round.stamp) {
+                    stale += 1;
+                } else {
+                    // Absent at the master, yet kept because its page changed meanwhile.
+                    kept |= self.index.contains_key(DEFAULT_TENANT, key);
+                }
+            }
+        }
+        self.end_round(
+            &round,
+            checked == round.keys && checksum == round.checksum && !kept,
+        );
+        self.counters.verify_rounds += 1;
+        self.counters.verified_keys += checked as u64;
+        self.counters.stale_keys_found += stale as u64;
+        if stale > 0 {
+            fx.push(Effect::StaleFound {
+                keys: stale,
+                checked,
+            });
+        }
+        self.emit_deltas(&mut fx);
+        let percent = self
+            .config
+            .verify
+            .map_or(100, |v| usize::from(v.resync_stale_percent));
+        if stale > 0 && stale * 100 >= percent.max(1) * checked && self.config.resync.is_some() {
+            // The keys this round did not sample are as doubtful, and a snapshot only adds:
+            // forget everything (queries miss until the snapshot is in) and resynchronise.
+            self.forget(now, ClearReason::Stale, &mut fx);
+        }
+        self.schedule_verify(now);
+        self.update_health(&mut fx);
+        fx
+    }
+
+    pub(super) fn schedule_verify(&mut self, now: Instant) {
+        self.verify.next_at = self.config.verify.map(|v| now + v.interval);
+    }
+
+    pub(super) fn start_verify(&mut self, now: Instant, fx: &mut Effects) {
+        let Some(v) = self.config.verify else { return };
+        if self.health != Health::Live {
+            self.schedule_verify(now);
+            return;
+        }
+        let mut keys = Vec::new();
+        // Suspects first: each is a page that misses until its answer comes back.
+        self.index
+            .sample_suspects(DEFAULT_TENANT, v.sample, &mut keys);
+        let sampled = self.index.sample_keys(DEFAULT_TENANT, v.sample, &mut keys);
+        if keys.is_empty() {
+            // No default-tenant object at all: nothing for a sweep to confirm.
+            self.verify.sweep = None;
+            self.schedule_verify(now);
+            return;
+        }
+        if sampled.began_sweep && self.verify.sweep.is_none() {
+            self.verify.sweep = Some(Sweep {
+                began: now,
+                other_tenants: false,
+            });
+        }
+        let request = self.next_request;
+        self.next_request += 1;
+        self.verify.next_at = None;
+        self.verify.in_flight = Some(Round {
+            request,
+            stamp: sampled.stamp,
+            deadline: now + v.timeout,
+            keys: keys.len(),
+            checksum: keys
+                .iter()
+                .fold(0u64, |sum, k| sum.wrapping_add(key_checksum(k))),
+            ended_sweep: sampled.ended_sweep,
+            began_next: sampled.began_next,
+            other_tenants: sampled.other_tenants,
+            sampled_at: now,
+        });
+        fx.push(Effect::VerifyKeys { request, keys });
+    }
+
+    /// Accounts an answered round to the sweep: a round answered only in part breaks it; a
+    /// round that ends a sweep all of whose rounds were answered in full confirms the index as
+    /// of the sweep's first round, unless its rounds passed objects of a tenant verification
+    /// does not sample (objects of any tenant stored since the sweep began are confirmed by
+    /// their own events).
+    pub(super) fn end_round(&mut self, round: &Round, full: bool) {
+        if !full {
+            self.verify.sweep = None;
+            return;
+        }
+        if !round.ended_sweep {
+            if let Some(sweep) = &mut self.verify.sweep {
+                sweep.other_tenants |= round.other_tenants;
+            }
+            return;
+        }
+        if let Some(sweep) = self.verify.sweep {
+            if !(sweep.other_tenants || round.other_tenants) {
+                self.confirm(sweep.began);
+            }
+        }
+        // The next sweep began in this round, or begins with the next one. Whether the other
+        // tenant's page was before or after the wrap is not known: count it for both.
+        self.verify.sweep = round.began_next.then_some(Sweep {
+            began: round.sampled_at,
+            other_tenants: round.other_tenants,
+        });
+    }
+
+    /// Records that objects the master held at `at` join the index: the index's confirmation,
+    /// and every confirmation pending (resync, sweep, round), is no later than `at`.
+    pub(super) fn note_evidence(&mut self, at: Instant) {
+        self.confirmed_at = if self.index.object_count() == 0 {
+            // Nothing older is left: the new objects set the figure, capped by what is pending.
+            self.before_pending(at)
+        } else {
+            self.confirmed_at.min(at)
+        };
+        if let Some(sweep) = &mut self.verify.sweep {
+            sweep.began = sweep.began.min(at);
+        }
+        if let Some(round) = &mut self.verify.in_flight {
+            round.sampled_at = round.sampled_at.min(at);
+        }
+        if let Resync::Fetching { confirms, .. } = &mut self.resync {
+            *confirms = (*confirms).min(at);
+        }
+    }
+
+    /// Moves the index's confirmation forward to `at`, when every object it holds is known to
+    /// have been present at the master at or after `at`.
+    pub(super) fn confirm(&mut self, at: Instant) {
+        self.confirmed_at = self.confirmed_at.max(self.before_pending(at));
+    }
+
+    /// Returns `at`, or the oldest evidence still waiting to join the index if that is earlier
+    /// (a held batch's arrival, the snapshot being fetched): the confirmation is not moved past
+    /// what they will add, so that it does not move back when they do.
+    pub(super) fn before_pending(&self, at: Instant) -> Instant {
+        let held = self.tracker.held_since().unwrap_or(at);
+        let snapshot = match &self.resync {
+            Resync::Fetching { asked_at, .. } => *asked_at,
+            _ => at,
+        };
+        at.min(held).min(snapshot)
+    }
+}
