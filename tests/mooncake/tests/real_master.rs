@@ -474,6 +474,7 @@ fn late_join_bootstraps_from_get_all_keys_without_losing_concurrent_events(via: 
     assert_eq!(index.health(), Health::Recovering);
     w.settle(&mut [&mut index]);
     let messages_at_fetch = w.observer.messages();
+    let events_at_fetch = index.counters()["events"];
 
     // While the index waits for the snapshot: new pages, and a removal of an early object.
     let late: Vec<Vec<u32>> = (0..2).map(|i| tokens(40 + i, 12)).collect();
@@ -483,15 +484,19 @@ fn late_join_bootstraps_from_get_all_keys_without_losing_concurrent_events(via: 
         .collect();
     let victim = early_keys[4].clone(); // request 0, page 1, rank 0 K
     w.client.remove(std::slice::from_ref(&victim));
-    let live_batches = late_keys.len() as u64 + 1; // one per put, one removal
+    // One event per put and one removal; a busy master may put several in one batch, so the
+    // batches to expect are those the observer saw.
+    let live_events = late_keys.len() as u64 + 1;
     run_until(
         &mut [&mut index],
-        "every live batch to be buffered",
+        "every live event to arrive",
         WAIT,
-        |i| i[0].counters()["buffered_batches"] == live_batches,
+        |i| i[0].counters()["events"] - events_at_fetch >= live_events,
     );
     w.settle(&mut [&mut index]);
-    assert_eq!(w.observer.messages() - messages_at_fetch, live_batches);
+    let live_batches = w.observer.messages() - messages_at_fetch;
+    assert!(live_batches >= 1 && live_batches <= live_events);
+    assert_eq!(index.counters()["buffered_batches"], live_batches);
     assert_eq!(index.health(), Health::Recovering, "still waiting");
     proxy.hold_snapshots(false);
 
@@ -592,7 +597,10 @@ fn restart_scenario(via: Via, hide_disconnects: bool) {
     });
     w.settle(&mut [&mut index]);
     let last_seq = w.observer.stats().last_seq.expect("batches arrived");
-    assert!(last_seq > 12);
+    // 12 puts: 12 batches on a quiet master, fewer on a busy one (it batches what queued up).
+    // The scenario needs only that the new run's first sequence comes out below the old run's
+    // last.
+    assert!(last_seq >= 3, "the old run published {last_seq} batches");
 
     // Crash the master (its client goes too: its segment lived in that master's world).
     w.client = StoreClient::start(&w.venvs);
