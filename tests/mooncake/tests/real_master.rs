@@ -487,12 +487,9 @@ fn late_join_bootstraps_from_get_all_keys_without_losing_concurrent_events(via: 
     // One event per put and one removal; a busy master may put several in one batch, so the
     // batches to expect are those the observer saw.
     let live_events = late_keys.len() as u64 + 1;
-    run_until(
-        &mut [&mut index],
-        "every live event to arrive",
-        WAIT,
-        |i| i[0].counters()["events"] - events_at_fetch >= live_events,
-    );
+    run_until(&mut [&mut index], "every live event to arrive", WAIT, |i| {
+        i[0].counters()["events"] - events_at_fetch >= live_events
+    });
     w.settle(&mut [&mut index]);
     let live_batches = w.observer.messages() - messages_at_fetch;
     assert!(live_batches >= 1 && live_batches <= live_events);
