@@ -298,6 +298,8 @@ impl<T> SequenceTracker<T> {
         }
     }
 
+    /// Reports whether, with a reorder window, a batch is stamped before the newest batch
+    /// applied (one run stamps its batches in order).
     fn stamped_before(&self, fp: &Fingerprint) -> bool {
         self.config.max_held > 0
             && matches!((self.max_millis, fp.millis), (Some(max), Some(at)) if at < max)
@@ -322,19 +324,21 @@ impl<T> SequenceTracker<T> {
     /// clock went back is skipped until its clock passes the stream's again: misses, counted.
     fn rule_after_loss(&self, fp: &Fingerprint, last_id: Option<u64>) -> AfterLoss {
         let regressed = matches!((last_id, fp.first_event_id), (Some(l), Some(f)) if f <= l);
-        if regressed {
-            return if self.is_late_with_reordering(fp) {
-                AfterLoss::Stale
-            } else {
-                AfterLoss::Restart
-            };
-        }
-        let older = self.config.max_held > 0
-            && matches!((self.max_millis, fp.millis), (Some(max), Some(at)) if at < max);
-        if older {
-            AfterLoss::Stale
+        if regressed || self.stamped_before(fp) {
+            self.not_next(fp)
         } else {
             AfterLoss::Baseline
+        }
+    }
+
+    /// Rules on a batch that cannot be the stream's next one: with a reorder window, stamped no
+    /// later than the stream (or not comparably), a late batch; else another run. (A batch
+    /// [`Self::stamped_before`] the stream is always the former.)
+    fn not_next(&self, fp: &Fingerprint) -> AfterLoss {
+        if self.is_late_with_reordering(fp) {
+            AfterLoss::Stale
+        } else {
+            AfterLoss::Restart
         }
     }
 
@@ -356,11 +360,8 @@ impl<T> SequenceTracker<T> {
             let Some((last, last_id)) = self.floor else {
                 return Verdict::Apply;
             };
-            return match self.rule_after_loss(&fingerprint, last_id) {
-                AfterLoss::Baseline => Verdict::Apply,
-                AfterLoss::Stale => Verdict::Stale,
-                AfterLoss::Restart => self.restart(last),
-            };
+            let rule = self.rule_after_loss(&fingerprint, last_id);
+            return self.verdict(rule, last);
         };
         if seq == last {
             return if fingerprint == last_fp {
@@ -372,15 +373,11 @@ impl<T> SequenceTracker<T> {
             };
         }
         if seq.0 == last.0.wrapping_add(1) && seq.0 != 0 {
-            return if !self.breaks_ids(fingerprint.first_event_id)
-                && !self.stamped_before(&fingerprint)
-            {
-                Verdict::Apply
-            } else if self.is_late_with_reordering(&fingerprint) {
-                Verdict::Stale
-            } else {
-                self.restart(last)
-            };
+            if self.breaks_ids(fingerprint.first_event_id) || self.stamped_before(&fingerprint) {
+                let rule = self.not_next(&fingerprint);
+                return self.verdict(rule, last);
+            }
+            return Verdict::Apply;
         }
         if seq > last {
             if self.config.max_held == 0 {
@@ -412,6 +409,16 @@ impl<T> SequenceTracker<T> {
             return Verdict::Stale;
         }
         self.restart(last)
+    }
+
+    /// Turns a ruling on a batch observed (not held) into its verdict; `last` is the last
+    /// sequence applied before.
+    fn verdict(&mut self, rule: AfterLoss, last: Seq) -> Verdict {
+        match rule {
+            AfterLoss::Baseline => Verdict::Apply,
+            AfterLoss::Stale => Verdict::Stale,
+            AfterLoss::Restart => self.restart(last),
+        }
     }
 
     fn restart(&mut self, last: Seq) -> Verdict {
@@ -470,15 +477,10 @@ impl<T> SequenceTracker<T> {
         };
         let (_, fp, item) = self.held.remove(&next)?;
         let rule = match (self.last, self.floor) {
-            (Some(_), _) if self.breaks_ids(fp.first_event_id) => {
-                if self.is_late_with_reordering(&fp) {
-                    AfterLoss::Stale
-                } else {
-                    AfterLoss::Restart
-                }
+            (Some(_), _) if self.breaks_ids(fp.first_event_id) || self.stamped_before(&fp) => {
+                self.not_next(&fp)
             }
             (None, Some((_, last_id))) => self.rule_after_loss(&fp, last_id),
-            (Some(_), _) if self.stamped_before(&fp) => AfterLoss::Stale,
             _ => AfterLoss::Baseline,
         };
         let verdict = match rule {

@@ -148,6 +148,22 @@ impl Harness {
         Some(self.record(fx))
     }
 
+    /// Fires every timeout that is due, moving time to each, until none is pending or
+    /// `max_rounds` fired; returns their effects in order.
+    pub fn fire_until_idle(&mut self, max_rounds: usize) -> Vec<Effect> {
+        let mut seen = Vec::new();
+        for _ in 0..max_rounds {
+            let Some(fx) = self.fire_timeout() else {
+                break;
+            };
+            seen.extend(fx.iter().cloned());
+            if self.session.poll_timeout().is_none() {
+                break;
+            }
+        }
+        seen
+    }
+
     /// Logs a copy of `fx` and hands it back.
     pub fn record(&mut self, fx: Effects) -> Effects {
         self.log.extend(fx.iter().cloned());
@@ -245,4 +261,45 @@ pub fn cleared(fx: &[Effect]) -> Vec<ClearReason> {
 /// `n` events of a key no layout tracks (filler that only moves event ids).
 pub fn filler(n: usize) -> Vec<OwnedEvent> {
     (0..n).map(|i| removed(format!("filler-{i}"))).collect()
+}
+
+/// An old run's batch held behind a hole, released by the reorder window after the batches of
+/// a new run (an unseen restart: libzmq queues each connection's messages apart), must never
+/// apply: the old run stores page A in its seq 9 (ids 20-21); the new run, which lost A, starts
+/// its ids at `new_run_first_id` and has its seq 1-3 lost and seq 4, 5, ... of `sizes` events
+/// held too. Asserts the miss, that the old batch was ruled late, and that the new run goes on.
+pub fn old_batch_released_after_the_new_run(new_run_first_id: u64, sizes: &[usize]) {
+    let layout = mha(1);
+    let mut h = Harness::connected(reorder(config(layout.clone()), 8));
+    let t = tokens(1);
+    let page = page_hashes(&layout, &t)[0];
+    let _ = h.batch_at(1, filler(2));
+    let _ = h.batch_at(2, filler(2));
+    // The old master's seq 9 (its 3-8 lost) stores page A and is held behind the hole.
+    h.set_next_event_id(20);
+    let _ = h.batch_at(9, store_page(&layout, &page));
+    h.advance(5);
+    h.set_next_event_id(new_run_first_id);
+    let mut next = 4;
+    for &events in sizes {
+        let _ = h.batch_at(next, filler(events));
+        next += 1;
+    }
+    // The window gives up: the new run's batches apply (another run: forget), and the old
+    // batch is released after them.
+    let seen = h.fire_until_idle(100);
+    assert_eq!(
+        h.prefix(&t),
+        0,
+        "page A is not at the master (the new run never stored it): {:?}",
+        h.log
+    );
+    assert!(
+        seen.iter()
+            .any(|e| matches!(e, Effect::Late { seq } if seq.0 == 9)),
+        "the old batch is late: {seen:?}"
+    );
+    // The new run goes on and applies.
+    let _ = h.batch_at(next, filler(1));
+    assert_eq!(h.session.last_applied_seq(), Some(Seq(next)));
 }

@@ -7,8 +7,8 @@ use std::time::Duration;
 use hicache_index::{ClearReason, Config, Effect, EventKind, Health, Seq, VerifyConfig, Watermark};
 use hicache_index_sim::encode::OwnedEvent;
 use hicache_index_tests::{
-    cleared, config, filler, mha, page_hashes, removed, reorder, resync, store_page, tokens,
-    Harness,
+    cleared, config, filler, mha, old_batch_released_after_the_new_run, page_hashes, removed,
+    reorder, resync, store_page, tokens, Harness,
 };
 
 fn fetch_request(fx: &[Effect]) -> Option<u64> {
@@ -264,56 +264,19 @@ fn a_restart_that_mirrors_the_old_stream_is_bounded_by_verification() {
     assert_eq!(h.prefix(&t), 0, "gone within one verification interval");
 }
 
-/// The history of simulator seed 115267 (restart-heavy, driver stalls): an old run's batch,
-/// held behind a hole, is released by the window after the new run's batches: it jumps forward
-/// past them and must not become the new baseline. `new_run_events` sets how far the new
-/// run's event ids get (past the old batch's ids, or not).
-fn old_batch_released_after_the_new_run(new_run_events: usize) {
-    let layout = mha(1);
-    let mut h = Harness::connected(reorder(config(layout.clone()), 8));
-    let t = tokens(1);
-    let page = page_hashes(&layout, &t)[0];
-    let _ = h.batch_at(1, filler(2));
-    let _ = h.batch_at(2, filler(2));
-    // The old master's seq 9 (its 3-8 lost) stores page A and is held behind the hole.
-    h.set_next_event_id(20);
-    let _ = h.batch_at(9, store_page(&layout, &page));
-    // It restarts unseen; the new master lost A. Its seq 1-3 are lost, 4-6 held too.
-    h.advance(5);
-    h.set_next_event_id(1);
-    for seq in 4..=6 {
-        let _ = h.batch_at(seq, filler(new_run_events));
-    }
-    // The window gives up: the new run's batches apply (another run: forget), and the old
-    // batch, now a jump forward past them, is released after them.
-    let mut seen = Vec::new();
-    while let Some(fx) = h.fire_timeout() {
-        seen.extend(fx.iter().cloned());
-        if h.session.poll_timeout().is_none() || seen.len() > 100 {
-            break;
-        }
-    }
-    assert_eq!(h.prefix(&t), 0, "page A is not at the master");
-    assert!(
-        seen.iter()
-            .any(|e| matches!(e, Effect::Late { seq } if seq.0 == 9)),
-        "the old batch is late: {seen:?}"
-    );
-    // The new run goes on and applies.
-    let _ = h.batch_at(7, filler(1));
-    assert_eq!(h.session.last_applied_seq(), Some(Seq(7)));
-}
+// The history of simulator seed 115267 (restart-heavy, driver stalls): see
+// `hicache_index_tests::old_batch_released_after_the_new_run`.
 
 #[test]
 fn an_old_batch_released_after_the_new_run_is_late_when_its_event_ids_go_back() {
     // The new run's ids (1-192) pass the old batch's (20-21): its first id goes back.
-    old_batch_released_after_the_new_run(64);
+    old_batch_released_after_the_new_run(1, &[64, 64, 64]);
 }
 
 #[test]
 fn an_old_batch_released_after_the_new_run_is_late_when_stamped_before_it() {
     // The new run's ids (1-3) stay below the old batch's (20-21): only its stamp tells.
-    old_batch_released_after_the_new_run(1);
+    old_batch_released_after_the_new_run(1, &[1, 1, 1]);
 }
 
 #[test]
