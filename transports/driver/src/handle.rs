@@ -61,11 +61,11 @@ impl LockMaxima {
             HoldKind::SnapshotChunk => &self.snapshot_chunk,
             HoldKind::Other => &self.other,
         };
-        slot.fetch_max(nanos(held), Ordering::Relaxed);
+        raise(slot, held);
     }
 
     fn record_read_wait(&self, waited: Duration) {
-        self.read_wait.fetch_max(nanos(waited), Ordering::Relaxed);
+        raise(&self.read_wait, waited);
     }
 
     fn get(&self) -> LockTimes {
@@ -76,6 +76,15 @@ impl LockMaxima {
             other_hold: d(&self.other),
             read_wait: d(&self.read_wait),
         }
+    }
+}
+
+/// Raises `slot` to `d` if that is longer: a plain load first, so that the common case (not a
+/// new maximum) writes nothing and query threads do not bounce the slot's cache line.
+fn raise(slot: &AtomicU64, d: Duration) {
+    let n = nanos(d);
+    if n > slot.load(Ordering::Relaxed) {
+        slot.fetch_max(n, Ordering::Relaxed);
     }
 }
 
@@ -202,13 +211,7 @@ impl QueryHandle {
             }
         }
         // The layout keeps changing under the query: let the session hash under its lock.
-        let Some(session) = self.session() else {
-            return Ok(miss(map));
-        };
-        match map {
-            Some(map) => session.query_map(lookup, map),
-            None => session.query(lookup),
-        }
+        self.probe(lookup, map)
     }
 
     /// Takes the read lock, recording how long that took.

@@ -18,7 +18,6 @@
 
 use std::collections::VecDeque;
 use std::hash::{BuildHasher, Hasher};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use foldhash::fast::FixedState;
@@ -112,6 +111,9 @@ struct Shard {
     order: VecDeque<(u64, u64)>,
     next_serial: u64,
     bytes: usize,
+    /// Lookups this shard answered, and those it could not.
+    hits: u64,
+    misses: u64,
 }
 
 impl Shard {
@@ -180,8 +182,6 @@ pub struct PrefixMemo {
     hasher: FixedState,
     /// Applied to every key hash (the identity but in tests that force collisions).
     key_hash: fn(u64) -> u64,
-    hits: AtomicU64,
-    misses: AtomicU64,
 }
 
 impl PrefixMemo {
@@ -198,26 +198,21 @@ impl PrefixMemo {
             shard_budget: bytes / SHARDS,
             hasher: FixedState::with_seed(0x05ee_d1e5),
             key_hash: f,
-            hits: AtomicU64::new(0),
-            misses: AtomicU64::new(0),
         }
     }
 
     /// Returns how often it answered and what it holds.
     pub fn stats(&self) -> MemoStats {
-        let (mut bytes, mut entries) = (0, 0);
+        let mut stats = MemoStats::default();
         for shard in self.shards.iter() {
             if let Ok(s) = shard.lock() {
-                bytes += s.bytes;
-                entries += s.table.len();
+                stats.hits += s.hits;
+                stats.misses += s.misses;
+                stats.bytes += s.bytes;
+                stats.entries += s.table.len();
             }
         }
-        MemoStats {
-            hits: self.hits.load(Ordering::Relaxed),
-            misses: self.misses.load(Ordering::Relaxed),
-            bytes,
-            entries,
-        }
+        stats
     }
 
     fn hash_key<T: Token>(&self, prior: Option<&[u8; 32]>, eagle: bool, tokens: &[T]) -> u64 {
@@ -269,17 +264,13 @@ impl DigestMemo for PrefixMemo {
             return None;
         }
         let key_hash = self.hash_key(prior, eagle, tokens);
-        let found = self
-            .shard(key_hash)
-            .lock()
-            .ok()
-            .and_then(|s| s.get(key_hash, prior, eagle, tokens));
-        let counter = if found.is_some() {
-            &self.hits
-        } else {
-            &self.misses
-        };
-        counter.fetch_add(1, Ordering::Relaxed);
+        // Counted under the shard's lock, taken anyway: no counter shared by all query threads.
+        let mut shard = self.shard(key_hash).lock().ok()?;
+        let found = shard.get(key_hash, prior, eagle, tokens);
+        match found {
+            Some(_) => shard.hits += 1,
+            None => shard.misses += 1,
+        }
         found
     }
 
