@@ -15,7 +15,7 @@ use hicache_index_tokio::{HaLocator, QueryHandle, Subscriber, SubscriberConfig, 
 use serde_json::{json, Value};
 
 use crate::http;
-use crate::index::binary;
+use crate::index::{binary, wait_listening};
 use crate::process::{free_ports, Guarded, MasterPorts, Venvs};
 use crate::TestLayout;
 
@@ -396,29 +396,7 @@ impl HaIndex {
             .args(["--tp", &layout.py.tp.to_string()])
             .env("RUST_LOG", "info")
             .stdin(Stdio::null());
-        let log = venvs.log_file("serve-ha");
-        let mut process = Guarded::spawn(cmd, log.clone()).unwrap_or_else(|e| panic!("{e}"));
-        let started = Instant::now();
-        let addr = loop {
-            let text = std::fs::read_to_string(&log).unwrap_or_default();
-            if let Some(addr) = text
-                .lines()
-                .find_map(|l| l.strip_prefix("hicache-index: http listening on http://"))
-                .and_then(|a| a.trim().parse::<SocketAddr>().ok())
-            {
-                break addr;
-            }
-            assert!(
-                process.is_running(),
-                "serve exited early\n{}",
-                process.log_tail()
-            );
-            assert!(
-                started.elapsed() < Duration::from_secs(10),
-                "serve did not listen"
-            );
-            std::thread::sleep(Duration::from_millis(5));
-        };
+        let (process, addr) = wait_listening(venvs, cmd, "serve-ha");
         HaIndex(Inner::Serve {
             addr,
             _process: process,

@@ -381,17 +381,28 @@ fn spawn_serve(
             }
         }
     }
-    let log = venvs.log_file("serve");
+    let (process, addr) = wait_listening(venvs, cmd, "serve");
+    ServeProcess {
+        layout: layout.clone(),
+        addr,
+        _process: process,
+    }
+}
+
+/// Starts `hicache-index serve` as `cmd` (logging to the venvs' log file `log_name`) and waits
+/// up to 10 s for the address it listens on.
+pub(crate) fn wait_listening(venvs: &Venvs, cmd: Command, log_name: &str) -> (Guarded, SocketAddr) {
+    let log = venvs.log_file(log_name);
     let mut process = Guarded::spawn(cmd, log.clone()).unwrap_or_else(|e| panic!("{e}"));
     let started = Instant::now();
-    let addr = loop {
+    loop {
         let text = std::fs::read_to_string(&log).unwrap_or_default();
         if let Some(addr) = text
             .lines()
             .find_map(|l| l.strip_prefix("hicache-index: http listening on http://"))
             .and_then(|a| a.trim().parse::<SocketAddr>().ok())
         {
-            break addr;
+            return (process, addr);
         }
         assert!(
             process.is_running(),
@@ -404,11 +415,6 @@ fn spawn_serve(
             process.log_tail()
         );
         std::thread::sleep(Duration::from_millis(5));
-    };
-    ServeProcess {
-        layout: layout.clone(),
-        addr,
-        _process: process,
     }
 }
 
