@@ -145,7 +145,7 @@ impl Driver {
         }
         if std::time::Instant::now() >= self.next_export {
             let now = self.now();
-            if let Ok(s) = self.shared.session.read() {
+            if let Some(s) = self.shared.session.read() {
                 report::export_counters(&s.counters_at(now));
                 report::export_health(s.health());
             }
@@ -499,11 +499,13 @@ fn hold<R>(
     what: &'static str,
     f: impl FnOnce(&mut Session) -> R,
 ) -> Option<R> {
-    let mut session = shared.session.write().ok()?;
-    let began = std::time::Instant::now();
-    let r = f(&mut session);
-    drop(session);
-    let held = began.elapsed();
+    let mut held = Duration::ZERO;
+    let r = shared.session.write(|session| {
+        let began = std::time::Instant::now();
+        let r = f(session);
+        held = began.elapsed();
+        r
+    })?;
     shared.locks.record_hold(kind, held);
     if held >= LONG_HOLD {
         tracing::debug!(
@@ -539,12 +541,12 @@ impl Drop for Driver {
     fn drop(&mut self) {
         self.shared.running.store(false, Ordering::Release);
         let now = self.now();
-        if let Ok(mut session) = self.shared.session.write() {
+        self.shared.session.write(|session| {
             for effect in session.handle_stopped(now) {
                 report::log_effect(&effect);
             }
             report::export_counters(&session.counters_at(now));
-        }
+        });
         report::export_health(Health::Disconnected);
         report::export_running(false);
         tracing::info!("subscriber stopped");

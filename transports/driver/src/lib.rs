@@ -45,7 +45,7 @@ pub mod socket;
 
 use std::collections::VecDeque;
 use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 pub use config::{Error, HttpConfig, SocketConfig, SubscriberConfig};
 pub use driver::{Action, Driver, SNAPSHOT_CHUNK_LINES};
@@ -104,7 +104,7 @@ pub fn prepare(config: SubscriberConfig) -> Result<Parts, Error> {
     let deadline = session.poll_timeout();
     let start = std::time::Instant::now();
     let shared = Arc::new(handle::Shared {
-        session: RwLock::new(session),
+        session: handle::SessionLock::new(session),
         running: AtomicBool::new(true),
         start,
         locks: handle::LockMaxima::default(),
