@@ -967,6 +967,32 @@ fn demo_ends_with_a_report_and_zero_false_hits() {
     assert_fails(&run(&["demo", "--routers", "0"], ""), 1, "--routers");
 }
 
+#[test]
+fn demo_runs_on_past_its_duration_until_the_injected_faults_are_recovered_from() {
+    // No time at all for the workload: both faults are injected and recovered from after it.
+    let out = run(
+        &[
+            "demo",
+            "--duration",
+            "0s",
+            "--rate",
+            "300",
+            "--store-pages",
+            "3000",
+        ],
+        "",
+    );
+    let report = stdout(&out);
+    assert!(out.status.success(), "{report}\n{}", stderr(&out));
+    for line in [
+        "recovered in",
+        "live with new pages in",
+        "false hits         0 ",
+    ] {
+        assert!(report.contains(line), "{line:?} in\n{report}");
+    }
+}
+
 #[cfg(feature = "nng")]
 #[test]
 fn serve_answers_pynng_clients_on_nng_like_http() {
