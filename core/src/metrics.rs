@@ -88,6 +88,13 @@ pub struct Counters {
     pub group_id_mismatches: u64,
     /// Pages evicted to stay within the cap.
     pub evictions: u64,
+    /// Removals of one medium from an object the stream had shown on the other too: the object
+    /// became a suspect, absent until verification answers for it.
+    pub suspended_objects: u64,
+    /// Suspects a verification answer brought back as present.
+    pub suspects_confirmed: u64,
+    /// Suspects not kept because the suspect table was full (they stay absent).
+    pub suspects_dropped: u64,
     /// Pages held (gauge).
     pub pages: u64,
     /// Objects present (gauge).
@@ -164,7 +171,7 @@ pub struct Counters {
 
 impl Counters {
     /// Lists every figure with its name and kind, so exporters need not name them one by one.
-    pub fn fields(&self) -> [(&'static str, u64, Kind); 60] {
+    pub fn fields(&self) -> [(&'static str, u64, Kind); 63] {
         [
             ("batches", self.batches, Kind::Counter),
             ("events", self.events, Kind::Counter),
@@ -221,6 +228,9 @@ impl Counters {
                 Kind::Counter,
             ),
             ("evictions", self.evictions, Kind::Counter),
+            ("suspended_objects", self.suspended_objects, Kind::Counter),
+            ("suspects_confirmed", self.suspects_confirmed, Kind::Counter),
+            ("suspects_dropped", self.suspects_dropped, Kind::Counter),
             ("pages", self.pages, Kind::Gauge),
             ("objects", self.objects, Kind::Gauge),
             ("connects", self.connects, Kind::Counter),

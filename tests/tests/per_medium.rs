@@ -95,6 +95,16 @@ fn a_page_evicted_from_memory_but_on_disk_misses_until_verification_confirms_it(
         h.session.index().counters().suspects_confirmed,
         keys.len() as u64
     );
+    // The session's counters (and so `/metrics`) carry them too.
+    let c = h.session.counters();
+    assert_eq!(
+        (
+            c.suspended_objects,
+            c.suspects_confirmed,
+            c.suspects_dropped
+        ),
+        (keys.len() as u64, keys.len() as u64, 0)
+    );
 }
 
 #[test]

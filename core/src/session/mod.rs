@@ -230,6 +230,9 @@ impl Session {
         c.untracked_objects = ic.untracked_objects;
         c.group_id_mismatches = ic.group_id_mismatches;
         c.evictions = ic.evictions;
+        c.suspended_objects = ic.suspended_objects;
+        c.suspects_confirmed = ic.suspects_confirmed;
+        c.suspects_dropped = ic.suspects_dropped;
         c.pages = self.index.page_count() as u64;
         c.objects = self.index.object_count() as u64;
         c.held_batches = self.tracker.held_count() as u64;
