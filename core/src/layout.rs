@@ -53,9 +53,11 @@ use crate::hash::{Namespace, PageHash, PageHashes, Token};
 
 mod document;
 mod hybrid;
+mod votes;
 
 pub use document::{LayoutDocument, ObjectLayoutDocument, PoolDocument};
 pub use hybrid::{HybridParams, PoolKind, SidePool};
+pub use votes::{Advertised, LayoutVotes, ModelVerdict};
 
 /// When a pool's objects must be present for a page to count as a hit.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
