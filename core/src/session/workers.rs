@@ -112,12 +112,10 @@ impl Session {
                 model: model.into(),
                 worker: worker.into(),
             }),
-            Some(ModelVerdict::Agreed(layout)) => {
-                if self.config.page_deltas {
-                    self.index.watch_layout(layout);
-                }
+            Some(ModelVerdict::Agreed(layout)) if self.config.page_deltas => {
+                self.index.watch_layout(layout);
             }
-            None => {}
+            Some(ModelVerdict::Agreed(_)) | None => {}
         }
     }
 
