@@ -362,8 +362,9 @@ pub struct QueryAnswer {
     pub prefix_pages: usize,
     /// For every full page of the request, whether all its objects are present.
     pub pages: Vec<bool>,
-    /// The index's health when it answered: `"live"`, `"recovering"`, `"connecting"` or
-    /// `"disconnected"`.
+    /// The index's health when it answered: `"live"`, `"recovering"`, `"connecting"`,
+    /// `"disconnected"` or `"events_disabled"`; `"layout_conflict"` when the model's workers
+    /// disagree on its layout (nothing is claimed, see `reason`).
     pub trust: String,
     /// Full pages in the request.
     pub total_pages: usize,
@@ -448,6 +449,8 @@ pub fn known_models(session: &Session) -> Vec<String> {
 /// Asks the query through any index front, for example a driver's query handle (which hashes
 /// outside the index's lock): `page_shape` returns the page size and EAGLE mode of the layout
 /// of a model (`None`: the default layout), which size the per-page map; `query_map` answers.
+/// A model whose layout is in doubt ([`QueryError::LayoutConflict`]) is answered as a miss
+/// ([`QueryAnswer::layout_conflict`]), not as an error.
 pub fn answer_with(
     query: &Query,
     page_shape: impl FnOnce(Option<&str>) -> Result<(u32, bool), QueryError>,
