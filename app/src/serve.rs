@@ -19,13 +19,13 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use clap::Args;
-use hicache_index::{
-    Config, Health, IndexConfig, LeaderConfig, ModelLayout, ResyncConfig, VerifyConfig,
-};
-use hicache_index_api::{answer_with, ApiError, Limits, QueryRequest};
+use hicache_index::layout::ModelVerdict;
+use hicache_index::{Config, Health, IndexConfig, LeaderConfig, ResyncConfig, VerifyConfig};
+use hicache_index_api::{answer_with, known_models, ApiError, Limits, QueryRequest};
 use hicache_index_driver::report::{
     self, HTTP_REJECTED_TOTAL, QUERY_DURATION_BUCKETS, QUERY_DURATION_SECONDS,
 };
+use hicache_index_driver::WorkerPoller;
 use hicache_index_tokio::{HaLocator, HttpConfig, QueryHandle, Subscriber, SubscriberConfig};
 use http_body_util::{BodyExt, Limited};
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -35,7 +35,8 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use crate::layout_args::LayoutArgs;
 use crate::{parse_duration, Outcome};
 
-/// `serve --events URL [--master-http URL] LAYOUT [--listen ADDR] [--nng-listen URL]`
+/// `serve --events URL [--master-http URL] LAYOUT... [--workers URL,...] [--listen ADDR]
+/// [--nng-listen URL]`
 #[derive(Args, Debug)]
 pub(crate) struct ServeArgs {
     /// The master's KV event endpoint (its --kv_events_bind_endpoint), e.g. tcp://10.0.0.5:5557.
@@ -77,6 +78,18 @@ pub(crate) struct ServeArgs {
     verify_sample: usize,
     #[command(flatten)]
     layout: LayoutArgs,
+    /// SGLang workers to learn each model's layout from (repeatable, or comma-separated):
+    /// their served model name (GET /v1/models) and layout (GET /get_hicache_l3_cache_layout),
+    /// polled every --worker-poll-interval. Layouts given with the flags above win for their
+    /// model; workers of one model that disagree make that model answer misses.
+    #[arg(long, value_name = "URL[,URL...]", value_delimiter = ',')]
+    workers: Vec<String>,
+    /// Time between two polls of the workers (a change is seen within one).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "2s")]
+    worker_poll_interval: Duration,
+    /// How long one request to a worker may take.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "2s")]
+    worker_timeout: Duration,
     /// The most pages the index holds; a full index evicts the least recently useful.
     #[arg(long, value_name = "N", default_value_t = 1 << 20)]
     max_pages: usize,
@@ -131,14 +144,18 @@ pub(crate) fn run(args: ServeArgs) -> Outcome {
     if cfg!(not(feature = "nng")) && args.nng_listen.is_some() {
         return Err("--nng-listen: this hicache-index was built without nng support (build with --features nng)".into());
     }
-    let layout = args.layout.to_layout()?;
+    if args.worker_poll_interval.is_zero() || args.worker_timeout.is_zero() {
+        return Err("--worker-poll-interval and --worker-timeout must be positive".into());
+    }
+    let layouts = if args.layout.is_given() || args.workers.is_empty() {
+        args.layout.to_model_layouts()?
+    } else {
+        Vec::new()
+    };
     let mut session = Config {
         endpoint: Some(args.events.clone()),
         topic: args.topic.clone().into_bytes(),
-        layouts: vec![ModelLayout {
-            model: args.layout.model.clone(),
-            layout,
-        }],
+        layouts,
         index: IndexConfig {
             max_pages: args.max_pages,
             ..IndexConfig::default()
@@ -202,6 +219,26 @@ async fn serve(args: ServeArgs, config: SubscriberConfig, limits: Limits) -> Out
         .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
     let prometheus = install_recorder()?;
     let (index, task) = Subscriber::spawn(config).map_err(|e| e.to_string())?;
+    // Stopped (and joined) when this function returns.
+    let _workers = match args.workers.is_empty() {
+        true => None,
+        false => {
+            let http = HttpConfig {
+                request_timeout: args.worker_timeout,
+                max_body_bytes: 4 << 20,
+                ..HttpConfig::default()
+            };
+            let poller = WorkerPoller::spawn(
+                &args.workers,
+                args.worker_poll_interval,
+                http,
+                args.layout.eagle,
+                task.control(),
+            )
+            .map_err(|e| e.to_string())?;
+            Some(poller)
+        }
+    };
     let app = Arc::new(App {
         index: index.clone(),
         limits,
@@ -369,6 +406,11 @@ async fn query(State(app): State<Arc<App>>, body: Body) -> Response {
             },
             |lookup, map| app.index.query_map(lookup, map),
         )
+        .map_err(|e| {
+            e.listing_models(query.request().model.as_deref(), || {
+                app.index.read(known_models).unwrap_or_default()
+            })
+        })
     });
     let response = match answer {
         Ok(answer) => json(StatusCode::OK, answer.to_json()),
@@ -408,6 +450,14 @@ fn install_recorder() -> Result<PrometheusHandle, String> {
         .install_recorder()
         .map_err(|e| format!("cannot install the metrics recorder: {e}"))?;
     report::describe();
+    metrics::describe_gauge!(
+        MODEL_LAYOUT_CONFLICT,
+        "1 while the workers of the model disagree on its layout (it answers misses)"
+    );
+    metrics::describe_gauge!(
+        MODEL_WORKERS,
+        "the workers advertising the model's layout at the last poll"
+    );
     Ok(handle)
 }
 
@@ -429,6 +479,67 @@ fn export_now(index: &QueryHandle) {
     report::export_memo(&index.memo_stats());
     let leader = index.read(|s| s.leader()).flatten();
     report::export_leader(leader.as_ref().and_then(|l| l.address.as_deref()));
+    export_models(index);
+}
+
+/// The models whose layout the workers advertise: 1 while a model's workers disagree.
+const MODEL_LAYOUT_CONFLICT: &str = "hicache_index_model_layout_conflict";
+
+/// The workers advertising each model's layout now.
+const MODEL_WORKERS: &str = "hicache_index_model_workers";
+
+/// Exports, per model its workers advertise, whether its layout is in doubt and how many
+/// workers vote for it.
+fn export_models(index: &QueryHandle) {
+    let models = index
+        .read(|s| {
+            let votes = s.layout_votes();
+            votes
+                .verdicts()
+                .map(|(m, v)| {
+                    let conflict = matches!(v, ModelVerdict::Conflict { .. });
+                    (m.to_owned(), conflict, votes.voters(m))
+                })
+                .collect::<Vec<_>>()
+        })
+        .unwrap_or_default();
+    for (model, conflict, voters) in models {
+        metrics::gauge!(MODEL_LAYOUT_CONFLICT, "model" => model.clone()).set(if conflict {
+            1.0
+        } else {
+            0.0
+        });
+        metrics::gauge!(MODEL_WORKERS, "model" => model).set(voters as f64);
+    }
+}
+
+/// The models of `/readyz`: each configured or advertised model, where its layout comes from,
+/// and for an advertised one whether its workers agree (with the reason when not).
+fn models_json(index: &QueryHandle) -> serde_json::Value {
+    index
+        .read(|s| {
+            let mut out = serde_json::Map::new();
+            for name in s.config().layouts.iter().filter_map(|ml| ml.model.clone()) {
+                out.insert(name, serde_json::json!({ "layout": "configured" }));
+            }
+            let votes = s.layout_votes();
+            for (model, verdict) in votes.verdicts() {
+                if out.contains_key(model) {
+                    continue;
+                }
+                let entry = match verdict {
+                    ModelVerdict::Agreed(_) => serde_json::json!({
+                        "layout": "agreed", "workers": votes.voters(model),
+                    }),
+                    ModelVerdict::Conflict { reason } => serde_json::json!({
+                        "layout": "conflict", "workers": votes.voters(model), "reason": reason,
+                    }),
+                };
+                out.insert(model.to_owned(), entry);
+            }
+            serde_json::Value::Object(out)
+        })
+        .unwrap_or_default()
 }
 
 /// `GET /metrics`: every core counter and gauge, the connection gauges, query latencies, all
@@ -459,6 +570,10 @@ async fn readyz(State(app): State<Arc<App>>) -> Response {
         StatusCode::SERVICE_UNAVAILABLE
     };
     let mut body = serde_json::json!({ "health": health.as_str() });
+    let models = models_json(&app.index);
+    if models.as_object().is_some_and(|m| !m.is_empty()) {
+        body["models"] = models;
+    }
     if let Some(leader) = app.index.read(|s| s.leader()).flatten() {
         let ms = |d: Option<Duration>| d.map(|d| d.as_millis() as u64);
         body["leader"] = serde_json::json!({

@@ -700,8 +700,9 @@ fn serve_answers_queries_over_http_and_refuses_bad_requests_with_json() {
             "POST",
             "/v1/query",
             br#"{"tokens": [1,2,3,4], "model": "other"}"#.to_vec(),
-            404,
-            "model",
+            // Issue 17: 400 with the known models listed (was 404).
+            400,
+            "known: Qwen/Qwen3-8B",
         ),
         (
             "POST",

@@ -3,6 +3,10 @@
 //! strings, a locked set of `String` keys). A pool of 1,024 batches (4,096 fresh pages) is
 //! cycled; each batch gets fresh event ids before it is fed again (ids that go back would be a
 //! publisher restart, which clears the index), outside the timed part.
+//!
+//! Row 6: the same ingest with four models side by side (each its own key prefix, as SGLang puts
+//! the served model name in it; pages and batches dealt round robin) against one model, both
+//! into 1M pages: the models share one index, so a batch costs the same.
 
 mod common;
 
@@ -10,7 +14,7 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use hicache_index::{Config, IndexConfig, Instant, ModelLayout, Session};
+use hicache_index::{Config, IndexConfig, Instant, Layout, ModelLayout, Session};
 use hicache_index_sim::encode::{EventIdSlots, FIXED_WIDTH_EVENT_ID};
 use hicache_index_sim::reference::ReferenceIndex;
 
@@ -148,5 +152,105 @@ fn ingest(c: &mut Criterion) {
     assert_eq!((c.gaps, c.restarts), (0, 0), "{c:?}");
 }
 
-criterion_group!(benches, ingest);
+/// A session of one model per layout, preloaded with `preload` pages dealt round robin over the
+/// models; returns it with the last sequence and the next event id.
+fn preloaded_session(layouts: &[Layout], preload: usize) -> (Session, u64, u64) {
+    let mut session = Session::new(Config {
+        layouts: layouts
+            .iter()
+            .enumerate()
+            .map(|(i, layout)| ModelLayout {
+                model: Some(format!("model-{i}")),
+                layout: layout.clone(),
+            })
+            .collect(),
+        index: IndexConfig {
+            max_pages: preload + (1 << 16),
+            ..IndexConfig::default()
+        },
+        ..Config::default()
+    })
+    .expect("a valid configuration");
+    let mut seq = 0u64;
+    let mut event_id = FIXED_WIDTH_EVENT_ID;
+    for start in (0..preload).step_by(4096) {
+        let end = (start + 4096).min(preload);
+        for payload in dealt_payloads(layouts, start..end, &mut event_id) {
+            seq += 1;
+            let fx = session.feed(Instant::ZERO, &[b"", &seq.to_be_bytes(), &payload]);
+            assert!(fx.is_empty(), "{fx:?}");
+        }
+    }
+    assert_eq!(session.counters().pages, preload as u64);
+    (session, seq, event_id)
+}
+
+/// The batches of `pages`, page `i` of model `i % models`, the models' batches interleaved and
+/// numbered in that order from `event_id` (one stream: its event ids run on from batch to
+/// batch), which is advanced past them.
+fn dealt_payloads(
+    layouts: &[Layout],
+    pages: std::ops::Range<usize>,
+    event_id: &mut u64,
+) -> Vec<Vec<u8>> {
+    let mut per_model: Vec<std::vec::IntoIter<Vec<u8>>> = Vec::new();
+    for (m, layout) in layouts.iter().enumerate() {
+        let mine: Vec<_> = pages
+            .clone()
+            .filter(|i| i % layouts.len() == m)
+            .map(|i| common::synthetic_page(i as u64))
+            .collect();
+        per_model.push(common::payloads(layout, &mine, *event_id).into_iter());
+    }
+    let mut out = Vec::new();
+    loop {
+        let before = out.len();
+        out.extend(per_model.iter_mut().filter_map(Iterator::next));
+        if out.len() == before {
+            break;
+        }
+    }
+    for payload in &mut out {
+        *event_id = EventIdSlots::find(payload).renumber(payload, *event_id);
+    }
+    out
+}
+
+fn ingest_models(c: &mut Criterion) {
+    let preload = preloaded_pages();
+    let mut g = c.benchmark_group("ingest_64_event_batches_models_side_by_side");
+    g.throughput(Throughput::Elements(64));
+    for (name, models) in [("one_model", 1usize), ("four_models", 4)] {
+        let layouts: Vec<Layout> = (0..models).map(common::tp8_of_model).collect();
+        let (mut session, mut seq, event_id) = preloaded_session(&layouts, preload);
+        // Numbered again from `event_id` before each use, as the stream goes on.
+        let payloads = dealt_payloads(&layouts, preload..preload + 4096, &mut event_id.clone());
+        let ids: Vec<EventIdSlots> = payloads.iter().map(|p| EventIdSlots::find(p)).collect();
+        assert!(ids.iter().all(|slots| slots.len() == 64));
+        let mut pool = Pool {
+            payloads,
+            ids,
+            next: 0,
+            event_id,
+        };
+        g.bench_function(name, |b| {
+            b.iter_custom(|iters| {
+                pool.timed(iters, |payload| {
+                    seq += 1;
+                    let fx = session.feed(
+                        Instant::ZERO,
+                        black_box(&[b"", &seq.to_be_bytes(), payload]),
+                    );
+                    debug_assert!(fx.is_empty());
+                    drop(black_box(fx));
+                })
+            })
+        });
+        let c = session.counters();
+        assert_eq!((c.gaps, c.restarts), (0, 0), "{c:?}");
+    }
+    g.finish();
+}
+
+criterion_group!(benches, ingest, ingest_models);
 criterion_main!(benches);

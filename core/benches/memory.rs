@@ -1,6 +1,9 @@
 //! Row 3: bytes per page and per object at 1M pages, TP 8 (16 objects a page), counted by a
 //! global allocator: ours against the reference (a set of `String` keys). Writes
 //! `<target>/perf/memory.json` for the README table. `cargo bench -- --test` runs it small.
+//!
+//! Row 6: the same pages dealt round robin over four models side by side (each its own key
+//! prefix): one index for all of them, so the bytes per page should stay those of one model.
 #![allow(unsafe_code)]
 
 mod common;
@@ -76,6 +79,30 @@ fn main() {
     let theirs = LIVE.load(Ordering::Relaxed) - before;
     assert_eq!(reference.len(), objects);
 
+    // Four models side by side: page i is model i % 4's (its own key prefix); one model alone
+    // with the same kind of prefix for the comparison.
+    let models: Vec<_> = (0..4).map(common::tp8_of_model).collect();
+    let mut side_by_side = |layouts: &[hicache_index::Layout]| {
+        let before = LIVE.load(Ordering::Relaxed);
+        let mut index = Index::new(IndexConfig {
+            max_pages: pages,
+            ..IndexConfig::default()
+        });
+        for i in 0..pages {
+            let layout = &layouts[i % layouts.len()];
+            let page = common::synthetic_page(i as u64);
+            for (suffix, _) in layout.suffixes() {
+                layout.write_object_key(&page, suffix, &mut key);
+                let _ = index.store("default", &key, None, Some(Medium::Cpu));
+            }
+        }
+        let bytes = LIVE.load(Ordering::Relaxed) - before;
+        assert_eq!(index.object_count(), objects);
+        bytes
+    };
+    let one_model = side_by_side(&models[..1]);
+    let four_models = side_by_side(&models);
+
     let per = |bytes: usize| (bytes as f64 / pages as f64, bytes as f64 / objects as f64);
     let (ours_page, ours_object) = per(ours);
     let (ref_page, ref_object) = per(theirs);
@@ -83,11 +110,16 @@ fn main() {
     println!("  ours       {ours_page:10.1} bytes/page {ours_object:8.2} bytes/object");
     println!("  reference  {ref_page:10.1} bytes/page {ref_object:8.2} bytes/object");
     println!("  ratio      {:10.1}x less", theirs as f64 / ours as f64);
+    println!(
+        "  one model (prefixed) {:8.1} bytes/page; four models side by side {:8.1} bytes/page",
+        one_model as f64 / pages as f64,
+        four_models as f64 / pages as f64
+    );
     if !quick {
         perf::write_result(
             "memory.json",
             &format!(
-                "{{\"pages\":{pages},\"objects\":{objects},\"ours_bytes\":{ours},\"reference_bytes\":{theirs}}}\n"
+                "{{\"pages\":{pages},\"objects\":{objects},\"ours_bytes\":{ours},\"reference_bytes\":{theirs},\"one_model_bytes\":{one_model},\"four_models_bytes\":{four_models}}}\n"
             ),
         );
     }

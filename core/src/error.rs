@@ -15,6 +15,12 @@ pub enum QueryError {
     /// The layout changed between [`crate::Session::plan`] and [`crate::Session::probe`]: plan
     /// again.
     PlanChanged,
+    /// The model's workers disagree on its layout (or one cannot be read): nothing can be
+    /// claimed for it until they agree. Answer a miss.
+    LayoutConflict {
+        /// Why, for a person.
+        reason: alloc::string::String,
+    },
 }
 
 impl fmt::Display for QueryError {
@@ -26,6 +32,9 @@ impl fmt::Display for QueryError {
             }
             QueryError::PlanChanged => {
                 f.write_str("the layout changed since the query was planned")
+            }
+            QueryError::LayoutConflict { reason } => {
+                write!(f, "the model's layout is in doubt: {reason}")
             }
         }
     }

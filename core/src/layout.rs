@@ -13,6 +13,10 @@
 //!   with side pools, [`HybridParams`], then [`Layout::from_hybrid`].
 //! - An explicit prefix and suffix list: [`Layout::new`].
 //!
+//! A running cluster's workers each advertise their own; [`LayoutDocument::merge_ranks`] joins
+//! the documents of one worker's ranks, and [`LayoutVotes`] decides, per model, which layout is
+//! in force or that the workers disagree (the model then answers misses).
+//!
 //! # Pool kinds and their keys
 //! A page's objects are grouped in pools, each with a [`HitPolicy`]: an all-pages pool is
 //! needed on every page of a hit, a trailing-pages pool (`W`) only on the last `W` pages of the
@@ -53,9 +57,11 @@ use crate::hash::{Namespace, PageHash, PageHashes, Token};
 
 mod document;
 mod hybrid;
+mod votes;
 
 pub use document::{LayoutDocument, ObjectLayoutDocument, PoolDocument};
 pub use hybrid::{HybridParams, PoolKind, SidePool};
+pub use votes::{Advertised, LayoutVotes, ModelVerdict};
 
 /// When a pool's objects must be present for a page to count as a hit.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]

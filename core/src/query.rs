@@ -141,6 +141,9 @@ pub struct QueryPlan {
     pub page_size: u32,
     /// Whether pages are made of EAGLE bigrams.
     pub eagle: bool,
+    /// The generation of the advertised layouts when the query was planned: a layout put in
+    /// force since (even with the same page size) makes the plan stale.
+    pub layouts: u64,
 }
 
 impl QueryPlan {

@@ -230,3 +230,65 @@ fn hybrid_layouts_refuse_what_this_crate_does_not_know() {
         "pools": [{"kind": "deepseek_v5", "hit_policy": "all_pages"}]}"#;
     assert!(serde_json::from_str::<HybridParams>(unknown).is_err());
 }
+
+/// One rank's document of a PP 2 DeepSeek-V4 instance, as SGLang's
+/// `test_layout_suffixes_embed_the_pp_rank` expects it for `pp_rank` 1 (and, by the same
+/// code, for `pp_rank` 0: `mla_suffix` is the stage).
+fn dsv4_rank_document(pp_rank: u32) -> String {
+    format!(
+        r#"{{"backend": "mooncake", "page_size": 64, "hicache_object_layout": {{
+        "key_prefix": "tag_my-model", "is_mla_backend": true, "pp_rank": {pp_rank}, "pp_size": 2,
+        "pools": [{{"pool": "deepseek_v4_c4", "suffixes": ["_{pp_rank}_deepseek_v4_c4"],
+                    "hit_policy": "all_pages"}}]}}}}"#
+    )
+}
+
+#[test]
+fn the_pp_ranks_documents_merge_into_the_instances_layout() {
+    let docs: Vec<LayoutDocument> = [1, 0]
+        .iter()
+        .map(|&r| serde_json::from_str(&dsv4_rank_document(r)).unwrap())
+        .collect();
+    let merged = LayoutDocument::merge_ranks(&docs).unwrap();
+    assert_eq!(
+        merged.hicache_object_layout.pools[0].suffixes,
+        ["_0_deepseek_v4_c4", "_1_deepseek_v4_c4"],
+        "stages in order, whatever order the ranks answered in"
+    );
+    let mut params = dsv4_params();
+    params.kv.pp = 2;
+    params.pools.truncate(1);
+    assert_eq!(
+        Layout::from_document(&merged).unwrap(),
+        Layout::from_hybrid(&params).unwrap()
+    );
+}
+
+#[test]
+fn a_missing_or_disagreeing_rank_refuses_the_merge() {
+    let rank = |r| -> LayoutDocument { serde_json::from_str(&dsv4_rank_document(r)).unwrap() };
+    let err = LayoutDocument::merge_ranks(&[rank(0)]).unwrap_err();
+    assert!(err.contains("PP rank 1"), "{err}");
+    let mut other_page = rank(1);
+    other_page.page_size = 32;
+    assert!(LayoutDocument::merge_ranks(&[rank(0), other_page])
+        .unwrap_err()
+        .contains("page_size"));
+    let mut other_policy = rank(1);
+    other_policy.hicache_object_layout.pools[0].hit_policy = "trailing_pages".into();
+    other_policy.hicache_object_layout.pools[0].trailing_pages = Some(2);
+    assert!(LayoutDocument::merge_ranks(&[rank(0), other_policy])
+        .unwrap_err()
+        .contains("hit policy"));
+    let mut other_prefix = rank(1);
+    other_prefix.hicache_object_layout.key_prefix = None;
+    assert!(LayoutDocument::merge_ranks(&[rank(0), other_prefix]).is_err());
+    assert!(LayoutDocument::merge_ranks(&[]).is_err());
+    // A PP 1 document without pp fields merges alone.
+    let single: LayoutDocument = serde_json::from_str(DSV4_DOCUMENT).unwrap();
+    let merged = LayoutDocument::merge_ranks(std::slice::from_ref(&single)).unwrap();
+    assert_eq!(
+        Layout::from_document(&merged).unwrap(),
+        Layout::from_document(&single).unwrap()
+    );
+}

@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use hicache_index::{
     ClearReason, Config, Effect, EventKind, Health, HitPolicy, IndexConfig, Instant, Layout,
-    Lookup, ModelLayout, Namespace, Pool, ReorderConfig, ResyncConfig, ResyncFailure, Seq, Session,
-    StrayReason, VerifyConfig, WorkerInfo,
+    Lookup, ModelLayout, Namespace, Pages, Pool, QueryError, ReorderConfig, ResyncConfig,
+    ResyncFailure, Seq, Session, StrayReason, VerifyConfig, WorkerInfo, DEFAULT_TENANT,
 };
 use hicache_index_sim::encode::OwnedEvent;
 use hicache_index_tests::{
@@ -1176,7 +1176,87 @@ fn layouts_are_per_model_and_disagreement_is_reported() {
         }),
         "{fx:?}"
     );
+    // Issue 17: workers that disagree make their model answer nothing (it used to keep the
+    // first layout, under which w3's pages would be judged by the wrong keys); the other model
+    // is untouched, and w3 going away makes the model consistent again.
+    assert!(
+        matches!(
+            h.session.layout_for(Some("m")),
+            Err(QueryError::LayoutConflict { .. })
+        ),
+        "{:?}",
+        h.session.layout_for(Some("m"))
+    );
+    assert_eq!(h.session.layout_for(Some("n")).unwrap(), &mha(4));
+    let _ = h.session.handle_worker(h.now, "w3", None);
     assert_eq!(h.session.layout_for(Some("m")).unwrap(), &mha(2));
+}
+
+#[test]
+fn a_query_planned_before_a_layout_change_is_planned_again() {
+    let mut cfg = config(mha(1));
+    cfg.layouts.clear();
+    let mut h = Harness::connected(cfg);
+    let w = |layout: Layout| WorkerInfo {
+        model: Some("m".into()),
+        layout: Some(layout),
+        ..WorkerInfo::default()
+    };
+    let _ = h.session.handle_worker(h.now, "w1", Some(w(mha(2))));
+    let hashes = page_hashes(&mha(2), &tokens(1));
+    let lookup = Lookup {
+        tenant: DEFAULT_TENANT,
+        model: Some("m"),
+        pages: Pages::Hashes(&hashes),
+    };
+    let plan = h.session.plan(&lookup).unwrap();
+    // Same page size, other keys: the plan must not be answered under the new layout.
+    let _ = h.session.handle_worker(h.now, "w1", Some(w(mha(4))));
+    assert_eq!(h.session.layout_for(Some("m")).unwrap(), &mha(4));
+    assert_eq!(
+        h.session.probe(plan, &lookup, None),
+        Err(QueryError::PlanChanged)
+    );
+    let again = h.session.plan(&lookup).unwrap();
+    assert!(h.session.probe(again, &lookup, None).is_ok());
+}
+
+#[test]
+fn a_worker_whose_layout_cannot_be_read_makes_its_model_answer_nothing() {
+    let mut cfg = config(mha(1));
+    cfg.layouts.clear();
+    let mut h = Harness::connected(cfg);
+    let _ = h.session.handle_worker(
+        h.now,
+        "w1",
+        Some(WorkerInfo {
+            model: Some("m".into()),
+            layout: Some(mha(2)),
+            ..WorkerInfo::default()
+        }),
+    );
+    let fx = h.session.handle_worker(
+        h.now,
+        "w2",
+        Some(WorkerInfo {
+            model: Some("m".into()),
+            layout_problem: Some("pp rank 1 sent no layout".into()),
+            ..WorkerInfo::default()
+        }),
+    );
+    assert!(
+        fx.contains(&Effect::LayoutDisagreement {
+            model: "m".into(),
+            worker: "w2".into()
+        }),
+        "{fx:?}"
+    );
+    match h.session.layout_for(Some("m")) {
+        Err(QueryError::LayoutConflict { reason }) => {
+            assert!(reason.contains("pp rank 1"), "{reason}")
+        }
+        other => panic!("{other:?}"),
+    }
 }
 
 #[test]

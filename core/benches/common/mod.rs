@@ -13,6 +13,14 @@ pub fn tp8() -> Layout {
     Layout::from_sglang(&SglangParams::new(PAGE_SIZE, 8)).expect("a valid layout")
 }
 
+/// The TP 8 layout of model `i` of a cluster serving several: its own key prefix (`model-{i}`,
+/// as SGLang puts the served model name in the prefix).
+pub fn tp8_of_model(i: usize) -> Layout {
+    let mut params = SglangParams::new(PAGE_SIZE, 8);
+    params.model = Some(format!("model-{i}"));
+    Layout::from_sglang(&params).expect("a valid layout")
+}
+
 /// A token chain of `pages` full pages, distinct per `salt`.
 pub fn tokens(pages: usize, salt: u32) -> Vec<u32> {
     (0..pages as u32 * PAGE_SIZE)
@@ -42,19 +50,22 @@ pub fn synthetic_page(i: u64) -> PageHash {
 /// event ids from `first_event_id` (a stream's ids MUST keep increasing from batch to batch: ids
 /// that go back are a publisher restart, which clears the index).
 pub fn payloads(layout: &Layout, pages: &[PageHash], first_event_id: u64) -> Vec<Vec<u8>> {
-    let keys: Vec<String> = pages.iter().flat_map(|p| layout.object_keys(p)).collect();
+    let keys: Vec<(String, String)> = pages
+        .iter()
+        .flat_map(|p| layout.object_keys(p).map(|k| (k, layout.group_id(p))))
+        .collect();
     keys.chunks(64)
         .enumerate()
         .map(|(i, chunk)| {
             let events = chunk
                 .iter()
                 .enumerate()
-                .map(|(j, k)| {
+                .map(|(j, (k, group))| {
                     let mut e = OwnedEvent::new(EventKind::Stored, k.clone());
                     e.event_id = Some(first_event_id + (i * 64 + j) as u64);
                     e.timestamp_ms = 1_767_225_600_000;
                     e.backend_id = "store-node-1".into();
-                    e.group_id = Some(format!("sglang-hicache:{}", &k[..64]));
+                    e.group_id = Some(group.clone());
                     e.base_block_idx = Some(0);
                     e
                 })

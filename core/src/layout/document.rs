@@ -7,6 +7,7 @@ use alloc::vec::Vec;
 use serde::{Deserialize, Serialize};
 
 use super::{HitPolicy, Layout, LayoutError, Pool};
+use alloc::format;
 
 /// SGLang's description of its object layout (`GET /get_hicache_l3_cache_layout`).
 ///
@@ -27,6 +28,12 @@ pub struct ObjectLayoutDocument {
     pub key_prefix: Option<String>,
     /// The object pools.
     pub pools: Vec<PoolDocument>,
+    /// The PP stage of the rank that wrote the document (its suffixes are that stage's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pp_rank: Option<u32>,
+    /// The PP size of the instance; absent reads as 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pp_size: Option<u32>,
 }
 
 /// One entry of `pools` in a [`LayoutDocument`].
@@ -85,5 +92,98 @@ impl Layout {
             });
         }
         Layout::new(document.page_size, object_layout.key_prefix.clone(), pools)
+    }
+}
+
+/// The largest PP size a set of rank documents may claim.
+const MAX_PP_SIZE: u32 = 1024;
+
+impl LayoutDocument {
+    /// Merges the documents of one SGLang instance's ranks (`GET /get_hicache_l3_cache_layout`
+    /// answers one per rank; each lists the suffixes of its own PP stage, and of its own TP rank
+    /// where the keys name it) into the document of the instance: every pool's suffixes over all
+    /// ranks, PP stages in order.
+    ///
+    /// The ranks MUST agree on the page size, key prefix, PP size, and each pool's hit policy;
+    /// every PP stage `0..pp_size` MUST have sent a document. Anything else is refused with a
+    /// reason for a person: a layout built from part of the ranks would demand too few objects
+    /// (false hits).
+    pub fn merge_ranks(documents: &[LayoutDocument]) -> Result<LayoutDocument, String> {
+        let Some(first) = documents.first() else {
+            return Err("no rank sent a layout".into());
+        };
+        let page_size = first.page_size;
+        let prefix = &first.hicache_object_layout.key_prefix;
+        let pp_size = first.hicache_object_layout.pp_size.unwrap_or(1);
+        if pp_size == 0 || pp_size > MAX_PP_SIZE {
+            return Err(format!("pp_size {pp_size} is out of range"));
+        }
+        let mut seen_stage = alloc::vec![false; pp_size as usize];
+        let mut order: Vec<(u32, usize)> = Vec::with_capacity(documents.len());
+        for (i, doc) in documents.iter().enumerate() {
+            let layout = &doc.hicache_object_layout;
+            if doc.page_size != page_size {
+                return Err(format!(
+                    "ranks disagree on page_size ({} and {page_size})",
+                    doc.page_size
+                ));
+            }
+            if &layout.key_prefix != prefix {
+                return Err("ranks disagree on key_prefix".into());
+            }
+            if layout.pp_size.unwrap_or(1) != pp_size {
+                return Err("ranks disagree on pp_size".into());
+            }
+            let stage = match (layout.pp_rank, pp_size) {
+                (Some(r), _) if r < pp_size => r,
+                (None, 1) => 0,
+                (None, _) => return Err("a rank of a PP instance names no pp_rank".into()),
+                (Some(r), _) => return Err(format!("pp_rank {r} is not below pp_size {pp_size}")),
+            };
+            seen_stage[stage as usize] = true;
+            order.push((stage, i));
+        }
+        if let Some(missing) = seen_stage.iter().position(|seen| !seen) {
+            return Err(format!("PP rank {missing} of {pp_size} sent no layout"));
+        }
+        order.sort_by_key(|&(stage, i)| (stage, i));
+        let mut pools: Vec<PoolDocument> = Vec::new();
+        for &(_, i) in &order {
+            for pool in &documents[i].hicache_object_layout.pools {
+                match pools.iter_mut().find(|p| p.pool == pool.pool) {
+                    Some(merged) => {
+                        if merged.hit_policy != pool.hit_policy
+                            || merged.trailing_pages != pool.trailing_pages
+                        {
+                            return Err(format!(
+                                "ranks disagree on the hit policy of pool {}",
+                                pool.pool
+                            ));
+                        }
+                        for suffix in &pool.suffixes {
+                            if !merged.suffixes.contains(suffix) {
+                                merged.suffixes.push(suffix.clone());
+                            }
+                        }
+                    }
+                    None => pools.push(pool.clone()),
+                }
+            }
+        }
+        let pool_count = pools.len();
+        for &(_, i) in &order {
+            if documents[i].hicache_object_layout.pools.len() != pool_count {
+                return Err("ranks disagree on the pools".into());
+            }
+        }
+        Ok(LayoutDocument {
+            page_size,
+            hicache_object_layout: ObjectLayoutDocument {
+                key_prefix: prefix.clone(),
+                pools,
+                pp_rank: None,
+                pp_size: Some(pp_size),
+            },
+        })
     }
 }

@@ -17,6 +17,7 @@ impl Session {
         Ok(QueryPlan {
             page_size: layout.page_size,
             eagle: layout.eagle,
+            layouts: self.layout_votes.generation(),
         })
     }
 

@@ -142,4 +142,7 @@ pub struct WorkerInfo {
     pub model: Option<String>,
     /// Its object layout, if it advertises one.
     pub layout: Option<Layout>,
+    /// Why its layout could not be read, when it advertises one that cannot be used (its
+    /// ranks disagree, a PP rank is missing): its model then answers misses.
+    pub layout_problem: Option<String>,
 }

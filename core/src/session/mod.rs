@@ -38,7 +38,7 @@ use crate::error::{ConfigError, QueryError};
 use crate::frame::{decode, Batch, EventKind, FrameError, Seq};
 use crate::hash::PageHashes;
 use crate::index::{Index, IndexConfig, DEFAULT_TENANT};
-use crate::layout::Layout;
+use crate::layout::{Advertised, Layout, LayoutVotes, ModelVerdict};
 use crate::leader::{
     Leader, LeaderConfig, LeaderInfo, LeaderStatus, LeaderView, StatusStep, ViewStep,
 };
@@ -86,7 +86,8 @@ pub struct Session {
     resync: Resync,
     verify: Verify,
     workers: BTreeMap<String, WorkerInfo>,
-    advertised_layouts: BTreeMap<String, Layout>,
+    /// What the workers advertise for their models, and the layout in force for each.
+    layout_votes: LayoutVotes,
     rng: u64,
     next_request: u64,
     counters: Counters,
@@ -176,7 +177,7 @@ impl Session {
             resync: Resync::Idle,
             verify: Verify::idle(),
             workers: BTreeMap::new(),
-            advertised_layouts: BTreeMap::new(),
+            layout_votes: LayoutVotes::new(),
             rng: config.seed ^ 0x9e37_79b9_7f4a_7c15,
             next_request: 1,
             counters: Counters::default(),

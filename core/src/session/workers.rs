@@ -4,8 +4,10 @@ use super::*;
 
 impl Session {
     /// Reports what a worker advertises (`None`: the worker is gone). A configured endpoint and
-    /// configured layouts always win; disagreement among workers is reported, not resolved
-    /// silently.
+    /// configured layouts always win. Workers of one model that disagree on its layout (or
+    /// whose layout cannot be read) make that model answer [`QueryError::LayoutConflict`]
+    /// until they agree again (see [`LayoutVotes`]); a change of the layout in force makes
+    /// every query planned before it plan again ([`QueryPlan::layouts`]).
     pub fn handle_worker(
         &mut self,
         now: Instant,
@@ -16,13 +18,12 @@ impl Session {
         let mut fx = Effects::new();
         match info {
             Some(info) => {
-                if let (Some(model), Some(layout)) = (&info.model, &info.layout) {
-                    self.note_layout(worker, model, layout, &mut fx);
-                }
+                self.note_layout(worker, &info, &mut fx);
                 self.workers.insert(worker.into(), info);
             }
             None => {
                 self.workers.remove(worker);
+                self.layout_votes.set(worker, None);
             }
         }
         self.choose_endpoint(now, &mut fx);
@@ -30,65 +31,91 @@ impl Session {
         fx
     }
 
-    /// Returns the layout a lookup uses.
+    /// Returns the layout a lookup uses: a configured one, else the one its workers agree on.
     pub fn layout_for(&self, model: Option<&str>) -> Result<&Layout, QueryError> {
-        match model {
-            Some(m) => self
-                .config
+        let configured = |m: Option<&str>| {
+            self.config
                 .layouts
                 .iter()
-                .find(|ml| ml.model.as_deref() == Some(m))
+                .find(|ml| ml.model.as_deref() == m)
                 .map(|ml| &ml.layout)
-                .or_else(|| self.advertised_layouts.get(m))
-                .ok_or(QueryError::UnknownModel),
+        };
+        let advertised = |m: &str| match self.layout_votes.verdict(m) {
+            Some(ModelVerdict::Agreed(layout)) => Ok(layout),
+            Some(ModelVerdict::Conflict { reason }) => Err(QueryError::LayoutConflict {
+                reason: reason.clone(),
+            }),
+            None => Err(QueryError::UnknownModel),
+        };
+        match model {
+            Some(m) => configured(Some(m)).map_or_else(|| advertised(m), Ok),
             None => {
-                if let Some(ml) = self.config.layouts.iter().find(|ml| ml.model.is_none()) {
-                    return Ok(&ml.layout);
+                if let Some(layout) = configured(None) {
+                    return Ok(layout);
                 }
-                let mut all = self
+                let mut names = self
                     .config
                     .layouts
                     .iter()
-                    .map(|ml| &ml.layout)
-                    .chain(self.advertised_layouts.values());
-                match (all.next(), all.next()) {
-                    (Some(only), None) => Ok(only),
+                    .filter_map(|ml| ml.model.as_deref())
+                    .chain(
+                        self.layout_votes
+                            .verdicts()
+                            .map(|(m, _)| m)
+                            .filter(|m| configured(Some(m)).is_none()),
+                    );
+                match (names.next(), names.next()) {
+                    (Some(only), None) => {
+                        configured(Some(only)).map_or_else(|| advertised(only), Ok)
+                    }
                     _ => Err(QueryError::NoDefaultLayout),
                 }
             }
         }
     }
 
-    pub(super) fn note_layout(
-        &mut self,
-        worker: &str,
-        model: &str,
-        layout: &Layout,
-        fx: &mut Effects,
-    ) {
+    /// Returns what the workers advertise for their models and the verdict on each.
+    pub fn layout_votes(&self) -> &LayoutVotes {
+        &self.layout_votes
+    }
+
+    pub(super) fn note_layout(&mut self, worker: &str, info: &WorkerInfo, fx: &mut Effects) {
+        let Some(model) = info.model.as_deref() else {
+            self.layout_votes.set(worker, None);
+            return;
+        };
         if self
             .config
             .layouts
             .iter()
             .any(|ml| ml.model.as_deref() == Some(model))
-            || layout.validate().is_err()
         {
+            self.layout_votes.set(worker, None);
             return;
         }
-        match self.advertised_layouts.get(model) {
-            Some(known) if known != layout => {
-                fx.push(Effect::LayoutDisagreement {
-                    model: model.into(),
-                    worker: worker.into(),
-                });
+        let advertised = match (&info.layout_problem, &info.layout) {
+            (Some(problem), _) => Advertised::Unusable(problem.clone()),
+            (None, Some(layout)) => match layout.validate() {
+                Ok(()) => Advertised::Layout(layout.clone()),
+                Err(e) => Advertised::Unusable(alloc::format!("invalid layout: {e}")),
+            },
+            (None, None) => {
+                self.layout_votes.set(worker, None);
+                return;
             }
-            Some(_) => {}
-            None => {
-                self.advertised_layouts.insert(model.into(), layout.clone());
-                if self.config.page_deltas {
-                    self.index.watch_layout(layout);
-                }
+        };
+        if !self.layout_votes.set(worker, Some((model, advertised))) {
+            return;
+        }
+        match self.layout_votes.verdict(model) {
+            Some(ModelVerdict::Conflict { .. }) => fx.push(Effect::LayoutDisagreement {
+                model: model.into(),
+                worker: worker.into(),
+            }),
+            Some(ModelVerdict::Agreed(layout)) if self.config.page_deltas => {
+                self.index.watch_layout(layout);
             }
+            Some(ModelVerdict::Agreed(_)) | None => {}
         }
     }
 

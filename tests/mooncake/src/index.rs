@@ -49,6 +49,9 @@ pub struct Setup {
     /// The master's HTTP side as the index sees it (default: the master itself; a
     /// [`crate::proxy::HttpProxy`] to hold snapshots).
     pub master_http: Option<SocketAddr>,
+    /// [`Via::Serve`] runs one `serve` for every layout (`--layout MODEL=FILE` each, asked by
+    /// the layout's lookup model) instead of one process per layout.
+    pub one_serve: bool,
 }
 
 /// Every counter and gauge of an index, by the core's names (`gaps`, `objects`, ...).
@@ -128,11 +131,13 @@ impl Drop for TokioIndex {
     }
 }
 
-/// One `hicache-index serve` process and the layout it serves.
+/// One `hicache-index serve` process and a layout it serves.
 struct ServeProcess {
     layout: TestLayout,
     addr: SocketAddr,
-    _process: Guarded,
+    /// Requests name the layout's lookup model (the process serves several models by name).
+    by_name: bool,
+    _process: std::sync::Arc<Guarded>,
 }
 
 enum Inner {
@@ -189,6 +194,9 @@ impl IndexUnderTest {
                     handle,
                     task: Some(task),
                 })
+            }
+            Via::Serve if setup.one_serve => {
+                Inner::Serve(spawn_one_serve(venvs, master, layouts, setup, http_addr))
             }
             Via::Serve => Inner::Serve(
                 layouts
@@ -262,10 +270,10 @@ impl IndexUnderTest {
     /// Asks about `tokens` under `layout`.
     pub fn ask(&self, layout: &TestLayout, tokens: &[u32]) -> Answer {
         match &self.inner {
-            Inner::Serve(ps) => serve_for(ps, layout).ask(json!({
-                "tokens": tokens,
-                "model": layout.py.model,
-            })),
+            Inner::Serve(ps) => {
+                let p = serve_for(ps, layout);
+                p.ask(json!({ "tokens": tokens, "model": p.model(layout) }))
+            }
             _ => self.ask_in_process(layout, &layout.lookup(tokens), tokens.len()),
         }
     }
@@ -273,10 +281,10 @@ impl IndexUnderTest {
     /// Whether page `hash` of `layout` is fully present (a one-page lookup).
     pub fn is_hit(&self, layout: &TestLayout, hash: &PageHash) -> bool {
         let answer = match &self.inner {
-            Inner::Serve(ps) => serve_for(ps, layout).ask(json!({
-                "page_hashes": [hash.to_string()],
-                "model": layout.py.model,
-            })),
+            Inner::Serve(ps) => {
+                let p = serve_for(ps, layout);
+                p.ask(json!({ "page_hashes": [hash.to_string()], "model": p.model(layout) }))
+            }
             _ => {
                 let hashes = [*hash];
                 let mut lookup = Lookup::page_hashes(&hashes);
@@ -355,18 +363,88 @@ fn spawn_serve(
 ) -> ServeProcess {
     let mut cmd = Command::new(binary());
     cmd.arg("serve")
-        .args(["--events", &master.event_endpoint()])
-        .args(["--listen", "127.0.0.1:0"])
         .args(["--page-size", &layout.py.page_size.to_string()])
-        .args(["--tp", &layout.py.tp.to_string()])
-        .env("RUST_LOG", "info")
-        .stdin(Stdio::null());
+        .args(["--tp", &layout.py.tp.to_string()]);
     if layout.py.mla {
         cmd.arg("--mla");
     }
     if let Some(model) = &layout.py.model {
         cmd.args(["--model", model]);
     }
+    serve_args(&mut cmd, master, setup, http_addr);
+    let (process, addr) = wait_listening(venvs, cmd, "serve");
+    ServeProcess {
+        layout: layout.clone(),
+        addr,
+        by_name: false,
+        _process: std::sync::Arc::new(process),
+    }
+}
+
+/// Starts one `serve` for every layout, each from its layout document (`--layout MODEL=FILE`,
+/// the file written beside the logs); every layout MUST have a lookup model.
+fn spawn_one_serve(
+    venvs: &Venvs,
+    master: &Master,
+    layouts: &[&TestLayout],
+    setup: &Setup,
+    http_addr: SocketAddr,
+) -> Vec<ServeProcess> {
+    let mut cmd = Command::new(binary());
+    cmd.arg("serve");
+    for layout in layouts {
+        let model = layout
+            .lookup_model
+            .as_deref()
+            .expect("one serve for several layouts asks each by its model");
+        let path = venvs.log_file(&format!("layout-{}.json", model.replace('/', "-")));
+        std::fs::write(&path, layout_document(&layout.core)).expect("the layout file is written");
+        cmd.args(["--layout", &format!("{model}={}", path.display())]);
+    }
+    serve_args(&mut cmd, master, setup, http_addr);
+    let (process, addr) = wait_listening(venvs, cmd, "serve");
+    let process = std::sync::Arc::new(process);
+    layouts
+        .iter()
+        .map(|layout| ServeProcess {
+            layout: (*layout).clone(),
+            addr,
+            by_name: true,
+            _process: process.clone(),
+        })
+        .collect()
+}
+
+/// SGLang's layout document (`GET /get_hicache_l3_cache_layout`) of `layout`.
+fn layout_document(layout: &hicache_index::Layout) -> String {
+    let pools: Vec<Value> = layout
+        .pools
+        .iter()
+        .map(|p| match p.hit_policy {
+            hicache_index::HitPolicy::AllPages => {
+                json!({ "pool": p.name, "suffixes": p.suffixes, "hit_policy": "all_pages" })
+            }
+            hicache_index::HitPolicy::TrailingPages(w) => json!({
+                "pool": p.name, "suffixes": p.suffixes,
+                "hit_policy": "trailing_pages", "trailing_pages": w,
+            }),
+        })
+        .collect();
+    json!({
+        "backend": "mooncake",
+        "page_size": layout.page_size,
+        "hicache_object_layout": { "key_prefix": layout.key_prefix, "pools": pools },
+    })
+    .to_string()
+}
+
+/// The arguments every `serve` of a scenario takes: the master, the listen address, logging,
+/// resync and verification.
+fn serve_args(cmd: &mut Command, master: &Master, setup: &Setup, http_addr: SocketAddr) {
+    cmd.args(["--events", &master.event_endpoint()])
+        .args(["--listen", "127.0.0.1:0"])
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null());
     if setup.resync || setup.verify.is_some() {
         cmd.args(["--master-http", &format!("http://{http_addr}")]);
         if !setup.resync {
@@ -380,12 +458,6 @@ fn spawn_serve(
                 cmd.arg("--no-verify");
             }
         }
-    }
-    let (process, addr) = wait_listening(venvs, cmd, "serve");
-    ServeProcess {
-        layout: layout.clone(),
-        addr,
-        _process: process,
     }
 }
 
@@ -427,6 +499,14 @@ fn serve_for<'a>(processes: &'a [ServeProcess], layout: &TestLayout) -> &'a Serv
 
 impl ServeProcess {
     const TIMEOUT: Duration = Duration::from_secs(10);
+
+    /// The model a request for `layout` names.
+    fn model<'l>(&self, layout: &'l TestLayout) -> Option<&'l str> {
+        match self.by_name {
+            true => layout.lookup_model.as_deref(),
+            false => layout.py.model.as_deref(),
+        }
+    }
 
     fn metrics(&self) -> String {
         http::get_ok(self.addr, "/metrics", Self::TIMEOUT).unwrap_or_else(|e| panic!("{e}"))

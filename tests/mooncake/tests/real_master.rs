@@ -113,6 +113,7 @@ each_way!(
     master_restart_forgets_old_pages_and_hits_new_ones,
     load_with_default_queue_keeps_up_without_gaps,
     real_loss_is_counted_exactly_never_yields_a_false_hit_and_resync_recovers,
+    two_models_through_one_index_find_each_models_pages_only_for_it,
 );
 
 fn live_ingest_hits_put_pages_and_misses_partial_and_removed_ones(via: Via) {
@@ -999,6 +1000,53 @@ fn real_loss_is_counted_exactly_never_yields_a_false_hit_and_resync_recovers(via
              and {} objects at the master; the index holds {objects} ({doubted} snapshot lines \
              doubted next to probe keys, {missed} pages missed for it)",
             truth.len()
+        ),
+    );
+}
+
+/// Issue 17: one index (one `serve`, each model's layout document given with `--layout
+/// MODEL=FILE`) answers for two models whose keys the real store client put: each model's pages
+/// hit for it and for no other model.
+fn two_models_through_one_index_find_each_models_pages_only_for_it(via: Via) {
+    let name = format!("two models, one index ({via:?})");
+    let qwen = TestLayout::mha(4, 2, Some("Qwen/Qwen3-8B"));
+    let mla = TestLayout::mla(4, "mla-model");
+    let mut w = World::start(MasterConfig::new("two-models"));
+    let setup = Setup {
+        one_serve: true,
+        ..Setup::default()
+    };
+    let mut index = w.index(via, &[&qwen, &mla], &setup);
+    w.live(&mut [&mut index]);
+    let (tq, tm) = (tokens(60, 13), tokens(61, 13));
+    let put_q = w.client.put_pages(&tq, &qwen.py, None);
+    let put_m = w.client.put_pages(&tm, &mla.py, None);
+    assert_eq!(put_q.keys, qwen.object_keys(&tq), "Python and core agree");
+    assert_eq!(put_m.keys, mla.object_keys(&tm), "Python and core agree");
+    run_until(&mut [&mut index], "both models' pages", WAIT, |i| {
+        i[0].prefix(&qwen, &tq) == 3 && i[0].prefix(&mla, &tm) == 3
+    });
+    assert_eq!(
+        index.prefix(&qwen, &tm),
+        0,
+        "mla-model's pages are not Qwen's"
+    );
+    assert_eq!(
+        index.prefix(&mla, &tq),
+        0,
+        "Qwen's pages are not mla-model's"
+    );
+    let counters = index.counters();
+    assert_eq!(
+        counters["objects"],
+        (put_q.keys.len() + put_m.keys.len()) as u64,
+        "one index holds both models' objects"
+    );
+    report(
+        &name,
+        format!(
+            "3 of 3 pages of each model hit for it, 0 for the other; {} objects in one index",
+            counters["objects"]
         ),
     );
 }

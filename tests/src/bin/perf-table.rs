@@ -262,6 +262,35 @@ fn sim_row() {
     );
 }
 
+fn models_row() {
+    let label = "6. four models side by side against one (each its own key prefix, 1M pages, TP 8)";
+    let group = "ingest_64_event_batches_models_side_by_side";
+    let (Some(one), Some(four)) = (mean_ns(group, "one_model"), mean_ns(group, "four_models"))
+    else {
+        not_run(label);
+        return;
+    };
+    let Some(m) = figures("memory.json").filter(|m| !m["four_models_bytes"].is_null()) else {
+        not_run(label);
+        return;
+    };
+    let pages = num(&m["pages"]);
+    let (one_b, four_b) = (
+        num(&m["one_model_bytes"]) / pages,
+        num(&m["four_models_bytes"]) / pages,
+    );
+    let (one_eps, four_eps) = (64.0 / one * 1e9, 64.0 / four * 1e9);
+    println!(
+        "| {label} | four models: {} events/s, {four_b:.1} B/page | one model: {} events/s, {one_b:.1} B/page | | rate {:.2}x, bytes {:.2}x one model's | one index: rate ≥ 0.9x: {}; bytes ≤ 1.1x: {} |",
+        rate(four_eps),
+        rate(one_eps),
+        four_eps / one_eps,
+        four_b / one_b,
+        verdict(four_eps / one_eps >= 0.9),
+        verdict(four_b / one_b <= 1.1)
+    );
+}
+
 fn main() {
     println!("Machine: {}.\n", cpu());
     println!("| row | ours | reference | limit | ratios | goal |");
@@ -272,4 +301,5 @@ fn main() {
     memory_row();
     e2e_rows();
     sim_row();
+    models_row();
 }

@@ -9,4 +9,7 @@ pub mod layout_document;
 pub mod request;
 
 pub use layout_document::layout_from_document_json;
-pub use request::{answer, answer_with, ApiError, Limits, Query, QueryAnswer, QueryRequest};
+pub use request::{
+    answer, answer_with, known_models, ApiError, Limits, Query, QueryAnswer, QueryRequest,
+    TRUST_LAYOUT_CONFLICT,
+};

@@ -79,21 +79,52 @@ pub enum ApiError {
     },
     /// The index could not answer (unknown model, no default layout).
     Query(QueryError),
+    /// The request names no model the index knows, or names none while several are known.
+    UnknownModel {
+        /// The model the request named; `None` when it named none.
+        asked: Option<String>,
+        /// Every model the index knows, in name order.
+        known: Vec<String>,
+    },
 }
 
 impl ApiError {
-    /// Returns the HTTP status that fits: 413 for size, 404 for an unknown model, else 400.
+    /// Returns the HTTP status that fits: 413 for size, else 400 (an unknown model too: the
+    /// body lists the known ones).
     pub fn status(&self) -> u16 {
         match self {
             ApiError::TooLarge { .. } | ApiError::TooMany { .. } => 413,
-            ApiError::Query(QueryError::UnknownModel) => 404,
             _ => 400,
         }
     }
 
-    /// Returns the error as the JSON body `{"error": "..."}`.
+    /// Turns "unknown model" and "no model named while several are known" into
+    /// [`ApiError::UnknownModel`] with the models `known` returns; other errors stay.
+    pub fn listing_models(
+        self,
+        asked: Option<&str>,
+        known: impl FnOnce() -> Vec<String>,
+    ) -> ApiError {
+        match self {
+            ApiError::Query(QueryError::UnknownModel | QueryError::NoDefaultLayout) => {
+                ApiError::UnknownModel {
+                    asked: asked.map(str::to_owned),
+                    known: known(),
+                }
+            }
+            other => other,
+        }
+    }
+
+    /// Returns the error as the JSON body `{"error": "..."}` (with `"models": [...]`, the known
+    /// models, for [`ApiError::UnknownModel`]).
     pub fn to_json(&self) -> String {
-        serde_json::json!({ "error": self.to_string() }).to_string()
+        match self {
+            ApiError::UnknownModel { known, .. } => {
+                serde_json::json!({ "error": self.to_string(), "models": known }).to_string()
+            }
+            _ => serde_json::json!({ "error": self.to_string() }).to_string(),
+        }
     }
 
     /// Returns the error as the msgpack map `{"error": "..."}`.
@@ -125,6 +156,17 @@ impl fmt::Display for ApiError {
                 )
             }
             ApiError::Query(e) => write!(f, "{e}"),
+            ApiError::UnknownModel { asked, known } => {
+                match asked {
+                    Some(m) => write!(f, "unknown model {m:?}")?,
+                    None => f.write_str("name a \"model\": several are known")?,
+                }
+                if known.is_empty() {
+                    f.write_str(" (no model is known yet)")
+                } else {
+                    write!(f, " (known: {})", known.join(", "))
+                }
+            }
         }
     }
 }
@@ -320,8 +362,9 @@ pub struct QueryAnswer {
     pub prefix_pages: usize,
     /// For every full page of the request, whether all its objects are present.
     pub pages: Vec<bool>,
-    /// The index's health when it answered: `"live"`, `"recovering"`, `"connecting"` or
-    /// `"disconnected"`.
+    /// The index's health when it answered: `"live"`, `"recovering"`, `"connecting"`,
+    /// `"disconnected"` or `"events_disabled"`; `"layout_conflict"` when the model's workers
+    /// disagree on its layout (nothing is claimed, see `reason`).
     pub trust: String,
     /// Full pages in the request.
     pub total_pages: usize,
@@ -329,6 +372,10 @@ pub struct QueryAnswer {
     pub memory_pages: usize,
     /// Of the prefix pages, how many were seen only on disk.
     pub disk_only_pages: usize,
+    /// Why nothing could be claimed, when the model's layout is in doubt (its workers
+    /// disagree; `trust` is then `"layout_conflict"`). Absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 impl QueryAnswer {
@@ -341,6 +388,21 @@ impl QueryAnswer {
             total_pages: hits.total_pages,
             memory_pages: hits.memory_pages,
             disk_only_pages: hits.disk_only_pages,
+            reason: None,
+        }
+    }
+
+    /// The answer for a model whose layout is in doubt: no page claimed, trust
+    /// `"layout_conflict"`, and the reason. The page map is empty (the page size is in doubt too).
+    pub fn layout_conflict(reason: String) -> QueryAnswer {
+        QueryAnswer {
+            prefix_pages: 0,
+            pages: Vec::new(),
+            trust: TRUST_LAYOUT_CONFLICT.to_owned(),
+            total_pages: 0,
+            memory_pages: 0,
+            disk_only_pages: 0,
+            reason: Some(reason),
         }
     }
 
@@ -355,25 +417,53 @@ impl QueryAnswer {
     }
 }
 
-/// Asks `session` the query, with the per-page map.
+/// The `trust` of an answer for a model whose workers disagree on its layout.
+pub const TRUST_LAYOUT_CONFLICT: &str = "layout_conflict";
+
+/// Asks `session` the query, with the per-page map; an unknown model's error lists the known
+/// ones ([`known_models`]).
 pub fn answer(session: &Session, query: &Query) -> Result<QueryAnswer, ApiError> {
     answer_with(
         query,
         |model| session.layout_for(model).map(|l| (l.page_size, l.eagle)),
         |lookup, map| session.query_map(lookup, map),
     )
+    .map_err(|e| e.listing_models(query.request.model.as_deref(), || known_models(session)))
+}
+
+/// Returns every model `session` knows, configured or advertised by workers, in name order (the
+/// default layout, which has no name, is not listed).
+pub fn known_models(session: &Session) -> Vec<String> {
+    let mut known: Vec<String> = session
+        .config()
+        .layouts
+        .iter()
+        .filter_map(|ml| ml.model.clone())
+        .chain(session.layout_votes().verdicts().map(|(m, _)| m.to_owned()))
+        .collect();
+    known.sort();
+    known.dedup();
+    known
 }
 
 /// Asks the query through any index front, for example a driver's query handle (which hashes
 /// outside the index's lock): `page_shape` returns the page size and EAGLE mode of the layout
 /// of a model (`None`: the default layout), which size the per-page map; `query_map` answers.
+/// A model whose layout is in doubt ([`QueryError::LayoutConflict`]) is answered as a miss
+/// ([`QueryAnswer::layout_conflict`]), not as an error.
 pub fn answer_with(
     query: &Query,
     page_shape: impl FnOnce(Option<&str>) -> Result<(u32, bool), QueryError>,
     query_map: impl FnOnce(&Lookup<'_>, &mut [bool]) -> Result<Hits, QueryError>,
 ) -> Result<QueryAnswer, ApiError> {
     let lookup = query.lookup();
-    let (page_size, eagle) = page_shape(lookup.model).map_err(ApiError::Query)?;
+    let (page_size, eagle) = match page_shape(lookup.model) {
+        Ok(shape) => shape,
+        Err(QueryError::LayoutConflict { reason }) => {
+            return Ok(QueryAnswer::layout_conflict(reason))
+        }
+        Err(e) => return Err(ApiError::Query(e)),
+    };
     let total = match lookup.pages {
         Pages::Hashes(h) => h.len(),
         Pages::Tokens { tokens, .. } => {
@@ -381,6 +471,10 @@ pub fn answer_with(
         }
     };
     let mut map = vec![false; total];
-    let hits = query_map(&lookup, &mut map).map_err(ApiError::Query)?;
-    Ok(QueryAnswer::new(hits, map))
+    match query_map(&lookup, &mut map) {
+        Ok(hits) => Ok(QueryAnswer::new(hits, map)),
+        // The workers fell out between the two calls.
+        Err(QueryError::LayoutConflict { reason }) => Ok(QueryAnswer::layout_conflict(reason)),
+        Err(e) => Err(ApiError::Query(e)),
+    }
 }

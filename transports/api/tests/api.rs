@@ -118,12 +118,20 @@ fn bad_requests_get_typed_errors_with_4xx_statuses() {
 }
 
 #[test]
-fn an_unknown_model_is_a_404() {
+fn an_unknown_model_is_a_400() {
+    // Issue 17: 400 with the list of known models (was 404 without one).
     let layout = Layout::from_sglang(&SglangParams::new(4, 2)).unwrap();
     let session = session_with_first_page(&layout);
     let q = QueryRequest::from_json(br#"{"tokens": [1], "model": "nope"}"#, &Limits::default())
         .unwrap();
-    assert_eq!(answer(&session, &q).unwrap_err().status(), 404);
+    let err = answer(&session, &q).unwrap_err();
+    assert_eq!(err.status(), 400);
+    let json: serde_json::Value = serde_json::from_str(&err.to_json()).unwrap();
+    assert!(
+        json["error"].as_str().unwrap().contains("\"nope\""),
+        "{json}"
+    );
+    assert!(json["models"].is_array(), "{json}");
 }
 
 #[test]
@@ -162,4 +170,73 @@ fn a_msgpack_length_claiming_billions_is_refused_before_decoding() {
     body.extend_from_slice(br#"{"tokens":[1]}"#);
     let err = QueryRequest::from_msgpack(&body, &Limits::default()).unwrap_err();
     assert!(err.to_string().contains("claims more"), "{err}");
+}
+
+fn two_model_session() -> Session {
+    let layout = |tp| Layout::from_sglang(&SglangParams::new(4, tp)).unwrap();
+    Session::new(Config {
+        layouts: vec![
+            ModelLayout {
+                model: Some("alpha".into()),
+                layout: layout(2),
+            },
+            ModelLayout {
+                model: Some("beta".into()),
+                layout: layout(4),
+            },
+        ],
+        ..Config::default()
+    })
+    .unwrap()
+}
+
+#[test]
+fn a_request_without_a_model_among_two_is_a_400_listing_both() {
+    let session = two_model_session();
+    let q = QueryRequest::from_json(br#"{"tokens": [1,2,3,4]}"#, &Limits::default()).unwrap();
+    let err = answer(&session, &q).unwrap_err();
+    assert_eq!(err.status(), 400);
+    let json: Value = serde_json::from_str(&err.to_json()).unwrap();
+    assert_eq!(json["models"], serde_json::json!(["alpha", "beta"]));
+    let named = QueryRequest::from_json(
+        br#"{"tokens": [1,2,3,4], "model": "beta"}"#,
+        &Limits::default(),
+    )
+    .unwrap();
+    assert_eq!(answer(&session, &named).unwrap().total_pages, 1);
+    let unknown = QueryRequest::from_json(
+        br#"{"tokens": [1,2,3,4], "model": "gamma"}"#,
+        &Limits::default(),
+    )
+    .unwrap();
+    let err = answer(&session, &unknown).unwrap_err();
+    assert_eq!(err.status(), 400);
+    assert!(err.to_string().contains("alpha, beta"), "{err}");
+}
+
+#[test]
+fn a_model_whose_workers_disagree_answers_a_miss_with_the_reason() {
+    let mut session = Session::new(Config::default()).unwrap();
+    let worker = |tp| hicache_index::WorkerInfo {
+        model: Some("m".into()),
+        layout: Some(Layout::from_sglang(&SglangParams::new(4, tp)).unwrap()),
+        ..hicache_index::WorkerInfo::default()
+    };
+    let _ = session.handle_worker(Instant::ZERO, "http://w1", Some(worker(2)));
+    let _ = session.handle_worker(Instant::ZERO, "http://w2", Some(worker(4)));
+    let q = QueryRequest::from_json(
+        br#"{"tokens": [1,2,3,4], "model": "m"}"#,
+        &Limits::default(),
+    )
+    .unwrap();
+    let a = answer(&session, &q).unwrap();
+    assert_eq!((a.prefix_pages, a.trust.as_str()), (0, "layout_conflict"));
+    let json: Value = serde_json::from_str(&a.to_json()).unwrap();
+    assert!(
+        json["reason"].as_str().unwrap().contains("http://w2"),
+        "{json}"
+    );
+    // Without a model, the one model known is still the one asked about.
+    let q = QueryRequest::from_json(br#"{"tokens": [1,2,3,4]}"#, &Limits::default()).unwrap();
+    assert_eq!(answer(&session, &q).unwrap().trust, "layout_conflict");
 }

@@ -131,6 +131,8 @@ pub enum Error {
     Socket(&'static str),
     /// The etcd watcher could not be started.
     Etcd(String),
+    /// The SGLang worker poller could not be started.
+    Workers(String),
 }
 
 impl fmt::Display for Error {
@@ -148,6 +150,7 @@ impl fmt::Display for Error {
             }
             Error::Socket(what) => write!(f, "invalid socket setting: {what}"),
             Error::Etcd(e) => write!(f, "starting the etcd watcher failed: {e}"),
+            Error::Workers(e) => write!(f, "starting the worker poller failed: {e}"),
         }
     }
 }

@@ -42,6 +42,7 @@ pub mod leader;
 pub mod memo;
 pub mod report;
 pub mod socket;
+pub mod workers;
 
 use std::collections::VecDeque;
 use std::sync::atomic::AtomicBool;
@@ -53,6 +54,7 @@ pub use etcd::{HaLocator, LocatorError};
 pub use handle::{Control, Inbox, LockTimes, QueryHandle};
 pub use http::{HttpError, HttpJob, HttpOutcome, MasterHttp, ResponseReader};
 pub use memo::{MemoStats, PrefixMemo, DEFAULT_MEMO_BYTES};
+pub use workers::WorkerPoller;
 
 use hicache_index::Session;
 
