@@ -14,8 +14,13 @@ pub(super) enum Link {
 }
 
 impl Session {
-    /// Reports that the subscriber connected to the endpoint last asked for.
+    /// Reports that the subscriber connected to the endpoint last asked for (shortcut for
+    /// [`Input::Connected`]).
     pub fn handle_connected(&mut self, now: Instant) -> Effects {
+        self.handle(now, Input::Connected)
+    }
+
+    pub(super) fn on_connected(&mut self, now: Instant) -> Effects {
         self.see(now);
         let mut fx = Effects::new();
         self.link_up(now, &mut fx);
@@ -24,8 +29,12 @@ impl Session {
     }
 
     /// Reports that the subscriber's connection was lost or failed. Events may have been missed:
-    /// the index forgets, and a reconnect is scheduled.
+    /// the index forgets, and a reconnect is scheduled (shortcut for [`Input::Disconnected`]).
     pub fn handle_disconnected(&mut self, now: Instant) -> Effects {
+        self.handle(now, Input::Disconnected)
+    }
+
+    pub(super) fn on_disconnected(&mut self, now: Instant) -> Effects {
         self.see(now);
         let mut fx = Effects::new();
         if !matches!(self.link, Link::Down { .. }) || self.index.page_count() > 0 {
@@ -37,8 +46,12 @@ impl Session {
 
     /// Reports that the driver stopped for good: the index forgets, nothing is scheduled, and the
     /// health is [`Health::Disconnected`] until a new endpoint or [`Session::handle_timeout`]
-    /// after [`Session::restart`].
+    /// after [`Session::restart`] (shortcut for [`Input::Stopped`]).
     pub fn handle_stopped(&mut self, now: Instant) -> Effects {
+        self.handle(now, Input::Stopped)
+    }
+
+    pub(super) fn on_stopped(&mut self, now: Instant) -> Effects {
         self.see(now);
         let mut fx = Effects::new();
         self.link = Link::Down { retry_at: None };
@@ -61,7 +74,7 @@ impl Session {
         self.link = Link::Connecting {
             deadline: now + self.config.backoff.connect_timeout,
         };
-        fx.push(Effect::Connect { endpoint });
+        fx.push(Command::Connect { endpoint });
     }
 
     pub(super) fn link_up(&mut self, now: Instant, fx: &mut Effects) {
@@ -97,7 +110,7 @@ impl Session {
         let delay = self.backoff_delay();
         let retry_at = self.endpoint.as_ref().map(|_| now + delay);
         if let Some(at) = retry_at {
-            fx.push(Effect::ReconnectScheduled {
+            fx.push(Report::ReconnectScheduled {
                 at,
                 attempt: self.attempts,
             });

@@ -2,18 +2,19 @@
 //!
 //! A [`Session`] owns the index, the stream's sequence tracker, the connection lifecycle with
 //! its backoff, the worker directory, resynchronisation and verification. It reads no clock and
-//! does no IO: the driver hands it messages and times, and executes the [`Effect`]s it returns.
+//! does no IO: the driver hands it [`Input`]s with their times, and executes the [`Command`]s
+//! it returns (the [`Report`]s only tell).
 //!
 //! # The driving loop
 //! ```text
 //! loop {
 //!     deadline = session.poll_timeout()            // None: nothing timed is pending
 //!     wait until a message arrives, an answer comes back, or the deadline passes
-//!     message  -> session.feed(now, &frames)
-//!     socket   -> session.handle_connected(now) / handle_disconnected(now)
-//!     HTTP     -> session.handle_snapshot(..) / handle_snapshot_failed(..) / handle_verify_result(..)
-//!     deadline -> session.handle_timeout(now)
-//!     execute every returned Effect, in order
+//!     message  -> session.handle(now, Input::Message(&frames))     (or session.feed)
+//!     socket   -> session.handle(now, Input::Connected / Input::Disconnected)
+//!     HTTP     -> session.handle(now, Input::Snapshot { .. } / SnapshotFailed / VerifyResult ..)
+//!     deadline -> session.handle(now, Input::Timeout)
+//!     execute every returned Command, in order; log the Reports
 //! }
 //! ```
 //! Queries ([`Session::query`]) take `&self` and may run at any time between these calls.
@@ -33,11 +34,12 @@ use alloc::vec::Vec;
 use core::sync::atomic::{AtomicUsize, Ordering};
 use core::time::Duration;
 
-use crate::effect::{ClearReason, Effect, Effects, Health, ResyncFailure, StrayReason};
+use crate::effect::{ClearReason, Command, Effects, Health, Report, ResyncFailure, StrayReason};
 use crate::error::{ConfigError, QueryError};
 use crate::frame::{decode, Batch, EventKind, FrameError, Seq};
 use crate::hash::PageHashes;
 use crate::index::{Index, IndexConfig, DEFAULT_TENANT};
+use crate::input::{Input, LeaderRequest, SnapshotRequest, VerifyRequest};
 use crate::layout::{Advertised, Layout, LayoutVotes, ModelVerdict};
 use crate::leader::{
     Leader, LeaderConfig, LeaderInfo, LeaderStatus, LeaderView, StatusStep, ViewStep,
@@ -68,6 +70,25 @@ use self::stream::HeldBatch;
 use self::verify::Verify;
 
 /// The sans-IO machine a transport drives (see the module docs for the loop).
+///
+/// Its methods, by kind:
+/// - **Input**: [`Session::handle`] takes every [`Input`]. Shortcuts for one input each:
+///   [`Session::feed`] (messages), [`Session::handle_timeout`], [`Session::handle_connected`],
+///   [`Session::handle_disconnected`], [`Session::handle_stopped`], [`Session::restart`],
+///   [`Session::clear`], [`Session::handle_worker`], [`Session::handle_snapshot`] and
+///   [`Session::handle_verify_result`] (which take any iterator),
+///   [`Session::handle_snapshot_failed`], [`Session::handle_events_disabled`],
+///   [`Session::handle_verify_failed`],
+///   [`Session::handle_leader_view`], [`Session::handle_leader_status`].
+/// - **Output**: the [`Effects`] every input returns, and [`Session::poll_timeout`], when
+///   [`Input::Timeout`] is next due.
+/// - **Queries** (`&self`, at any time): [`Session::query`], [`Session::query_map`],
+///   [`Session::plan`] with [`Session::probe`] and [`Session::count_answer`],
+///   [`Session::layout_for`].
+/// - **Getters**: [`Session::health`], [`Session::counters`], [`Session::counters_at`],
+///   [`Session::confirmed_at`], [`Session::config`], [`Session::endpoint`],
+///   [`Session::last_applied_seq`], [`Session::leader`], [`Session::snapshot_progress`],
+///   [`Session::index`].
 #[derive(Debug)]
 pub struct Session {
     config: Config,
@@ -298,14 +319,57 @@ impl Session {
         .min()
     }
 
-    /// Does whatever is due at `now`; early calls do nothing.
+    /// Hands over one input (see [`Input`] for each): the one way into the session. Every
+    /// returned effect MUST be executed (commands) or may be logged (reports), in order.
+    pub fn handle(&mut self, now: Instant, input: Input<'_>) -> Effects {
+        match input {
+            Input::Message(frames) => self.on_message(now, frames),
+            Input::Timeout => self.on_timeout(now),
+            Input::Connected => self.on_connected(now),
+            Input::Disconnected => self.on_disconnected(now),
+            Input::Stopped => self.on_stopped(now),
+            Input::Restart => {
+                self.on_restart(now);
+                Effects::new()
+            }
+            Input::Clear => self.on_clear(now),
+            Input::Worker { worker, info } => self.on_worker(now, worker, info),
+            Input::Snapshot {
+                request,
+                watermark,
+                lines,
+            } => self.on_snapshot(now, request, watermark, lines),
+            Input::SnapshotBegin { request, watermark } => {
+                self.begin_snapshot(now, request, watermark)
+            }
+            Input::SnapshotLines { request, lines } => {
+                let _ = self.snapshot_keys(request, lines);
+                Effects::new()
+            }
+            Input::SnapshotEnd { request } => self.finish_snapshot(now, request),
+            Input::SnapshotFailed { request } => self.on_snapshot_failed(now, request),
+            Input::EventsDisabled { request } => self.on_events_disabled(now, request),
+            Input::VerifyResult { request, results } => {
+                self.on_verify_result(now, request, results.iter().copied())
+            }
+            Input::VerifyFailed { request } => self.on_verify_failed(now, request),
+            Input::LeaderView(view) => self.on_leader_view(now, view),
+            Input::LeaderStatus { request, status } => self.on_leader_status(now, request, status),
+        }
+    }
+
+    /// Does whatever is due at `now`; early calls do nothing (shortcut for [`Input::Timeout`]).
     pub fn handle_timeout(&mut self, now: Instant) -> Effects {
+        self.handle(now, Input::Timeout)
+    }
+
+    fn on_timeout(&mut self, now: Instant) -> Effects {
         self.see(now);
         let mut fx = Effects::new();
         match self.link {
             Link::Down { retry_at: Some(at) } if at <= now => self.connect(now, &mut fx),
             Link::Connecting { deadline } if deadline <= now => {
-                fx.push(Effect::Disconnect);
+                fx.push(Command::Disconnect);
                 self.link_lost(now, &mut fx);
             }
             _ => {}
@@ -347,8 +411,14 @@ impl Session {
         fx
     }
 
-    /// Asks to connect again at `now` after [`Session::handle_stopped`] (backoff reset).
+    /// Asks to connect again at `now` after [`Session::handle_stopped`] (backoff reset; shortcut
+    /// for [`Input::Restart`], which has no effects).
     pub fn restart(&mut self, now: Instant) {
+        let fx = self.handle(now, Input::Restart);
+        debug_assert!(fx.is_empty(), "a restart only schedules");
+    }
+
+    fn on_restart(&mut self, now: Instant) {
         self.see(now);
         self.attempts = 0;
         if self.endpoint.is_some() {
@@ -359,8 +429,13 @@ impl Session {
     }
 
     /// Forgets every page now (for example when an operator asks). The next batch is a silent
-    /// baseline, unless it is from before the clear (see [`crate::sequence`]'s fence).
+    /// baseline, unless it is from before the clear (see [`crate::sequence`]'s fence). Shortcut
+    /// for [`Input::Clear`].
     pub fn clear(&mut self, now: Instant) -> Effects {
+        self.handle(now, Input::Clear)
+    }
+
+    fn on_clear(&mut self, now: Instant) -> Effects {
         self.see(now);
         let mut fx = Effects::new();
         self.reset_stream();
@@ -393,7 +468,7 @@ impl Session {
             ClearReason::PublisherCleared => &mut self.counters.publisher_clears,
         };
         *counter += 1;
-        fx.push(Effect::Cleared {
+        fx.push(Report::Cleared {
             reason,
             pages,
             objects,
@@ -434,7 +509,7 @@ impl Session {
             },
         };
         if health != self.health {
-            fx.push(Effect::HealthChanged {
+            fx.push(Report::HealthChanged {
                 from: self.health,
                 to: health,
             });

@@ -34,7 +34,7 @@ impl Verify {
 /// A verification round asked of the driver.
 #[derive(Debug)]
 pub(super) struct Round {
-    pub(super) request: u64,
+    pub(super) request: VerifyRequest,
     /// The index's write stamp when the keys were sampled.
     pub(super) stamp: u64,
     pub(super) deadline: Instant,
@@ -52,8 +52,13 @@ pub(super) struct Round {
 }
 
 impl Session {
-    /// Reports that the verification `request` failed; the next round comes after the interval.
-    pub fn handle_verify_failed(&mut self, now: Instant, request: u64) -> Effects {
+    /// Reports that the verification `request` failed; the next round comes after the interval
+    /// (shortcut for [`Input::VerifyFailed`]).
+    pub fn handle_verify_failed(&mut self, now: Instant, request: VerifyRequest) -> Effects {
+        self.handle(now, Input::VerifyFailed { request })
+    }
+
+    pub(super) fn on_verify_failed(&mut self, now: Instant, request: VerifyRequest) -> Effects {
         self.see(now);
         match &self.verify.in_flight {
             Some(round) if round.request == request => {
@@ -73,8 +78,26 @@ impl Session {
     ///
     /// A round counts towards a sweep (see [`Counters::unconfirmed_ms`]) only when the answer
     /// names every key asked about, each once, and every key found absent left the index; keys
-    /// the driver could not check MUST be left out, never reported present.
-    pub fn handle_verify_result<'k, I>(&mut self, now: Instant, request: u64, results: I) -> Effects
+    /// the driver could not check MUST be left out, never reported present. Shortcut for
+    /// [`Input::VerifyResult`] that takes any iterator.
+    pub fn handle_verify_result<'k, I>(
+        &mut self,
+        now: Instant,
+        request: VerifyRequest,
+        results: I,
+    ) -> Effects
+    where
+        I: IntoIterator<Item = (&'k str, bool)>,
+    {
+        self.on_verify_result(now, request, results)
+    }
+
+    pub(super) fn on_verify_result<'k, I>(
+        &mut self,
+        now: Instant,
+        request: VerifyRequest,
+        results: I,
+    ) -> Effects
     where
         I: IntoIterator<Item = (&'k str, bool)>,
     {
@@ -119,7 +142,7 @@ impl Session {
         self.counters.verified_keys += checked as u64;
         self.counters.stale_keys_found += stale as u64;
         if stale > 0 {
-            fx.push(Effect::StaleFound {
+            fx.push(Report::StaleFound {
                 keys: stale,
                 checked,
             });
@@ -166,7 +189,7 @@ impl Session {
                 other_tenants: false,
             });
         }
-        let request = self.next_request;
+        let request = VerifyRequest(self.next_request);
         self.next_request += 1;
         self.verify.next_at = None;
         self.verify.in_flight = Some(Round {
@@ -182,7 +205,7 @@ impl Session {
             other_tenants: sampled.other_tenants,
             sampled_at: now,
         });
-        fx.push(Effect::VerifyKeys { request, keys });
+        fx.push(Command::VerifyKeys { request, keys });
     }
 
     /// Accounts an answered round to the sweep: a round answered only in part breaks it; a
