@@ -135,12 +135,35 @@ impl Session {
         Duration::from_nanos(half + jitter)
     }
 
-    /// SplitMix64.
+    /// The next number of the seeded generator (SplitMix64, `rand_xoshiro`'s).
     pub(super) fn next_random(&mut self) -> u64 {
-        self.rng = self.rng.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.rng;
+        self.rng.next_u64()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rand_xoshiro::rand_core::{RngCore, SeedableRng};
+    use rand_xoshiro::SplitMix64;
+
+    /// The hand-written SplitMix64 the backoff drew its jitter from before `rand_xoshiro`'s.
+    fn hand_written(state: &mut u64) -> u64 {
+        *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = *state;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
         z ^ (z >> 31)
+    }
+
+    #[test]
+    fn the_backoff_generator_draws_the_stream_it_always_drew() {
+        // SplitMix64's published first output from state 0.
+        assert_eq!(SplitMix64::seed_from_u64(0).next_u64(), 0xe220_a839_7b1d_cdaf);
+        for seed in [0u64, 1, 7, 0x9e37_79b9_7f4a_7c15, u64::MAX] {
+            let (mut state, mut rng) = (seed, SplitMix64::seed_from_u64(seed));
+            for _ in 0..64 {
+                assert_eq!(rng.next_u64(), hand_written(&mut state), "seed {seed}");
+            }
+        }
     }
 }

@@ -34,6 +34,9 @@ use alloc::vec::Vec;
 use core::sync::atomic::{AtomicUsize, Ordering};
 use core::time::Duration;
 
+use rand_xoshiro::rand_core::{RngCore, SeedableRng};
+use rand_xoshiro::SplitMix64;
+
 use crate::effect::{ClearReason, Command, Effects, Health, Report, ResyncFailure, StrayReason};
 use crate::error::{ConfigError, QueryError};
 use crate::frame::{decode, Batch, EventKind, FrameError, Seq};
@@ -109,7 +112,9 @@ pub struct Session {
     workers: BTreeMap<String, WorkerInfo>,
     /// What the workers advertise for their models, and the layout in force for each.
     layout_votes: LayoutVotes,
-    rng: u64,
+    /// The backoff's jitter: the same stream as SplitMix64 seeded with `seed ^ 0x9e37_79b9_7f4a_7c15`
+    /// always gave.
+    rng: SplitMix64,
     next_request: u64,
     counters: Counters,
     /// A time at or after which every object the index holds was present at the master (see
@@ -199,7 +204,7 @@ impl Session {
             verify: Verify::idle(),
             workers: BTreeMap::new(),
             layout_votes: LayoutVotes::new(),
-            rng: config.seed ^ 0x9e37_79b9_7f4a_7c15,
+            rng: SplitMix64::seed_from_u64(config.seed ^ 0x9e37_79b9_7f4a_7c15),
             next_request: 1,
             counters: Counters::default(),
             confirmed_at: Instant::ZERO,
