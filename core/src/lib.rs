@@ -91,6 +91,11 @@
 //!    [`Input::Timeout`]; an early one is a no-op.
 //! 5. Ask [`Session::query`] (`&self`) at any time in between.
 //!
+//! # Features
+//! - `internals`: makes the sequence tracker ([`sequence`]'s `SequenceTracker`, `Fingerprint`,
+//!   `Verdict`, `Loss`) public, for the simulator's property tests. It switches visibility only,
+//!   never behaviour; a driver or a router needs none of it.
+//!
 //! # Example
 //! A master stored both objects of one page (TP 1, page size 4); the router asks about ten
 //! tokens, two full pages, of which the first is present. The loop below is a whole driver,

@@ -158,7 +158,10 @@ mod tests {
     #[test]
     fn the_backoff_generator_draws_the_stream_it_always_drew() {
         // SplitMix64's published first output from state 0.
-        assert_eq!(SplitMix64::seed_from_u64(0).next_u64(), 0xe220_a839_7b1d_cdaf);
+        assert_eq!(
+            SplitMix64::seed_from_u64(0).next_u64(),
+            0xe220_a839_7b1d_cdaf
+        );
         for seed in [0u64, 1, 7, 0x9e37_79b9_7f4a_7c15, u64::MAX] {
             let (mut state, mut rng) = (seed, SplitMix64::seed_from_u64(seed));
             for _ in 0..64 {
