@@ -35,7 +35,7 @@ impl Session {
             self.resync = Resync::Idle;
             self.verify = Verify::idle();
             self.events_disabled = false;
-            self.attempts = 0;
+            self.backoff.attempts = 0;
             if self.index.object_count() > 0 {
                 // The new leader restores its objects without events: only a resync from it
                 // once it serves can tell which are there.
@@ -90,7 +90,7 @@ impl Session {
                     .as_deref()
                     .and_then(|e| crate::leader::replace_host(e, &host));
                 fx.push(Command::UseMaster { host });
-                self.attempts = 0;
+                self.backoff.attempts = 0;
                 self.connect(now, &mut fx);
             }
         }

@@ -1,5 +1,8 @@
 //! The connection: connect, the socket coming up or going down, backoff with jitter.
 
+use rand_xoshiro::rand_core::{RngCore, SeedableRng};
+use rand_xoshiro::SplitMix64;
+
 use super::*;
 
 /// The connection's state.
@@ -11,6 +14,69 @@ pub(super) enum Link {
     Connecting { deadline: Instant },
     /// Connected since.
     Up { since: Instant },
+}
+
+/// What the connection's timer asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum LinkDue {
+    /// The reconnect time came: connect.
+    Connect,
+    /// The connection did not come up in time: drop it, as lost.
+    ConnectTimedOut,
+}
+
+impl Link {
+    /// Returns when [`Link::handle_timeout`] is next due.
+    pub(super) fn poll_timeout(&self) -> Option<Instant> {
+        match *self {
+            Link::Down { retry_at } => retry_at,
+            Link::Connecting { deadline } => Some(deadline),
+            Link::Up { .. } => None,
+        }
+    }
+
+    /// Returns what is due at `now`, if anything (the session acts on it).
+    pub(super) fn handle_timeout(&self, now: Instant) -> Option<LinkDue> {
+        match *self {
+            Link::Down { retry_at: Some(at) } if at <= now => Some(LinkDue::Connect),
+            Link::Connecting { deadline } if deadline <= now => Some(LinkDue::ConnectTimedOut),
+            _ => None,
+        }
+    }
+}
+
+/// The reconnect backoff: attempts failed in a row, and the seeded generator of its jitter.
+#[derive(Debug)]
+pub(super) struct Backoff {
+    /// How many attempts failed in a row.
+    pub(super) attempts: u32,
+    /// The jitter: the same stream as SplitMix64 seeded with `seed ^ 0x9e37_79b9_7f4a_7c15`
+    /// always gave.
+    rng: SplitMix64,
+}
+
+impl Backoff {
+    pub(super) fn new(seed: u64) -> Backoff {
+        Backoff {
+            attempts: 0,
+            rng: SplitMix64::seed_from_u64(seed ^ 0x9e37_79b9_7f4a_7c15),
+        }
+    }
+
+    /// The next delay: `initial * 2^attempts` capped at `max`, then a uniformly random point in
+    /// its upper half (jitter from the seeded generator).
+    pub(super) fn delay(&mut self, b: &BackoffConfig) -> Duration {
+        let exp = b.initial.saturating_mul(1u32 << self.attempts.min(20));
+        let full = exp.min(b.max);
+        let nanos = u64::try_from(full.as_nanos()).unwrap_or(u64::MAX);
+        let half = nanos / 2;
+        let jitter = if half == 0 {
+            0
+        } else {
+            self.rng.next_u64() % (half + 1)
+        };
+        Duration::from_nanos(half + jitter)
+    }
 }
 
 impl Session {
@@ -99,7 +165,7 @@ impl Session {
     pub(super) fn link_lost(&mut self, now: Instant, fx: &mut Effects) {
         if let Link::Up { since } = self.link {
             if now.saturating_duration_since(since) >= self.config.backoff.reset_after {
-                self.attempts = 0;
+                self.backoff.attempts = 0;
             }
         }
         self.counters.disconnects += 1;
@@ -107,37 +173,16 @@ impl Session {
         self.reset_stream();
         self.verify = Verify::idle();
         self.forget(now, ClearReason::Disconnected, fx);
-        let delay = self.backoff_delay();
+        let delay = self.backoff.delay(&self.config.backoff);
         let retry_at = self.endpoint.as_ref().map(|_| now + delay);
         if let Some(at) = retry_at {
             fx.push(Report::ReconnectScheduled {
                 at,
-                attempt: self.attempts,
+                attempt: self.backoff.attempts,
             });
         }
-        self.attempts = self.attempts.saturating_add(1);
+        self.backoff.attempts = self.backoff.attempts.saturating_add(1);
         self.link = Link::Down { retry_at };
-    }
-
-    /// The next backoff delay: `initial * 2^attempts` capped at `max`, then a uniformly random
-    /// point in its upper half (jitter from the seeded generator).
-    pub(super) fn backoff_delay(&mut self) -> Duration {
-        let b = self.config.backoff;
-        let exp = b.initial.saturating_mul(1u32 << self.attempts.min(20));
-        let full = exp.min(b.max);
-        let nanos = u64::try_from(full.as_nanos()).unwrap_or(u64::MAX);
-        let half = nanos / 2;
-        let jitter = if half == 0 {
-            0
-        } else {
-            self.next_random() % (half + 1)
-        };
-        Duration::from_nanos(half + jitter)
-    }
-
-    /// The next number of the seeded generator (SplitMix64, `rand_xoshiro`'s).
-    pub(super) fn next_random(&mut self) -> u64 {
-        self.rng.next_u64()
     }
 }
 

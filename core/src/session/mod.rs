@@ -34,9 +34,6 @@ use alloc::vec::Vec;
 use core::sync::atomic::{AtomicUsize, Ordering};
 use core::time::Duration;
 
-use rand_xoshiro::rand_core::{RngCore, SeedableRng};
-use rand_xoshiro::SplitMix64;
-
 use crate::effect::{ClearReason, Command, Effects, Health, Report, ResyncFailure, StrayReason};
 use crate::error::{ConfigError, QueryError};
 use crate::frame::{decode, Batch, EventKind, FrameError, Seq};
@@ -67,10 +64,10 @@ pub struct Watermark {
 pub use self::config::{
     BackoffConfig, Config, ModelLayout, ResyncConfig, VerifyConfig, WorkerInfo,
 };
-use self::link::Link;
-use self::resync::{key_checksum, Proof, Resync};
+use self::link::{Backoff, Link, LinkDue};
+use self::resync::{key_checksum, Proof, Resync, ResyncDue};
 use self::stream::HeldBatch;
-use self::verify::Verify;
+use self::verify::{Verify, VerifyDue};
 
 /// The sans-IO machine a transport drives (see the module docs for the loop).
 ///
@@ -104,7 +101,7 @@ pub struct Session {
     anchor: Option<Seq>,
     /// The last snapshot's status point, until the stream has passed it.
     proof: Option<Proof>,
-    attempts: u32,
+    backoff: Backoff,
     endpoint: Option<String>,
     health: Health,
     resync: Resync,
@@ -112,9 +109,6 @@ pub struct Session {
     workers: BTreeMap<String, WorkerInfo>,
     /// What the workers advertise for their models, and the layout in force for each.
     layout_votes: LayoutVotes,
-    /// The backoff's jitter: the same stream as SplitMix64 seeded with `seed ^ 0x9e37_79b9_7f4a_7c15`
-    /// always gave.
-    rng: SplitMix64,
     next_request: u64,
     counters: Counters,
     /// A time at or after which every object the index holds was present at the master (see
@@ -197,14 +191,13 @@ impl Session {
             stream_start: None,
             anchor: None,
             proof: None,
-            attempts: 0,
+            backoff: Backoff::new(config.seed),
             endpoint,
             health: Health::Disconnected,
             resync: Resync::Idle,
             verify: Verify::idle(),
             workers: BTreeMap::new(),
             layout_votes: LayoutVotes::new(),
-            rng: SplitMix64::seed_from_u64(config.seed ^ 0x9e37_79b9_7f4a_7c15),
             next_request: 1,
             counters: Counters::default(),
             confirmed_at: Instant::ZERO,
@@ -294,30 +287,13 @@ impl Session {
     /// Returns when [`Session::handle_timeout`] must next be called; `None` when nothing timed is
     /// pending.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        let link = match self.link {
-            Link::Down { retry_at } => retry_at,
-            Link::Connecting { deadline } => Some(deadline),
-            Link::Up { .. } => None,
-        };
-        let resync = match &self.resync {
-            Resync::Idle => None,
-            Resync::Fetching { deadline, .. } => Some(*deadline),
-            Resync::Waiting { retry_at } => Some(*retry_at),
-            Resync::AwaitingStream => None,
-        };
-        let verify = match &self.verify.in_flight {
-            Some(round) => Some(round.deadline),
-            None => self.verify.next_at,
-        };
-        let proof = self.proof.and_then(|p| p.deadline);
-        let leader = self.leader.as_ref().and_then(Leader::poll_timeout);
         [
-            link,
+            self.link.poll_timeout(),
             self.tracker.poll_timeout(),
-            resync,
-            verify,
-            proof,
-            leader,
+            self.resync.poll_timeout(),
+            self.verify.poll_timeout(),
+            self.proof.and_then(|p| p.poll_timeout()),
+            self.leader.as_ref().and_then(Leader::poll_timeout),
         ]
         .into_iter()
         .flatten()
@@ -371,13 +347,15 @@ impl Session {
     fn on_timeout(&mut self, now: Instant) -> Effects {
         self.see(now);
         let mut fx = Effects::new();
-        match self.link {
-            Link::Down { retry_at: Some(at) } if at <= now => self.connect(now, &mut fx),
-            Link::Connecting { deadline } if deadline <= now => {
+        // Each sub-machine's timer, in this order: the connection, the leader, the reorder
+        // window, the snapshot's status point, the resync, verification.
+        match self.link.handle_timeout(now) {
+            Some(LinkDue::Connect) => self.connect(now, &mut fx),
+            Some(LinkDue::ConnectTimedOut) => {
                 fx.push(Command::Disconnect);
                 self.link_lost(now, &mut fx);
             }
-            _ => {}
+            None => {}
         }
         if let Some(request) = self.leader.as_mut().and_then(|l| l.handle_timeout(now)) {
             self.check_leader(request, &mut fx);
@@ -385,32 +363,22 @@ impl Session {
         while let Some(loss) = self.tracker.handle_timeout(now) {
             self.reorder_loss(now, loss, &mut fx);
         }
-        if self
-            .proof
-            .and_then(|p| p.deadline)
-            .is_some_and(|at| at <= now)
-        {
+        if self.proof.is_some_and(|p| p.handle_timeout(now)) {
             // The stream did not reach the snapshot's status point in time: the snapshot may be
             // of another run of the master.
             self.forget(now, ClearReason::Unproven, &mut fx);
         }
-        match self.resync {
-            Resync::Fetching { deadline, .. } if deadline <= now => {
+        match self.resync.handle_timeout(now) {
+            Some(ResyncDue::FetchTimedOut) => {
                 self.resync_failed(now, ResyncFailure::Timeout, &mut fx);
             }
-            Resync::Waiting { retry_at } if retry_at <= now => self.start_resync(now, &mut fx),
-            _ => {}
+            Some(ResyncDue::Retry) => self.start_resync(now, &mut fx),
+            None => {}
         }
-        match &self.verify.in_flight {
-            Some(round) if round.deadline <= now => {
-                self.verify.in_flight = None;
-                self.verify.sweep = None;
-                self.schedule_verify(now);
-            }
-            None if self.verify.next_at.is_some_and(|at| at <= now) => {
-                self.start_verify(now, &mut fx)
-            }
-            _ => {}
+        match self.verify.handle_timeout(now) {
+            Some(VerifyDue::RoundTimedOut) => self.schedule_verify(now),
+            Some(VerifyDue::Round) => self.start_verify(now, &mut fx),
+            None => {}
         }
         self.update_health(&mut fx);
         fx
@@ -425,7 +393,7 @@ impl Session {
 
     fn on_restart(&mut self, now: Instant) {
         self.see(now);
-        self.attempts = 0;
+        self.backoff.attempts = 0;
         if self.endpoint.is_some() {
             self.link = Link::Down {
                 retry_at: Some(now),

@@ -107,6 +107,49 @@ pub(super) enum Resync {
     AwaitingStream,
 }
 
+/// What the resynchronisation's timer asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum ResyncDue {
+    /// The fetch was not answered within the fetch timeout: it failed.
+    FetchTimedOut,
+    /// The retry time after a failure came: fetch again.
+    Retry,
+}
+
+impl Resync {
+    /// Returns when [`Resync::handle_timeout`] is next due.
+    pub(super) fn poll_timeout(&self) -> Option<Instant> {
+        match self {
+            Resync::Idle | Resync::AwaitingStream => None,
+            Resync::Fetching { deadline, .. } => Some(*deadline),
+            Resync::Waiting { retry_at } => Some(*retry_at),
+        }
+    }
+
+    /// Returns what is due at `now`, if anything (the session acts on it).
+    pub(super) fn handle_timeout(&self, now: Instant) -> Option<ResyncDue> {
+        match *self {
+            Resync::Fetching { deadline, .. } if deadline <= now => Some(ResyncDue::FetchTimedOut),
+            Resync::Waiting { retry_at } if retry_at <= now => Some(ResyncDue::Retry),
+            _ => None,
+        }
+    }
+}
+
+impl Proof {
+    /// Returns when [`Proof::handle_timeout`] is next due: once the stream has begun short of
+    /// the point.
+    pub(super) fn poll_timeout(&self) -> Option<Instant> {
+        self.deadline
+    }
+
+    /// Reports whether the stream failed to pass the point in time at `now`: the snapshot is
+    /// unproven.
+    pub(super) fn handle_timeout(&self, now: Instant) -> bool {
+        self.deadline.is_some_and(|at| at <= now)
+    }
+}
+
 /// Applies one key of a snapshot unless a live batch since the fetch decided its state: removed
 /// (or cleared) keys stay out, stored ones are in already.
 pub(super) fn store_snapshot_key(

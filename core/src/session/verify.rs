@@ -21,12 +21,44 @@ pub(super) struct Sweep {
     pub(super) other_tenants: bool,
 }
 
+/// What verification's timer asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum VerifyDue {
+    /// The round in flight was not answered in time: it was dropped (and its sweep with it);
+    /// schedule the next.
+    RoundTimedOut,
+    /// The next round is due: sample and ask.
+    Round,
+}
+
 impl Verify {
     pub(super) fn idle() -> Verify {
         Verify {
             next_at: None,
             in_flight: None,
             sweep: None,
+        }
+    }
+
+    /// Returns when [`Verify::handle_timeout`] is next due.
+    pub(super) fn poll_timeout(&self) -> Option<Instant> {
+        match &self.in_flight {
+            Some(round) => Some(round.deadline),
+            None => self.next_at,
+        }
+    }
+
+    /// Returns what is due at `now`, if anything; a round that timed out is dropped here (the
+    /// session schedules the next).
+    pub(super) fn handle_timeout(&mut self, now: Instant) -> Option<VerifyDue> {
+        match &self.in_flight {
+            Some(round) if round.deadline <= now => {
+                self.in_flight = None;
+                self.sweep = None;
+                Some(VerifyDue::RoundTimedOut)
+            }
+            None if self.next_at.is_some_and(|at| at <= now) => Some(VerifyDue::Round),
+            _ => None,
         }
     }
 }

@@ -167,7 +167,7 @@ impl Session {
             self.resync = Resync::Idle;
             self.verify = Verify::idle();
         }
-        self.attempts = 0;
+        self.backoff.attempts = 0;
         self.connect(now, fx);
     }
 }
