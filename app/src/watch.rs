@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use clap::Args;
 use hicache_index::{
-    decode, Config, Counters, Effect, Effects, EventKind, Instant, Session, StrayReason, Timestamp,
+    decode, Command, Config, Counters, Effect, Effects, EventKind, Input, Instant, Report, Session,
+    StrayReason, Timestamp,
 };
 use hicache_index_driver::socket::{self, Link, LinkEvent, MAX_FRAMES};
 use hicache_index_driver::SocketConfig;
@@ -66,7 +67,7 @@ pub(crate) fn run(args: WatchArgs) -> Outcome {
             break;
         }
         if session.poll_timeout().is_some_and(|d| d <= watch.now()) {
-            let fx = session.handle_timeout(watch.now());
+            let fx = session.handle(watch.now(), Input::Timeout);
             watch.execute(&mut session, fx)?;
         }
         // Wait for a message, a monitor event or the next deadline (at most 100 ms).
@@ -99,7 +100,7 @@ pub(crate) fn run(args: WatchArgs) -> Outcome {
             };
             let kept = count.min(MAX_FRAMES);
             let frames: Vec<&[u8]> = parts[..kept].iter().map(|p| &p[..]).collect();
-            let fx = session.feed(watch.now(), &frames);
+            let fx = session.handle(watch.now(), Input::Message(&frames));
             watch.messages += 1;
             watch.show_message(&frames, count, &fx);
             watch.execute(&mut session, fx)?;
@@ -112,11 +113,11 @@ pub(crate) fn run(args: WatchArgs) -> Outcome {
             let fx = match event {
                 Some(LinkEvent::Connected) => {
                     watch.show_connection("connected", None);
-                    session.handle_connected(watch.now())
+                    session.handle(watch.now(), Input::Connected)
                 }
                 Some(LinkEvent::Disconnected) => {
                     watch.link = None;
-                    session.handle_disconnected(watch.now())
+                    session.handle(watch.now(), Input::Disconnected)
                 }
                 _ => continue,
             };
@@ -158,7 +159,7 @@ impl Watch {
     fn execute(&mut self, session: &mut Session, fx: Effects) -> Result<(), String> {
         for effect in fx {
             match effect {
-                Effect::Connect { endpoint } => {
+                Effect::Command(Command::Connect { endpoint }) => {
                     self.link = None;
                     self.show_connection("connecting", Some(&endpoint));
                     match socket::open(&self.ctx, &endpoint, &self.topic, &SocketConfig::default())
@@ -169,8 +170,8 @@ impl Watch {
                         }
                     }
                 }
-                Effect::Disconnect => self.link = None,
-                Effect::ReconnectScheduled { at, .. } => {
+                Effect::Command(Command::Disconnect) => self.link = None,
+                Effect::Report(Report::ReconnectScheduled { at, .. }) => {
                     let delay = at.as_nanos().saturating_sub(self.now().as_nanos()) / 1_000_000;
                     self.print(
                         format!("disconnected; connecting again in {delay} ms"),
@@ -180,12 +181,21 @@ impl Watch {
                         },
                     );
                 }
-                // Without resync or verification the session asks for nothing else; the
-                // reports were shown with their message.
-                _ => {}
+                // Configured without resync, verification or HA, the session asks for none of
+                // these; were it to, watch has no HTTP side: the answer is a failure.
+                Effect::Command(Command::FetchSnapshot { request }) => {
+                    let fx = session.handle(self.now(), Input::SnapshotFailed { request });
+                    self.execute(session, fx)?;
+                }
+                Effect::Command(Command::VerifyKeys { request, .. }) => {
+                    let fx = session.handle(self.now(), Input::VerifyFailed { request });
+                    self.execute(session, fx)?;
+                }
+                Effect::Command(Command::CheckLeader { .. } | Command::UseMaster { .. }) => {}
+                // The other reports were shown with their message.
+                Effect::Report(_) => {}
             }
         }
-        let _ = session;
         Ok(())
     }
 
@@ -203,7 +213,7 @@ impl Watch {
     fn show_message(&mut self, frames: &[&[u8]], count: usize, fx: &Effects) {
         for effect in fx.iter() {
             match effect {
-                Effect::Stray { reason } => {
+                Effect::Report(Report::Stray { reason }) => {
                     let (text, value) = match reason {
                         StrayReason::Topic => (
                             format!(
@@ -220,7 +230,7 @@ impl Watch {
                     };
                     return self.print(text, || value);
                 }
-                Effect::Malformed { error } => {
+                Effect::Report(Report::Malformed { error }) => {
                     return self.print(format!("malformed: {error}"), || {
                         json!({ "malformed": error.to_string() }).to_string()
                     });
@@ -263,7 +273,7 @@ impl Watch {
         let mut notes = Vec::new();
         for effect in fx.iter() {
             match effect {
-                Effect::Gap { expected, received } => {
+                Effect::Report(Report::Gap { expected, received }) => {
                     let missing = received.0.saturating_sub(expected.0);
                     notes.push(format!("GAP: expected {}, {missing} missing", expected.0));
                     line.gap = Some(GapNote {
@@ -272,14 +282,15 @@ impl Watch {
                         missing,
                     });
                 }
-                Effect::Restart { last, received } => {
+                Effect::Report(Report::Restart { last, received }) => {
                     notes.push(format!("RESTART: back from {} to {}", last.0, received.0));
                     line.restart = Some(RestartNote {
                         last: last.0,
                         received: received.0,
                     });
                 }
-                Effect::Duplicate { seq } | Effect::Late { seq } => {
+                Effect::Report(Report::Duplicate { seq })
+                | Effect::Report(Report::Late { seq }) => {
                     notes.push(format!("DUPLICATE of {} (skipped)", seq.0));
                     line.duplicate = true;
                 }

@@ -2,10 +2,14 @@
 
 use alloc::string::String;
 use alloc::vec::Vec;
+use core::fmt;
 use core::ops::Deref;
 
 use crate::frame::{FrameError, Seq};
 use crate::hash::PageHash;
+#[cfg(doc)]
+use crate::input::Input;
+use crate::input::{LeaderRequest, SnapshotRequest, VerifyRequest};
 
 /// The session's health, which a router can gate on and which every query answer carries.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
@@ -119,90 +123,43 @@ pub enum ResyncFailure {
     EventsDisabled,
 }
 
-/// One thing the driver must do or may report.
+/// One thing the driver must do, returned in [`Effects`]; a driver MUST match it exhaustively
+/// (a new command is then a compile error in every driver, never a silent log line).
 #[derive(Clone, Debug, PartialEq)]
-#[non_exhaustive]
-pub enum Effect {
-    /// Connect the subscriber to `endpoint` now, closing any previous connection; then call
-    /// `handle_connected` or `handle_disconnected`.
+pub enum Command {
+    /// Connect the subscriber to `endpoint` now, closing any previous connection; then hand
+    /// over [`Input::Connected`] or [`Input::Disconnected`].
     Connect {
         /// The ZeroMQ endpoint, e.g. `tcp://10.0.0.5:5557`.
         endpoint: String,
     },
     /// Close the subscriber's connection.
     Disconnect,
-    /// A reconnect is scheduled; [`crate::Session::poll_timeout`] is due then (report only).
-    ReconnectScheduled {
-        /// When the next [`Effect::Connect`] comes.
-        at: crate::time::Instant,
-        /// How many attempts failed in a row before this one.
-        attempt: u32,
-    },
-    /// The index forgot pages (report only).
-    Cleared {
-        /// Why.
-        reason: ClearReason,
-        /// Pages forgotten.
-        pages: usize,
-        /// Objects forgotten.
-        objects: usize,
-    },
-    /// Sequence numbers were skipped (report only; a clear or resync follows).
-    Gap {
-        /// The sequence expected.
-        expected: Seq,
-        /// The sequence that arrived (or resumed after a reorder window gave up).
-        received: Seq,
-    },
-    /// A batch arrived twice and was skipped (report only).
-    Duplicate {
-        /// Its sequence.
-        seq: Seq,
-    },
-    /// A late copy of an applied batch was skipped (report only).
-    Late {
-        /// Its sequence.
-        seq: Seq,
-    },
-    /// The publisher started again (report only; a clear or resync follows).
-    Restart {
-        /// The last sequence of the old stream.
-        last: Seq,
-        /// The first sequence of the new one.
-        received: Seq,
-    },
-    /// A message on the subscribed topic did not decode; it was dropped (report only).
-    Malformed {
-        /// What was wrong.
-        error: FrameError,
-    },
-    /// A message that is not part of this stream was ignored (report only).
-    Stray {
-        /// Why it is not.
-        reason: StrayReason,
-    },
-    /// Read the master's watermark, then its key list, and hand both to `handle_snapshot` (or
-    /// report failure with `handle_snapshot_failed`). In this order: `GET /kv_events/status`,
+    /// Read the master's watermark, then its key list, and hand both over as
+    /// [`Input::Snapshot`] (or in chunks, [`Input::SnapshotBegin`]), or report failure with
+    /// [`Input::SnapshotFailed`] ([`Input::EventsDisabled`] when the status says the publisher
+    /// is off). In this order: `GET /kv_events/status`,
     /// whose `published_batches + dropped_events` is the last sequence the master assigned, then
     /// `GET /get_all_keys`. A master without the status endpoint gives no watermark (`None`).
     FetchSnapshot {
-        /// The request number to answer with.
-        request: u64,
+        /// The request to answer.
+        request: SnapshotRequest,
     },
-    /// Ask the master which of `keys` exist (`GET /batch_query_keys`) and hand the answer to
-    /// `handle_verify_result`, or report failure with `handle_verify_failed`.
+    /// Ask the master which of `keys` exist (`GET /batch_query_keys`) and hand the answer over
+    /// as [`Input::VerifyResult`], or report failure with [`Input::VerifyFailed`].
     VerifyKeys {
-        /// The request number to answer with.
-        request: u64,
+        /// The request to answer.
+        request: VerifyRequest,
         /// The object keys to check.
         keys: Vec<String>,
     },
     /// Check whether the candidate leader at `host` serves: `GET /health`, then
     /// `GET /kv_events/status`, on its admin port (the configured master HTTP port), and hand
-    /// what they said to `handle_leader_status` (a failed request: not serving, events unknown).
+    /// what they said over as [`Input::LeaderStatus`] (a failed request: not serving, events
+    /// unknown).
     CheckLeader {
-        /// The request number to answer with.
-        request: u64,
+        /// The request to answer.
+        request: LeaderRequest,
         /// The candidate's host.
         host: String,
     },
@@ -212,7 +169,64 @@ pub enum Effect {
         /// The leader's host.
         host: String,
     },
-    /// A resynchronisation completed (report only).
+}
+
+/// One thing that happened, returned in [`Effects`] for the driver to log or count; it asks
+/// nothing of the driver.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum Report {
+    /// A reconnect is scheduled; [`crate::Session::poll_timeout`] is due then.
+    ReconnectScheduled {
+        /// When the next [`Command::Connect`] comes.
+        at: crate::time::Instant,
+        /// How many attempts failed in a row before this one.
+        attempt: u32,
+    },
+    /// The index forgot pages.
+    Cleared {
+        /// Why.
+        reason: ClearReason,
+        /// Pages forgotten.
+        pages: usize,
+        /// Objects forgotten.
+        objects: usize,
+    },
+    /// Sequence numbers were skipped (a clear or resync follows).
+    Gap {
+        /// The sequence expected.
+        expected: Seq,
+        /// The sequence that arrived (or resumed after a reorder window gave up).
+        received: Seq,
+    },
+    /// A batch arrived twice and was skipped.
+    Duplicate {
+        /// Its sequence.
+        seq: Seq,
+    },
+    /// A late copy of an applied batch was skipped.
+    Late {
+        /// Its sequence.
+        seq: Seq,
+    },
+    /// The publisher started again (a clear or resync follows).
+    Restart {
+        /// The last sequence of the old stream.
+        last: Seq,
+        /// The first sequence of the new one.
+        received: Seq,
+    },
+    /// A message on the subscribed topic did not decode; it was dropped.
+    Malformed {
+        /// What was wrong.
+        error: FrameError,
+    },
+    /// A message that is not part of this stream was ignored.
+    Stray {
+        /// Why it is not.
+        reason: StrayReason,
+    },
+    /// A resynchronisation completed.
     Resynced {
         /// Keys applied from the snapshot.
         keys: usize,
@@ -220,33 +234,33 @@ pub enum Effect {
         /// came; none is replayed).
         replayed: usize,
     },
-    /// A resynchronisation did not complete; it is retried later (report only).
+    /// A resynchronisation did not complete; it is retried later.
     ResyncFailed {
         /// Why.
         reason: ResyncFailure,
     },
-    /// A verification found objects that the master no longer has (report only).
+    /// A verification found objects that the master no longer has.
     StaleFound {
         /// Objects removed from the index.
         keys: usize,
         /// Objects checked.
         checked: usize,
     },
-    /// The health changed (report only).
+    /// The health changed.
     HealthChanged {
         /// The old health.
         from: Health,
         /// The new health.
         to: Health,
     },
-    /// Workers advertise different event endpoints; the session keeps `kept` (report only).
+    /// Workers advertise different event endpoints; the session keeps `kept`.
     EndpointDisagreement {
         /// The endpoint in use (or chosen by majority when none was).
         kept: String,
         /// How many distinct endpoints are advertised.
         distinct: usize,
     },
-    /// Workers serving `model` advertise different layouts; the first one stays (report only).
+    /// Workers serving `model` advertise different layouts; the first one stays.
     LayoutDisagreement {
         /// The model.
         model: String,
@@ -254,7 +268,7 @@ pub enum Effect {
         worker: String,
     },
     /// A page became complete or incomplete under a watched layout (only with page deltas on).
-    /// A [`Effect::Cleared`] means every page in its scope became incomplete.
+    /// A [`Report::Cleared`] means every page in its scope became incomplete.
     Page {
         /// The tenant.
         tenant: String,
@@ -265,6 +279,57 @@ pub enum Effect {
         /// Whether the page is now complete.
         complete: bool,
     },
+}
+
+/// One effect of a call: a [`Command`] the driver must execute or a [`Report`] it may log.
+///
+/// Its `Debug` form is the inner value's (`Connect { .. }`, not `Command(Connect { .. })`), as
+/// transcripts show it.
+#[derive(Clone, PartialEq)]
+pub enum Effect {
+    /// Something the driver must do.
+    Command(Command),
+    /// Something that happened.
+    Report(Report),
+}
+
+impl Effect {
+    /// Returns the command, if this effect is one.
+    pub fn as_command(&self) -> Option<&Command> {
+        match self {
+            Effect::Command(c) => Some(c),
+            Effect::Report(_) => None,
+        }
+    }
+
+    /// Returns the report, if this effect is one.
+    pub fn as_report(&self) -> Option<&Report> {
+        match self {
+            Effect::Command(_) => None,
+            Effect::Report(r) => Some(r),
+        }
+    }
+}
+
+impl fmt::Debug for Effect {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Effect::Command(c) => c.fmt(f),
+            Effect::Report(r) => r.fmt(f),
+        }
+    }
+}
+
+impl From<Command> for Effect {
+    fn from(command: Command) -> Effect {
+        Effect::Command(command)
+    }
+}
+
+impl From<Report> for Effect {
+    fn from(report: Report) -> Effect {
+        Effect::Report(report)
+    }
 }
 
 /// The effects of one call, in the order they happened.
@@ -278,8 +343,18 @@ impl Effects {
         Effects(Vec::new())
     }
 
-    pub(crate) fn push(&mut self, effect: Effect) {
-        self.0.push(effect);
+    pub(crate) fn push(&mut self, effect: impl Into<Effect>) {
+        self.0.push(effect.into());
+    }
+
+    /// Returns the commands among the effects, in order.
+    pub fn commands(&self) -> impl Iterator<Item = &Command> {
+        self.0.iter().filter_map(Effect::as_command)
+    }
+
+    /// Returns the reports among the effects, in order.
+    pub fn reports(&self) -> impl Iterator<Item = &Report> {
+        self.0.iter().filter_map(Effect::as_report)
     }
 
     /// Returns the effects as a vector.

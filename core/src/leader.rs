@@ -13,12 +13,12 @@
 //!   session forgets at once, drops its connection and reconnects to nothing until the new
 //!   leader serves. A value of `__mooncake_service_warming__:<n>`, or no key, is no leader.
 //! - **A new leader is followed only once it serves**: the session asks the driver to check it
-//!   ([`crate::Effect::CheckLeader`]: `GET /health`, then `GET /kv_events/status`), and commits
+//!   ([`crate::Command::CheckLeader`]: `GET /health`, then `GET /kv_events/status`), and commits
 //!   only when `/health` says `serving` for the address discovery named, with a master view
 //!   version no older than the candidate's (Mooncake's `view_version` is the key's create
 //!   revision) nor than any the session followed, and the status answers. Until then it asks
 //!   again every [`LeaderConfig::check_interval`]. Then it points the driver's HTTP side at the
-//!   leader ([`crate::Effect::UseMaster`]) and connects to its event endpoint (the configured
+//!   leader ([`crate::Command::UseMaster`]) and connects to its event endpoint (the configured
 //!   endpoint with the leader's host); the usual resync from the new leader follows.
 //! - **The old leader is fenced**: between seeing a new incarnation and committing to it, every
 //!   batch fed is dropped (the old connection's late messages; counted as

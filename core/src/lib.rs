@@ -11,7 +11,7 @@
 //!
 //! The crate is `no_std` + `alloc` and sans-IO: it reads no clock, opens no socket and starts
 //! no thread. A driver (the `hicache-index-tokio` or `hicache-index-smol` transports, or your
-//! own) feeds it messages and times and executes the [`Effect`]s it returns.
+//! own) feeds it messages and times and executes the [`Command`]s it returns.
 //!
 //! # The flow
 //! ```text
@@ -73,26 +73,38 @@
 //! and is counted ([`index::IndexCounters::suspects_dropped`]).
 //!
 //! # The driving contract
+//! Everything that happens reaches the session as an [`Input`], through one method,
+//! [`Session::handle`]`(now, input)`, which returns the [`Effects`] of that input: each is a
+//! [`Command`] the driver MUST execute, or a [`Report`] it may log or count. ([`Session::feed`]
+//! is the shortcut for messages; the `handle_*` methods are shortcuts for the other inputs.)
 //! 1. Make a [`Session`] from a [`Config`]. With an endpoint configured, [`Session::poll_timeout`]
-//!    is due at once and [`Session::handle_timeout`] returns [`Effect::Connect`].
-//! 2. Execute every effect in order: connect or disconnect the SUB socket, fetch a snapshot
-//!    or verify keys over the master's HTTP side, and report the outcome with
-//!    [`Session::handle_connected`], [`Session::handle_disconnected`],
-//!    [`Session::handle_snapshot`], [`Session::handle_snapshot_failed`] or
-//!    [`Session::handle_verify_result`]. Following an HA leader ([`Config::leader`]), also
-//!    hand every value of the master view key to [`Session::handle_leader_view`], check the
-//!    leader on [`Effect::CheckLeader`] ([`Session::handle_leader_status`]) and point the HTTP
-//!    side at it on [`Effect::UseMaster`]. Every other effect is a report to log or count.
-//! 3. Hand every received multipart message to [`Session::feed`] with the current time.
-//! 4. Sleep until the next message or until [`Session::poll_timeout`], then call
-//!    [`Session::handle_timeout`]; an early call is a no-op.
+//!    is due at once and [`Input::Timeout`] returns [`Command::Connect`].
+//! 2. Execute every command in order: connect or disconnect the SUB socket, fetch a snapshot
+//!    or verify keys over the master's HTTP side, and hand the outcome back:
+//!    [`Input::Connected`], [`Input::Disconnected`], [`Input::Snapshot`] (or in chunks),
+//!    [`Input::SnapshotFailed`], [`Input::VerifyResult`] or [`Input::VerifyFailed`]. Following
+//!    an HA leader ([`Config::leader`]), also hand every value of the master view key over as
+//!    [`Input::LeaderView`], check the leader on [`Command::CheckLeader`]
+//!    ([`Input::LeaderStatus`]) and point the HTTP side at it on [`Command::UseMaster`].
+//! 3. Hand every received multipart message over as [`Input::Message`] with the current time.
+//! 4. Sleep until the next message or until [`Session::poll_timeout`], then hand over
+//!    [`Input::Timeout`]; an early one is a no-op.
 //! 5. Ask [`Session::query`] (`&self`) at any time in between.
+//!
+//! # Features
+//! - `internals`: makes the sequence tracker ([`sequence`]'s `SequenceTracker`, `Fingerprint`,
+//!   `Verdict`, `Loss`) public, for the simulator's property tests. It switches visibility only,
+//!   never behaviour; a driver or a router needs none of it.
 //!
 //! # Example
 //! A master stored both objects of one page (TP 1, page size 4); the router asks about ten
-//! tokens, two full pages, of which the first is present:
+//! tokens, two full pages, of which the first is present. The loop below is a whole driver,
+//! with the socket and the clock played by a list of what happens:
 //! ```
-//! use hicache_index::{Config, Effect, Health, Instant, Layout, Lookup, ModelLayout, Session, SglangParams};
+//! use hicache_index::{
+//!     Command, Config, Effect, Health, Input, Instant, Layout, Lookup, ModelLayout, Session,
+//!     SglangParams,
+//! };
 //!
 //! let layout = Layout::from_sglang(&SglangParams::new(4, 1)).unwrap();
 //! let mut session = Session::new(Config {
@@ -102,19 +114,29 @@
 //! })
 //! .unwrap();
 //!
-//! // Time starts: the session asks the driver to connect.
-//! let now = Instant::ZERO;
-//! assert_eq!(session.poll_timeout(), Some(now));
-//! let effects = session.handle_timeout(now);
-//! assert!(matches!(&effects[0], Effect::Connect { endpoint } if endpoint == "tcp://127.0.0.1:5557"));
-//! let _ = session.handle_connected(now);
-//! assert_eq!(session.health(), Health::Live);
-//!
-//! // One message from the master: [topic, seq, payload].
+//! // What happens, in order: time starts; the socket connects; one message from the master,
+//! // [topic, seq, payload].
 //! let payload = include_bytes!("../tests/fixtures/stored_k_v_seq1.msgpack");
 //! let seq = 1u64.to_be_bytes();
-//! let effects = session.feed(Instant::from_millis(1), &[b"", &seq, payload]);
-//! assert!(effects.is_empty());
+//! let message: [&[u8]; 3] = [b"", &seq, payload];
+//! let mut connected = None;
+//! assert_eq!(session.poll_timeout(), Some(Instant::ZERO));
+//! let happenings = [
+//!     (Instant::ZERO, Input::Timeout),
+//!     (Instant::ZERO, Input::Connected),
+//!     (Instant::from_millis(1), Input::Message(&message)),
+//! ];
+//! for (now, input) in happenings {
+//!     for effect in session.handle(now, input) {
+//!         match effect {
+//!             Effect::Command(Command::Connect { endpoint }) => connected = Some(endpoint),
+//!             Effect::Command(other) => panic!("no HTTP side in this example: {other:?}"),
+//!             Effect::Report(report) => println!("{report:?}"),
+//!         }
+//!     }
+//! }
+//! assert_eq!(connected.as_deref(), Some("tcp://127.0.0.1:5557"));
+//! assert_eq!(session.health(), Health::Live);
 //!
 //! let tokens: Vec<u32> = (1..=10).collect();
 //! let hits = session.query(&Lookup::tokens(&tokens)).unwrap();
@@ -132,6 +154,7 @@ pub mod error;
 pub mod frame;
 pub mod hash;
 pub mod index;
+pub mod input;
 pub mod layout;
 pub mod leader;
 pub mod metrics;
@@ -141,13 +164,16 @@ pub mod session;
 pub mod snapshot;
 pub mod time;
 
-pub use effect::{ClearReason, Effect, Effects, Health, ResyncFailure, StrayReason};
+pub use effect::{
+    ClearReason, Command, Effect, Effects, Health, Report, ResyncFailure, StrayReason,
+};
 pub use error::{ConfigError, QueryError};
 pub use frame::{
     decode, Batch, Event, EventKind, FrameError, Medium, PayloadError, Seq, Timestamp,
 };
 pub use hash::{DigestMemo, Namespace, NoMemo, PageHash, PageHashes, Token};
 pub use index::{Index, IndexConfig, DEFAULT_TENANT};
+pub use input::{Input, LeaderRequest, SnapshotRequest, VerifyRequest};
 pub use layout::{parse_object_key, HitPolicy, Layout, LayoutError, ObjectKey, Pool, SglangParams};
 pub use leader::{EventsStatus, LeaderConfig, LeaderInfo, LeaderStatus, LeaderView};
 pub use metrics::{Counters, Kind};

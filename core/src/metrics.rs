@@ -139,7 +139,7 @@ pub struct Counters {
     ///   delivery delay is not counted); an index that was empty is thus confirmed as of the
     ///   first batch it applies;
     /// - a completed resynchronisation, every object as of when its snapshot was asked for
-    ///   ([`crate::Effect::FetchSnapshot`]), if the index was empty then: a snapshot only adds,
+    ///   ([`crate::Command::FetchSnapshot`]), if the index was empty then: a snapshot only adds,
     ///   so objects held before keep their own confirmation;
     /// - with verification on, a sweep (rounds over the whole index, each answered in full,
     ///   without a failed, timed-out or stale round or a clear in between), every object as of

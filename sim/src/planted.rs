@@ -6,12 +6,11 @@
 use std::collections::BTreeMap;
 
 use hicache_index::{
-    decode, Config, ConfigError, Counters, Effects, EventKind, Health, Hits, Instant, Lookup,
-    Medium, QueryError, Seq, Session, Timestamp,
+    decode, Config, ConfigError, Counters, Effects, EventKind, Health, Hits, Input, Instant,
+    Lookup, Medium, QueryError, Seq, Session, SnapshotRequest, Timestamp, Watermark,
 };
 
 use crate::encode::{encode_payload, MasterFlavor, OwnedBatch};
-use crate::master::Status;
 use crate::system::System;
 use crate::world::Report;
 use crate::Options;
@@ -193,6 +192,80 @@ impl PlantedBug {
     }
 
     /// Feeds a rewritten batch.
+    /// Feeds one message through the planted bug.
+    fn feed(&mut self, now: Instant, frames: &[&[u8]]) -> Effects {
+        if !self.ours(frames) {
+            return self.inner.feed(now, frames);
+        }
+        match self.bug {
+            Bug::RestartBlind | Bug::LateCopyAsNext => self.renumber(now, frames),
+            Bug::UndecodableDropped if decode(frames).is_err() => Effects::new(),
+            Bug::MediumKeptWithoutProof => self.keep_other_medium(now, frames),
+            Bug::UnknownKeylessDropped => {
+                let Ok(batch) = decode(frames) else {
+                    return self.inner.feed(now, frames);
+                };
+                let unknown =
+                    |k: EventKind, key: Option<&str>| k == EventKind::Unknown && key.is_none();
+                if !batch.events.iter().any(|e| unknown(e.kind, e.object_key)) {
+                    return self.inner.feed(now, frames);
+                }
+                let mut owned = OwnedBatch::from(&batch);
+                for e in &mut owned.events {
+                    if unknown(e.kind, e.object_key.as_deref()) {
+                        e.kind = EventKind::Stored;
+                        e.object_key = Some("planted: not a key".into());
+                    }
+                }
+                self.feed_owned(now, frames[0], &owned)
+            }
+            _ => self.inner.feed(now, frames),
+        }
+    }
+    /// Hands a snapshot over through the planted bug.
+    fn snapshot(
+        &mut self,
+        now: Instant,
+        request: SnapshotRequest,
+        watermark: Option<Watermark>,
+        lines: &[&[u8]],
+    ) -> Effects {
+        let trimmed: Vec<&[u8]>;
+        let (watermark, lines) = match self.bug {
+            Bug::TrimmedSnapshotLines => {
+                trimmed = lines
+                    .iter()
+                    .map(|l| l.trim_ascii())
+                    .filter(|l| !l.is_empty())
+                    .collect();
+                (watermark, &trimmed[..])
+            }
+            Bug::RestartBlind | Bug::LateCopyAsNext => {
+                // The inner session counts renumbered sequences and ids.
+                let watermark = watermark.map(|w| Watermark {
+                    seq: Seq((i128::from(w.seq.0) + self.seq_offset).max(0) as u64),
+                    events: w
+                        .events
+                        .map(|e| (i128::from(e) + self.id_offset).max(0) as u64),
+                });
+                (watermark, lines)
+            }
+            Bug::WatermarkEventsIgnored => {
+                let watermark = watermark.map(|w| Watermark { events: None, ..w });
+                (watermark, lines)
+            }
+            _ => (watermark, lines),
+        };
+        self.inner.handle(
+            now,
+            Input::Snapshot {
+                request,
+                watermark,
+                lines,
+            },
+        )
+    }
+
     fn feed_owned(&mut self, now: Instant, topic: &[u8], batch: &OwnedBatch) -> Effects {
         let payload = encode_payload(batch, MasterFlavor::Release0314);
         let seq = batch.seq.0.to_be_bytes();
@@ -264,97 +337,16 @@ impl PlantedBug {
 }
 
 impl System for PlantedBug {
-    fn feed(&mut self, now: Instant, frames: &[&[u8]]) -> Effects {
-        if !self.ours(frames) {
-            return self.inner.feed(now, frames);
-        }
-        match self.bug {
-            Bug::RestartBlind | Bug::LateCopyAsNext => self.renumber(now, frames),
-            Bug::UndecodableDropped if decode(frames).is_err() => Effects::new(),
-            Bug::MediumKeptWithoutProof => self.keep_other_medium(now, frames),
-            Bug::UnknownKeylessDropped => {
-                let Ok(batch) = decode(frames) else {
-                    return self.inner.feed(now, frames);
-                };
-                let unknown =
-                    |k: EventKind, key: Option<&str>| k == EventKind::Unknown && key.is_none();
-                if !batch.events.iter().any(|e| unknown(e.kind, e.object_key)) {
-                    return self.inner.feed(now, frames);
-                }
-                let mut owned = OwnedBatch::from(&batch);
-                for e in &mut owned.events {
-                    if unknown(e.kind, e.object_key.as_deref()) {
-                        e.kind = EventKind::Stored;
-                        e.object_key = Some("planted: not a key".into());
-                    }
-                }
-                self.feed_owned(now, frames[0], &owned)
-            }
-            _ => self.inner.feed(now, frames),
-        }
-    }
-    fn handle_timeout(&mut self, now: Instant) -> Effects {
-        self.inner.handle_timeout(now)
-    }
-    fn handle_connected(&mut self, now: Instant) -> Effects {
-        self.inner.handle_connected(now)
-    }
-    fn handle_disconnected(&mut self, now: Instant) -> Effects {
-        self.inner.handle_disconnected(now)
-    }
-    fn handle_snapshot(
-        &mut self,
-        now: Instant,
-        request: u64,
-        status: Option<Status>,
-        lines: &[&[u8]],
-    ) -> Effects {
-        match self.bug {
-            Bug::TrimmedSnapshotLines => {
-                let trimmed: Vec<&[u8]> = lines
-                    .iter()
-                    .map(|l| l.trim_ascii())
-                    .filter(|l| !l.is_empty())
-                    .collect();
-                System::handle_snapshot(&mut self.inner, now, request, status, &trimmed)
-            }
-            Bug::RestartBlind | Bug::LateCopyAsNext => {
-                // The inner session counts renumbered sequences and ids.
-                let status = status.map(|s| Status {
-                    published_batches: (i128::from(s.last_seq().0) + self.seq_offset).max(0) as u64,
-                    published_events: (i128::from(s.published_events) + self.id_offset).max(0)
-                        as u64,
-                    dropped_events: 0,
-                });
-                System::handle_snapshot(&mut self.inner, now, request, status, lines)
-            }
-            Bug::WatermarkEventsIgnored => crate::system::handle_snapshot_with(
-                &mut self.inner,
-                now,
+    fn handle(&mut self, now: Instant, input: Input<'_>) -> Effects {
+        match input {
+            Input::Message(frames) => self.feed(now, frames),
+            Input::Snapshot {
                 request,
-                status,
-                false,
+                watermark,
                 lines,
-            ),
-            _ => System::handle_snapshot(&mut self.inner, now, request, status, lines),
+            } => self.snapshot(now, request, watermark, lines),
+            other => self.inner.handle(now, other),
         }
-    }
-    fn handle_snapshot_failed(&mut self, now: Instant, request: u64) -> Effects {
-        self.inner.handle_snapshot_failed(now, request)
-    }
-    fn handle_verify_failed(&mut self, now: Instant, request: u64) -> Effects {
-        self.inner.handle_verify_failed(now, request)
-    }
-    fn handle_verify_result<'k>(
-        &mut self,
-        now: Instant,
-        request: u64,
-        results: impl IntoIterator<Item = (&'k str, bool)>,
-    ) -> Effects {
-        self.inner.handle_verify_result(now, request, results)
-    }
-    fn clear(&mut self, now: Instant) -> Effects {
-        self.inner.clear(now)
     }
     fn poll_timeout(&self) -> Option<Instant> {
         self.inner.poll_timeout()

@@ -4,46 +4,18 @@
 use std::collections::BTreeMap;
 
 use hicache_index::{
-    Config, ConfigError, Counters, Effects, Health, Hits, Instant, Lookup, QueryError, Seq,
+    Config, ConfigError, Counters, Effects, Health, Hits, Input, Instant, Lookup, QueryError, Seq,
     Session, Watermark,
 };
 
 use crate::master::Status;
 
-/// What the world needs from a session (see [`Session`] for each method's contract).
+/// What the world needs from a session (see [`Session`] for each method's contract): one way
+/// in, and what it reads.
 pub trait System {
-    /// Feeds one multipart message.
-    fn feed(&mut self, now: Instant, frames: &[&[u8]]) -> Effects;
-    /// Does whatever is due at `now`.
-    fn handle_timeout(&mut self, now: Instant) -> Effects;
-    /// Reports that the subscriber connected.
-    fn handle_connected(&mut self, now: Instant) -> Effects;
-    /// Reports that the connection was lost or failed.
-    fn handle_disconnected(&mut self, now: Instant) -> Effects;
-    /// Hands over a snapshot answer: the master's `GET /kv_events/status` read first (`None`
-    /// when the master does not tell), then the `GET /get_all_keys` body cut into lines at `\n`
-    /// (each line exactly as the master wrote it, without its `\n`).
-    fn handle_snapshot(
-        &mut self,
-        now: Instant,
-        request: u64,
-        status: Option<Status>,
-        lines: &[&[u8]],
-    ) -> Effects;
-    /// Reports a failed snapshot fetch.
-    fn handle_snapshot_failed(&mut self, now: Instant, request: u64) -> Effects;
-    /// Reports a failed verification request.
-    fn handle_verify_failed(&mut self, now: Instant, request: u64) -> Effects;
-    /// Hands over a verification answer.
-    fn handle_verify_result<'k>(
-        &mut self,
-        now: Instant,
-        request: u64,
-        results: impl IntoIterator<Item = (&'k str, bool)>,
-    ) -> Effects;
-    /// Forgets every page now.
-    fn clear(&mut self, now: Instant) -> Effects;
-    /// Returns when `handle_timeout` must next be called.
+    /// Hands over one input (see [`Session::handle`]).
+    fn handle(&mut self, now: Instant, input: Input<'_>) -> Effects;
+    /// Returns when [`Input::Timeout`] is next due.
     fn poll_timeout(&self) -> Option<Instant>;
     /// Answers a prefix query.
     fn query(&self, lookup: &Lookup<'_>) -> Result<Hits, QueryError>;
@@ -66,43 +38,8 @@ pub trait System {
 }
 
 impl System for Session {
-    fn feed(&mut self, now: Instant, frames: &[&[u8]]) -> Effects {
-        Session::feed(self, now, frames)
-    }
-    fn handle_timeout(&mut self, now: Instant) -> Effects {
-        Session::handle_timeout(self, now)
-    }
-    fn handle_connected(&mut self, now: Instant) -> Effects {
-        Session::handle_connected(self, now)
-    }
-    fn handle_disconnected(&mut self, now: Instant) -> Effects {
-        Session::handle_disconnected(self, now)
-    }
-    fn handle_snapshot(
-        &mut self,
-        now: Instant,
-        request: u64,
-        status: Option<Status>,
-        lines: &[&[u8]],
-    ) -> Effects {
-        handle_snapshot_with(self, now, request, status, true, lines)
-    }
-    fn handle_verify_failed(&mut self, now: Instant, request: u64) -> Effects {
-        Session::handle_verify_failed(self, now, request)
-    }
-    fn handle_snapshot_failed(&mut self, now: Instant, request: u64) -> Effects {
-        Session::handle_snapshot_failed(self, now, request)
-    }
-    fn handle_verify_result<'k>(
-        &mut self,
-        now: Instant,
-        request: u64,
-        results: impl IntoIterator<Item = (&'k str, bool)>,
-    ) -> Effects {
-        Session::handle_verify_result(self, now, request, results)
-    }
-    fn clear(&mut self, now: Instant) -> Effects {
-        Session::clear(self, now)
+    fn handle(&mut self, now: Instant, input: Input<'_>) -> Effects {
+        Session::handle(self, now, input)
     }
     fn poll_timeout(&self) -> Option<Instant> {
         Session::poll_timeout(self)
@@ -130,21 +67,13 @@ impl System for Session {
     }
 }
 
-/// Hands a snapshot to a real session: the status becomes the watermark (its event count only
-/// when `events` is set), the lines go as they are.
-pub fn handle_snapshot_with(
-    session: &mut Session,
-    now: Instant,
-    request: u64,
-    status: Option<Status>,
-    events: bool,
-    lines: &[&[u8]],
-) -> Effects {
-    let watermark = status.map(|s| Watermark {
-        seq: s.last_seq(),
-        events: events.then_some(s.published_events),
-    });
-    Session::handle_snapshot(session, now, request, watermark, lines.iter())
+/// The watermark a driver reads from the master's `GET /kv_events/status`: its last sequence
+/// and its event count.
+pub fn watermark_of(status: Status) -> Watermark {
+    Watermark {
+        seq: status.last_seq(),
+        events: Some(status.published_events),
+    }
 }
 
 /// A deliberately broken session: it renumbers the sequence frames of the messages it is fed
@@ -177,7 +106,7 @@ impl GapBlindSession {
     }
 }
 
-impl System for GapBlindSession {
+impl GapBlindSession {
     fn feed(&mut self, now: Instant, frames: &[&[u8]]) -> Effects {
         let renumber = frames.len() == 3 && frames[0] == self.topic && frames[1].len() == 8;
         if !renumber {
@@ -207,52 +136,39 @@ impl System for GapBlindSession {
         };
         self.inner.feed(now, &[frames[0], &seq, &payload])
     }
-    fn handle_timeout(&mut self, now: Instant) -> Effects {
-        self.inner.handle_timeout(now)
-    }
-    fn handle_connected(&mut self, now: Instant) -> Effects {
-        self.inner.handle_connected(now)
-    }
-    fn handle_disconnected(&mut self, now: Instant) -> Effects {
-        self.inner.handle_disconnected(now)
-    }
-    fn handle_snapshot(
-        &mut self,
-        now: Instant,
-        request: u64,
-        status: Option<Status>,
-        lines: &[&[u8]],
-    ) -> Effects {
-        // The inner session counts renumbered sequences: translate the watermark to the
-        // renumbered sequence of the last batch fed at or below it. The event ids were
-        // stripped, so the event count means nothing to it either.
-        let status = status.map(|s| {
-            let w = s.last_seq().0;
-            let below = self.originals.iter().rev().find(|&(_, &o)| o <= w);
-            Status {
-                published_batches: below.map_or(0, |(&n, &o)| n + (w - o)),
-                published_events: 0,
-                dropped_events: 0,
+}
+
+impl System for GapBlindSession {
+    fn handle(&mut self, now: Instant, input: Input<'_>) -> Effects {
+        match input {
+            Input::Message(frames) => self.feed(now, frames),
+            Input::Snapshot {
+                request,
+                watermark,
+                lines,
+            } => {
+                // The inner session counts renumbered sequences: translate the watermark to the
+                // renumbered sequence of the last batch fed at or below it. The event ids were
+                // stripped, so the event count means nothing to it either.
+                let watermark = watermark.map(|w| {
+                    let w = w.seq.0;
+                    let below = self.originals.iter().rev().find(|&(_, &o)| o <= w);
+                    Watermark {
+                        seq: Seq(below.map_or(0, |(&n, &o)| n + (w - o))),
+                        events: None,
+                    }
+                });
+                self.inner.handle(
+                    now,
+                    Input::Snapshot {
+                        request,
+                        watermark,
+                        lines,
+                    },
+                )
             }
-        });
-        handle_snapshot_with(&mut self.inner, now, request, status, false, lines)
-    }
-    fn handle_verify_failed(&mut self, now: Instant, request: u64) -> Effects {
-        self.inner.handle_verify_failed(now, request)
-    }
-    fn handle_snapshot_failed(&mut self, now: Instant, request: u64) -> Effects {
-        self.inner.handle_snapshot_failed(now, request)
-    }
-    fn handle_verify_result<'k>(
-        &mut self,
-        now: Instant,
-        request: u64,
-        results: impl IntoIterator<Item = (&'k str, bool)>,
-    ) -> Effects {
-        self.inner.handle_verify_result(now, request, results)
-    }
-    fn clear(&mut self, now: Instant) -> Effects {
-        self.inner.clear(now)
+            other => self.inner.handle(now, other),
+        }
     }
     fn poll_timeout(&self) -> Option<Instant> {
         self.inner.poll_timeout()

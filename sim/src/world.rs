@@ -52,8 +52,8 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use hicache_index::{
-    ClearReason, Effect, Effects, Health, HitPolicy, Hits, Instant, Lookup, PageHash, Pages,
-    Session, Timestamp, Tokens,
+    ClearReason, Command, Effect, Effects, Health, HitPolicy, Hits, Input, Instant, Lookup,
+    PageHash, Pages, Report as CoreReport, Session, Timestamp, Tokens,
 };
 
 use crate::encode::{encode_payload, OwnedBatch, OwnedEvent};

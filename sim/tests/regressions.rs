@@ -3,8 +3,8 @@
 //! provokes every one of them (there is no avoid list).
 
 use hicache_index::{
-    Config, Effect, Effects, EventKind, Instant, Layout, Lookup, ModelLayout, Namespace, PageHash,
-    ResyncConfig, Seq, Session, SglangParams, Timestamp, Watermark,
+    Command, Config, Effect, Effects, EventKind, Instant, Layout, Lookup, ModelLayout, Namespace,
+    PageHash, Report, ResyncConfig, Seq, Session, SglangParams, Timestamp, Watermark,
 };
 use hicache_index_sim::encode::{encode_message, MasterFlavor, OwnedBatch, OwnedEvent};
 
@@ -71,7 +71,10 @@ fn hit_pages(session: &Session, tokens: &[u32]) -> usize {
 
 fn connect(session: &mut Session) -> Effects {
     let fx = session.handle_timeout(Instant::ZERO);
-    assert!(matches!(fx.first(), Some(Effect::Connect { .. })));
+    assert!(matches!(
+        fx.first(),
+        Some(Effect::Command(Command::Connect { .. }))
+    ));
     session.handle_connected(Instant::from_millis(1))
 }
 
@@ -156,7 +159,7 @@ fn resync_at_connect_notices_a_batch_lost_after_the_snapshot() {
         let answer =
             |session: &mut Session, fx: Effects, now: Instant, state: &[String], w: u64| {
                 for effect in fx.iter() {
-                    if let Effect::FetchSnapshot { request } = effect {
+                    if let Effect::Command(Command::FetchSnapshot { request }) = effect {
                         let w = with_watermark.then_some(Seq(w));
                         let _ = session.handle_snapshot(
                             now,
@@ -218,7 +221,7 @@ fn restart_between_the_snapshot_and_the_first_batch_is_noticed() {
     let (ka, kc) = (keys(&a), keys(&c));
     let fx = connect(&mut session);
     for effect in fx.iter() {
-        if let Effect::FetchSnapshot { request } = effect {
+        if let Effect::Command(Command::FetchSnapshot { request }) = effect {
             // The old master had assigned 20 sequences and holds page A.
             let _ = session.handle_snapshot(
                 Instant::from_millis(2),
@@ -241,7 +244,7 @@ fn restart_between_the_snapshot_and_the_first_batch_is_noticed() {
         ),
     );
     for effect in fx.iter() {
-        if let Effect::FetchSnapshot { request } = effect {
+        if let Effect::Command(Command::FetchSnapshot { request }) = effect {
             let _ = session.handle_snapshot(
                 Instant::from_millis(301),
                 *request,
@@ -275,7 +278,7 @@ fn snapshot_of_an_idle_restarted_master_makes_the_session_live() {
     let first = fx
         .iter()
         .find_map(|e| match e {
-            Effect::FetchSnapshot { request } => Some(*request),
+            Effect::Command(Command::FetchSnapshot { request }) => Some(*request),
             _ => None,
         })
         .expect("a resync at connect");
@@ -307,7 +310,7 @@ fn snapshot_of_an_idle_restarted_master_makes_the_session_live() {
             std::iter::empty::<&str>(),
         );
         pending.extend(fx.iter().filter_map(|e| match e {
-            Effect::FetchSnapshot { request } => Some(*request),
+            Effect::Command(Command::FetchSnapshot { request }) => Some(*request),
             _ => None,
         }));
         now = now + std::time::Duration::from_millis(10);
@@ -336,7 +339,7 @@ fn unanchored_snapshot_is_fetched_again_when_the_stream_began_during_the_fetch()
     let first = fx
         .iter()
         .find_map(|e| match e {
-            Effect::FetchSnapshot { request } => Some(*request),
+            Effect::Command(Command::FetchSnapshot { request }) => Some(*request),
             _ => None,
         })
         .expect("a resync at connect");
@@ -365,7 +368,7 @@ fn unanchored_snapshot_is_fetched_again_when_the_stream_began_during_the_fetch()
             kc.iter().map(String::as_str),
         );
         pending.extend(fx.iter().filter_map(|e| match e {
-            Effect::FetchSnapshot { request } => Some(*request),
+            Effect::Command(Command::FetchSnapshot { request }) => Some(*request),
             _ => None,
         }));
     }
@@ -417,7 +420,7 @@ fn verification_reaches_every_object_of_a_page_split_by_the_sample() {
         let now = session.poll_timeout().expect("verification is scheduled");
         let fx = session.handle_timeout(now);
         for effect in fx.iter() {
-            if let Effect::VerifyKeys { request, keys } = effect {
+            if let Effect::Command(Command::VerifyKeys { request, keys }) = effect {
                 let results: Vec<(&str, bool)> = keys
                     .iter()
                     .map(|k| (k.as_str(), present.contains(&k)))
@@ -500,7 +503,8 @@ fn late_copy_of_an_older_run_never_starts_a_stream() {
             ),
         );
         assert!(
-            fx.iter().all(|e| !matches!(e, Effect::Cleared { .. })),
+            fx.iter()
+                .all(|e| !matches!(e, Effect::Report(Report::Cleared { .. }))),
             "{fx:?}"
         );
     }

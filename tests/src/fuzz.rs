@@ -8,8 +8,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use hicache_index::{
-    decode, parse_object_key, Batch, Config, Effect, Event, EventKind, HitPolicy, Instant, Layout,
-    Lookup, ModelLayout, PageHash, Pool, ReorderConfig, Seq, Session, SglangParams, Timestamp,
+    decode, parse_object_key, Batch, Command, Config, Effect, Event, EventKind, HitPolicy, Instant,
+    Layout, Lookup, ModelLayout, PageHash, Pool, ReorderConfig, Seq, Session, SglangParams,
+    Timestamp,
 };
 use hicache_index_api::{Limits, QueryRequest};
 use hicache_index_sim::encode::{
@@ -385,7 +386,9 @@ pub fn session_ops(data: &[u8]) {
             );
         }
         for e in fx.iter() {
-            assert!(!matches!(e, Effect::Connect { endpoint } if endpoint.is_empty()));
+            assert!(
+                !matches!(e, Effect::Command(Command::Connect { endpoint }) if endpoint.is_empty())
+            );
         }
         check_safety(&session, &keys, &present, &removed_at);
     }

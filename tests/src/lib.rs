@@ -7,8 +7,9 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use hicache_index::{
-    ClearReason, Config, Effect, Effects, EventKind, Health, Instant, Layout, Lookup, Medium,
-    ModelLayout, PageHash, ReorderConfig, ResyncConfig, Seq, Session, SglangParams, Timestamp,
+    ClearReason, Command, Config, Effect, Effects, EventKind, Health, Instant, Layout, Lookup,
+    Medium, ModelLayout, PageHash, ReorderConfig, Report, ResyncConfig, Seq, Session, SglangParams,
+    Timestamp,
 };
 use hicache_index_sim::encode::{encode_message, MasterFlavor, OwnedBatch, OwnedEvent};
 
@@ -73,7 +74,7 @@ impl Harness {
         let mut h = Harness::new(config);
         let fx = h.session.handle_timeout(h.now);
         assert!(
-            matches!(fx.first(), Some(Effect::Connect { .. })),
+            matches!(fx.first(), Some(Effect::Command(Command::Connect { .. }))),
             "a configured endpoint connects at once: {fx:?}"
         );
         let _ = h.record(fx);
@@ -252,7 +253,7 @@ pub fn reorder(cfg: Config, max_held: usize) -> Config {
 pub fn cleared(fx: &[Effect]) -> Vec<ClearReason> {
     fx.iter()
         .filter_map(|e| match e {
-            Effect::Cleared { reason, .. } => Some(*reason),
+            Effect::Report(Report::Cleared { reason, .. }) => Some(*reason),
             _ => None,
         })
         .collect()
@@ -296,7 +297,7 @@ pub fn old_batch_released_after_the_new_run(new_run_first_id: u64, sizes: &[usiz
     );
     assert!(
         seen.iter()
-            .any(|e| matches!(e, Effect::Late { seq } if seq.0 == 9)),
+            .any(|e| matches!(e, Effect::Report(Report::Late { seq }) if seq.0 == 9)),
         "the old batch is late: {seen:?}"
     );
     // The new run goes on and applies.

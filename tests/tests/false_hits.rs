@@ -4,16 +4,19 @@
 
 use std::time::Duration;
 
-use hicache_index::{ClearReason, Config, Effect, EventKind, Health, Seq, VerifyConfig, Watermark};
+use hicache_index::{
+    ClearReason, Command, Config, Effect, EventKind, Health, Report, Seq, SnapshotRequest,
+    VerifyConfig, Watermark,
+};
 use hicache_index_sim::encode::OwnedEvent;
 use hicache_index_tests::{
     cleared, config, filler, mha, old_batch_released_after_the_new_run, page_hashes, removed,
     reorder, resync, store_page, tokens, Harness,
 };
 
-fn fetch_request(fx: &[Effect]) -> Option<u64> {
+fn fetch_request(fx: &[Effect]) -> Option<SnapshotRequest> {
     fx.iter().find_map(|e| match e {
-        Effect::FetchSnapshot { request } => Some(*request),
+        Effect::Command(Command::FetchSnapshot { request }) => Some(*request),
         _ => None,
     })
 }
@@ -81,7 +84,8 @@ fn a_late_copy_of_an_old_batch_after_a_clear_never_becomes_the_baseline() {
         // The network delivers a late copy of batch 1.
         let fx = h.feed_frames(&store);
         assert!(
-            fx.iter().any(|e| matches!(e, Effect::Late { .. })),
+            fx.iter()
+                .any(|e| matches!(e, Effect::Report(Report::Late { .. }))),
             "{fx:?}"
         );
         assert_eq!(h.prefix(&t), 0, "the removal of batch 2 still holds");
@@ -104,7 +108,8 @@ fn an_old_batch_stamped_before_the_stream_is_stale_not_a_restart_with_reordering
     // forget).
     let fx = h.feed_frames(&old);
     assert!(
-        fx.iter().any(|e| matches!(e, Effect::Late { .. })),
+        fx.iter()
+            .any(|e| matches!(e, Effect::Report(Report::Late { .. }))),
         "{fx:?}"
     );
     assert!(cleared(&fx).is_empty(), "{fx:?}");
@@ -128,7 +133,8 @@ fn snapshot_lines_that_are_not_exactly_keys_never_become_keys() {
         hicache_index::snapshot_lines(body.as_bytes()),
     );
     assert!(
-        fx.iter().any(|e| matches!(e, Effect::Resynced { .. })),
+        fx.iter()
+            .any(|e| matches!(e, Effect::Report(Report::Resynced { .. }))),
         "{fx:?}"
     );
     assert_eq!(h.prefix(&t), 0);
@@ -254,7 +260,9 @@ fn a_restart_that_mirrors_the_old_stream_is_bounded_by_verification() {
     let (request, keys) = fx
         .iter()
         .find_map(|e| match e {
-            Effect::VerifyKeys { request, keys } => Some((*request, keys.clone())),
+            Effect::Command(Command::VerifyKeys { request, keys }) => {
+                Some((*request, keys.clone()))
+            }
             _ => None,
         })
         .expect("a verification round");
@@ -292,7 +300,8 @@ fn a_jump_forward_whose_event_ids_go_back_is_a_restart() {
     h.set_next_event_id(5);
     let fx = h.batch_at(9, filler(1));
     assert!(
-        fx.iter().any(|e| matches!(e, Effect::Restart { .. })),
+        fx.iter()
+            .any(|e| matches!(e, Effect::Report(Report::Restart { .. }))),
         "{fx:?}"
     );
     assert_eq!(cleared(&fx), vec![ClearReason::Restart]);

@@ -6,15 +6,17 @@
 
 use std::time::Duration;
 
-use hicache_index::{Config, Effect, Health, Seq, Timestamp, VerifyConfig, Watermark};
+use hicache_index::{
+    Command, Config, Effect, Health, Seq, SnapshotRequest, Timestamp, VerifyConfig, Watermark,
+};
 use hicache_index_sim::encode::{encode_message, MasterFlavor, OwnedBatch, OwnedEvent};
 use hicache_index_tests::{
     config, filler, mha, page_hashes, removed, reorder, resync, store_page, tokens, Harness,
 };
 
-fn fetch_request(fx: &[Effect]) -> Option<u64> {
+fn fetch_request(fx: &[Effect]) -> Option<SnapshotRequest> {
     fx.iter().rev().find_map(|e| match e {
-        Effect::FetchSnapshot { request } => Some(*request),
+        Effect::Command(Command::FetchSnapshot { request }) => Some(*request),
         _ => None,
     })
 }
@@ -47,7 +49,7 @@ const T: u64 = 1_767_225_600_000;
 
 /// Drives a session through a seen failover: the old leader streamed `old_batches` batches
 /// stamped `old_ts`, the link drops and comes back; returns the new fetch's request.
-fn failover(h: &mut Harness, old_batches: u64, old_ts: u64) -> u64 {
+fn failover(h: &mut Harness, old_batches: u64, old_ts: u64) -> SnapshotRequest {
     let boot = fetch_request(&h.log).expect("a bootstrap fetch");
     let _ = h.session.handle_snapshot(
         h.now,
@@ -218,7 +220,7 @@ fn an_idle_master_whose_last_batch_was_lost_does_not_keep_the_session_refetching
         let Some(fx) = h.fire_timeout() else { break };
         for e in fx.iter() {
             match e {
-                Effect::VerifyKeys { request, keys } => {
+                Effect::Command(Command::VerifyKeys { request, keys }) => {
                     let fx = h.session.handle_verify_result(
                         h.now,
                         *request,
@@ -230,7 +232,7 @@ fn an_idle_master_whose_last_batch_was_lost_does_not_keep_the_session_refetching
                         let _ = h.record(fx);
                     }
                 }
-                Effect::FetchSnapshot { request } => {
+                Effect::Command(Command::FetchSnapshot { request }) => {
                     fetches += 1;
                     let fx = h
                         .session
@@ -277,7 +279,7 @@ fn a_restarted_master_whose_clock_is_behind_does_not_cost_a_key_list_fetch_per_b
         let fx = h.feed_frames(&frames_at(s, T + 1_000 + s, s, filler(1)));
         fetches += fx
             .iter()
-            .filter(|e| matches!(e, Effect::FetchSnapshot { .. }))
+            .filter(|e| matches!(e, Effect::Command(Command::FetchSnapshot { .. })))
             .count();
     }
     assert!(

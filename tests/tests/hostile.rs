@@ -4,7 +4,7 @@
 //! page cap.
 
 use hicache_index::{
-    Config, Effect, FrameError, IndexConfig, PayloadError, Seq, StrayReason, Timestamp,
+    Config, Effect, FrameError, IndexConfig, PayloadError, Report, Seq, StrayReason, Timestamp,
     DEFAULT_TENANT,
 };
 use hicache_index_sim::encode::{encode_message, MasterFlavor, OwnedBatch, OwnedEvent};
@@ -35,9 +35,9 @@ fn assert_loss(h: &Harness, tokens: &[u32]) {
 
 fn payload_kind(fx: &[Effect]) -> Option<PayloadError> {
     fx.iter().find_map(|e| match e {
-        Effect::Malformed {
+        Effect::Report(Report::Malformed {
             error: FrameError::Payload { kind, .. },
-        } => Some(*kind),
+        }) => Some(*kind),
         _ => None,
     })
 }
@@ -158,13 +158,17 @@ fn nan_and_negative_timestamps_are_values_not_errors() {
 fn sequences_at_u64_max_and_wrapping_restart_the_stream() {
     let (mut h, tokens) = with_one_page();
     let fx = h.batch_at(u64::MAX, vec![stored("a_key")]);
-    assert!(fx.iter().any(|e| matches!(e, Effect::Gap { .. })), "{fx:?}");
+    assert!(
+        fx.iter()
+            .any(|e| matches!(e, Effect::Report(Report::Gap { .. }))),
+        "{fx:?}"
+    );
     let fx = h.batch_at(0, vec![stored("b_key")]);
     assert!(
-        fx.contains(&Effect::Restart {
+        fx.contains(&Effect::Report(Report::Restart {
             last: Seq(u64::MAX),
             received: Seq(0)
-        }),
+        })),
         "{fx:?}"
     );
     let fx = h.batch_at(1, vec![stored("c_key")]);
@@ -180,9 +184,9 @@ fn stray_frames_of_any_count_are_ignored() {
         let fx = h.feed_frames(&frames);
         assert_eq!(
             fx.to_vec(),
-            vec![Effect::Stray {
+            vec![Effect::Report(Report::Stray {
                 reason: StrayReason::FrameCount(n)
-            }]
+            })]
         );
     }
     assert_eq!(h.prefix(&tokens), 1);

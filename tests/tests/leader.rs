@@ -3,8 +3,8 @@
 //! only once it serves, and the old leader's late messages never reach the index.
 
 use hicache_index::{
-    ClearReason, Config, Effect, EventsStatus, Health, LeaderConfig, LeaderStatus, LeaderView,
-    Watermark,
+    ClearReason, Command, Config, Effect, EventsStatus, Health, LeaderConfig, LeaderRequest,
+    LeaderStatus, LeaderView, SnapshotRequest, Watermark,
 };
 use hicache_index_tests::{cleared, config, mha, page_hashes, resync, store_page, tokens, Harness};
 
@@ -31,23 +31,23 @@ fn serving(address: &str, view_version: u64) -> LeaderStatus {
     }
 }
 
-fn check_request(fx: &[Effect]) -> Option<(u64, String)> {
+fn check_request(fx: &[Effect]) -> Option<(LeaderRequest, String)> {
     fx.iter().find_map(|e| match e {
-        Effect::CheckLeader { request, host } => Some((*request, host.clone())),
+        Effect::Command(Command::CheckLeader { request, host }) => Some((*request, host.clone())),
         _ => None,
     })
 }
 
-fn fetch_request(fx: &[Effect]) -> Option<u64> {
+fn fetch_request(fx: &[Effect]) -> Option<SnapshotRequest> {
     fx.iter().find_map(|e| match e {
-        Effect::FetchSnapshot { request } => Some(*request),
+        Effect::Command(Command::FetchSnapshot { request }) => Some(*request),
         _ => None,
     })
 }
 
 fn connect_endpoint(fx: &[Effect]) -> Option<String> {
     fx.iter().find_map(|e| match e {
-        Effect::Connect { endpoint } => Some(endpoint.clone()),
+        Effect::Command(Command::Connect { endpoint }) => Some(endpoint.clone()),
         _ => None,
     })
 }
@@ -133,8 +133,9 @@ fn nothing_connects_before_discovery_names_a_leader_that_serves() {
         .session
         .handle_leader_status(h.now, request, &serving(B, 5));
     assert!(
-        fx.iter()
-            .any(|e| matches!(e, Effect::UseMaster { host } if host == "127.0.0.2")),
+        fx.iter().any(
+            |e| matches!(e, Effect::Command(Command::UseMaster { host }) if host == "127.0.0.2")
+        ),
         "{fx:?}"
     );
     assert_eq!(
@@ -151,7 +152,7 @@ fn a_leader_change_forgets_the_old_leaders_pages_at_once() {
     let (mut h, t) = following_a_with_a_page();
     let fx = h.session.handle_leader_view(h.now, &view(B, 11));
     assert_eq!(cleared(&fx), vec![ClearReason::LeaderChanged], "{fx:?}");
-    assert!(fx.contains(&Effect::Disconnect), "{fx:?}");
+    assert!(fx.contains(&Effect::Command(Command::Disconnect)), "{fx:?}");
     assert_eq!(h.prefix(&t), 0, "the old leader's page is no hit");
     assert_ne!(h.health(), Health::Live);
 }
@@ -190,7 +191,7 @@ fn an_old_leaders_health_answer_is_not_taken_for_the_new_leader() {
     let (request, _) = check_request(&fx).expect("checked again");
     let fx = h
         .session
-        .handle_leader_status(h.now, request + 100, &serving(A, 12));
+        .handle_leader_status(h.now, LeaderRequest(request.0 + 100), &serving(A, 12));
     assert!(
         connect_endpoint(&fx).is_none(),
         "a stale answer is refused: {fx:?}"

@@ -5,7 +5,9 @@
 
 use std::time::Duration;
 
-use hicache_index::{Config, Effect, EventKind, Lookup, Medium, VerifyConfig};
+use hicache_index::{
+    Command, Config, Effect, EventKind, Lookup, Medium, Report, VerifyConfig, VerifyRequest,
+};
 use hicache_index_sim::encode::OwnedEvent;
 use hicache_index_tests::{config, mha, on_disk, page_hashes, stored, tokens, Harness};
 
@@ -42,11 +44,13 @@ fn store_on_both(h: &mut Harness, keys: &[String]) {
 }
 
 /// Fires timeouts until a verification round is asked for; returns its request and keys.
-fn next_round(h: &mut Harness) -> (u64, Vec<String>) {
+fn next_round(h: &mut Harness) -> (VerifyRequest, Vec<String>) {
     loop {
         let fx = h.fire_timeout().expect("a round is scheduled");
         if let Some(round) = fx.iter().find_map(|e| match e {
-            Effect::VerifyKeys { request, keys } => Some((*request, keys.clone())),
+            Effect::Command(Command::VerifyKeys { request, keys }) => {
+                Some((*request, keys.clone()))
+            }
             _ => None,
         }) {
             return round;
@@ -54,7 +58,11 @@ fn next_round(h: &mut Harness) -> (u64, Vec<String>) {
     }
 }
 
-fn answer(h: &mut Harness, (request, keys): &(u64, Vec<String>), exists: bool) -> Vec<Effect> {
+fn answer(
+    h: &mut Harness,
+    (request, keys): &(VerifyRequest, Vec<String>),
+    exists: bool,
+) -> Vec<Effect> {
     h.advance(50);
     h.session
         .handle_verify_result(h.now, *request, keys.iter().map(|k| (k.as_str(), exists)))
@@ -86,7 +94,8 @@ fn a_page_evicted_from_memory_but_on_disk_misses_until_verification_confirms_it(
     }
     let fx = answer(&mut h, &round, true);
     assert!(
-        !fx.iter().any(|e| matches!(e, Effect::StaleFound { .. })),
+        !fx.iter()
+            .any(|e| matches!(e, Effect::Report(Report::StaleFound { .. }))),
         "{fx:?}"
     );
     assert_eq!(h.prefix(&tokens(1)), 1, "confirmed: a hit again");
@@ -116,8 +125,10 @@ fn a_suspect_that_an_older_publisher_removed_everywhere_stays_a_miss_and_is_not_
     let round = next_round(&mut h);
     let fx = answer(&mut h, &round, false);
     assert!(
-        !fx.iter()
-            .any(|e| matches!(e, Effect::StaleFound { .. } | Effect::Cleared { .. })),
+        !fx.iter().any(|e| matches!(
+            e,
+            Effect::Report(Report::StaleFound { .. }) | Effect::Report(Report::Cleared { .. })
+        )),
         "an absent suspect is no stale key: {fx:?}"
     );
     assert_eq!(h.prefix(&tokens(1)), 0);
@@ -237,7 +248,8 @@ fn the_real_masters_memory_evictions_leave_disk_suspects_and_its_removal_leaves_
         let frames: Vec<Vec<u8>> = frames.iter().map(|f| unhex(f.as_str().unwrap())).collect();
         let fx = h.feed_frames(&frames);
         assert!(
-            !fx.iter().any(|e| matches!(e, Effect::Cleared { .. })),
+            !fx.iter()
+                .any(|e| matches!(e, Effect::Report(Report::Cleared { .. }))),
             "{fx:?}"
         );
     }

@@ -3,9 +3,10 @@
 use std::time::Duration;
 
 use hicache_index::{
-    ClearReason, Config, Effect, EventKind, Health, HitPolicy, IndexConfig, Instant, Layout,
-    Lookup, ModelLayout, Namespace, Pages, Pool, QueryError, ReorderConfig, ResyncConfig,
-    ResyncFailure, Seq, Session, StrayReason, VerifyConfig, WorkerInfo, DEFAULT_TENANT,
+    ClearReason, Command, Config, Effect, EventKind, Health, HitPolicy, IndexConfig, Input,
+    Instant, Layout, Lookup, ModelLayout, Namespace, Pages, Pool, QueryError, ReorderConfig,
+    Report, ResyncConfig, ResyncFailure, Seq, Session, SnapshotRequest, StrayReason, VerifyConfig,
+    VerifyRequest, WorkerInfo, DEFAULT_TENANT,
 };
 use hicache_index_sim::encode::OwnedEvent;
 use hicache_index_tests::{
@@ -19,7 +20,7 @@ fn tokens(pages: u32) -> Vec<u32> {
 fn cleared(fx: &[Effect]) -> Vec<ClearReason> {
     fx.iter()
         .filter_map(|e| match e {
-            Effect::Cleared { reason, .. } => Some(*reason),
+            Effect::Report(Report::Cleared { reason, .. }) => Some(*reason),
             _ => None,
         })
         .collect()
@@ -78,7 +79,10 @@ fn duplicate_keeps_state() {
     let frames = h.frames(1, store_page(&layout, &page_hashes(&layout, &t)[0]));
     let _ = h.feed_frames(&frames);
     let fx = h.feed_frames(&frames);
-    assert_eq!(fx.to_vec(), vec![Effect::Duplicate { seq: Seq(1) }]);
+    assert_eq!(
+        fx.to_vec(),
+        vec![Effect::Report(Report::Duplicate { seq: Seq(1) })]
+    );
     assert_eq!(h.prefix(&t), 1);
     assert_eq!(h.session.counters().duplicates, 1);
 }
@@ -91,10 +95,10 @@ fn gap_forgets_the_streams_pages_but_keeps_the_batch_after_it() {
     let third = page_hashes(&layout, &later)[2];
     let fx = h.batch_at(10, store_page(&layout, &third));
     assert!(
-        fx.contains(&Effect::Gap {
+        fx.contains(&Effect::Report(Report::Gap {
             expected: Seq(3),
             received: Seq(10)
-        }),
+        })),
         "{fx:?}"
     );
     assert_eq!(cleared(&fx), vec![ClearReason::Gap]);
@@ -135,10 +139,10 @@ fn restart_clears() {
     let (mut h, t) = with_pages(config(layout.clone()), 3);
     let fx = h.batch_at(1, vec![stored("unrelated_key")]);
     assert!(
-        fx.contains(&Effect::Restart {
+        fx.contains(&Effect::Report(Report::Restart {
             last: Seq(3),
             received: Seq(1)
-        }),
+        })),
         "{fx:?}"
     );
     assert_eq!(cleared(&fx), vec![ClearReason::Restart]);
@@ -150,7 +154,10 @@ fn same_sequence_with_other_content_is_a_restart_not_a_duplicate() {
     let layout = mha(1);
     let (mut h, t) = with_pages(config(layout.clone()), 1);
     let fx = h.batch_at(1, vec![stored("another_key")]);
-    assert!(matches!(fx.first(), Some(Effect::Restart { .. })), "{fx:?}");
+    assert!(
+        matches!(fx.first(), Some(Effect::Report(Report::Restart { .. }))),
+        "{fx:?}"
+    );
     assert_eq!(h.prefix(&t), 0);
 }
 
@@ -196,10 +203,10 @@ fn window_overflow_declares_loss() {
     assert_eq!(h.prefix(&t), 1, "still waiting for batch 2");
     let fx = h.batch_at(5, vec![stored("c_key")]);
     assert!(
-        fx.contains(&Effect::Gap {
+        fx.contains(&Effect::Report(Report::Gap {
             expected: Seq(2),
             received: Seq(3)
-        }),
+        })),
         "{fx:?}"
     );
     assert_eq!(h.prefix(&t), 0);
@@ -229,7 +236,11 @@ fn reorder_deadline_declares_loss_and_the_deadline_moves_forward() {
         .handle_timeout(Instant::from_nanos(deadline.as_nanos() - 1));
     assert!(early.is_empty(), "an early timeout is a no-op");
     let fx = h.fire_timeout().unwrap();
-    assert!(fx.iter().any(|e| matches!(e, Effect::Gap { .. })), "{fx:?}");
+    assert!(
+        fx.iter()
+            .any(|e| matches!(e, Effect::Report(Report::Gap { .. }))),
+        "{fx:?}"
+    );
     assert_eq!(h.prefix(&t), 0);
     assert!(
         h.session.poll_timeout().is_none_or(|next| next > deadline),
@@ -307,17 +318,17 @@ fn stray_topic_never_clears() {
     let fx = h.feed_frames(&frames);
     assert_eq!(
         fx.to_vec(),
-        vec![Effect::Stray {
+        vec![Effect::Report(Report::Stray {
             reason: StrayReason::Topic
-        }]
+        })]
     );
     let two = [b"".to_vec(), b"junk".to_vec()];
     let fx = h.feed_frames(&two);
     assert_eq!(
         fx.to_vec(),
-        vec![Effect::Stray {
+        vec![Effect::Report(Report::Stray {
             reason: StrayReason::FrameCount(2)
-        }]
+        })]
     );
     assert_eq!(h.prefix(&t), 2);
     let c = h.session.counters();
@@ -336,7 +347,7 @@ fn undecodable_batch_with_a_valid_sequence_is_loss_and_a_bad_sequence_is_dropped
     frames[2].truncate(frames[2].len() / 2);
     let fx = h.feed_frames(&frames);
     assert!(
-        matches!(fx.first(), Some(Effect::Malformed { .. })),
+        matches!(fx.first(), Some(Effect::Report(Report::Malformed { .. }))),
         "{fx:?}"
     );
     assert_eq!(cleared(&fx), vec![ClearReason::Undecodable]);
@@ -352,7 +363,8 @@ fn undecodable_batch_with_a_valid_sequence_is_loss_and_a_bad_sequence_is_dropped
     assert_eq!((c.malformed_payload, c.malformed_seq), (0, 1));
     let fx = h.batch_at(4, vec![stored("y_key")]);
     assert!(
-        fx.iter().any(|e| matches!(e, Effect::Gap { .. })),
+        fx.iter()
+            .any(|e| matches!(e, Effect::Report(Report::Gap { .. }))),
         "batch 3 was lost: {fx:?}"
     );
     assert_eq!(h.prefix(&t), 0);
@@ -553,9 +565,9 @@ fn disconnect_clears_and_reconnects_with_growing_jittered_backoff() {
         let before = h.now;
         let fx = h.fire_timeout().expect("a reconnect is scheduled");
         assert!(
-            fx.contains(&Effect::Connect {
+            fx.contains(&Effect::Command(Command::Connect {
                 endpoint: ENDPOINT.into()
-            }),
+            })),
             "{fx:?}"
         );
         delays.push(h.now - before);
@@ -621,10 +633,13 @@ fn batches_applied_while_disconnected_are_forgotten_when_a_connection_begins() {
 fn connect_timeout_counts_as_failure() {
     let mut h = Harness::new(config(mha(1)));
     let fx = h.fire_timeout().unwrap();
-    assert!(matches!(fx.first(), Some(Effect::Connect { .. })));
+    assert!(matches!(
+        fx.first(),
+        Some(Effect::Command(Command::Connect { .. }))
+    ));
     assert_eq!(h.health(), Health::Connecting);
     let fx = h.fire_timeout().unwrap();
-    assert!(fx.contains(&Effect::Disconnect), "{fx:?}");
+    assert!(fx.contains(&Effect::Command(Command::Disconnect)), "{fx:?}");
     assert_eq!(h.health(), Health::Disconnected);
     assert!(h.session.poll_timeout().is_some(), "a retry is scheduled");
 }
@@ -637,10 +652,10 @@ fn a_message_while_connecting_confirms_the_connection() {
     let t = tokens(1);
     let fx = h.batch(store_page(&layout, &page_hashes(&layout, &t)[0]));
     assert!(
-        fx.contains(&Effect::HealthChanged {
+        fx.contains(&Effect::Report(Report::HealthChanged {
             from: Health::Connecting,
             to: Health::Live
-        }),
+        })),
         "{fx:?}"
     );
     assert_eq!(h.prefix(&t), 1);
@@ -653,9 +668,9 @@ fn resync_config(layout: Layout) -> Config {
     }
 }
 
-fn fetch_request(fx: &[Effect]) -> Option<u64> {
+fn fetch_request(fx: &[Effect]) -> Option<SnapshotRequest> {
     fx.iter().find_map(|e| match e {
-        Effect::FetchSnapshot { request } => Some(*request),
+        Effect::Command(Command::FetchSnapshot { request }) => Some(*request),
         _ => None,
     })
 }
@@ -687,10 +702,10 @@ fn late_join_bootstraps_from_the_snapshot_and_replays_what_came_during_it() {
     );
     assert!(
         // Three keys applied: the fourth was removed by a live batch since the fetch.
-        fx.contains(&Effect::Resynced {
+        fx.contains(&Effect::Report(Report::Resynced {
             keys: 3,
             replayed: 2
-        }),
+        })),
         "{fx:?}"
     );
     assert_eq!(h.health(), Health::Live);
@@ -742,7 +757,8 @@ fn a_snapshot_taken_before_the_stream_holds_only_if_the_stream_begins_by_the_wat
             keys.iter().map(String::as_str),
         );
         assert!(
-            fx.iter().any(|e| matches!(e, Effect::Resynced { .. })),
+            fx.iter()
+                .any(|e| matches!(e, Effect::Report(Report::Resynced { .. }))),
             "{fx:?}"
         );
         assert_eq!(h.prefix(&t), 1);
@@ -753,10 +769,10 @@ fn a_snapshot_taken_before_the_stream_holds_only_if_the_stream_begins_by_the_wat
             assert_eq!(h.prefix(&t), 2);
         } else {
             assert!(
-                fx.contains(&Effect::Gap {
+                fx.contains(&Effect::Report(Report::Gap {
                     expected: Seq(6),
                     received: Seq(7)
-                }),
+                })),
                 "batch 6 was lost: {fx:?}"
             );
             assert!(fetch_request(&fx).is_some(), "fetched again");
@@ -782,10 +798,10 @@ fn a_stream_that_began_after_the_watermark_voids_the_snapshot() {
         keys.iter().map(String::as_str),
     );
     assert!(
-        fx.contains(&Effect::Gap {
+        fx.contains(&Effect::Report(Report::Gap {
             expected: Seq(6),
             received: Seq(9)
-        }),
+        })),
         "{fx:?}"
     );
     assert!(fetch_request(&fx).is_some());
@@ -812,7 +828,8 @@ fn without_a_watermark_a_snapshot_asked_before_the_stream_is_fetched_again_after
         .session
         .handle_snapshot(h.now, again, None, keys.iter().map(String::as_str));
     assert!(
-        fx.iter().any(|e| matches!(e, Effect::Resynced { .. })),
+        fx.iter()
+            .any(|e| matches!(e, Effect::Report(Report::Resynced { .. }))),
         "{fx:?}"
     );
     assert_eq!(h.prefix(&tokens(1)), 1);
@@ -830,7 +847,7 @@ fn a_failed_verification_schedules_the_next_round() {
     let request = fx
         .iter()
         .find_map(|e| match e {
-            Effect::VerifyKeys { request, .. } => Some(*request),
+            Effect::Command(Command::VerifyKeys { request, .. }) => Some(*request),
             _ => None,
         })
         .unwrap();
@@ -848,34 +865,47 @@ fn a_snapshot_in_chunks_with_live_batches_between_them_ends_exact() {
     let t = tokens(3);
     let pages = page_hashes(&layout, &t);
     let all: Vec<String> = pages.iter().flat_map(|p| layout.object_keys(p)).collect();
-    let fx = h
-        .session
-        .begin_snapshot(h.now, request, Some(Seq(0).into()));
-    assert!(fx.is_empty(), "{fx:?}");
-    // The last line of a chunk waits for the next one (it might be next to an odd line).
-    assert_eq!(
-        h.session
-            .snapshot_keys(request, all[..2].iter().map(String::as_str)),
-        Some(1)
+    let fx = h.session.handle(
+        h.now,
+        Input::SnapshotBegin {
+            request,
+            watermark: Some(Seq(0).into()),
+        },
     );
+    assert!(fx.is_empty(), "{fx:?}");
+    let lines: Vec<&[u8]> = all.iter().map(String::as_bytes).collect();
+    // The last line of a chunk waits for the next one (it might be next to an odd line).
+    let fx = h.session.handle(
+        h.now,
+        Input::SnapshotLines {
+            request,
+            lines: &lines[..2],
+        },
+    );
+    assert!(fx.is_empty(), "{fx:?}");
+    assert_eq!(h.session.snapshot_progress(request), Some(1));
     // Between chunks: a live batch removes an object of the last page, listed in a later chunk.
     let _ = h.batch_at(1, vec![removed(all[5].clone())]);
-    assert_eq!(
-        h.session
-            .snapshot_keys(request, all[2..].iter().map(String::as_str)),
-        Some(5)
+    let fx = h.session.handle(
+        h.now,
+        Input::SnapshotLines {
+            request,
+            lines: &lines[2..],
+        },
     );
+    assert!(fx.is_empty(), "{fx:?}");
+    assert_eq!(h.session.snapshot_progress(request), Some(5));
     assert_eq!(h.health(), Health::Recovering);
     assert!(
         !h.session.index().contains_key("default", &all[5]),
         "between chunks, a key removed live is never claimed (the demo found this false hit)"
     );
-    let fx = h.session.finish_snapshot(h.now, request);
+    let fx = h.session.handle(h.now, Input::SnapshotEnd { request });
     assert!(
-        fx.contains(&Effect::Resynced {
+        fx.contains(&Effect::Report(Report::Resynced {
             keys: 5,
             replayed: 1
-        }),
+        })),
         "{fx:?}"
     );
     assert_eq!(
@@ -884,11 +914,15 @@ fn a_snapshot_in_chunks_with_live_batches_between_them_ends_exact() {
         "the live removal wins over the chunk that listed the key"
     );
     assert_eq!(h.health(), Health::Live);
-    assert_eq!(
-        h.session.snapshot_keys(request, std::iter::once("x")),
-        None,
-        "finished"
+    let fx = h.session.handle(
+        h.now,
+        Input::SnapshotLines {
+            request,
+            lines: &[b"x"],
+        },
     );
+    assert!(fx.is_empty(), "{fx:?}");
+    assert_eq!(h.session.snapshot_progress(request), None, "finished");
 }
 
 #[test]
@@ -904,9 +938,9 @@ fn stopping_forgets_and_schedules_nothing_until_restarted() {
     h.session.restart(h.now);
     let fx = h.fire_timeout().unwrap();
     assert!(
-        fx.contains(&Effect::Connect {
+        fx.contains(&Effect::Command(Command::Connect {
             endpoint: ENDPOINT.into()
-        }),
+        })),
         "{fx:?}"
     );
 }
@@ -947,16 +981,16 @@ fn failed_or_slow_snapshot_is_retried() {
     let mut h = Harness::connected(resync_config(mha(1)));
     let request = fetch_request(&h.log).unwrap();
     let fx = h.session.handle_snapshot_failed(h.now, request);
-    assert!(fx.contains(&Effect::ResyncFailed {
+    assert!(fx.contains(&Effect::Report(Report::ResyncFailed {
         reason: ResyncFailure::Fetch
-    }));
+    })));
     let fx = h.fire_timeout().unwrap();
     let retry = fetch_request(&fx).expect("retried after retry_after");
     let fx = h.fire_timeout().unwrap();
     assert!(
-        fx.contains(&Effect::ResyncFailed {
+        fx.contains(&Effect::Report(Report::ResyncFailed {
             reason: ResyncFailure::Timeout
-        }),
+        })),
         "{fx:?}"
     );
     assert!(retry > request);
@@ -973,9 +1007,9 @@ fn resync_buffer_overflow_gives_up_and_retries() {
     for _ in 0..3 {
         let _ = h.batch(vec![stored("k_key")]);
     }
-    assert!(h.log.contains(&Effect::ResyncFailed {
+    assert!(h.log.contains(&Effect::Report(Report::ResyncFailed {
         reason: ResyncFailure::BufferFull
-    }));
+    })));
     assert!(h.session.counters().buffered_batches <= 2);
     assert_eq!(h.health(), Health::Recovering);
 }
@@ -994,7 +1028,9 @@ fn verification_removes_stale_keys_but_a_racing_store_wins() {
     let (request, keys) = fx
         .iter()
         .find_map(|e| match e {
-            Effect::VerifyKeys { request, keys } => Some((*request, keys.clone())),
+            Effect::Command(Command::VerifyKeys { request, keys }) => {
+                Some((*request, keys.clone()))
+            }
             _ => None,
         })
         .expect("verification asks about present keys");
@@ -1015,10 +1051,10 @@ fn verification_removes_stale_keys_but_a_racing_store_wins() {
         .collect();
     let fx = h.session.handle_verify_result(h.now, request, answers);
     assert!(
-        fx.contains(&Effect::StaleFound {
+        fx.contains(&Effect::Report(Report::StaleFound {
             keys: 2,
             checked: 4
-        }),
+        })),
         "{fx:?}"
     );
     assert!(h.session.index().contains_key("default", &first));
@@ -1056,7 +1092,9 @@ fn a_mostly_stale_round_forgets_the_unsampled_pages_too_and_resyncs() {
     let (request, keys) = fx
         .iter()
         .find_map(|e| match e {
-            Effect::VerifyKeys { request, keys } => Some((*request, keys.clone())),
+            Effect::Command(Command::VerifyKeys { request, keys }) => {
+                Some((*request, keys.clone()))
+            }
             _ => None,
         })
         .expect("a verification round");
@@ -1105,9 +1143,9 @@ fn advertised_endpoint_is_used_and_a_worker_without_one_disables_nothing() {
     };
     let fx = h.session.handle_worker(h.now, "w1", Some(info));
     assert!(
-        fx.contains(&Effect::Connect {
+        fx.contains(&Effect::Command(Command::Connect {
             endpoint: "tcp://127.0.0.1:6000".into()
-        }),
+        })),
         "{fx:?}"
     );
 }
@@ -1128,22 +1166,22 @@ fn endpoint_disagreement_is_reported_and_the_current_one_kept() {
     let _ = h.session.handle_worker(h.now, "w1", Some(a));
     let fx = h.session.handle_worker(h.now, "w2", Some(b.clone()));
     assert!(
-        fx.contains(&Effect::EndpointDisagreement {
+        fx.contains(&Effect::Report(Report::EndpointDisagreement {
             kept: "tcp://127.0.0.1:6000".into(),
             distinct: 2
-        }),
+        })),
         "{fx:?}"
     );
     assert_eq!(h.session.endpoint(), Some("tcp://127.0.0.1:6000"));
     // The first worker goes away: the remaining endpoint is taken, and the old stream forgotten.
     let fx = h.session.handle_worker(h.now, "w1", None);
     assert!(
-        fx.contains(&Effect::Connect {
+        fx.contains(&Effect::Command(Command::Connect {
             endpoint: "tcp://127.0.0.1:7000".into()
-        }),
+        })),
         "{fx:?}"
     );
-    assert!(fx.contains(&Effect::Disconnect));
+    assert!(fx.contains(&Effect::Command(Command::Disconnect)));
     let _ = b;
 }
 
@@ -1170,10 +1208,10 @@ fn layouts_are_per_model_and_disagreement_is_reported() {
     );
     let fx = h.session.handle_worker(h.now, "w3", Some(w(mha(1))));
     assert!(
-        fx.contains(&Effect::LayoutDisagreement {
+        fx.contains(&Effect::Report(Report::LayoutDisagreement {
             model: "m".into(),
             worker: "w3".into()
-        }),
+        })),
         "{fx:?}"
     );
     // Issue 17: workers that disagree make their model answer nothing (it used to keep the
@@ -1245,10 +1283,10 @@ fn a_worker_whose_layout_cannot_be_read_makes_its_model_answer_nothing() {
         }),
     );
     assert!(
-        fx.contains(&Effect::LayoutDisagreement {
+        fx.contains(&Effect::Report(Report::LayoutDisagreement {
             model: "m".into(),
             worker: "w2".into()
-        }),
+        })),
         "{fx:?}"
     );
     match h.session.layout_for(Some("m")) {
@@ -1271,20 +1309,20 @@ fn page_deltas_report_complete_and_incomplete_pages() {
     let fx = h.batch(events);
     assert!(fx.is_empty(), "not complete yet: {fx:?}");
     let fx = h.batch(vec![last]);
-    let complete = Effect::Page {
+    let complete = Effect::Report(Report::Page {
         tenant: "default".into(),
         prefix: None,
         page,
         complete: true,
-    };
+    });
     assert_eq!(fx.to_vec(), vec![complete]);
     let fx = h.batch(vec![removed(layout.object_keys(&page).next().unwrap())]);
-    let incomplete = Effect::Page {
+    let incomplete = Effect::Report(Report::Page {
         tenant: "default".into(),
         prefix: None,
         page,
         complete: false,
-    };
+    });
     assert_eq!(fx.to_vec(), vec![incomplete]);
 }
 
@@ -1326,11 +1364,13 @@ fn verifying(layout: Layout, sample: usize) -> Harness {
 }
 
 /// Fires the next verification round; returns its request and keys.
-fn next_round(h: &mut Harness) -> (u64, Vec<String>) {
+fn next_round(h: &mut Harness) -> (VerifyRequest, Vec<String>) {
     loop {
         let fx = h.fire_timeout().expect("a round is scheduled");
         let round = fx.iter().find_map(|e| match e {
-            Effect::VerifyKeys { request, keys } => Some((*request, keys.clone())),
+            Effect::Command(Command::VerifyKeys { request, keys }) => {
+                Some((*request, keys.clone()))
+            }
             _ => None,
         });
         if let Some(round) = round {
@@ -1340,7 +1380,7 @@ fn next_round(h: &mut Harness) -> (u64, Vec<String>) {
 }
 
 /// Answers a round 100 ms after it was asked: every key exists.
-fn answer_present(h: &mut Harness, (request, keys): &(u64, Vec<String>)) {
+fn answer_present(h: &mut Harness, (request, keys): &(VerifyRequest, Vec<String>)) {
     h.advance(100);
     let fx =
         h.session
@@ -1438,7 +1478,8 @@ fn a_completed_resync_confirms_as_of_the_fetch_not_the_finish() {
         keys.iter().map(String::as_str),
     );
     assert!(
-        fx.iter().any(|e| matches!(e, Effect::Resynced { .. })),
+        fx.iter()
+            .any(|e| matches!(e, Effect::Report(Report::Resynced { .. }))),
         "{fx:?}"
     );
     assert_eq!(h.prefix(&tokens(3)), 3);

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use hicache_index::{Config, Effect, ReorderConfig, ResyncConfig, VerifyConfig};
+use hicache_index::{Command, Config, Effect, ReorderConfig, ResyncConfig, VerifyConfig};
 use hicache_index_tests::{config, mha, stored, Harness};
 use quickcheck_macros::quickcheck;
 
@@ -44,7 +44,7 @@ fn the_deadline_moves_forward_after_it_fires(ops: Vec<(u8, u8)>) -> bool {
             }
             4 => {
                 let snapshot = h.log.iter().rev().find_map(|e| match e {
-                    Effect::FetchSnapshot { request } => Some(*request),
+                    Effect::Command(Command::FetchSnapshot { request }) => Some(*request),
                     _ => None,
                 });
                 if let Some(request) = snapshot {

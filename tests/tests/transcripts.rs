@@ -1,7 +1,7 @@
 //! Transcript goldens: small scenarios record every effect step by step and compare with the
 //! checked-in transcript under `tests/transcripts/`. The same recorder shows determinism.
 
-use hicache_index::{Config, Effect, Lookup, ResyncConfig};
+use hicache_index::{Command, Config, Effect, Lookup, ResyncConfig};
 use hicache_index_tests::{
     assert_transcript, config, mha, page_hashes, removed, store_page, stored, transcript_lines,
     Harness,
@@ -16,7 +16,7 @@ fn loss_scenario(cfg: Config) -> String {
     transcript_lines(&mut out, "timeout at start", &fx);
     let fx = h.session.handle_connected(h.now);
     transcript_lines(&mut out, "connected", &fx);
-    if let Some(Effect::FetchSnapshot { request }) = fx.first().cloned() {
+    if let Some(Effect::Command(Command::FetchSnapshot { request })) = fx.first().cloned() {
         let fx = h.session.handle_snapshot(
             h.now,
             request,

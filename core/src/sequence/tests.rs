@@ -1,4 +1,6 @@
-//! Unit tests of the parent module.
+//! Unit tests of the sequence tracker.
+use core::time::Duration;
+
 use super::*;
 
 fn fp(n: u64) -> Fingerprint {

@@ -105,7 +105,7 @@ pub struct Config {
     pub resync: Option<ResyncConfig>,
     /// Verification against silent removals; `None`: off.
     pub verify: Option<VerifyConfig>,
-    /// Emit [`Effect::Page`] for pages that become complete or incomplete under the layouts.
+    /// Emit [`Report::Page`] for pages that become complete or incomplete under the layouts.
     pub page_deltas: bool,
     /// Seeds the backoff jitter and the index's hashing.
     pub seed: u64,

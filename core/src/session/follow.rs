@@ -13,9 +13,14 @@ impl Session {
     /// master view key (watched or polled), with its version (see [`crate::leader`]).
     ///
     /// Another incarnation than the one followed forgets at once, drops the connection and
-    /// asks to check the new leader ([`Effect::CheckLeader`]); nothing connects before it
+    /// asks to check the new leader ([`Command::CheckLeader`]); nothing connects before it
     /// serves. The same incarnation again changes nothing. Without HA configured, ignored.
+    /// Shortcut for [`Input::LeaderView`].
     pub fn handle_leader_view(&mut self, now: Instant, view: &LeaderView) -> Effects {
+        self.handle(now, Input::LeaderView(view))
+    }
+
+    pub(super) fn on_leader_view(&mut self, now: Instant, view: &LeaderView) -> Effects {
         self.see(now);
         let mut fx = Effects::new();
         let Some(leader) = &mut self.leader else {
@@ -23,14 +28,14 @@ impl Session {
         };
         if let ViewStep::Changed { check } = leader.handle_view(now, view) {
             if self.endpoint.take().is_some() || !matches!(self.link, Link::Down { .. }) {
-                fx.push(Effect::Disconnect);
+                fx.push(Command::Disconnect);
             }
             self.link = Link::Down { retry_at: None };
             self.reset_stream();
             self.resync = Resync::Idle;
             self.verify = Verify::idle();
             self.events_disabled = false;
-            self.attempts = 0;
+            self.backoff.attempts = 0;
             if self.index.object_count() > 0 {
                 // The new leader restores its objects without events: only a resync from it
                 // once it serves can tell which are there.
@@ -44,21 +49,30 @@ impl Session {
         fx
     }
 
-    /// Hands over the answer to the [`Effect::CheckLeader`] `request`. A leader that serves, at
+    /// Hands over the answer to the [`Command::CheckLeader`] `request`. A leader that serves, at
     /// the address discovery named, with a master view no older than any followed, whose
-    /// status answers, is followed: [`Effect::UseMaster`], then [`Effect::Connect`] to the
+    /// status answers, is followed: [`Command::UseMaster`], then [`Command::Connect`] to the
     /// endpoint with its host. Otherwise it is checked again later; a status saying the
-    /// publisher is off is [`Health::EventsDisabled`].
+    /// publisher is off is [`Health::EventsDisabled`]. Shortcut for [`Input::LeaderStatus`].
     pub fn handle_leader_status(
         &mut self,
         now: Instant,
-        request: u64,
+        request: LeaderRequest,
+        status: &LeaderStatus,
+    ) -> Effects {
+        self.handle(now, Input::LeaderStatus { request, status })
+    }
+
+    pub(super) fn on_leader_status(
+        &mut self,
+        now: Instant,
+        request: LeaderRequest,
         status: &LeaderStatus,
     ) -> Effects {
         self.see(now);
         let mut fx = Effects::new();
         let step = match &mut self.leader {
-            Some(leader) => leader.handle_status(now, request, status),
+            Some(leader) => leader.handle_status(now, request.0, status),
             None => StatusStep::Stale,
         };
         match step {
@@ -75,8 +89,8 @@ impl Session {
                     .endpoint
                     .as_deref()
                     .and_then(|e| crate::leader::replace_host(e, &host));
-                fx.push(Effect::UseMaster { host });
-                self.attempts = 0;
+                fx.push(Command::UseMaster { host });
+                self.backoff.attempts = 0;
                 self.connect(now, &mut fx);
             }
         }
@@ -87,7 +101,12 @@ impl Session {
     /// Reports that the fetch `request`'s `/kv_events/status` said `"enabled":false`: the
     /// master publishes nothing, so the index can learn nothing true from it. The health is
     /// [`Health::EventsDisabled`] until a later status says otherwise (the fetch is retried).
-    pub fn handle_events_disabled(&mut self, now: Instant, request: u64) -> Effects {
+    /// Shortcut for [`Input::EventsDisabled`].
+    pub fn handle_events_disabled(&mut self, now: Instant, request: SnapshotRequest) -> Effects {
+        self.handle(now, Input::EventsDisabled { request })
+    }
+
+    pub(super) fn on_events_disabled(&mut self, now: Instant, request: SnapshotRequest) -> Effects {
         self.see(now);
         let mut fx = Effects::new();
         match &self.resync {
@@ -106,8 +125,8 @@ impl Session {
 
     pub(super) fn check_leader(&mut self, request: u64, fx: &mut Effects) {
         if let Some(host) = self.leader.as_ref().and_then(Leader::candidate_host) {
-            fx.push(Effect::CheckLeader {
-                request,
+            fx.push(Command::CheckLeader {
+                request: LeaderRequest(request),
                 host: host.into(),
             });
         }

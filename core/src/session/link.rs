@@ -1,5 +1,8 @@
 //! The connection: connect, the socket coming up or going down, backoff with jitter.
 
+use rand_xoshiro::rand_core::{RngCore, SeedableRng};
+use rand_xoshiro::SplitMix64;
+
 use super::*;
 
 /// The connection's state.
@@ -13,9 +16,77 @@ pub(super) enum Link {
     Up { since: Instant },
 }
 
+/// What the connection's timer asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum LinkDue {
+    /// The reconnect time came: connect.
+    Connect,
+    /// The connection did not come up in time: drop it, as lost.
+    ConnectTimedOut,
+}
+
+impl Link {
+    /// Returns when [`Link::handle_timeout`] is next due.
+    pub(super) fn poll_timeout(&self) -> Option<Instant> {
+        match *self {
+            Link::Down { retry_at } => retry_at,
+            Link::Connecting { deadline } => Some(deadline),
+            Link::Up { .. } => None,
+        }
+    }
+
+    /// Returns what is due at `now`, if anything (the session acts on it).
+    pub(super) fn handle_timeout(&self, now: Instant) -> Option<LinkDue> {
+        match *self {
+            Link::Down { retry_at: Some(at) } if at <= now => Some(LinkDue::Connect),
+            Link::Connecting { deadline } if deadline <= now => Some(LinkDue::ConnectTimedOut),
+            _ => None,
+        }
+    }
+}
+
+/// The reconnect backoff: attempts failed in a row, and the seeded generator of its jitter.
+#[derive(Debug)]
+pub(super) struct Backoff {
+    /// How many attempts failed in a row.
+    pub(super) attempts: u32,
+    /// The jitter: the same stream as SplitMix64 seeded with `seed ^ 0x9e37_79b9_7f4a_7c15`
+    /// always gave.
+    rng: SplitMix64,
+}
+
+impl Backoff {
+    pub(super) fn new(seed: u64) -> Backoff {
+        Backoff {
+            attempts: 0,
+            rng: SplitMix64::seed_from_u64(seed ^ 0x9e37_79b9_7f4a_7c15),
+        }
+    }
+
+    /// The next delay: `initial * 2^attempts` capped at `max`, then a uniformly random point in
+    /// its upper half (jitter from the seeded generator).
+    pub(super) fn delay(&mut self, b: &BackoffConfig) -> Duration {
+        let exp = b.initial.saturating_mul(1u32 << self.attempts.min(20));
+        let full = exp.min(b.max);
+        let nanos = u64::try_from(full.as_nanos()).unwrap_or(u64::MAX);
+        let half = nanos / 2;
+        let jitter = if half == 0 {
+            0
+        } else {
+            self.rng.next_u64() % (half + 1)
+        };
+        Duration::from_nanos(half + jitter)
+    }
+}
+
 impl Session {
-    /// Reports that the subscriber connected to the endpoint last asked for.
+    /// Reports that the subscriber connected to the endpoint last asked for (shortcut for
+    /// [`Input::Connected`]).
     pub fn handle_connected(&mut self, now: Instant) -> Effects {
+        self.handle(now, Input::Connected)
+    }
+
+    pub(super) fn on_connected(&mut self, now: Instant) -> Effects {
         self.see(now);
         let mut fx = Effects::new();
         self.link_up(now, &mut fx);
@@ -24,8 +95,12 @@ impl Session {
     }
 
     /// Reports that the subscriber's connection was lost or failed. Events may have been missed:
-    /// the index forgets, and a reconnect is scheduled.
+    /// the index forgets, and a reconnect is scheduled (shortcut for [`Input::Disconnected`]).
     pub fn handle_disconnected(&mut self, now: Instant) -> Effects {
+        self.handle(now, Input::Disconnected)
+    }
+
+    pub(super) fn on_disconnected(&mut self, now: Instant) -> Effects {
         self.see(now);
         let mut fx = Effects::new();
         if !matches!(self.link, Link::Down { .. }) || self.index.page_count() > 0 {
@@ -37,8 +112,12 @@ impl Session {
 
     /// Reports that the driver stopped for good: the index forgets, nothing is scheduled, and the
     /// health is [`Health::Disconnected`] until a new endpoint or [`Session::handle_timeout`]
-    /// after [`Session::restart`].
+    /// after [`Session::restart`] (shortcut for [`Input::Stopped`]).
     pub fn handle_stopped(&mut self, now: Instant) -> Effects {
+        self.handle(now, Input::Stopped)
+    }
+
+    pub(super) fn on_stopped(&mut self, now: Instant) -> Effects {
         self.see(now);
         let mut fx = Effects::new();
         self.link = Link::Down { retry_at: None };
@@ -61,7 +140,7 @@ impl Session {
         self.link = Link::Connecting {
             deadline: now + self.config.backoff.connect_timeout,
         };
-        fx.push(Effect::Connect { endpoint });
+        fx.push(Command::Connect { endpoint });
     }
 
     pub(super) fn link_up(&mut self, now: Instant, fx: &mut Effects) {
@@ -86,7 +165,7 @@ impl Session {
     pub(super) fn link_lost(&mut self, now: Instant, fx: &mut Effects) {
         if let Link::Up { since } = self.link {
             if now.saturating_duration_since(since) >= self.config.backoff.reset_after {
-                self.attempts = 0;
+                self.backoff.attempts = 0;
             }
         }
         self.counters.disconnects += 1;
@@ -94,40 +173,45 @@ impl Session {
         self.reset_stream();
         self.verify = Verify::idle();
         self.forget(now, ClearReason::Disconnected, fx);
-        let delay = self.backoff_delay();
+        let delay = self.backoff.delay(&self.config.backoff);
         let retry_at = self.endpoint.as_ref().map(|_| now + delay);
         if let Some(at) = retry_at {
-            fx.push(Effect::ReconnectScheduled {
+            fx.push(Report::ReconnectScheduled {
                 at,
-                attempt: self.attempts,
+                attempt: self.backoff.attempts,
             });
         }
-        self.attempts = self.attempts.saturating_add(1);
+        self.backoff.attempts = self.backoff.attempts.saturating_add(1);
         self.link = Link::Down { retry_at };
     }
+}
 
-    /// The next backoff delay: `initial * 2^attempts` capped at `max`, then a uniformly random
-    /// point in its upper half (jitter from the seeded generator).
-    pub(super) fn backoff_delay(&mut self) -> Duration {
-        let b = self.config.backoff;
-        let exp = b.initial.saturating_mul(1u32 << self.attempts.min(20));
-        let full = exp.min(b.max);
-        let nanos = u64::try_from(full.as_nanos()).unwrap_or(u64::MAX);
-        let half = nanos / 2;
-        let jitter = if half == 0 {
-            0
-        } else {
-            self.next_random() % (half + 1)
-        };
-        Duration::from_nanos(half + jitter)
-    }
+#[cfg(test)]
+mod tests {
+    use rand_xoshiro::rand_core::{RngCore, SeedableRng};
+    use rand_xoshiro::SplitMix64;
 
-    /// SplitMix64.
-    pub(super) fn next_random(&mut self) -> u64 {
-        self.rng = self.rng.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.rng;
+    /// The hand-written SplitMix64 the backoff drew its jitter from before `rand_xoshiro`'s.
+    fn hand_written(state: &mut u64) -> u64 {
+        *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = *state;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
         z ^ (z >> 31)
+    }
+
+    #[test]
+    fn the_backoff_generator_draws_the_stream_it_always_drew() {
+        // SplitMix64's published first output from state 0.
+        assert_eq!(
+            SplitMix64::seed_from_u64(0).next_u64(),
+            0xe220_a839_7b1d_cdaf
+        );
+        for seed in [0u64, 1, 7, 0x9e37_79b9_7f4a_7c15, u64::MAX] {
+            let (mut state, mut rng) = (seed, SplitMix64::seed_from_u64(seed));
+            for _ in 0..64 {
+                assert_eq!(rng.next_u64(), hand_written(&mut state), "seed {seed}");
+            }
+        }
     }
 }

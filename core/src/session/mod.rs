@@ -2,18 +2,19 @@
 //!
 //! A [`Session`] owns the index, the stream's sequence tracker, the connection lifecycle with
 //! its backoff, the worker directory, resynchronisation and verification. It reads no clock and
-//! does no IO: the driver hands it messages and times, and executes the [`Effect`]s it returns.
+//! does no IO: the driver hands it [`Input`]s with their times, and executes the [`Command`]s
+//! it returns (the [`Report`]s only tell).
 //!
 //! # The driving loop
 //! ```text
 //! loop {
 //!     deadline = session.poll_timeout()            // None: nothing timed is pending
 //!     wait until a message arrives, an answer comes back, or the deadline passes
-//!     message  -> session.feed(now, &frames)
-//!     socket   -> session.handle_connected(now) / handle_disconnected(now)
-//!     HTTP     -> session.handle_snapshot(..) / handle_snapshot_failed(..) / handle_verify_result(..)
-//!     deadline -> session.handle_timeout(now)
-//!     execute every returned Effect, in order
+//!     message  -> session.handle(now, Input::Message(&frames))     (or session.feed)
+//!     socket   -> session.handle(now, Input::Connected / Input::Disconnected)
+//!     HTTP     -> session.handle(now, Input::Snapshot { .. } / SnapshotFailed / VerifyResult ..)
+//!     deadline -> session.handle(now, Input::Timeout)
+//!     execute every returned Command, in order; log the Reports
 //! }
 //! ```
 //! Queries ([`Session::query`]) take `&self` and may run at any time between these calls.
@@ -33,11 +34,12 @@ use alloc::vec::Vec;
 use core::sync::atomic::{AtomicUsize, Ordering};
 use core::time::Duration;
 
-use crate::effect::{ClearReason, Effect, Effects, Health, ResyncFailure, StrayReason};
+use crate::effect::{ClearReason, Command, Effects, Health, Report, ResyncFailure, StrayReason};
 use crate::error::{ConfigError, QueryError};
 use crate::frame::{decode, Batch, EventKind, FrameError, Seq};
 use crate::hash::PageHashes;
 use crate::index::{Index, IndexConfig, DEFAULT_TENANT};
+use crate::input::{Input, LeaderRequest, SnapshotRequest, VerifyRequest};
 use crate::layout::{Advertised, Layout, LayoutVotes, ModelVerdict};
 use crate::leader::{
     Leader, LeaderConfig, LeaderInfo, LeaderStatus, LeaderView, StatusStep, ViewStep,
@@ -62,12 +64,31 @@ pub struct Watermark {
 pub use self::config::{
     BackoffConfig, Config, ModelLayout, ResyncConfig, VerifyConfig, WorkerInfo,
 };
-use self::link::Link;
-use self::resync::{key_checksum, Proof, Resync};
+use self::link::{Backoff, Link, LinkDue};
+use self::resync::{key_checksum, Proof, Resync, ResyncDue};
 use self::stream::HeldBatch;
-use self::verify::Verify;
+use self::verify::{Verify, VerifyDue};
 
 /// The sans-IO machine a transport drives (see the module docs for the loop).
+///
+/// Its methods, by kind:
+/// - **Input**: [`Session::handle`] takes every [`Input`]. Shortcuts for one input each:
+///   [`Session::feed`] (messages), [`Session::handle_timeout`], [`Session::handle_connected`],
+///   [`Session::handle_disconnected`], [`Session::handle_stopped`], [`Session::restart`],
+///   [`Session::clear`], [`Session::handle_worker`], [`Session::handle_snapshot`] and
+///   [`Session::handle_verify_result`] (which take any iterator),
+///   [`Session::handle_snapshot_failed`], [`Session::handle_events_disabled`],
+///   [`Session::handle_verify_failed`],
+///   [`Session::handle_leader_view`], [`Session::handle_leader_status`].
+/// - **Output**: the [`Effects`] every input returns, and [`Session::poll_timeout`], when
+///   [`Input::Timeout`] is next due.
+/// - **Queries** (`&self`, at any time): [`Session::query`], [`Session::query_map`],
+///   [`Session::plan`] with [`Session::probe`] and [`Session::count_answer`],
+///   [`Session::layout_for`].
+/// - **Getters**: [`Session::health`], [`Session::counters`], [`Session::counters_at`],
+///   [`Session::confirmed_at`], [`Session::config`], [`Session::endpoint`],
+///   [`Session::last_applied_seq`], [`Session::leader`], [`Session::snapshot_progress`],
+///   [`Session::index`].
 #[derive(Debug)]
 pub struct Session {
     config: Config,
@@ -80,7 +101,7 @@ pub struct Session {
     anchor: Option<Seq>,
     /// The last snapshot's status point, until the stream has passed it.
     proof: Option<Proof>,
-    attempts: u32,
+    backoff: Backoff,
     endpoint: Option<String>,
     health: Health,
     resync: Resync,
@@ -88,7 +109,6 @@ pub struct Session {
     workers: BTreeMap<String, WorkerInfo>,
     /// What the workers advertise for their models, and the layout in force for each.
     layout_votes: LayoutVotes,
-    rng: u64,
     next_request: u64,
     counters: Counters,
     /// A time at or after which every object the index holds was present at the master (see
@@ -171,14 +191,13 @@ impl Session {
             stream_start: None,
             anchor: None,
             proof: None,
-            attempts: 0,
+            backoff: Backoff::new(config.seed),
             endpoint,
             health: Health::Disconnected,
             resync: Resync::Idle,
             verify: Verify::idle(),
             workers: BTreeMap::new(),
             layout_votes: LayoutVotes::new(),
-            rng: config.seed ^ 0x9e37_79b9_7f4a_7c15,
             next_request: 1,
             counters: Counters::default(),
             confirmed_at: Instant::ZERO,
@@ -268,47 +287,75 @@ impl Session {
     /// Returns when [`Session::handle_timeout`] must next be called; `None` when nothing timed is
     /// pending.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        let link = match self.link {
-            Link::Down { retry_at } => retry_at,
-            Link::Connecting { deadline } => Some(deadline),
-            Link::Up { .. } => None,
-        };
-        let resync = match &self.resync {
-            Resync::Idle => None,
-            Resync::Fetching { deadline, .. } => Some(*deadline),
-            Resync::Waiting { retry_at } => Some(*retry_at),
-            Resync::AwaitingStream => None,
-        };
-        let verify = match &self.verify.in_flight {
-            Some(round) => Some(round.deadline),
-            None => self.verify.next_at,
-        };
-        let proof = self.proof.and_then(|p| p.deadline);
-        let leader = self.leader.as_ref().and_then(Leader::poll_timeout);
         [
-            link,
+            self.link.poll_timeout(),
             self.tracker.poll_timeout(),
-            resync,
-            verify,
-            proof,
-            leader,
+            self.resync.poll_timeout(),
+            self.verify.poll_timeout(),
+            self.proof.and_then(|p| p.poll_timeout()),
+            self.leader.as_ref().and_then(Leader::poll_timeout),
         ]
         .into_iter()
         .flatten()
         .min()
     }
 
-    /// Does whatever is due at `now`; early calls do nothing.
+    /// Hands over one input (see [`Input`] for each): the one way into the session. Every
+    /// returned effect MUST be executed (commands) or may be logged (reports), in order.
+    pub fn handle(&mut self, now: Instant, input: Input<'_>) -> Effects {
+        match input {
+            Input::Message(frames) => self.on_message(now, frames),
+            Input::Timeout => self.on_timeout(now),
+            Input::Connected => self.on_connected(now),
+            Input::Disconnected => self.on_disconnected(now),
+            Input::Stopped => self.on_stopped(now),
+            Input::Restart => {
+                self.on_restart(now);
+                Effects::new()
+            }
+            Input::Clear => self.on_clear(now),
+            Input::Worker { worker, info } => self.on_worker(now, worker, info),
+            Input::Snapshot {
+                request,
+                watermark,
+                lines,
+            } => self.on_snapshot(now, request, watermark, lines),
+            Input::SnapshotBegin { request, watermark } => {
+                self.begin_snapshot(now, request, watermark)
+            }
+            Input::SnapshotLines { request, lines } => {
+                let _ = self.snapshot_keys(request, lines);
+                Effects::new()
+            }
+            Input::SnapshotEnd { request } => self.finish_snapshot(now, request),
+            Input::SnapshotFailed { request } => self.on_snapshot_failed(now, request),
+            Input::EventsDisabled { request } => self.on_events_disabled(now, request),
+            Input::VerifyResult { request, results } => {
+                self.on_verify_result(now, request, results.iter().copied())
+            }
+            Input::VerifyFailed { request } => self.on_verify_failed(now, request),
+            Input::LeaderView(view) => self.on_leader_view(now, view),
+            Input::LeaderStatus { request, status } => self.on_leader_status(now, request, status),
+        }
+    }
+
+    /// Does whatever is due at `now`; early calls do nothing (shortcut for [`Input::Timeout`]).
     pub fn handle_timeout(&mut self, now: Instant) -> Effects {
+        self.handle(now, Input::Timeout)
+    }
+
+    fn on_timeout(&mut self, now: Instant) -> Effects {
         self.see(now);
         let mut fx = Effects::new();
-        match self.link {
-            Link::Down { retry_at: Some(at) } if at <= now => self.connect(now, &mut fx),
-            Link::Connecting { deadline } if deadline <= now => {
-                fx.push(Effect::Disconnect);
+        // Each sub-machine's timer, in this order: the connection, the leader, the reorder
+        // window, the snapshot's status point, the resync, verification.
+        match self.link.handle_timeout(now) {
+            Some(LinkDue::Connect) => self.connect(now, &mut fx),
+            Some(LinkDue::ConnectTimedOut) => {
+                fx.push(Command::Disconnect);
                 self.link_lost(now, &mut fx);
             }
-            _ => {}
+            None => {}
         }
         if let Some(request) = self.leader.as_mut().and_then(|l| l.handle_timeout(now)) {
             self.check_leader(request, &mut fx);
@@ -316,41 +363,37 @@ impl Session {
         while let Some(loss) = self.tracker.handle_timeout(now) {
             self.reorder_loss(now, loss, &mut fx);
         }
-        if self
-            .proof
-            .and_then(|p| p.deadline)
-            .is_some_and(|at| at <= now)
-        {
+        if self.proof.is_some_and(|p| p.handle_timeout(now)) {
             // The stream did not reach the snapshot's status point in time: the snapshot may be
             // of another run of the master.
             self.forget(now, ClearReason::Unproven, &mut fx);
         }
-        match self.resync {
-            Resync::Fetching { deadline, .. } if deadline <= now => {
+        match self.resync.handle_timeout(now) {
+            Some(ResyncDue::FetchTimedOut) => {
                 self.resync_failed(now, ResyncFailure::Timeout, &mut fx);
             }
-            Resync::Waiting { retry_at } if retry_at <= now => self.start_resync(now, &mut fx),
-            _ => {}
+            Some(ResyncDue::Retry) => self.start_resync(now, &mut fx),
+            None => {}
         }
-        match &self.verify.in_flight {
-            Some(round) if round.deadline <= now => {
-                self.verify.in_flight = None;
-                self.verify.sweep = None;
-                self.schedule_verify(now);
-            }
-            None if self.verify.next_at.is_some_and(|at| at <= now) => {
-                self.start_verify(now, &mut fx)
-            }
-            _ => {}
+        match self.verify.handle_timeout(now) {
+            Some(VerifyDue::RoundTimedOut) => self.schedule_verify(now),
+            Some(VerifyDue::Round) => self.start_verify(now, &mut fx),
+            None => {}
         }
         self.update_health(&mut fx);
         fx
     }
 
-    /// Asks to connect again at `now` after [`Session::handle_stopped`] (backoff reset).
+    /// Asks to connect again at `now` after [`Session::handle_stopped`] (backoff reset; shortcut
+    /// for [`Input::Restart`], which has no effects).
     pub fn restart(&mut self, now: Instant) {
+        let fx = self.handle(now, Input::Restart);
+        debug_assert!(fx.is_empty(), "a restart only schedules");
+    }
+
+    fn on_restart(&mut self, now: Instant) {
         self.see(now);
-        self.attempts = 0;
+        self.backoff.attempts = 0;
         if self.endpoint.is_some() {
             self.link = Link::Down {
                 retry_at: Some(now),
@@ -359,8 +402,13 @@ impl Session {
     }
 
     /// Forgets every page now (for example when an operator asks). The next batch is a silent
-    /// baseline, unless it is from before the clear (see [`crate::sequence`]'s fence).
+    /// baseline, unless it is from before the clear (see [`crate::sequence`]'s fence). Shortcut
+    /// for [`Input::Clear`].
     pub fn clear(&mut self, now: Instant) -> Effects {
+        self.handle(now, Input::Clear)
+    }
+
+    fn on_clear(&mut self, now: Instant) -> Effects {
         self.see(now);
         let mut fx = Effects::new();
         self.reset_stream();
@@ -393,7 +441,7 @@ impl Session {
             ClearReason::PublisherCleared => &mut self.counters.publisher_clears,
         };
         *counter += 1;
-        fx.push(Effect::Cleared {
+        fx.push(Report::Cleared {
             reason,
             pages,
             objects,
@@ -434,7 +482,7 @@ impl Session {
             },
         };
         if health != self.health {
-            fx.push(Effect::HealthChanged {
+            fx.push(Report::HealthChanged {
                 from: self.health,
                 to: health,
             });

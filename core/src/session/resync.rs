@@ -66,7 +66,7 @@ impl Proof {
 pub(super) enum Resync {
     Idle,
     Fetching {
-        request: u64,
+        request: SnapshotRequest,
         deadline: Instant,
         /// When the fetch was asked for: the master's key list is read after it.
         asked_at: Instant,
@@ -105,6 +105,49 @@ pub(super) enum Resync {
     },
     /// A snapshot could not be anchored to the stream: fetch again once a batch has arrived.
     AwaitingStream,
+}
+
+/// What the resynchronisation's timer asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum ResyncDue {
+    /// The fetch was not answered within the fetch timeout: it failed.
+    FetchTimedOut,
+    /// The retry time after a failure came: fetch again.
+    Retry,
+}
+
+impl Resync {
+    /// Returns when [`Resync::handle_timeout`] is next due.
+    pub(super) fn poll_timeout(&self) -> Option<Instant> {
+        match self {
+            Resync::Idle | Resync::AwaitingStream => None,
+            Resync::Fetching { deadline, .. } => Some(*deadline),
+            Resync::Waiting { retry_at } => Some(*retry_at),
+        }
+    }
+
+    /// Returns what is due at `now`, if anything (the session acts on it).
+    pub(super) fn handle_timeout(&self, now: Instant) -> Option<ResyncDue> {
+        match *self {
+            Resync::Fetching { deadline, .. } if deadline <= now => Some(ResyncDue::FetchTimedOut),
+            Resync::Waiting { retry_at } if retry_at <= now => Some(ResyncDue::Retry),
+            _ => None,
+        }
+    }
+}
+
+impl Proof {
+    /// Returns when [`Proof::handle_timeout`] is next due: once the stream has begun short of
+    /// the point.
+    pub(super) fn poll_timeout(&self) -> Option<Instant> {
+        self.deadline
+    }
+
+    /// Reports whether the stream failed to pass the point in time at `now`: the snapshot is
+    /// unproven.
+    pub(super) fn handle_timeout(&self, now: Instant) -> bool {
+        self.deadline.is_some_and(|at| at <= now)
+    }
 }
 
 /// Applies one key of a snapshot unless a live batch since the fetch decided its state: removed
@@ -158,11 +201,41 @@ impl Session {
     ///
     /// Without a watermark, a snapshot asked for before any batch arrived cannot be anchored; the
     /// session fetches again once the stream has begun. Lines that are not exactly keys are never
-    /// applied (see [`crate::snapshot`]).
+    /// applied (see [`crate::snapshot`]). Shortcut for [`Input::Snapshot`] that takes any
+    /// iterator of lines.
     pub fn handle_snapshot<I>(
         &mut self,
         now: Instant,
-        request: u64,
+        request: SnapshotRequest,
+        watermark: Option<Watermark>,
+        lines: I,
+    ) -> Effects
+    where
+        I: IntoIterator,
+        I::Item: AsRef<[u8]>,
+    {
+        self.on_snapshot(now, request, watermark, lines)
+    }
+
+    /// Returns how many keys of the snapshot `request`, handed over in chunks
+    /// ([`Input::SnapshotLines`]), were applied so far; `None` when the session does not take
+    /// its lines (not begun, stale, refused by [`Input::SnapshotBegin`], or finished). A driver
+    /// SHOULD drop a handover the session no longer takes.
+    pub fn snapshot_progress(&self, request: SnapshotRequest) -> Option<usize> {
+        match &self.resync {
+            Resync::Fetching {
+                request: current,
+                applied: Some(applied),
+                ..
+            } if *current == request => Some(*applied),
+            _ => None,
+        }
+    }
+
+    pub(super) fn on_snapshot<I>(
+        &mut self,
+        now: Instant,
+        request: SnapshotRequest,
         watermark: Option<Watermark>,
         lines: I,
     ) -> Effects
@@ -177,14 +250,11 @@ impl Session {
         fx
     }
 
-    /// Begins handing over the snapshot of `request` in chunks (see [`Session::handle_snapshot`]
-    /// for the watermark). Then call [`Session::snapshot_keys`] any number of times and
-    /// [`Session::finish_snapshot`] once; queries and live batches may come in between, which
-    /// lets a driver release its lock between chunks of a large key list.
-    pub fn begin_snapshot(
+    /// Begins handing over the snapshot of `request` in chunks ([`Input::SnapshotBegin`]).
+    pub(super) fn begin_snapshot(
         &mut self,
         now: Instant,
-        request: u64,
+        request: SnapshotRequest,
         watermark: Option<Watermark>,
     ) -> Effects {
         self.see(now);
@@ -286,13 +356,11 @@ impl Session {
             .unwrap_or(ProofCheck::Pending)
     }
 
-    /// Applies a chunk of the snapshot of `request`: lines of the key list (default tenant),
-    /// one per item, exactly as the master wrote them (see [`crate::snapshot_lines`]); chunks
-    /// MUST be handed over in order and split between lines. Only lines that are exactly keys
-    /// become keys (see [`crate::snapshot`]). Returns how many keys it applied in all so far, or
-    /// `None` when `request` is not being handed over (stale, refused by
+    /// Applies a chunk of the snapshot of `request` ([`Input::SnapshotLines`]). Only lines that
+    /// are exactly keys become keys (see [`crate::snapshot`]). Returns how many keys it applied
+    /// in all so far, or `None` when `request` is not being handed over (stale, refused by
     /// [`Session::begin_snapshot`]).
-    pub fn snapshot_keys<I>(&mut self, request: u64, lines: I) -> Option<usize>
+    pub(super) fn snapshot_keys<I>(&mut self, request: SnapshotRequest, lines: I) -> Option<usize>
     where
         I: IntoIterator,
         I::Item: AsRef<[u8]>,
@@ -330,8 +398,8 @@ impl Session {
     /// Ends the snapshot of `request`: the index is live again (once the stream has passed the
     /// snapshot's status point). The live batches since the fetch was asked for were applied as
     /// they came, and the snapshot's keys they touched were left to them: nothing is replayed, so
-    /// the call is short (a driver holds its lock for it).
-    pub fn finish_snapshot(&mut self, now: Instant, request: u64) -> Effects {
+    /// the call is short (a driver holds its lock for it). [`Input::SnapshotEnd`].
+    pub(super) fn finish_snapshot(&mut self, now: Instant, request: SnapshotRequest) -> Effects {
         self.see(now);
         let mut fx = Effects::new();
         let (batches, applied, confirms, odd, doubted) = match &mut self.resync {
@@ -362,7 +430,7 @@ impl Session {
         self.confirm(confirms);
         self.counters.snapshot_keys += applied as u64;
         self.counters.resyncs_completed += 1;
-        fx.push(Effect::Resynced {
+        fx.push(Report::Resynced {
             keys: applied,
             replayed: batches,
         });
@@ -372,8 +440,13 @@ impl Session {
         fx
     }
 
-    /// Reports that the fetch `request` failed; it is retried later.
-    pub fn handle_snapshot_failed(&mut self, now: Instant, request: u64) -> Effects {
+    /// Reports that the fetch `request` failed; it is retried later (shortcut for
+    /// [`Input::SnapshotFailed`]).
+    pub fn handle_snapshot_failed(&mut self, now: Instant, request: SnapshotRequest) -> Effects {
+        self.handle(now, Input::SnapshotFailed { request })
+    }
+
+    pub(super) fn on_snapshot_failed(&mut self, now: Instant, request: SnapshotRequest) -> Effects {
         self.see(now);
         let mut fx = Effects::new();
         match &self.resync {
@@ -453,7 +526,7 @@ impl Session {
         let Some(limits) = self.config.resync else {
             return;
         };
-        let request = self.next_request;
+        let request = SnapshotRequest(self.next_request);
         self.next_request += 1;
         self.counters.resyncs_started += 1;
         // A snapshot only adds: objects held already stay as confirmed as they were.
@@ -480,7 +553,7 @@ impl Session {
             since: Vec::new(),
             lines: LineFilter::default(),
         };
-        fx.push(Effect::FetchSnapshot { request });
+        fx.push(Command::FetchSnapshot { request });
     }
 
     pub(super) fn resync_failed(&mut self, now: Instant, reason: ResyncFailure, fx: &mut Effects) {
@@ -492,6 +565,6 @@ impl Session {
         self.resync = Resync::Waiting {
             retry_at: now + retry,
         };
-        fx.push(Effect::ResyncFailed { reason });
+        fx.push(Report::ResyncFailed { reason });
     }
 }

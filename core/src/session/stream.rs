@@ -29,20 +29,24 @@ impl HeldBatch {
 
 impl Session {
     /// Feeds one multipart message (`[topic, seq, payload]`). Nothing of `frames` is kept
-    /// borrowed.
+    /// borrowed (shortcut for [`Input::Message`]).
     pub fn feed(&mut self, now: Instant, frames: &[&[u8]]) -> Effects {
+        self.handle(now, Input::Message(frames))
+    }
+
+    pub(super) fn on_message(&mut self, now: Instant, frames: &[&[u8]]) -> Effects {
         self.see(now);
         let mut fx = Effects::new();
         if frames.len() != 3 {
             self.counters.stray_frame_count += 1;
-            fx.push(Effect::Stray {
+            fx.push(Report::Stray {
                 reason: StrayReason::FrameCount(frames.len()),
             });
             return fx;
         }
         if frames[0] != self.config.topic.as_slice() {
             self.counters.stray_topic += 1;
-            fx.push(Effect::Stray {
+            fx.push(Report::Stray {
                 reason: StrayReason::Topic,
             });
             return fx;
@@ -58,7 +62,7 @@ impl Session {
             Err(error @ FrameError::SeqLength { .. }) => {
                 // No sequence to place it by: count it and drop it, as a stray.
                 self.counters.malformed_seq += 1;
-                fx.push(Effect::Malformed { error });
+                fx.push(Report::Malformed { error });
                 return fx;
             }
             Err(error) => {
@@ -66,7 +70,7 @@ impl Session {
                 // be read: its sequence was consumed and what it changed is unknown. That is
                 // loss: forget, and start the stream over from the next batch.
                 self.counters.malformed_payload += 1;
-                fx.push(Effect::Malformed { error });
+                fx.push(Report::Malformed { error });
                 self.reset_stream();
                 self.forget(now, ClearReason::Undecodable, &mut fx);
                 self.update_health(&mut fx);
@@ -88,11 +92,11 @@ impl Session {
             }
             Verdict::Duplicate => {
                 self.counters.duplicates += 1;
-                fx.push(Effect::Duplicate { seq });
+                fx.push(Report::Duplicate { seq });
             }
             Verdict::Late => {
                 self.counters.late += 1;
-                fx.push(Effect::Late { seq });
+                fx.push(Report::Late { seq });
             }
             Verdict::Stale => self.stale_batch(now, seq, &mut fx),
             Verdict::Hold => {
@@ -112,7 +116,7 @@ impl Session {
             }
             Verdict::Restart { last } => {
                 self.counters.restarts += 1;
-                fx.push(Effect::Restart {
+                fx.push(Report::Restart {
                     last,
                     received: seq,
                 });
@@ -155,7 +159,7 @@ impl Session {
                 // Released from the window, yet its event ids do not run on from the batch
                 // before it: another run of the publisher.
                 self.counters.restarts += 1;
-                fx.push(Effect::Restart {
+                fx.push(Report::Restart {
                     last,
                     received: seq,
                 });
@@ -179,7 +183,7 @@ impl Session {
     /// contradict: a restarted master whose clock is behind costs one fetch, not one a batch.
     pub(super) fn stale_batch(&mut self, now: Instant, seq: Seq, fx: &mut Effects) {
         self.counters.late += 1;
-        fx.push(Effect::Late { seq });
+        fx.push(Report::Late { seq });
         if self.index.object_count() > 0 || self.proof.is_some() || self.anchor.is_some() {
             self.forget(now, ClearReason::StaleBatch, fx);
         }
@@ -222,7 +226,7 @@ impl Session {
                         Some(t) => self.index.clear_tenant(t),
                         None => self.index.clear(),
                     };
-                    fx.push(Effect::Cleared {
+                    fx.push(Report::Cleared {
                         reason: ClearReason::PublisherCleared,
                         pages,
                         objects,
@@ -282,7 +286,7 @@ impl Session {
                 .index
                 .namespace(d.namespace)
                 .expect("deltas name live namespaces");
-            fx.push(Effect::Page {
+            fx.push(Report::Page {
                 tenant: tenant.into(),
                 prefix: prefix.map(String::from),
                 page: d.page,
@@ -301,7 +305,7 @@ impl Session {
     pub(super) fn note_gap(&mut self, expected: Seq, received: Seq, fx: &mut Effects) {
         self.counters.gaps += 1;
         self.counters.missing_sequences += received.0.saturating_sub(expected.0);
-        fx.push(Effect::Gap { expected, received });
+        fx.push(Report::Gap { expected, received });
     }
 
     /// Records that a stream begins at `seq`: the batch about to apply is a baseline. A snapshot

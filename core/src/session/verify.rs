@@ -21,6 +21,16 @@ pub(super) struct Sweep {
     pub(super) other_tenants: bool,
 }
 
+/// What verification's timer asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum VerifyDue {
+    /// The round in flight was not answered in time: it was dropped (and its sweep with it);
+    /// schedule the next.
+    RoundTimedOut,
+    /// The next round is due: sample and ask.
+    Round,
+}
+
 impl Verify {
     pub(super) fn idle() -> Verify {
         Verify {
@@ -29,12 +39,34 @@ impl Verify {
             sweep: None,
         }
     }
+
+    /// Returns when [`Verify::handle_timeout`] is next due.
+    pub(super) fn poll_timeout(&self) -> Option<Instant> {
+        match &self.in_flight {
+            Some(round) => Some(round.deadline),
+            None => self.next_at,
+        }
+    }
+
+    /// Returns what is due at `now`, if anything; a round that timed out is dropped here (the
+    /// session schedules the next).
+    pub(super) fn handle_timeout(&mut self, now: Instant) -> Option<VerifyDue> {
+        match &self.in_flight {
+            Some(round) if round.deadline <= now => {
+                self.in_flight = None;
+                self.sweep = None;
+                Some(VerifyDue::RoundTimedOut)
+            }
+            None if self.next_at.is_some_and(|at| at <= now) => Some(VerifyDue::Round),
+            _ => None,
+        }
+    }
 }
 
 /// A verification round asked of the driver.
 #[derive(Debug)]
 pub(super) struct Round {
-    pub(super) request: u64,
+    pub(super) request: VerifyRequest,
     /// The index's write stamp when the keys were sampled.
     pub(super) stamp: u64,
     pub(super) deadline: Instant,
@@ -52,8 +84,13 @@ pub(super) struct Round {
 }
 
 impl Session {
-    /// Reports that the verification `request` failed; the next round comes after the interval.
-    pub fn handle_verify_failed(&mut self, now: Instant, request: u64) -> Effects {
+    /// Reports that the verification `request` failed; the next round comes after the interval
+    /// (shortcut for [`Input::VerifyFailed`]).
+    pub fn handle_verify_failed(&mut self, now: Instant, request: VerifyRequest) -> Effects {
+        self.handle(now, Input::VerifyFailed { request })
+    }
+
+    pub(super) fn on_verify_failed(&mut self, now: Instant, request: VerifyRequest) -> Effects {
         self.see(now);
         match &self.verify.in_flight {
             Some(round) if round.request == request => {
@@ -73,8 +110,26 @@ impl Session {
     ///
     /// A round counts towards a sweep (see [`Counters::unconfirmed_ms`]) only when the answer
     /// names every key asked about, each once, and every key found absent left the index; keys
-    /// the driver could not check MUST be left out, never reported present.
-    pub fn handle_verify_result<'k, I>(&mut self, now: Instant, request: u64, results: I) -> Effects
+    /// the driver could not check MUST be left out, never reported present. Shortcut for
+    /// [`Input::VerifyResult`] that takes any iterator.
+    pub fn handle_verify_result<'k, I>(
+        &mut self,
+        now: Instant,
+        request: VerifyRequest,
+        results: I,
+    ) -> Effects
+    where
+        I: IntoIterator<Item = (&'k str, bool)>,
+    {
+        self.on_verify_result(now, request, results)
+    }
+
+    pub(super) fn on_verify_result<'k, I>(
+        &mut self,
+        now: Instant,
+        request: VerifyRequest,
+        results: I,
+    ) -> Effects
     where
         I: IntoIterator<Item = (&'k str, bool)>,
     {
@@ -119,7 +174,7 @@ impl Session {
         self.counters.verified_keys += checked as u64;
         self.counters.stale_keys_found += stale as u64;
         if stale > 0 {
-            fx.push(Effect::StaleFound {
+            fx.push(Report::StaleFound {
                 keys: stale,
                 checked,
             });
@@ -166,7 +221,7 @@ impl Session {
                 other_tenants: false,
             });
         }
-        let request = self.next_request;
+        let request = VerifyRequest(self.next_request);
         self.next_request += 1;
         self.verify.next_at = None;
         self.verify.in_flight = Some(Round {
@@ -182,7 +237,7 @@ impl Session {
             other_tenants: sampled.other_tenants,
             sampled_at: now,
         });
-        fx.push(Effect::VerifyKeys { request, keys });
+        fx.push(Command::VerifyKeys { request, keys });
     }
 
     /// Accounts an answered round to the sweep: a round answered only in part breaks it; a

@@ -7,8 +7,18 @@ impl Session {
     /// configured layouts always win. Workers of one model that disagree on its layout (or
     /// whose layout cannot be read) make that model answer [`QueryError::LayoutConflict`]
     /// until they agree again (see [`LayoutVotes`]); a change of the layout in force makes
-    /// every query planned before it plan again ([`QueryPlan::layouts`]).
+    /// every query planned before it plan again ([`QueryPlan::layouts`]). Shortcut for
+    /// [`Input::Worker`].
     pub fn handle_worker(
+        &mut self,
+        now: Instant,
+        worker: &str,
+        info: Option<WorkerInfo>,
+    ) -> Effects {
+        self.handle(now, Input::Worker { worker, info })
+    }
+
+    pub(super) fn on_worker(
         &mut self,
         now: Instant,
         worker: &str,
@@ -108,7 +118,7 @@ impl Session {
             return;
         }
         match self.layout_votes.verdict(model) {
-            Some(ModelVerdict::Conflict { .. }) => fx.push(Effect::LayoutDisagreement {
+            Some(ModelVerdict::Conflict { .. }) => fx.push(Report::LayoutDisagreement {
                 model: model.into(),
                 worker: worker.into(),
             }),
@@ -141,7 +151,7 @@ impl Session {
             return;
         };
         if votes.len() > 1 {
-            fx.push(Effect::EndpointDisagreement {
+            fx.push(Report::EndpointDisagreement {
                 kept: chosen.clone(),
                 distinct: votes.len(),
             });
@@ -151,13 +161,13 @@ impl Session {
         }
         let had = self.endpoint.replace(chosen);
         if had.is_some() {
-            fx.push(Effect::Disconnect);
+            fx.push(Command::Disconnect);
             self.reset_stream();
             self.forget(now, ClearReason::EndpointChanged, fx);
             self.resync = Resync::Idle;
             self.verify = Verify::idle();
         }
-        self.attempts = 0;
+        self.backoff.attempts = 0;
         self.connect(now, fx);
     }
 }

@@ -204,11 +204,11 @@ impl<S: System> World<S> {
                 if self.trace {
                     eprintln!("{:>14} net connected", now.as_nanos());
                 }
-                let fx = self.sut.handle_connected(now);
+                let fx = self.sut.handle(now, Input::Connected);
                 self.absorb(fx, None);
             }
             NetEvent::ConnectFailed | NetEvent::Disconnected => {
-                let fx = self.sut.handle_disconnected(now);
+                let fx = self.sut.handle(now, Input::Disconnected);
                 self.absorb(fx, None);
             }
             NetEvent::Deliver(msg) => self.deliver(msg),
@@ -266,7 +266,7 @@ impl<S: System> World<S> {
         for (r, f) in refs.iter_mut().zip(&msg.frames) {
             *r = f;
         }
-        let fx = self.sut.feed(self.now, &refs[..n]);
+        let fx = self.sut.handle(self.now, Input::Message(&refs[..n]));
         self.absorb(fx, None);
         if self.opts.exact {
             if let Origin::Master(m) = msg.origin {

@@ -57,22 +57,28 @@ impl<S: System> World<S> {
             }
             self.transcript.bytes(self.text.as_bytes());
             match effect {
-                Effect::Connect { .. } => self.net.connect(self.now),
-                Effect::Disconnect => self.net.disconnect(self.now),
-                Effect::FetchSnapshot { request } => self.on_fetch(request),
-                Effect::VerifyKeys { request, keys } => self.on_verify(request, keys),
-                Effect::Cleared { reason, .. } if reason != ClearReason::PublisherCleared => {
+                Effect::Command(Command::Connect { .. }) => self.net.connect(self.now),
+                Effect::Command(Command::Disconnect) => self.net.disconnect(self.now),
+                Effect::Command(Command::FetchSnapshot { request }) => self.on_fetch(request),
+                Effect::Command(Command::VerifyKeys { request, keys }) => {
+                    self.on_verify(request, keys)
+                }
+                Effect::Report(CoreReport::Cleared { reason, .. })
+                    if reason != ClearReason::PublisherCleared =>
+                {
                     self.driver.last_clear_at = self.now;
                     self.snapshots.clear();
                     self.p_loss = self.p_loss.max(self.master.position());
                     self.baseline_pending = true;
                 }
-                Effect::Resynced { .. } => {
+                Effect::Report(CoreReport::Resynced { .. }) => {
                     if let Some(pos) = snapshot {
                         self.snapshots.push(pos);
                     }
                 }
-                _ => {}
+                // The worlds follow one fixed master: no HA leader to check or follow.
+                Effect::Command(Command::CheckLeader { .. } | Command::UseMaster { .. }) => {}
+                Effect::Report(_) => {}
             }
         }
         self.after_call();

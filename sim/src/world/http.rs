@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::master::Status;
+use hicache_index::{SnapshotRequest, VerifyRequest};
 
 /// A request or an answer on its way. The `Snapshot*` and `Verify*` items named `Server`/`Keys`
 /// happen at the master; the others are answers the driver hands to the session (and wait while
@@ -10,17 +11,17 @@ use crate::master::Status;
 pub(super) enum HttpItem {
     /// The snapshot request reaches the master: `GET /kv_events/status` is read.
     SnapshotServer {
-        request: u64,
+        request: SnapshotRequest,
     },
     /// `GET /get_all_keys` is read, some time after the status (heavy load).
     SnapshotKeys {
-        request: u64,
+        request: SnapshotRequest,
         status: Option<Status>,
         /// Batches the master had sent when the status was read.
         batches: u64,
     },
     SnapshotAnswer {
-        request: u64,
+        request: SnapshotRequest,
         status: Option<Status>,
         body: Vec<u8>,
         pos: u64,
@@ -29,17 +30,17 @@ pub(super) enum HttpItem {
         stalled: bool,
     },
     SnapshotFailed {
-        request: u64,
+        request: SnapshotRequest,
     },
     VerifyServer {
-        request: u64,
+        request: VerifyRequest,
         keys: Vec<String>,
     },
     VerifyFailed {
-        request: u64,
+        request: VerifyRequest,
     },
     VerifyAnswer {
-        request: u64,
+        request: VerifyRequest,
         keys: Vec<String>,
         found: Vec<bool>,
     },
@@ -90,7 +91,7 @@ impl<S: System> World<S> {
         (Some(true), self.now + lat + slow)
     }
 
-    pub(super) fn on_fetch(&mut self, request: u64) {
+    pub(super) fn on_fetch(&mut self, request: SnapshotRequest) {
         match self.http_fate() {
             (None, _) => {}
             (Some(false), at) => self.http_at(at, HttpItem::SnapshotFailed { request }),
@@ -98,7 +99,7 @@ impl<S: System> World<S> {
         }
     }
 
-    pub(super) fn on_verify(&mut self, request: u64, keys: Vec<String>) {
+    pub(super) fn on_verify(&mut self, request: VerifyRequest, keys: Vec<String>) {
         match self.http_fate() {
             (None, _) => {}
             (Some(false), at) => self.http_at(at, HttpItem::VerifyFailed { request }),
@@ -196,15 +197,22 @@ impl<S: System> World<S> {
                 }
                 self.stats.odd_snapshots += u64::from(odd);
                 let lines: Vec<&[u8]> = hicache_index::snapshot_lines(&body).collect();
-                let fx = self.sut.handle_snapshot(now, request, status, &lines);
+                let fx = self.sut.handle(
+                    now,
+                    Input::Snapshot {
+                        request,
+                        watermark: status.map(crate::system::watermark_of),
+                        lines: &lines,
+                    },
+                );
                 self.absorb(fx, Some(pos));
             }
             HttpItem::SnapshotFailed { request } => {
-                let fx = self.sut.handle_snapshot_failed(now, request);
+                let fx = self.sut.handle(now, Input::SnapshotFailed { request });
                 self.absorb(fx, None);
             }
             HttpItem::VerifyFailed { request } => {
-                let fx = self.sut.handle_verify_failed(now, request);
+                let fx = self.sut.handle(now, Input::VerifyFailed { request });
                 self.absorb(fx, None);
             }
             HttpItem::VerifyServer { request, keys } => {
@@ -229,10 +237,17 @@ impl<S: System> World<S> {
                 keys,
                 found,
             } => {
-                let fx = self.sut.handle_verify_result(
+                let results: Vec<(&str, bool)> = keys
+                    .iter()
+                    .map(String::as_str)
+                    .zip(found.iter().copied())
+                    .collect();
+                let fx = self.sut.handle(
                     now,
-                    request,
-                    keys.iter().map(String::as_str).zip(found.iter().copied()),
+                    Input::VerifyResult {
+                        request,
+                        results: &results,
+                    },
                 );
                 self.absorb(fx, None);
             }

@@ -128,7 +128,7 @@ impl<S: System> World<S> {
         if stalled {
             // The master, the stray publisher and the phases go on; the driver does not.
         } else if self.sut.poll_timeout().is_some_and(|t| t <= now) {
-            let fx = self.sut.handle_timeout(now);
+            let fx = self.sut.handle(now, Input::Timeout);
             self.absorb(fx, None);
             if self.sut.poll_timeout().is_some_and(|t| t <= now) {
                 self.spins += 1;
@@ -173,7 +173,7 @@ impl<S: System> World<S> {
             return;
         }
         if !stalled && self.next_clear.is_some_and(|t| t <= now) {
-            let fx = self.sut.clear(now);
+            let fx = self.sut.handle(now, Input::Clear);
             self.absorb(fx, None);
             let rate = self.opts.session.requested_clears_per_sec;
             self.next_clear = self.other_rng.exponential(rate).map(|d| now + d);

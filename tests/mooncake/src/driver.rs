@@ -25,7 +25,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use hicache_index::{Config, Effect, Effects, Instant, Seq, Session, Watermark};
+use hicache_index::{
+    Command, Config, Effect, Effects, Instant, Seq, Session, SnapshotRequest, VerifyRequest,
+    Watermark,
+};
 
 use crate::http;
 
@@ -39,11 +42,11 @@ const HTTP_POLL: Duration = Duration::from_millis(2);
 /// An HTTP answer coming back from a helper thread.
 enum Answer {
     Snapshot {
-        request: u64,
+        request: SnapshotRequest,
         keys: Result<(Option<Watermark>, Vec<String>), String>,
     },
     Verify {
-        request: u64,
+        request: VerifyRequest,
         results: Result<Vec<(String, bool)>, String>,
     },
 }
@@ -308,7 +311,7 @@ impl IndexDriver {
     fn execute(&mut self, now: Instant, fx: Effects) {
         for effect in fx {
             match &effect {
-                Effect::Connect { endpoint } => {
+                Effect::Command(Command::Connect { endpoint }) => {
                     self.link = None;
                     let topic = self.session.config().topic.clone();
                     match Link::open(&self.ctx, endpoint, &topic, self.hide_disconnects) {
@@ -322,8 +325,8 @@ impl IndexDriver {
                         }
                     }
                 }
-                Effect::Disconnect => self.link = None,
-                Effect::FetchSnapshot { request } => {
+                Effect::Command(Command::Disconnect) => self.link = None,
+                Effect::Command(Command::FetchSnapshot { request }) => {
                     let (tx, addr, request) = (self.answers_tx.clone(), self.http, *request);
                     self.in_flight += 1;
                     std::thread::spawn(move || {
@@ -340,7 +343,7 @@ impl IndexDriver {
                         let _ = tx.send(Answer::Snapshot { request, keys });
                     });
                 }
-                Effect::VerifyKeys { request, keys } => {
+                Effect::Command(Command::VerifyKeys { request, keys }) => {
                     let (tx, addr, request, keys) =
                         (self.answers_tx.clone(), self.http, *request, keys.clone());
                     self.in_flight += 1;
@@ -349,7 +352,10 @@ impl IndexDriver {
                         let _ = tx.send(Answer::Verify { request, results });
                     });
                 }
-                _ => {}
+                // The real-master scenarios follow one fixed master (their HA runs go through
+                // the production driver).
+                Effect::Command(Command::CheckLeader { .. } | Command::UseMaster { .. }) => {}
+                Effect::Report(_) => {}
             }
             self.effects.push((now, effect));
         }

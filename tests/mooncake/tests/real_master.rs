@@ -11,7 +11,7 @@
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use hicache_index::{ClearReason, Effect, Health};
+use hicache_index::{ClearReason, Effect, Health, Report};
 use hicache_index_mooncake_tests::index::{IndexUnderTest, Setup, Via};
 use hicache_index_mooncake_tests::observer::Observer;
 use hicache_index_mooncake_tests::process::{strings, Master, MasterConfig, StoreClient, Venvs};
@@ -421,7 +421,7 @@ fn silent_removal_is_bounded_by_verification_and_visible_without_it(via: Via) {
         assert!(d
             .effects()
             .iter()
-            .any(|(_, e)| matches!(e, Effect::StaleFound { keys: 12, .. })));
+            .any(|(_, e)| matches!(e, Effect::Report(Report::StaleFound { keys: 12, .. }))));
     }
     assert_eq!(
         stale_claims, 3,
@@ -512,7 +512,7 @@ fn late_join_bootstraps_from_get_all_keys_without_losing_concurrent_events(via: 
     );
     if let Some(d) = index.driver() {
         let replayed = d.effects().iter().find_map(|(_, e)| match e {
-            Effect::Resynced { replayed, .. } => Some(*replayed as u64),
+            Effect::Report(Report::Resynced { replayed, .. }) => Some(*replayed as u64),
             _ => None,
         });
         assert_eq!(
@@ -679,7 +679,7 @@ fn restart_scenario(via: Via, hide_disconnects: bool) {
             .effects()
             .iter()
             .find_map(|(_, e)| match e {
-                Effect::Restart { last, received } => Some((last.0, received.0)),
+                Effect::Report(Report::Restart { last, received }) => Some((last.0, received.0)),
                 _ => None,
             })
             .expect("a Restart effect");
@@ -692,7 +692,9 @@ fn restart_scenario(via: Via, hide_disconnects: bool) {
             .effects()
             .iter()
             .filter_map(|(_, e)| match e {
-                Effect::Cleared { reason, pages, .. } if *pages > 0 => Some(*reason),
+                Effect::Report(Report::Cleared { reason, pages, .. }) if *pages > 0 => {
+                    Some(*reason)
+                }
                 _ => None,
             })
             .collect();

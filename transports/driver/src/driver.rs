@@ -1,5 +1,5 @@
 //! The body of a driver loop, shared by the runtimes: feed messages, turn monitor events into
-//! `handle_connected`/`handle_disconnected`, answer timers and HTTP outcomes, hand snapshots
+//! `Input::Connected`/`Input::Disconnected`, answer timers and HTTP outcomes, hand snapshots
 //! over in chunks between live batches, and turn effects into [`Action`]s for the runtime.
 
 use std::collections::VecDeque;
@@ -7,7 +7,10 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hicache_index::{Effect, Effects, Health, Instant, Session};
+use hicache_index::{
+    Command, Effect, Effects, Health, Input, Instant, LeaderRequest, Session, SnapshotRequest,
+    VerifyRequest,
+};
 
 use crate::config::SocketConfig;
 use crate::handle::{Control, HoldKind, Inbox, Shared};
@@ -32,8 +35,8 @@ pub enum Action {
 
 /// A key list being handed over to the session, chunk by chunk.
 pub(crate) struct Handover {
-    /// The core's request number.
-    request: u64,
+    /// The core's request.
+    request: SnapshotRequest,
     /// The body of `/get_all_keys`.
     body: Vec<u8>,
     /// Where its lines end: before its last `\n`, if it ends in one.
@@ -71,7 +74,7 @@ pub struct Driver {
 }
 
 impl Handover {
-    fn new(request: u64, body: Vec<u8>) -> Handover {
+    fn new(request: SnapshotRequest, body: Vec<u8>) -> Handover {
         let end = body.strip_suffix(b"\n").map_or(body.len(), <[u8]>::len);
         Handover {
             request,
@@ -141,7 +144,7 @@ impl Driver {
     /// Fires the core's timer if it is due, and exports metrics if they are due.
     pub fn handle_timeout(&mut self) {
         if self.deadline.is_some_and(|d| d <= self.now()) {
-            self.call(|s, now| s.handle_timeout(now));
+            self.call(|s, now| s.handle(now, Input::Timeout));
         }
         if std::time::Instant::now() >= self.next_export {
             let now = self.now();
@@ -205,7 +208,10 @@ impl Driver {
                 *frame = part;
             }
             let fed = hold(&self.shared, HoldKind::Batch, "batch", |session| {
-                (session.feed(now, &frames[..kept]), session.poll_timeout())
+                (
+                    session.handle(now, Input::Message(&frames[..kept])),
+                    session.poll_timeout(),
+                )
             });
             let Some((fx, deadline)) = fed else {
                 return false;
@@ -230,13 +236,13 @@ impl Driver {
             match event {
                 Some(LinkEvent::Connected) => {
                     tracing::info!("connected to the publisher");
-                    self.call(|s, now| s.handle_connected(now));
+                    self.call(|s, now| s.handle(now, Input::Connected));
                 }
                 Some(LinkEvent::Disconnected) => {
                     tracing::info!("connection to the publisher lost or refused");
                     // libzmq does not reconnect by itself: this link is dead.
                     self.actions.push_back(Action::Close);
-                    self.call(|s, now| s.handle_disconnected(now));
+                    self.call(|s, now| s.handle(now, Input::Disconnected));
                 }
                 Some(LinkEvent::Other(raw)) => tracing::trace!(event = raw, "socket event"),
                 None => {}
@@ -248,19 +254,26 @@ impl Driver {
     pub fn handle_inbox(&mut self, msg: Inbox) -> bool {
         match msg {
             Inbox::Stop => return false,
-            Inbox::Worker { worker, info } => {
-                self.call(|s, now| s.handle_worker(now, &worker, info))
-            }
-            Inbox::Clear => self.call(|s, now| s.clear(now)),
+            Inbox::Worker { worker, info } => self.call(|s, now| {
+                s.handle(
+                    now,
+                    Input::Worker {
+                        worker: &worker,
+                        info,
+                    },
+                )
+            }),
+            Inbox::Clear => self.call(|s, now| s.handle(now, Input::Clear)),
             Inbox::Http(HttpOutcome::Snapshot {
                 request,
                 watermark,
                 keys,
             }) => match keys {
                 Ok(body) => {
+                    let request = SnapshotRequest(request);
                     // Only begun here: the loop hands the lines over in chunks, feeding the
                     // live batches queued meanwhile between them (see `advance_snapshot`).
-                    self.call(|s, now| s.begin_snapshot(now, request, watermark));
+                    self.call(|s, now| s.handle(now, Input::SnapshotBegin { request, watermark }));
                     self.handover = Some(Handover::new(request, body));
                 }
                 Err(HttpError::EventsDisabled) => {
@@ -269,16 +282,18 @@ impl Driver {
                         "the master's KV event publisher is off (\"enabled\":false in \
                          /kv_events/status): the index stays empty; run a master built with it"
                     );
-                    self.call(|s, now| s.handle_events_disabled(now, request));
+                    let request = SnapshotRequest(request);
+                    self.call(|s, now| s.handle(now, Input::EventsDisabled { request }));
                 }
                 Err(error) => {
                     tracing::warn!(request, %error, "fetching the master's key list failed");
-                    self.call(|s, now| s.handle_snapshot_failed(now, request));
+                    let request = SnapshotRequest(request);
+                    self.call(|s, now| s.handle(now, Input::SnapshotFailed { request }));
                 }
             },
             Inbox::LeaderView(view) => {
                 tracing::info!(?view, "HA discovery");
-                self.call(|s, now| s.handle_leader_view(now, &view));
+                self.call(|s, now| s.handle(now, Input::LeaderView(&view)));
             }
             Inbox::LeaderStatus { request, status } => {
                 tracing::debug!(request, ?status, "leader check");
@@ -288,7 +303,9 @@ impl Driver {
                         "the leader's KV event publisher is off (\"enabled\":false): not followed"
                     );
                 }
-                self.call(|s, now| s.handle_leader_status(now, request, &status));
+                let request = LeaderRequest(request);
+                let status = &status;
+                self.call(|s, now| s.handle(now, Input::LeaderStatus { request, status }));
             }
             Inbox::Http(HttpOutcome::Verify {
                 request,
@@ -298,12 +315,15 @@ impl Driver {
                 if let Some(error) = &error {
                     tracing::warn!(request, %error, answered = results.len(), "verification failed");
                 }
+                let request = VerifyRequest(request);
                 if error.is_some() && results.is_empty() {
-                    self.call(|s, now| s.handle_verify_failed(now, request));
+                    self.call(|s, now| s.handle(now, Input::VerifyFailed { request }));
                 } else {
                     // Keys of chunks that failed are left out: neither present nor absent.
-                    let answers = results.iter().map(|(k, ok)| (k.as_str(), *ok));
-                    self.call(|s, now| s.handle_verify_result(now, request, answers));
+                    let answers: Vec<(&str, bool)> =
+                        results.iter().map(|(k, ok)| (k.as_str(), *ok)).collect();
+                    let results = &answers[..];
+                    self.call(|s, now| s.handle(now, Input::VerifyResult { request, results }));
                 }
             }
         }
@@ -318,25 +338,32 @@ impl Driver {
     /// A handover the session no longer wants (it reconnected, cleared or fetched anew) is
     /// dropped.
     pub fn advance_snapshot(&mut self) -> bool {
+        let now = self.now();
         let Some(h) = &mut self.handover else {
             return false;
         };
         if !h.is_done() {
             let held = std::time::Instant::now();
             let request = h.request;
-            let applied = hold(
+            let lines: Vec<&[u8]> = h.lines(SNAPSHOT_CHUNK_LINES).collect();
+            let taken = hold(
                 &self.shared,
                 HoldKind::SnapshotChunk,
                 "snapshot chunk",
-                |session| session.snapshot_keys(request, h.lines(SNAPSHOT_CHUNK_LINES)),
-            )
-            .flatten();
+                |session| {
+                    let lines = &lines[..];
+                    let fx = session.handle(now, Input::SnapshotLines { request, lines });
+                    debug_assert!(fx.is_empty(), "lines of a snapshot have no effects");
+                    session.snapshot_progress(request).is_some()
+                },
+            );
+            drop(lines);
             h.last = held.elapsed();
             h.longest = h.longest.max(h.last);
             h.chunks += 1;
-            if applied.is_none() {
+            if taken != Some(true) {
                 tracing::debug!(
-                    request = h.request,
+                    request = h.request.0,
                     "the session no longer wants this snapshot"
                 );
                 self.handover = None;
@@ -347,14 +374,14 @@ impl Driver {
         let Some(h) = self.handover.take() else {
             return false;
         };
-        let now = self.now();
         let finished = hold(
             &self.shared,
             HoldKind::Other,
             "snapshot finish",
             |session| {
+                let request = h.request;
                 (
-                    session.finish_snapshot(now, h.request),
+                    session.handle(now, Input::SnapshotEnd { request }),
                     session.poll_timeout(),
                 )
             },
@@ -364,7 +391,7 @@ impl Driver {
             self.execute(fx);
         }
         tracing::debug!(
-            request = h.request,
+            request = h.request.0,
             bytes = h.body.len(),
             chunks = h.chunks,
             longest_chunk_us = h.longest.as_micros() as u64,
@@ -377,7 +404,7 @@ impl Driver {
     /// Reports that the runtime could not register a link's sockets: the connection failed.
     pub fn link_failed(&mut self, error: &std::io::Error) {
         tracing::warn!(%error, "registering the sockets failed");
-        self.call(|s, now| s.handle_disconnected(now));
+        self.call(|s, now| s.handle(now, Input::Disconnected));
     }
 
     /// Returns the next thing the runtime must do.
@@ -420,7 +447,7 @@ impl Driver {
     }
 
     /// Checks the candidate leader at `host` on a thread of its own (see [`crate::leader`]).
-    fn spawn_check(&mut self, request: u64, host: &str) {
+    fn spawn_check(&mut self, request: LeaderRequest, host: &str) {
         let Some(http) = self.http.as_ref().map(|h| h.with_host(host)) else {
             // Without a master HTTP side no leader can be checked: it stays a candidate.
             tracing::warn!(host, "no master HTTP URL to check the HA leader with");
@@ -430,7 +457,7 @@ impl Driver {
         let spawned = std::thread::Builder::new()
             .name("hicache-index-leader".into())
             .spawn(move || {
-                control.deliver_leader_status(request, crate::leader::check_leader(&http));
+                control.deliver_leader_status(request.0, crate::leader::check_leader(&http));
             });
         if let Err(error) = spawned {
             // Not answered: the core's check times out and asks again.
@@ -454,34 +481,43 @@ impl Driver {
     fn execute(&mut self, fx: Effects) {
         for effect in fx {
             match effect {
-                Effect::Connect { endpoint } => {
-                    tracing::info!(endpoint, "connecting");
-                    match socket::open(&self.ctx, &endpoint, &self.topic, &self.socket) {
-                        Ok(link) => self.actions.push_back(Action::Open(link)),
-                        Err(error) => {
-                            tracing::warn!(endpoint, %error, "opening the SUB socket failed");
-                            self.actions.push_back(Action::Close);
-                            self.call(|s, now| s.handle_disconnected(now));
-                        }
+                Effect::Command(command) => self.command(command),
+                Effect::Report(report) => report::log_report(&report),
+            }
+        }
+    }
+
+    /// Executes one command of the core; every command is named here (no wildcard arm), so
+    /// that a new one is a compile error, not a silent log line.
+    fn command(&mut self, command: Command) {
+        match command {
+            Command::Connect { endpoint } => {
+                tracing::info!(endpoint, "connecting");
+                match socket::open(&self.ctx, &endpoint, &self.topic, &self.socket) {
+                    Ok(link) => self.actions.push_back(Action::Open(link)),
+                    Err(error) => {
+                        tracing::warn!(endpoint, %error, "opening the SUB socket failed");
+                        self.actions.push_back(Action::Close);
+                        self.call(|s, now| s.handle(now, Input::Disconnected));
                     }
                 }
-                Effect::Disconnect => {
-                    tracing::info!("disconnecting");
-                    self.actions.push_back(Action::Close);
-                }
-                Effect::FetchSnapshot { request } => match self.http {
-                    Some(_) => self.spawn_job(HttpJob::Snapshot { request }),
-                    None => self.call(|s, now| s.handle_snapshot_failed(now, request)),
-                },
-                Effect::VerifyKeys { request, keys } => {
-                    self.spawn_job(HttpJob::Verify { request, keys })
-                }
-                Effect::CheckLeader { request, host } => self.spawn_check(request, &host),
-                Effect::UseMaster { host } => {
-                    tracing::info!(host, "following the HA leader");
-                    self.http = self.http.as_ref().map(|h| Arc::new(h.with_host(&host)));
-                }
-                other => report::log_effect(&other),
+            }
+            Command::Disconnect => {
+                tracing::info!("disconnecting");
+                self.actions.push_back(Action::Close);
+            }
+            Command::FetchSnapshot { request } => match self.http {
+                Some(_) => self.spawn_job(HttpJob::Snapshot { request: request.0 }),
+                None => self.call(|s, now| s.handle(now, Input::SnapshotFailed { request })),
+            },
+            Command::VerifyKeys { request, keys } => self.spawn_job(HttpJob::Verify {
+                request: request.0,
+                keys,
+            }),
+            Command::CheckLeader { request, host } => self.spawn_check(request, &host),
+            Command::UseMaster { host } => {
+                tracing::info!(host, "following the HA leader");
+                self.http = self.http.as_ref().map(|h| Arc::new(h.with_host(&host)));
             }
         }
     }
@@ -542,8 +578,8 @@ impl Drop for Driver {
         self.shared.running.store(false, Ordering::Release);
         let now = self.now();
         self.shared.session.write(|session| {
-            for effect in session.handle_stopped(now) {
-                report::log_effect(&effect);
+            for report in session.handle(now, Input::Stopped).reports() {
+                report::log_report(report);
             }
             report::export_counters(&session.counters_at(now));
         });
@@ -573,7 +609,7 @@ mod tests {
         for body in bodies {
             let whole: Vec<&[u8]> = hicache_index::snapshot_lines(body).collect();
             for max in 1..4 {
-                let mut h = Handover::new(1, body.to_vec());
+                let mut h = Handover::new(SnapshotRequest(1), body.to_vec());
                 let mut chunked: Vec<Vec<u8>> = Vec::new();
                 while !h.is_done() {
                     let before = chunked.len();

@@ -370,7 +370,7 @@ pub enum Inbox {
     Http(HttpOutcome),
     /// What HA discovery read of the master view key.
     LeaderView(LeaderView),
-    /// The answer to an `Effect::CheckLeader`.
+    /// The answer to an `Command::CheckLeader`.
     LeaderStatus {
         /// The core's request number.
         request: u64,
@@ -441,7 +441,8 @@ impl Control {
 mod tests {
     use super::*;
     use hicache_index::{
-        Config, Effect, Instant, Layout, ModelLayout, Namespace, ResyncConfig, SglangParams,
+        Command, Config, Effect, Instant, Layout, ModelLayout, Namespace, ResyncConfig,
+        SglangParams,
     };
 
     /// A handle over a session whose index holds pages 0..3 of `tokens(1)` whole and page 1 of
@@ -470,7 +471,7 @@ mod tests {
         let request = fx
             .iter()
             .find_map(|e| match e {
-                Effect::FetchSnapshot { request } => Some(*request),
+                Effect::Command(Command::FetchSnapshot { request }) => Some(*request),
                 _ => None,
             })
             .expect("a fetch");

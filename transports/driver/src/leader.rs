@@ -1,8 +1,8 @@
-//! Checking a candidate HA leader over its admin HTTP side, for [`Effect::CheckLeader`]: what
+//! Checking a candidate HA leader over its admin HTTP side, for [`Command::CheckLeader`]: what
 //! `GET /health` and `GET /kv_events/status` say, read into a [`LeaderStatus`] (the core decides
 //! what it means).
 //!
-//! [`Effect::CheckLeader`]: hicache_index::Effect::CheckLeader
+//! [`Command::CheckLeader`]: hicache_index::Command::CheckLeader
 
 use hicache_index::{EventsStatus, LeaderStatus};
 

@@ -1,13 +1,14 @@
 //! The runtime-independent half of the hicache-index transports.
 //!
-//! `hicache-index-tokio` and `hicache-index-smol` are thin loops around a [`Driver`]; this
+//! `hicache-index-tokio` and `hicache-index-smol` run one loop, [`run::run`], around a
+//! [`Driver`], each giving it a small [`run::Runtime`] (register the FDs, yield, wait); this
 //! crate holds everything that does not depend on the runtime: ZeroMQ socket setup and draining
 //! ([`socket`]), the master's HTTP side and the jobs run over it ([`http`]), the
 //! cloneable [`QueryHandle`] and [`Control`], and the export of counters to `metrics` and of
 //! effects to `tracing` ([`report`]). No sequence, gap, backoff or health logic lives here:
 //! that is the core's [`hicache_index::Session`].
 //!
-//! # A runtime's loop
+//! # The loop ([`run::run`])
 //! ```text
 //! let Parts { mut driver, query, control, inbox } = prepare(config)?;
 //! loop {
@@ -41,6 +42,7 @@ pub mod http;
 pub mod leader;
 pub mod memo;
 pub mod report;
+pub mod run;
 pub mod socket;
 pub mod workers;
 

@@ -1,4 +1,4 @@
-//! Reports: effects to `tracing`, counters and health to the `metrics` facade.
+//! Reports: the core's reports to `tracing`, counters and health to the `metrics` facade.
 //!
 //! This module is the one source of the metric names. Every core counter is exported as
 //! `hicache_index_<field>_total` (a counter) and every core gauge as `hicache_index_<field>`; the
@@ -9,7 +9,7 @@
 //! The calls go nowhere until the program installs a recorder (`hicache-index serve` installs
 //! `metrics-exporter-prometheus` and renders `/metrics` from it).
 
-use hicache_index::{ClearReason, Counters, Effect, Health, Kind};
+use hicache_index::{ClearReason, Counters, Health, Kind, Report};
 
 /// The histogram of query latencies, labelled `transport` (`http`, `nng`), in seconds.
 pub const QUERY_DURATION_SECONDS: &str = "hicache_index_query_duration_seconds";
@@ -114,50 +114,50 @@ pub fn export_running(running: bool) {
     metrics::gauge!("hicache_index_subscriber_running").set(f64::from(u8::from(running)));
 }
 
-/// Logs an effect that is only a report (the driver executes the others).
-pub fn log_effect(effect: &Effect) {
-    match effect {
-        Effect::Cleared {
+/// Logs a report (the driver executes commands; reports ask nothing of it).
+pub fn log_report(report: &Report) {
+    match report {
+        Report::Cleared {
             reason: reason @ (ClearReason::Requested | ClearReason::PublisherCleared),
             pages,
             objects,
         } => tracing::info!(reason = reason.as_str(), pages, objects, "index cleared"),
-        Effect::Cleared {
+        Report::Cleared {
             reason,
             pages,
             objects,
         } => tracing::warn!(reason = reason.as_str(), pages, objects, "index cleared"),
-        Effect::Gap { expected, received } => {
+        Report::Gap { expected, received } => {
             tracing::warn!(expected = expected.0, received = received.0, "sequence gap")
         }
-        Effect::Restart { last, received } => {
+        Report::Restart { last, received } => {
             tracing::warn!(last = last.0, received = received.0, "publisher restarted")
         }
-        Effect::Duplicate { seq } => tracing::debug!(seq = seq.0, "duplicate batch skipped"),
-        Effect::Late { seq } => tracing::debug!(seq = seq.0, "late batch skipped"),
-        Effect::Malformed { error } => tracing::debug!(?error, "malformed message dropped"),
-        Effect::Stray { reason } => tracing::debug!(?reason, "stray message ignored"),
-        Effect::Resynced { keys, replayed } => {
+        Report::Duplicate { seq } => tracing::debug!(seq = seq.0, "duplicate batch skipped"),
+        Report::Late { seq } => tracing::debug!(seq = seq.0, "late batch skipped"),
+        Report::Malformed { error } => tracing::debug!(?error, "malformed message dropped"),
+        Report::Stray { reason } => tracing::debug!(?reason, "stray message ignored"),
+        Report::Resynced { keys, replayed } => {
             tracing::info!(keys, replayed, "resynchronised from the master's key list")
         }
-        Effect::ResyncFailed { reason } => tracing::warn!(?reason, "resynchronisation failed"),
-        Effect::StaleFound { keys, checked } => {
+        Report::ResyncFailed { reason } => tracing::warn!(?reason, "resynchronisation failed"),
+        Report::StaleFound { keys, checked } => {
             tracing::info!(keys, checked, "verification removed stale objects")
         }
-        Effect::HealthChanged { from, to } => {
+        Report::HealthChanged { from, to } => {
             tracing::info!(from = from.as_str(), to = to.as_str(), "health changed");
             export_health(*to);
         }
-        Effect::EndpointDisagreement { kept, distinct } => {
+        Report::EndpointDisagreement { kept, distinct } => {
             tracing::warn!(
                 kept,
                 distinct,
                 "workers advertise different event endpoints"
             )
         }
-        Effect::LayoutDisagreement { model, worker } => {
+        Report::LayoutDisagreement { model, worker } => {
             tracing::warn!(model, worker, "a worker advertises a different layout")
         }
-        other => tracing::debug!(effect = ?other, "effect"),
+        other => tracing::debug!(report = ?other, "report"),
     }
 }

@@ -1,5 +1,5 @@
 //! The ZeroMQ side: a SUB socket for the events and an inproc PAIR monitor for its connection
-//! state, opened afresh for every [`hicache_index::Effect::Connect`].
+//! state, opened afresh for every [`hicache_index::Command::Connect`].
 //!
 //! # Readiness
 //! A runtime waits on each socket's `ZMQ_FD` (`zmq::Socket` implements `AsRawFd`). That FD is

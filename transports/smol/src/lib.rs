@@ -32,8 +32,9 @@ use std::future::Future;
 use std::os::fd::{AsFd, BorrowedFd, RawFd};
 use std::sync::Arc;
 
+use hicache_index_driver::run::{run, Runtime};
 use hicache_index_driver::socket::Link;
-use hicache_index_driver::{prepare, Action, Driver, Inbox, Parts};
+use hicache_index_driver::{prepare, Inbox, Parts};
 use smol::future;
 use smol::{Async, Executor, Task, Timer};
 use tracing::Instrument;
@@ -74,7 +75,7 @@ impl Subscriber {
             inbox,
         } = prepare(config)?;
         let span = tracing::info_span!("hicache_index_subscriber", runtime = "smol");
-        let task = spawn(Box::pin(run(driver, inbox).instrument(span)));
+        let task = spawn(Box::pin(run::<Smol>(driver, inbox).instrument(span)));
         Ok((
             query,
             SubscriberTask {
@@ -120,100 +121,64 @@ impl Drop for SubscriberTask {
     }
 }
 
-/// A ZeroMQ socket's `ZMQ_FD`, registered with async-io; the socket outlives it (see
-/// [`Registered`]).
+/// A ZeroMQ socket's `ZMQ_FD`, registered with async-io; the socket outlives it (the driver's
+/// loop drops a link's [`Fds`] before the link: see [`Runtime::Fds`]).
 struct ZmqFd(RawFd);
 
 #[allow(unsafe_code)]
 impl AsFd for ZmqFd {
     fn as_fd(&self) -> BorrowedFd<'_> {
-        // SAFETY: a `ZmqFd` only exists inside a `Registered`, next to the socket owning the FD;
-        // its field drops before the socket's, so the FD is open for as long as `self` lives.
+        // SAFETY: a `ZmqFd` only exists inside `Fds`, which the driver's loop keeps next to the
+        // link owning the FD and drops first, so the FD is open for as long as `self` lives.
         unsafe { BorrowedFd::borrow_raw(self.0) }
     }
 }
 
-/// A link whose FDs are registered. Field order matters: the FDs deregister before the
-/// sockets close.
-struct Registered {
-    sub_fd: Async<ZmqFd>,
-    monitor_fd: Async<ZmqFd>,
-    link: Link,
+/// Both FDs of a link, registered with async-io.
+struct Fds {
+    sub: Async<ZmqFd>,
+    monitor: Async<ZmqFd>,
 }
 
-impl Registered {
-    fn new(link: Link) -> std::io::Result<Registered> {
+/// The smol runtime (async-io's reactor), for the driver's loop.
+struct Smol;
+
+impl Runtime for Smol {
+    type Fds = Fds;
+
+    fn register(link: &Link) -> std::io::Result<Fds> {
         let fd = |s: &zmq::Socket| s.get_fd().map(ZmqFd).map_err(std::io::Error::from);
-        Ok(Registered {
-            sub_fd: Async::new_nonblocking(fd(&link.sub)?)?,
-            monitor_fd: Async::new_nonblocking(fd(&link.monitor)?)?,
-            link,
+        Ok(Fds {
+            sub: Async::new_nonblocking(fd(&link.sub)?)?,
+            monitor: Async::new_nonblocking(fd(&link.monitor)?)?,
         })
     }
-}
 
-/// What ended a wait.
-enum Wake {
-    Inbox(Result<Inbox, async_channel::RecvError>),
-    Other,
-}
+    fn yield_now() -> impl Future<Output = ()> + Send {
+        future::yield_now()
+    }
 
-/// The loop: drain, fire timers, execute actions; wait only when nothing is pending.
-async fn run(mut driver: Driver, inbox: async_channel::Receiver<Inbox>) {
-    let mut link: Option<Registered> = None;
-    'run: loop {
-        while let Ok(msg) = inbox.try_recv() {
-            if !driver.handle_inbox(msg) {
-                break 'run;
-            }
-        }
-        let mut again = false;
-        if let Some(l) = &link {
-            again = driver.drain(&l.link);
-        }
-        again |= driver.advance_snapshot();
-        driver.handle_timeout();
-        while let Some(action) = driver.poll_action() {
-            again = true;
-            match action {
-                Action::Open(new) => {
-                    link = None;
-                    match Registered::new(new) {
-                        Ok(registered) => link = Some(registered),
-                        Err(e) => driver.link_failed(&e),
-                    }
-                }
-                Action::Close => link = None,
-            }
-        }
-        if again {
-            future::yield_now().await;
-            continue;
-        }
-        let deadline = driver.deadline();
-        let fds = link.as_ref().map(|l| (&l.sub_fd, &l.monitor_fd));
-        let wake = future::or(async { Wake::Inbox(inbox.recv().await) }, async {
+    fn wait<'a>(
+        inbox: &'a async_channel::Receiver<Inbox>,
+        fds: Option<&'a Fds>,
+        deadline: std::time::Instant,
+    ) -> impl Future<Output = Option<Result<Inbox, async_channel::RecvError>>> + Send + 'a {
+        future::or(async { Some(inbox.recv().await) }, async move {
             future::or(readable(fds), async {
                 Timer::at(deadline).await;
             })
             .await;
-            Wake::Other
+            None
         })
-        .await;
-        if let Wake::Inbox(msg) = wake {
-            if !msg.is_ok_and(|msg| driver.handle_inbox(msg)) {
-                break 'run;
-            }
-        }
     }
 }
 
 /// Waits until either FD signals (the loop then drains and re-checks `ZMQ_EVENTS`).
-async fn readable(fds: Option<(&Async<ZmqFd>, &Async<ZmqFd>)>) {
-    let Some((sub, monitor)) = fds else {
+async fn readable(fds: Option<&Fds>) {
+    let Some(fds) = fds else {
         return future::pending().await;
     };
-    if future::or(sub.readable(), monitor.readable())
+    if future::or(fds.sub.readable(), fds.monitor.readable())
         .await
         .is_err()
     {

@@ -28,10 +28,12 @@
 //! # }
 //! ```
 
+use std::future::Future;
 use std::os::fd::{AsRawFd, RawFd};
 
+use hicache_index_driver::run::{run, Runtime};
 use hicache_index_driver::socket::Link;
-use hicache_index_driver::{prepare, Action, Driver, Inbox, Parts};
+use hicache_index_driver::{prepare, Inbox, Parts};
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 use tracing::Instrument;
@@ -61,7 +63,7 @@ impl Subscriber {
             inbox,
         } = prepare(config)?;
         let span = tracing::info_span!("hicache_index_subscriber", runtime = "tokio");
-        let join = tokio::spawn(run(driver, inbox).instrument(span));
+        let join = tokio::spawn(run::<Tokio>(driver, inbox).instrument(span));
         Ok((
             query,
             SubscriberTask {
@@ -105,8 +107,8 @@ impl Drop for SubscriberTask {
     }
 }
 
-/// A ZeroMQ socket's `ZMQ_FD`, registered with tokio; the socket outlives it (see
-/// [`Registered`]).
+/// A ZeroMQ socket's `ZMQ_FD`, registered with tokio; the socket outlives it (the driver's
+/// loop drops a link's [`Fds`] before the link: see [`Runtime::Fds`]).
 struct ZmqFd(RawFd);
 
 impl AsRawFd for ZmqFd {
@@ -115,21 +117,42 @@ impl AsRawFd for ZmqFd {
     }
 }
 
-/// A link whose FDs are registered. Field order matters: the FDs deregister before the
-/// sockets close.
-struct Registered {
-    sub_fd: AsyncFd<ZmqFd>,
-    monitor_fd: AsyncFd<ZmqFd>,
-    link: Link,
+/// Both FDs of a link, registered with tokio.
+struct Fds {
+    sub: AsyncFd<ZmqFd>,
+    monitor: AsyncFd<ZmqFd>,
 }
 
-impl Registered {
-    fn new(link: Link) -> std::io::Result<Registered> {
-        Ok(Registered {
-            sub_fd: register(&link.sub)?,
-            monitor_fd: register(&link.monitor)?,
-            link,
+/// The tokio runtime, for the driver's loop.
+struct Tokio;
+
+impl Runtime for Tokio {
+    type Fds = Fds;
+
+    fn register(link: &Link) -> std::io::Result<Fds> {
+        Ok(Fds {
+            sub: register(&link.sub)?,
+            monitor: register(&link.monitor)?,
         })
+    }
+
+    fn yield_now() -> impl Future<Output = ()> + Send {
+        tokio::task::yield_now()
+    }
+
+    fn wait<'a>(
+        inbox: &'a async_channel::Receiver<Inbox>,
+        fds: Option<&'a Fds>,
+        deadline: std::time::Instant,
+    ) -> impl Future<Output = Option<Result<Inbox, async_channel::RecvError>>> + Send + 'a {
+        let deadline = tokio::time::Instant::from_std(deadline);
+        async move {
+            tokio::select! {
+                msg = inbox.recv() => Some(msg),
+                () = readable(fds) => None,
+                () = tokio::time::sleep_until(deadline) => None,
+            }
+        }
     }
 }
 
@@ -138,65 +161,19 @@ impl Registered {
 fn register(socket: &zmq::Socket) -> std::io::Result<AsyncFd<ZmqFd>> {
     let fd = ZmqFd(socket.get_fd()?);
     // SAFETY: the FD belongs to `socket`, which stays open until after the `AsyncFd` is dropped:
-    // both live in one `Registered`, whose FD fields drop before its `link` field.
+    // the driver's loop keeps the `Fds` next to the link and drops them first.
     unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE) }.map_err(|e| e.into_parts().1)
-}
-
-/// The loop: drain, fire timers, execute actions; wait only when nothing is pending.
-async fn run(mut driver: Driver, inbox: async_channel::Receiver<Inbox>) {
-    let mut link: Option<Registered> = None;
-    'run: loop {
-        while let Ok(msg) = inbox.try_recv() {
-            if !driver.handle_inbox(msg) {
-                break 'run;
-            }
-        }
-        let mut again = false;
-        if let Some(l) = &link {
-            again = driver.drain(&l.link);
-        }
-        again |= driver.advance_snapshot();
-        driver.handle_timeout();
-        while let Some(action) = driver.poll_action() {
-            again = true;
-            match action {
-                Action::Open(new) => {
-                    link = None;
-                    match Registered::new(new) {
-                        Ok(registered) => link = Some(registered),
-                        Err(e) => driver.link_failed(&e),
-                    }
-                }
-                Action::Close => link = None,
-            }
-        }
-        if again {
-            tokio::task::yield_now().await;
-            continue;
-        }
-        let deadline = tokio::time::Instant::from_std(driver.deadline());
-        let fds = link.as_ref().map(|l| (&l.sub_fd, &l.monitor_fd));
-        tokio::select! {
-            msg = inbox.recv() => {
-                if !msg.is_ok_and(|msg| driver.handle_inbox(msg)) {
-                    break 'run;
-                }
-            }
-            () = readable(fds) => {}
-            () = tokio::time::sleep_until(deadline) => {}
-        }
-    }
 }
 
 /// Waits until either FD signals, and clears that readiness (the loop then drains and re-checks
 /// `ZMQ_EVENTS`, so no edge is lost).
-async fn readable(fds: Option<(&AsyncFd<ZmqFd>, &AsyncFd<ZmqFd>)>) {
-    let Some((sub, monitor)) = fds else {
+async fn readable(fds: Option<&Fds>) {
+    let Some(fds) = fds else {
         return std::future::pending().await;
     };
     let guard = tokio::select! {
-        g = sub.readable() => g,
-        g = monitor.readable() => g,
+        g = fds.sub.readable() => g,
+        g = fds.monitor.readable() => g,
     };
     match guard {
         Ok(mut guard) => guard.clear_ready(),

@@ -1,0 +1,150 @@
+//! Inputs: everything a driver hands to [`crate::Session::handle`], and the request ids that tie
+//! an answer to the command that asked for it.
+
+use core::fmt;
+
+use crate::leader::{LeaderStatus, LeaderView};
+use crate::session::{Watermark, WorkerInfo};
+
+macro_rules! request_id {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        ///
+        /// Its `Debug` form is the bare number, as transcripts show it.
+        #[derive(Copy, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        pub struct $name(pub u64);
+
+        impl fmt::Debug for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                self.0.fmt(f)
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                self.0.fmt(f)
+            }
+        }
+    };
+}
+
+request_id!(
+    /// Names one snapshot fetch ([`crate::Command::FetchSnapshot`]): its answer carries it.
+    SnapshotRequest
+);
+request_id!(
+    /// Names one verification round ([`crate::Command::VerifyKeys`]): its answer carries it.
+    VerifyRequest
+);
+request_id!(
+    /// Names one leader check ([`crate::Command::CheckLeader`]): its answer carries it.
+    LeaderRequest
+);
+
+/// One thing that happened, handed to [`crate::Session::handle`] with the time it happened.
+///
+/// Inputs borrow what they carry (frames, key lines, verification answers); the session keeps
+/// nothing borrowed. An answer whose request the session no longer waits for is counted
+/// ([`crate::Counters::stale_answers`]) and otherwise ignored.
+#[derive(Clone, Debug)]
+pub enum Input<'a> {
+    /// A multipart message from the subscriber, `[topic, seq, payload]` (the shortcut is
+    /// [`crate::Session::feed`]).
+    Message(&'a [&'a [u8]]),
+    /// Time passed: do whatever is due; before [`crate::Session::poll_timeout`] it does nothing.
+    Timeout,
+    /// The subscriber connected to the endpoint last asked for
+    /// ([`crate::Command::Connect`]).
+    Connected,
+    /// The subscriber's connection was lost or failed: events may have been missed, the index
+    /// forgets and a reconnect is scheduled.
+    Disconnected,
+    /// The driver stopped for good: the index forgets and nothing is scheduled, until
+    /// [`Input::Restart`] or a new endpoint.
+    Stopped,
+    /// Connect again now after [`Input::Stopped`], with the backoff reset (no effects).
+    Restart,
+    /// Forget every page now (an operator asked). The next batch is a silent baseline, unless it
+    /// is from before the clear (see [`crate::sequence`]'s fence).
+    Clear,
+    /// What an SGLang worker advertises; `None`: the worker is gone. A configured endpoint and
+    /// configured layouts always win; disagreement among workers is reported.
+    Worker {
+        /// The worker's name.
+        worker: &'a str,
+        /// What it advertises.
+        info: Option<WorkerInfo>,
+    },
+    /// The whole answer to [`crate::Command::FetchSnapshot`]: the [`Watermark`] read just
+    /// before the key list (`None` when the master does not tell) and the key list's lines
+    /// (default tenant), each exactly as the master wrote it (see [`crate::snapshot_lines`]).
+    /// See [`crate::Session::handle_snapshot`] for when a snapshot holds.
+    Snapshot {
+        /// The fetch answered.
+        request: SnapshotRequest,
+        /// The master's stream position when the list was read.
+        watermark: Option<Watermark>,
+        /// The key list, one line per item.
+        lines: &'a [&'a [u8]],
+    },
+    /// The answer to [`crate::Command::FetchSnapshot`] in chunks, begun: the watermark (as in
+    /// [`Input::Snapshot`]). Then [`Input::SnapshotLines`] any number of times and
+    /// [`Input::SnapshotEnd`] once; messages and queries may come in between, which lets a
+    /// driver release its lock between chunks of a large key list.
+    SnapshotBegin {
+        /// The fetch answered.
+        request: SnapshotRequest,
+        /// The master's stream position when the list was read.
+        watermark: Option<Watermark>,
+    },
+    /// A chunk of the key list begun with [`Input::SnapshotBegin`]: lines in order, split
+    /// between lines (no effects; [`crate::Session::snapshot_progress`] says whether the
+    /// session still takes the rest).
+    SnapshotLines {
+        /// The fetch answered.
+        request: SnapshotRequest,
+        /// The next lines of the key list.
+        lines: &'a [&'a [u8]],
+    },
+    /// The end of a key list handed over in chunks: the index is live again (once the stream
+    /// has passed the snapshot's status point).
+    SnapshotEnd {
+        /// The fetch answered.
+        request: SnapshotRequest,
+    },
+    /// The fetch failed; it is retried later.
+    SnapshotFailed {
+        /// The fetch that failed.
+        request: SnapshotRequest,
+    },
+    /// The fetch's `/kv_events/status` said `"enabled":false`: the master publishes nothing,
+    /// and the health is [`crate::Health::EventsDisabled`] until a later status says otherwise
+    /// (the fetch is retried).
+    EventsDisabled {
+        /// The fetch whose status said so.
+        request: SnapshotRequest,
+    },
+    /// The master's answer to [`crate::Command::VerifyKeys`]: each checked key and whether it
+    /// exists. Keys the driver could not check MUST be left out, never reported present.
+    VerifyResult {
+        /// The round answered.
+        request: VerifyRequest,
+        /// The keys checked and whether each exists.
+        results: &'a [(&'a str, bool)],
+    },
+    /// The verification failed; the next round comes after the interval.
+    VerifyFailed {
+        /// The round that failed.
+        request: VerifyRequest,
+    },
+    /// What HA discovery says about the leader: every value of the master view key, with its
+    /// version (see [`crate::leader`]). Without HA configured, ignored.
+    LeaderView(&'a LeaderView),
+    /// The answer to [`crate::Command::CheckLeader`].
+    LeaderStatus {
+        /// The check answered.
+        request: LeaderRequest,
+        /// What the candidate said.
+        status: &'a LeaderStatus,
+    },
+}

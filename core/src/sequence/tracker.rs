@@ -1,0 +1,493 @@
+//! The sequence tracker: the rules of [`crate::sequence`], one batch at a time (public only
+//! with the `internals` feature, for the simulator's property tests).
+#![cfg_attr(not(feature = "internals"), allow(unreachable_pub))]
+
+use alloc::collections::{BTreeMap, VecDeque};
+use alloc::vec::Vec;
+
+use super::ReorderConfig;
+use crate::frame::{Batch, Seq, Timestamp};
+use crate::time::Instant;
+
+/// What identifies one batch beyond its sequence number, to tell a duplicate from a new batch
+/// that reuses the number after a publisher restart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Fingerprint {
+    timestamp: u64,
+    /// The publisher's timestamp in milliseconds, when it sent a comparable one.
+    millis: Option<u64>,
+    events: usize,
+    first_event_id: Option<u64>,
+    last_event_id: Option<u64>,
+}
+
+impl Fingerprint {
+    /// Takes the fingerprint of a decoded batch.
+    pub fn of(batch: &Batch<'_>) -> Fingerprint {
+        let timestamp = match batch.timestamp {
+            Timestamp::Millis(ms) => ms,
+            Timestamp::Negative(v) => v as u64,
+            Timestamp::Seconds(s) => s.to_bits(),
+            Timestamp::Nil => u64::MAX,
+        };
+        let millis = match batch.timestamp {
+            Timestamp::Millis(ms) => Some(ms),
+            // Saturating float-to-int conversion; NaN and negative seconds are not comparable.
+            Timestamp::Seconds(s) if s >= 0.0 => Some((s * 1000.0) as u64),
+            _ => None,
+        };
+        Fingerprint {
+            timestamp,
+            millis,
+            events: batch.events.len(),
+            first_event_id: batch.events.first().and_then(|e| e.event_id),
+            last_event_id: batch.events.last().and_then(|e| e.event_id),
+        }
+    }
+
+    /// Returns the event id of the batch's first event, if it carried one.
+    pub fn first_event_id(&self) -> Option<u64> {
+        self.first_event_id
+    }
+
+    /// Returns the event id of the batch's last event, if it carried one.
+    pub fn last_event_id(&self) -> Option<u64> {
+        self.last_event_id
+    }
+}
+
+/// What a tracker saw before its last reset: batches no newer than this are from before it.
+#[derive(Clone, Debug, Default)]
+struct Fence {
+    /// The highest sequence applied or held before a reset.
+    seq: u64,
+    /// The latest comparable publisher timestamp applied or held before a reset.
+    millis: Option<u64>,
+    /// The batches applied (within the reorder window) or held before the last reset.
+    prints: Vec<(Seq, Fingerprint)>,
+}
+
+impl Fence {
+    /// Reports whether a batch is a copy of one seen before the reset.
+    fn is_copy(&self, seq: Seq, fp: &Fingerprint) -> bool {
+        self.prints.iter().any(|(s, f)| *s == seq && f == fp)
+    }
+
+    /// Reports whether a batch is no newer than all those seen before the reset, in sequence and
+    /// timestamp.
+    fn is_older(&self, seq: Seq, fp: &Fingerprint) -> bool {
+        match (self.millis, fp.millis) {
+            (Some(fence), Some(at)) => seq.0 <= self.seq && at <= fence,
+            _ => false,
+        }
+    }
+
+    fn include(&mut self, seq: Seq, fp: &Fingerprint) {
+        self.seq = self.seq.max(seq.0);
+        self.millis = self.millis.max(fp.millis);
+    }
+}
+
+/// The tracker's ruling on one batch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Apply it: it is the next in order, or a new baseline.
+    Apply,
+    /// The batch just applied under this number again: skip it.
+    Duplicate,
+    /// A late copy of a batch already applied within the reorder window, or a batch from before
+    /// the last reset that arrived before the new stream's baseline: skip it.
+    Late,
+    /// An old batch that is no copy of one applied: from this run, late (its changes are
+    /// superseded), or from a restarted publisher whose clock went back. Which is unknown: the
+    /// caller forgets, and skips it (the stream's position is kept).
+    Stale,
+    /// Out of order within the reorder window: the caller hands it over with
+    /// [`SequenceTracker::hold`].
+    Hold,
+    /// Batches were lost: the caller forgets what the stream taught, then applies this batch as
+    /// the new baseline.
+    Gap {
+        /// The sequence that was expected.
+        expected: Seq,
+        /// How many sequence numbers were skipped.
+        missing: u64,
+    },
+    /// The publisher started again: the caller forgets, then applies this batch as the new
+    /// baseline.
+    Restart {
+        /// The last sequence applied from the old stream.
+        last: Seq,
+    },
+}
+
+/// A loss the tracker declared on its own (window overflow or deadline).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Loss {
+    /// The sequence that was expected.
+    pub expected: Seq,
+    /// The first held sequence, now the new baseline.
+    pub resumed: Seq,
+}
+
+/// Tracks one publisher stream's sequence; `T` is whatever the caller keeps of a held batch.
+#[derive(Debug)]
+pub struct SequenceTracker<T> {
+    config: ReorderConfig,
+    last: Option<(Seq, Fingerprint)>,
+    /// The last event id applied in this stream (kept across batches that carry none).
+    last_id: Option<u64>,
+    /// The latest comparable publisher timestamp applied in this stream.
+    max_millis: Option<u64>,
+    recent: VecDeque<(Seq, Fingerprint)>,
+    held: BTreeMap<u64, (Instant, Fingerprint, T)>,
+    /// What came before the last reset, if there was one.
+    fence: Option<Fence>,
+    /// After a declared loss, until the next batch applies: the last sequence and event id
+    /// applied before it, which the stream's next baseline must run past.
+    floor: Option<(Seq, Option<u64>)>,
+}
+
+/// How a batch that begins a stream after lost batches is ruled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum AfterLoss {
+    /// It can be the same run's next batch: the new baseline.
+    Baseline,
+    /// An older batch (from before the loss, or from an older run): skip it.
+    Stale,
+    /// Another run of the publisher.
+    Restart,
+}
+
+impl<T> SequenceTracker<T> {
+    /// Makes a tracker that has seen nothing.
+    pub fn new(config: ReorderConfig) -> SequenceTracker<T> {
+        SequenceTracker {
+            config,
+            last: None,
+            last_id: None,
+            max_millis: None,
+            recent: VecDeque::new(),
+            held: BTreeMap::new(),
+            fence: None,
+            floor: None,
+        }
+    }
+
+    /// Returns the last event id applied in this stream (`None` when none carried one).
+    pub fn last_event_id(&self) -> Option<u64> {
+        self.last_id
+    }
+
+    /// Returns the last sequence applied.
+    pub fn last_applied(&self) -> Option<Seq> {
+        self.last.map(|(seq, _)| seq)
+    }
+
+    /// Returns how many batches are held.
+    pub fn held_count(&self) -> usize {
+        self.held.len()
+    }
+
+    /// Forgets the stream: the next batch newer than everything seen so far is a new baseline,
+    /// and held batches are dropped. What was applied or held becomes the fence against late
+    /// copies (see the module docs). Returns how many held batches were dropped.
+    pub fn reset(&mut self) -> usize {
+        self.fence_run();
+        self.last = None;
+        self.last_id = None;
+        self.max_millis = None;
+        self.recent.clear();
+        self.floor = None;
+        let dropped = self.held.len();
+        self.held.clear();
+        dropped
+    }
+
+    /// Adds what this run applied and holds to the fence, so that its late batches are never
+    /// taken for a new baseline.
+    fn fence_run(&mut self) {
+        let mut fence = self.fence.take().unwrap_or_default();
+        let seen = self
+            .last
+            .iter()
+            .chain(self.recent.iter())
+            .copied()
+            .chain(self.held.iter().map(|(s, (_, fp, _))| (Seq(*s), *fp)));
+        for (seq, fp) in seen {
+            fence.include(seq, &fp);
+            if !fence.prints.contains(&(seq, fp)) {
+                fence.prints.push((seq, fp));
+            }
+        }
+        let keep = self.config.max_held.max(1).saturating_mul(2);
+        if fence.prints.len() > keep {
+            let excess = fence.prints.len() - keep;
+            fence.prints.drain(..excess);
+        }
+        if fence.seq > 0 || !fence.prints.is_empty() {
+            self.fence = Some(fence);
+        }
+    }
+
+    /// Reports whether, with a reorder window, a batch that breaks the stream is a late one of an
+    /// older time rather than a restart: stamped no later than the newest batch applied, or not
+    /// comparable at all (then which is unknown, and doubt must not become a baseline).
+    fn is_late_with_reordering(&self, fp: &Fingerprint) -> bool {
+        if self.config.max_held == 0 {
+            return false;
+        }
+        match (self.max_millis, fp.millis) {
+            (Some(max), Some(at)) => at <= max,
+            _ => true,
+        }
+    }
+
+    /// Reports whether, with a reorder window, a batch is stamped before the newest batch
+    /// applied (one run stamps its batches in order).
+    fn stamped_before(&self, fp: &Fingerprint) -> bool {
+        self.config.max_held > 0
+            && matches!((self.max_millis, fp.millis), (Some(max), Some(at)) if at < max)
+    }
+
+    /// Reports whether a batch whose first event id is `first_id` breaks the stream's event-id
+    /// continuity.
+    fn breaks_ids(&self, first_id: Option<u64>) -> bool {
+        match (self.last_id, first_id) {
+            (Some(last), Some(first)) => last.checked_add(1) != Some(first),
+            _ => false,
+        }
+    }
+
+    /// Rules on a batch that begins the stream again after lost batches, whose last event id
+    /// was `last_id`. Within one run of the master event ids only grow (they do not skip over
+    /// events its queue dropped, and skip over messages lost after publishing), so a first id
+    /// no greater than the last is an older run's batch or another run's. With a reorder
+    /// window, a batch stamped before the newest batch applied is older than the stream: a late
+    /// batch of an older run (libzmq queues each connection's messages apart, so a restarted
+    /// master's late messages can follow the new run's), never a baseline. A publisher whose
+    /// clock went back is skipped until its clock passes the stream's again: misses, counted.
+    fn rule_after_loss(&self, fp: &Fingerprint, last_id: Option<u64>) -> AfterLoss {
+        let regressed = matches!((last_id, fp.first_event_id), (Some(l), Some(f)) if f <= l);
+        if regressed || self.stamped_before(fp) {
+            self.not_next(fp)
+        } else {
+            AfterLoss::Baseline
+        }
+    }
+
+    /// Rules on a batch that cannot be the stream's next one: with a reorder window, stamped no
+    /// later than the stream (or not comparably), a late batch; else another run. (A batch
+    /// [`Self::stamped_before`] the stream is always the former.)
+    fn not_next(&self, fp: &Fingerprint) -> AfterLoss {
+        if self.is_late_with_reordering(fp) {
+            AfterLoss::Stale
+        } else {
+            AfterLoss::Restart
+        }
+    }
+
+    /// Rules on a batch with sequence `seq`. After [`Verdict::Apply`], [`Verdict::Gap`] or
+    /// [`Verdict::Restart`] the caller MUST apply the batch and then call
+    /// [`SequenceTracker::applied`].
+    pub fn observe(&mut self, seq: Seq, fingerprint: Fingerprint) -> Verdict {
+        if let Some(fence) = &self.fence {
+            if fence.is_copy(seq, &fingerprint) {
+                return Verdict::Late;
+            }
+            if self.config.max_held > 0 && fence.is_older(seq, &fingerprint) {
+                // Only a transport that reorders can deliver it; the caller forgets if the
+                // index holds anything (a snapshot may be claimed), and skips it.
+                return Verdict::Stale;
+            }
+        }
+        let Some((last, last_fp)) = self.last else {
+            let Some((last, last_id)) = self.floor else {
+                return Verdict::Apply;
+            };
+            let rule = self.rule_after_loss(&fingerprint, last_id);
+            return self.verdict(rule, last);
+        };
+        if seq == last {
+            return if fingerprint == last_fp {
+                Verdict::Duplicate
+            } else if self.is_late_with_reordering(&fingerprint) {
+                Verdict::Stale
+            } else {
+                self.restart(last)
+            };
+        }
+        if seq.0 == last.0.wrapping_add(1) && seq.0 != 0 {
+            if self.breaks_ids(fingerprint.first_event_id) || self.stamped_before(&fingerprint) {
+                let rule = self.not_next(&fingerprint);
+                return self.verdict(rule, last);
+            }
+            return Verdict::Apply;
+        }
+        if seq > last {
+            if self.config.max_held == 0 {
+                return match self.rule_after_loss(&fingerprint, self.last_id) {
+                    AfterLoss::Restart => self.restart(last),
+                    _ => Verdict::Gap {
+                        expected: Seq(last.0 + 1),
+                        missing: seq.0 - last.0 - 1,
+                    },
+                };
+            }
+            return match self.held.get(&seq.0) {
+                Some((_, held_fp, _)) if *held_fp == fingerprint => Verdict::Duplicate,
+                Some(_) if self.is_late_with_reordering(&fingerprint) => Verdict::Stale,
+                Some(_) => self.restart(last),
+                None => Verdict::Hold,
+            };
+        }
+        let late = self
+            .recent
+            .iter()
+            .any(|&(s, fp)| s == seq && fp == fingerprint);
+        if late {
+            return Verdict::Late;
+        }
+        if self.is_late_with_reordering(&fingerprint) {
+            // With reordering, an older sequence stamped no later than the stream (or not
+            // comparable) is a late batch, not a restart: it must not become the baseline.
+            return Verdict::Stale;
+        }
+        self.restart(last)
+    }
+
+    /// Turns a ruling on a batch observed (not held) into its verdict; `last` is the last
+    /// sequence applied before.
+    fn verdict(&mut self, rule: AfterLoss, last: Seq) -> Verdict {
+        match rule {
+            AfterLoss::Baseline => Verdict::Apply,
+            AfterLoss::Stale => Verdict::Stale,
+            AfterLoss::Restart => self.restart(last),
+        }
+    }
+
+    fn restart(&mut self, last: Seq) -> Verdict {
+        self.fence_run();
+        self.held.clear();
+        self.recent.clear();
+        self.last_id = None;
+        self.max_millis = None;
+        self.floor = None;
+        Verdict::Restart { last }
+    }
+
+    /// Records that the batch `seq` was applied.
+    pub fn applied(&mut self, seq: Seq, fingerprint: Fingerprint) {
+        self.last = Some((seq, fingerprint));
+        self.floor = None;
+        if fingerprint.last_event_id.is_some() {
+            self.last_id = fingerprint.last_event_id;
+        }
+        self.max_millis = self.max_millis.max(fingerprint.millis);
+        if self.config.max_held > 0 {
+            self.recent.push_back((seq, fingerprint));
+            while self.recent.len() > self.config.max_held {
+                self.recent.pop_front();
+            }
+        }
+    }
+
+    /// Holds an out-of-order batch (after [`Verdict::Hold`]). Returns a loss when the window
+    /// overflows: the caller then forgets, and drains with [`SequenceTracker::pop_ready`] from the
+    /// new baseline.
+    pub fn hold(
+        &mut self,
+        now: Instant,
+        seq: Seq,
+        fingerprint: Fingerprint,
+        item: T,
+    ) -> Option<Loss> {
+        self.held.insert(seq.0, (now, fingerprint, item));
+        if self.held.len() > self.config.max_held {
+            return self.declare_loss();
+        }
+        None
+    }
+
+    /// Takes the held batch that applies next, if it is there, with its ruling: [`Verdict::Apply`]
+    /// (the next in order, or the new baseline after a loss), [`Verdict::Restart`] (its event
+    /// ids do not run on from the batch applied before it: the caller forgets first) or
+    /// [`Verdict::Stale`] (they do not, and it is stamped no later than the stream: the caller
+    /// forgets and skips it). After `Apply` or `Restart` the caller MUST apply it and call
+    /// [`SequenceTracker::applied`]; then it calls this again until it returns `None`.
+    pub fn pop_ready(&mut self) -> Option<(Seq, T, Verdict)> {
+        let next = match self.last {
+            Some((last, _)) => last.0.checked_add(1)?,
+            None => *self.held.keys().next()?,
+        };
+        let (_, fp, item) = self.held.remove(&next)?;
+        let rule = match (self.last, self.floor) {
+            (Some(_), _) if self.breaks_ids(fp.first_event_id) || self.stamped_before(&fp) => {
+                self.not_next(&fp)
+            }
+            (None, Some((_, last_id))) => self.rule_after_loss(&fp, last_id),
+            _ => AfterLoss::Baseline,
+        };
+        let verdict = match rule {
+            AfterLoss::Baseline => Verdict::Apply,
+            // Older than the stream: a late batch, skipped (the caller forgets).
+            AfterLoss::Stale => Verdict::Stale,
+            AfterLoss::Restart => {
+                let last = self
+                    .last
+                    .map(|(s, _)| s)
+                    .or(self.floor.map(|(s, _)| s))
+                    .unwrap_or(Seq(next));
+                self.fence_run();
+                self.recent.clear();
+                self.last_id = None;
+                self.max_millis = None;
+                self.floor = None;
+                Verdict::Restart { last }
+            }
+        };
+        Some((Seq(next), item, verdict))
+    }
+
+    /// Returns when the batch held longest was held (it arrived then); `None` when none is.
+    pub fn held_since(&self) -> Option<Instant> {
+        self.held.values().map(|(at, _, _)| *at).min()
+    }
+
+    /// Returns when the oldest held batch stops waiting for its hole.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let delay = self.config.max_delay?;
+        self.held_since().map(|at| at + delay)
+    }
+
+    /// Declares loss when the oldest held batch has waited too long. The caller then forgets and
+    /// drains with [`SequenceTracker::pop_ready`].
+    pub fn handle_timeout(&mut self, now: Instant) -> Option<Loss> {
+        let deadline = self.poll_timeout()?;
+        if now < deadline {
+            return None;
+        }
+        self.declare_loss()
+    }
+
+    fn declare_loss(&mut self) -> Option<Loss> {
+        let (&first, _) = self.held.iter().next()?;
+        let expected = self
+            .last
+            .map_or(Seq(first), |(last, _)| Seq(last.0.wrapping_add(1)));
+        if let Some((last, _)) = self.last {
+            self.floor = Some((last, self.last_id));
+        }
+        self.last = None;
+        self.last_id = None;
+        self.recent.clear();
+        Some(Loss {
+            expected,
+            resumed: Seq(first),
+        })
+    }
+}
+
+#[cfg(test)]
+#[path = "tests.rs"]
+mod tests;
