@@ -24,21 +24,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_hicache-index");
 const PATIENCE: Duration = Duration::from_secs(15);
 
 /// SGLang's DeepSeek-V4 document (see the module docs), model `my-model` with tag `tag`.
-const DSV4: &str = r#"{
-  "backend": "mooncake",
-  "page_size": 64,
-  "hicache_object_layout": {
-    "key_prefix": "tag_my-model",
-    "is_mla_backend": true,
-    "pp_rank": 0,
-    "pp_size": 1,
-    "pools": [
-      {"pool": "deepseek_v4_c4", "suffixes": ["__deepseek_v4_c4"], "hit_policy": "all_pages"},
-      {"pool": "deepseek_v4_c4_state", "suffixes": ["__deepseek_v4_c4_state"],
-       "hit_policy": "trailing_pages", "trailing_pages": 2}
-    ]
-  }
-}"#;
+const DSV4: &str = include_str!("../../core/tests/fixtures/sglang_dsv4_layout.json");
 
 /// One PP rank's document of an MHA model served as `other` (TP 2, PP 2, page size 64).
 fn mha_rank(pp_rank: u32) -> Value {

@@ -104,21 +104,7 @@ fn a_logical_anchor_stores_and_demands_no_kv_object() {
 /// SGLang's DeepSeek-V4 layout document, as its test of `describe_l3_object_layout` expects it
 /// (`test_hicache_l3_object_layout.py`, `test_layout_reports_suffixes_prefix_and_hit_policy`):
 /// no KV pool is listed.
-const DSV4_DOCUMENT: &str = r#"{
-  "backend": "mooncake",
-  "page_size": 64,
-  "hicache_object_layout": {
-    "key_prefix": "tag_my-model",
-    "is_mla_backend": true,
-    "pp_rank": 0,
-    "pp_size": 1,
-    "pools": [
-      {"pool": "deepseek_v4_c4", "suffixes": ["__deepseek_v4_c4"], "hit_policy": "all_pages"},
-      {"pool": "deepseek_v4_c4_state", "suffixes": ["__deepseek_v4_c4_state"],
-       "hit_policy": "trailing_pages", "trailing_pages": 2}
-    ]
-  }
-}"#;
+const DSV4_DOCUMENT: &str = include_str!("fixtures/sglang_dsv4_layout.json");
 
 fn dsv4_params() -> HybridParams {
     let mut kv = SglangParams::new(64, 4);
