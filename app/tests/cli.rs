@@ -2,20 +2,19 @@
 //! emulated master over real ZeroMQ, and real HTTP (and, with the `nng` feature, pynng) clients.
 //! Every process is killed when its test ends; everything stays on 127.0.0.1.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::process::{Child, Command, ExitStatus, Output, Stdio};
-use std::sync::mpsc::{self, Receiver};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use hicache_index::EventKind;
 use hicache_index_emulator::{Emulator, EmulatorConfig};
+use hicache_index_testkit::process::{http, wait_for, Running, PATIENCE};
 use hicache_index_testkit::{object_keys, page_hashes, tokens};
 use serde_json::{json, Value};
 
 const BIN: &str = env!("CARGO_BIN_EXE_hicache-index");
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../core/tests/fixtures");
-const PATIENCE: Duration = Duration::from_secs(15);
 
 /// Runs the binary to its end (killed after 60 s), with `stdin` as its input.
 fn run(args: &[&str], stdin: &str) -> Output {
@@ -85,102 +84,9 @@ fn assert_fails(out: &Output, code: i32, says: &str) {
     assert!(!err.contains("panicked"), "{err}");
 }
 
-/// A running binary, killed when dropped, whose stdout lines arrive on a channel.
-struct Running {
-    child: Child,
-    lines: Receiver<String>,
-    seen: Vec<String>,
-}
-
-impl Running {
-    fn start(args: &[&str]) -> Running {
-        let mut child = Command::new(BIN)
-            .args(args)
-            .env("RUST_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("the binary starts");
-        let out = child.stdout.take().expect("piped stdout");
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(out).lines() {
-                let Ok(line) = line else { return };
-                if tx.send(line).is_err() {
-                    return;
-                }
-            }
-        });
-        Running {
-            child,
-            lines,
-            seen: Vec::new(),
-        }
-    }
-
-    /// Waits for a stdout line that satisfies `f` and returns it.
-    fn line(&mut self, what: &str, mut f: impl FnMut(&str) -> bool) -> String {
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.lines.recv_timeout(left) {
-                Ok(line) => {
-                    self.seen.push(line.clone());
-                    if f(&line) {
-                        return line;
-                    }
-                }
-                Err(_) => panic!(
-                    "no line with {what} within {PATIENCE:?}; saw {:#?}",
-                    self.seen
-                ),
-            }
-        }
-    }
-
-    /// Waits for a JSON line that satisfies `f`.
-    fn json(&mut self, what: &str, mut f: impl FnMut(&Value) -> bool) -> Value {
-        let line = self.line(what, |l| serde_json::from_str(l).is_ok_and(|v| f(&v)));
-        serde_json::from_str(&line).expect("JSON")
-    }
-
-    /// Reports whether a batch line (JSON or text) arrives within `timeout`.
-    fn batch_within(&mut self, timeout: Duration) -> bool {
-        let deadline = Instant::now() + timeout;
-        while let Ok(line) = self
-            .lines
-            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-        {
-            self.seen.push(line.clone());
-            if line.starts_with("seq ") || line.contains("\"seq\":") {
-                return true;
-            }
-        }
-        false
-    }
-
-    /// Sends SIGTERM and waits for the exit.
-    fn terminate(&mut self) -> ExitStatus {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
-        let start = Instant::now();
-        loop {
-            if let Some(status) = self.child.try_wait().expect("waitable") {
-                return status;
-            }
-            assert!(start.elapsed() < PATIENCE, "no exit after SIGTERM");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// Whether a `watch` line (JSON or text) reports a batch.
+fn is_batch_line(line: &str) -> bool {
+    line.starts_with("seq ") || line.contains("\"seq\":")
 }
 
 fn emulator() -> Emulator {
@@ -439,7 +345,7 @@ fn probe_until(emulator: &Emulator, watchers: &mut [&mut Running]) -> u64 {
         emulator.store([format!("probe-{n}")]);
         n += 1;
         for (watcher, seen) in watchers.iter_mut().zip(&mut subscribed) {
-            *seen |= watcher.batch_within(Duration::from_millis(100));
+            *seen |= watcher.line_within(Duration::from_millis(100), is_batch_line);
         }
     }
     let seq = emulator.status().published_batches + 1;
@@ -451,8 +357,8 @@ fn probe_until(emulator: &Emulator, watchers: &mut [&mut Running]) -> u64 {
 fn watch_prints_batches_gaps_duplicates_restarts_and_bad_messages() {
     let emulator = emulator();
     let endpoint = emulator.event_endpoint();
-    let mut json_watch = Running::start(&["watch", "--events", &endpoint, "--json"]);
-    let mut text_watch = Running::start(&["watch", "--events", &endpoint]);
+    let mut json_watch = Running::start(BIN, &["watch", "--events", &endpoint, "--json"]);
+    let mut text_watch = Running::start(BIN, &["watch", "--events", &endpoint]);
     let seq = probe_until(&emulator, &mut [&mut json_watch, &mut text_watch]);
     let batch = json_watch.json("the last probe", |v| v["seq"] == seq);
     assert_eq!(
@@ -565,43 +471,10 @@ fn watch_refuses_a_bad_endpoint_in_one_line() {
     );
 }
 
-/// One HTTP/1.1 request over a fresh connection: the status and the body.
-fn http(addr: SocketAddr, method: &str, path: &str, body: &[u8]) -> (u16, String) {
-    let mut stream = TcpStream::connect(addr).expect("the service accepts");
-    stream.set_read_timeout(Some(PATIENCE)).unwrap();
-    let head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    stream.write_all(head.as_bytes()).unwrap();
-    let _ = stream.write_all(body);
-    let mut response = Vec::new();
-    let _ = stream.read_to_end(&mut response);
-    let response = String::from_utf8_lossy(&response).into_owned();
-    let status = response
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("no status in {response:?}"));
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    (status, body)
-}
-
 fn query(addr: SocketAddr, body: &Value) -> Value {
     let (status, text) = http(addr, "POST", "/v1/query", body.to_string().as_bytes());
     assert_eq!(status, 200, "{text}");
     serde_json::from_str(&text).expect("a JSON answer")
-}
-
-fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !f() {
-        assert!(start.elapsed() < PATIENCE, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
 }
 
 /// Starts `serve` on a free port against `emulator`; returns it and its HTTP address.
@@ -622,15 +495,8 @@ fn serve(emulator: &Emulator, extra: &[&str]) -> (Running, SocketAddr) {
         "127.0.0.1:0",
     ];
     args.extend_from_slice(extra);
-    let mut service = Running::start(&args);
-    let line = service.line("the HTTP address", |l| {
-        l.contains("http listening on http://")
-    });
-    let addr = line
-        .rsplit("http://")
-        .next()
-        .and_then(|a| a.trim().parse().ok())
-        .expect("an address");
+    let mut service = Running::start(BIN, &args);
+    let addr = service.http_address();
     (service, addr)
 }
 

@@ -8,20 +8,19 @@
 //! with the KV pool of TP 2 (`_{r}_k`, `_{r}_v`, `mooncake_store.py`'s MHA suffixes), split per
 //! PP rank as the endpoint answers it (one document per rank, `pp_rank`/`pp_size` set).
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::sync::{mpsc, Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::sync::{Arc, Mutex};
 
 use hicache_index::layout::LayoutDocument;
 use hicache_index::{Layout, Namespace};
 use hicache_index_emulator::{Emulator, EmulatorConfig};
+use hicache_index_testkit::process::{http, wait_for, Running};
 use serde_json::{json, Value};
 
 const BIN: &str = env!("CARGO_BIN_EXE_hicache-index");
-const PATIENCE: Duration = Duration::from_secs(15);
 
 /// SGLang's DeepSeek-V4 document (see the module docs), model `my-model` with tag `tag`.
 const DSV4: &str = include_str!("../../core/tests/fixtures/sglang_dsv4_layout.json");
@@ -93,9 +92,9 @@ impl Drop for TempDir {
     }
 }
 
-/// `serve` running, killed when dropped.
+/// `serve` running (killed when dropped) and its HTTP address.
 struct Serve {
-    child: Child,
+    _service: Running,
     addr: SocketAddr,
 }
 
@@ -112,35 +111,16 @@ impl Serve {
             "127.0.0.1:0",
         ];
         args.extend_from_slice(extra);
-        let mut child = Command::new(BIN)
-            .args(&args)
-            .env("RUST_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("the binary starts");
-        let out = child.stdout.take().expect("piped stdout");
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(out).lines().map_while(Result::ok) {
-                if let Some(addr) = line.rsplit("http listening on http://").next() {
-                    if line.contains("http listening on") {
-                        let _ = tx.send(addr.trim().to_owned());
-                    }
-                }
-            }
-        });
-        let addr = rx
-            .recv_timeout(PATIENCE)
-            .expect("serve says where it listens")
-            .parse()
-            .expect("an address");
-        Serve { child, addr }
+        let mut service = Running::start(BIN, &args);
+        let addr = service.http_address();
+        Serve {
+            _service: service,
+            addr,
+        }
     }
 
     fn post(&self, body: &Value) -> (u16, Value) {
-        let (status, text) = http(self.addr, "POST", "/v1/query", &body.to_string());
+        let (status, text) = http(self.addr, "POST", "/v1/query", body.to_string().as_bytes());
         (status, serde_json::from_str(&text).unwrap_or(Value::Null))
     }
 
@@ -151,43 +131,7 @@ impl Serve {
     }
 
     fn readyz(&self) -> Value {
-        serde_json::from_str(&http(self.addr, "GET", "/readyz", "").1).unwrap()
-    }
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// One HTTP/1.1 request over a fresh connection: the status and the body.
-fn http(addr: SocketAddr, method: &str, path: &str, body: &str) -> (u16, String) {
-    let mut stream = TcpStream::connect(addr).expect("the service accepts");
-    stream.set_read_timeout(Some(PATIENCE)).unwrap();
-    let head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
-         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    stream.write_all(head.as_bytes()).unwrap();
-    let mut response = String::new();
-    let _ = stream.read_to_string(&mut response);
-    let status = response
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("no status in {response:?}"));
-    let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_owned());
-    (status, body.unwrap_or_default())
-}
-
-fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !f() {
-        assert!(start.elapsed() < PATIENCE, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
+        serde_json::from_str(&http(self.addr, "GET", "/readyz", b"").1).unwrap()
     }
 }
 
@@ -366,7 +310,7 @@ fn workers_teach_each_models_layout_and_a_disagreeing_worker_makes_its_model_mis
     assert_eq!(prefix(&serve, "other", &tb), 2, "other is untouched");
     let reason = serve.readyz()["models"]["my-model"]["reason"].clone();
     assert!(reason.as_str().unwrap().contains(&a2), "{reason}");
-    let (_, metrics) = http(serve.addr, "GET", "/metrics", "");
+    let (_, metrics) = http(serve.addr, "GET", "/metrics", b"");
     assert!(
         metrics.contains(r#"hicache_index_model_layout_conflict{model="my-model"} 1"#),
         "{metrics}"

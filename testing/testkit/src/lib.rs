@@ -10,6 +10,7 @@
 
 pub mod bench;
 pub mod peer;
+pub mod process;
 pub mod runtimes;
 pub mod scenarios;
 
