@@ -106,23 +106,6 @@ impl Session {
         self.handle(now, Input::EventsDisabled { request })
     }
 
-    pub(super) fn on_events_disabled(&mut self, now: Instant, request: SnapshotRequest) -> Effects {
-        self.see(now);
-        let mut fx = Effects::new();
-        match &self.resync {
-            Resync::Fetching {
-                request: current, ..
-            } if *current == request => {
-                self.counters.events_disabled += 1;
-                self.events_disabled = true;
-                self.resync_failed(now, ResyncFailure::EventsDisabled, &mut fx);
-            }
-            _ => self.counters.stale_answers += 1,
-        }
-        self.update_health(&mut fx);
-        fx
-    }
-
     pub(super) fn check_leader(&mut self, request: u64, fx: &mut Effects) {
         if let Some(host) = self.leader.as_ref().and_then(Leader::candidate_host) {
             fx.push(Command::CheckLeader {

@@ -319,7 +319,7 @@ impl Session {
                 request,
                 watermark,
                 lines,
-            } => self.on_snapshot(now, request, watermark, lines),
+            } => self.handle_snapshot(now, request, watermark, lines),
             Input::SnapshotBegin { request, watermark } => {
                 self.begin_snapshot(now, request, watermark)
             }
@@ -328,10 +328,14 @@ impl Session {
                 Effects::new()
             }
             Input::SnapshotEnd { request } => self.finish_snapshot(now, request),
-            Input::SnapshotFailed { request } => self.on_snapshot_failed(now, request),
-            Input::EventsDisabled { request } => self.on_events_disabled(now, request),
+            Input::SnapshotFailed { request } => {
+                self.fetch_failed(now, request, ResyncFailure::Fetch)
+            }
+            Input::EventsDisabled { request } => {
+                self.fetch_failed(now, request, ResyncFailure::EventsDisabled)
+            }
             Input::VerifyResult { request, results } => {
-                self.on_verify_result(now, request, results.iter().copied())
+                self.handle_verify_result(now, request, results.iter().copied())
             }
             Input::VerifyFailed { request } => self.on_verify_failed(now, request),
             Input::LeaderView(view) => self.on_leader_view(now, view),

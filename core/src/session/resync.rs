@@ -214,7 +214,11 @@ impl Session {
         I: IntoIterator,
         I::Item: AsRef<[u8]>,
     {
-        self.on_snapshot(now, request, watermark, lines)
+        let mut fx = self.begin_snapshot(now, request, watermark);
+        if self.snapshot_keys(request, lines).is_some() {
+            fx.0.extend(self.finish_snapshot(now, request).0);
+        }
+        fx
     }
 
     /// Returns how many keys of the snapshot `request`, handed over in chunks
@@ -230,24 +234,6 @@ impl Session {
             } if *current == request => Some(*applied),
             _ => None,
         }
-    }
-
-    pub(super) fn on_snapshot<I>(
-        &mut self,
-        now: Instant,
-        request: SnapshotRequest,
-        watermark: Option<Watermark>,
-        lines: I,
-    ) -> Effects
-    where
-        I: IntoIterator,
-        I::Item: AsRef<[u8]>,
-    {
-        let mut fx = self.begin_snapshot(now, request, watermark);
-        if self.snapshot_keys(request, lines).is_some() {
-            fx.0.extend(self.finish_snapshot(now, request).0);
-        }
-        fx
     }
 
     /// Begins handing over the snapshot of `request` in chunks ([`Input::SnapshotBegin`]).
@@ -446,14 +432,25 @@ impl Session {
         self.handle(now, Input::SnapshotFailed { request })
     }
 
-    pub(super) fn on_snapshot_failed(&mut self, now: Instant, request: SnapshotRequest) -> Effects {
+    /// Ends the fetch `request` with `failure` if it is the current one (it is retried later);
+    /// an answer for another request is stale.
+    pub(super) fn fetch_failed(
+        &mut self,
+        now: Instant,
+        request: SnapshotRequest,
+        failure: ResyncFailure,
+    ) -> Effects {
         self.see(now);
         let mut fx = Effects::new();
         match &self.resync {
             Resync::Fetching {
                 request: current, ..
             } if *current == request => {
-                self.resync_failed(now, ResyncFailure::Fetch, &mut fx);
+                if failure == ResyncFailure::EventsDisabled {
+                    self.counters.events_disabled += 1;
+                    self.events_disabled = true;
+                }
+                self.resync_failed(now, failure, &mut fx);
             }
             _ => self.counters.stale_answers += 1,
         }

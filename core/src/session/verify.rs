@@ -121,18 +121,6 @@ impl Session {
     where
         I: IntoIterator<Item = (&'k str, bool)>,
     {
-        self.on_verify_result(now, request, results)
-    }
-
-    pub(super) fn on_verify_result<'k, I>(
-        &mut self,
-        now: Instant,
-        request: VerifyRequest,
-        results: I,
-    ) -> Effects
-    where
-        I: IntoIterator<Item = (&'k str, bool)>,
-    {
         self.see(now);
         let mut fx = Effects::new();
         let round = match self.verify.in_flight.take() {
