@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use hicache_index::EventKind;
 use hicache_index_emulator::{Emulator, EmulatorConfig};
-use hicache_index_testkit::process::{http, wait_for, Running, PATIENCE};
+use hicache_index_testkit::process::{self, http, wait_for, Running, PATIENCE};
 use hicache_index_testkit::{object_keys, page_hashes, tokens};
 use serde_json::{json, Value};
 
@@ -477,27 +477,11 @@ fn query(addr: SocketAddr, body: &Value) -> Value {
     serde_json::from_str(&text).expect("a JSON answer")
 }
 
-/// Starts `serve` on a free port against `emulator`; returns it and its HTTP address.
+/// Starts `serve` with the LAYOUT flags of these tests (page size 4, TP 2) and `extra`.
 fn serve(emulator: &Emulator, extra: &[&str]) -> (Running, SocketAddr) {
-    let endpoint = emulator.event_endpoint();
-    let base = emulator.http_base();
-    let mut args = vec![
-        "serve",
-        "--events",
-        &endpoint,
-        "--master-http",
-        &base,
-        "--page-size",
-        "4",
-        "--tp",
-        "2",
-        "--listen",
-        "127.0.0.1:0",
-    ];
+    let mut args = vec!["--page-size", "4", "--tp", "2"];
     args.extend_from_slice(extra);
-    let mut service = Running::start(BIN, &args);
-    let addr = service.http_address();
-    (service, addr)
+    process::serve(BIN, emulator, &args)
 }
 
 #[test]

@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use hicache_index::layout::LayoutDocument;
 use hicache_index::{Layout, Namespace};
 use hicache_index_emulator::{Emulator, EmulatorConfig};
-use hicache_index_testkit::process::{http, wait_for, Running};
+use hicache_index_testkit::process::{self, http, wait_for, Running};
 use serde_json::{json, Value};
 
 const BIN: &str = env!("CARGO_BIN_EXE_hicache-index");
@@ -100,19 +100,7 @@ struct Serve {
 
 impl Serve {
     fn start(emulator: &Emulator, extra: &[&str]) -> Serve {
-        let (endpoint, base) = (emulator.event_endpoint(), emulator.http_base());
-        let mut args = vec![
-            "serve",
-            "--events",
-            &endpoint,
-            "--master-http",
-            &base,
-            "--listen",
-            "127.0.0.1:0",
-        ];
-        args.extend_from_slice(extra);
-        let mut service = Running::start(BIN, &args);
-        let addr = service.http_address();
+        let (service, addr) = process::serve(BIN, emulator, extra);
         Serve {
             _service: service,
             addr,

@@ -124,6 +124,29 @@ impl Drop for Running {
     }
 }
 
+/// Starts `bin serve` against `emulator` (its events and HTTP side) on a free port of
+/// 127.0.0.1, with `extra` flags; returns it and its HTTP address.
+pub fn serve(
+    bin: &str,
+    emulator: &hicache_index_emulator::Emulator,
+    extra: &[&str],
+) -> (Running, SocketAddr) {
+    let (endpoint, base) = (emulator.event_endpoint(), emulator.http_base());
+    let mut args = vec![
+        "serve",
+        "--events",
+        &endpoint,
+        "--master-http",
+        &base,
+        "--listen",
+        "127.0.0.1:0",
+    ];
+    args.extend_from_slice(extra);
+    let mut service = Running::start(bin, &args);
+    let addr = service.http_address();
+    (service, addr)
+}
+
 /// One HTTP/1.1 request over a fresh connection: the status and the body.
 pub fn http(addr: SocketAddr, method: &str, path: &str, body: &[u8]) -> (u16, String) {
     let mut stream = TcpStream::connect(addr).expect("the service accepts");
