@@ -1,8 +1,10 @@
 //! The body of a driver loop, shared by the runtimes: feed messages, turn monitor events into
 //! `Input::Connected`/`Input::Disconnected`, answer timers and HTTP outcomes, hand snapshots
-//! over in chunks between live batches, and turn effects into [`Action`]s for the runtime.
+//! over in chunks between live batches, and turn effects into [`Action`]s for the runtime;
+//! an [`Observer`] sees each call on the way.
 
 use std::collections::VecDeque;
+use std::ops::ControlFlow;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,6 +17,7 @@ use hicache_index::{
 use crate::config::SocketConfig;
 use crate::handle::{Control, HoldKind, Inbox, Shared};
 use crate::http::{HttpError, HttpJob, HttpOutcome, MasterHttp};
+use crate::observe::{LinkChange, Observer};
 use crate::report;
 use crate::socket::{self, Link, LinkEvent, MAX_FRAMES};
 
@@ -53,12 +56,13 @@ pub(crate) struct Handover {
     began: std::time::Instant,
 }
 
-/// The runtime-independent state of one subscriber's loop.
+/// The runtime-independent state of one subscriber's loop, shown to the observer `O` as it goes
+/// (`()`: to nobody).
 ///
 /// Dropping it (the loop ended, was cancelled or panicked) marks the subscriber stopped: the
 /// index forgets and the health becomes [`Health::Disconnected`], so nobody trusts an index that
 /// no longer follows the stream.
-pub struct Driver {
+pub struct Driver<O = ()> {
     pub(crate) shared: Arc<Shared>,
     pub(crate) ctx: zmq::Context,
     pub(crate) topic: Vec<u8>,
@@ -71,6 +75,10 @@ pub struct Driver {
     pub(crate) metrics_interval: Duration,
     pub(crate) next_export: std::time::Instant,
     pub(crate) handover: Option<Handover>,
+    /// Sees each call into the session.
+    pub(crate) observer: O,
+    /// Set once the observer asked the loop to stop: no more calls into the session.
+    pub(crate) stopped: bool,
 }
 
 impl Handover {
@@ -105,7 +113,7 @@ impl Handover {
     }
 }
 
-impl std::fmt::Debug for Driver {
+impl<O> std::fmt::Debug for Driver<O> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Driver")
             .field("topic", &self.topic)
@@ -116,11 +124,12 @@ impl std::fmt::Debug for Driver {
                 "handover",
                 &self.handover.as_ref().map(|h| (h.request, h.next)),
             )
+            .field("stopped", &self.stopped)
             .finish_non_exhaustive()
     }
 }
 
-impl Driver {
+impl<O: Observer> Driver<O> {
     /// The current time on the core's clock (nanoseconds since the driver was made; the query
     /// handles read the same clock).
     pub fn now(&self) -> Instant {
@@ -207,9 +216,10 @@ impl Driver {
             for (frame, part) in frames.iter_mut().zip(&self.parts[..kept]) {
                 *frame = part;
             }
+            let message = &frames[..kept];
             let fed = hold(&self.shared, HoldKind::Batch, "batch", |session| {
                 (
-                    session.handle(now, Input::Message(&frames[..kept])),
+                    session.handle(now, Input::Message(message)),
                     session.poll_timeout(),
                 )
             });
@@ -217,6 +227,10 @@ impl Driver {
                 return false;
             };
             self.deadline = deadline;
+            if self.observer.observe_message(now, message, &fx).is_break() {
+                self.stop_observed();
+                return false;
+            }
             self.execute(fx);
             if self.link_changing() {
                 return true;
@@ -227,7 +241,7 @@ impl Driver {
 
     /// Reads the monitor's queued events and reports connection changes to the core.
     fn drain_monitor(&mut self, monitor: &zmq::Socket) {
-        loop {
+        while !self.stopped {
             let event = match socket::recv_message(monitor, &mut self.parts) {
                 Ok(_) => socket::parse_monitor_event(&self.parts[0]),
                 Err(zmq::Error::EAGAIN) if socket::has_input(monitor) => continue,
@@ -236,10 +250,12 @@ impl Driver {
             match event {
                 Some(LinkEvent::Connected) => {
                     tracing::info!("connected to the publisher");
+                    self.observe_link(LinkChange::Connected);
                     self.call(|s, now| s.handle(now, Input::Connected));
                 }
                 Some(LinkEvent::Disconnected) => {
                     tracing::info!("connection to the publisher lost or refused");
+                    self.observe_link(LinkChange::Disconnected);
                     // libzmq does not reconnect by itself: this link is dead.
                     self.actions.push_back(Action::Close);
                     self.call(|s, now| s.handle(now, Input::Disconnected));
@@ -342,6 +358,9 @@ impl Driver {
         let Some(h) = &mut self.handover else {
             return false;
         };
+        if self.stopped {
+            return false;
+        }
         if !h.is_done() {
             let held = std::time::Instant::now();
             let request = h.request;
@@ -388,7 +407,7 @@ impl Driver {
         );
         if let Some((fx, deadline)) = finished {
             self.deadline = deadline;
-            self.execute(fx);
+            self.observe_and_execute(now, fx);
         }
         tracing::debug!(
             request = h.request.0,
@@ -404,6 +423,7 @@ impl Driver {
     /// Reports that the runtime could not register a link's sockets: the connection failed.
     pub fn link_failed(&mut self, error: &std::io::Error) {
         tracing::warn!(%error, "registering the sockets failed");
+        self.observe_link(LinkChange::Failed(error));
         self.call(|s, now| s.handle(now, Input::Disconnected));
     }
 
@@ -415,6 +435,35 @@ impl Driver {
     /// Returns a control handle.
     pub fn control(&self) -> Control {
         self.control.clone()
+    }
+
+    /// Reports whether the observer asked the loop to stop (the loop MUST then end).
+    pub fn is_stopped(&self) -> bool {
+        self.stopped
+    }
+
+    /// Stops the driver at its observer's request: no further call into the session, and the
+    /// link closes.
+    fn stop_observed(&mut self) {
+        self.stopped = true;
+        self.actions.push_back(Action::Close);
+    }
+
+    /// Shows a change of the link to the observer, before the session hears of it.
+    fn observe_link(&mut self, change: LinkChange<'_>) {
+        let now = self.now();
+        if self.observer.observe_link(now, change).is_break() {
+            self.stop_observed();
+        }
+    }
+
+    /// Shows the effects of a call made at `now` to the observer, then executes them (unless
+    /// it stopped the driver).
+    fn observe_and_execute(&mut self, now: Instant, fx: Effects) {
+        match self.observer.observe_effects(now, &fx) {
+            ControlFlow::Continue(()) => self.execute(fx),
+            ControlFlow::Break(()) => self.stop_observed(),
+        }
     }
 
     /// Runs `job` on a thread of its own, which hands the outcome back through the inbox.
@@ -465,16 +514,19 @@ impl Driver {
         }
     }
 
-    /// Calls into the session under the write lock (for that call only), then executes what it
-    /// returned.
+    /// Calls into the session under the write lock (for that call only), then shows what it
+    /// returned to the observer and executes it; nothing once the observer stopped the driver.
     fn call(&mut self, f: impl FnOnce(&mut Session, Instant) -> Effects) {
+        if self.stopped {
+            return;
+        }
         let now = self.now();
         let called = hold(&self.shared, HoldKind::Other, "call", |session| {
             (f(session, now), session.poll_timeout())
         });
         if let Some((fx, deadline)) = called {
             self.deadline = deadline;
-            self.execute(fx);
+            self.observe_and_execute(now, fx);
         }
     }
 
@@ -497,6 +549,7 @@ impl Driver {
                     Ok(link) => self.actions.push_back(Action::Open(link)),
                     Err(error) => {
                         tracing::warn!(endpoint, %error, "opening the SUB socket failed");
+                        self.observe_link(LinkChange::Failed(&error));
                         self.actions.push_back(Action::Close);
                         self.call(|s, now| s.handle(now, Input::Disconnected));
                     }
@@ -573,10 +626,10 @@ impl<'b> Iterator for Lines<'b> {
     }
 }
 
-impl Drop for Driver {
+impl<O> Drop for Driver<O> {
     fn drop(&mut self) {
         self.shared.running.store(false, Ordering::Release);
-        let now = self.now();
+        let now = self.shared.now();
         self.shared.session.write(|session| {
             for report in session.handle(now, Input::Stopped).reports() {
                 report::log_report(report);

@@ -5,8 +5,10 @@
 //! crate holds everything that does not depend on the runtime: ZeroMQ socket setup and draining
 //! ([`socket`]), the master's HTTP side and the jobs run over it ([`http`]), the
 //! cloneable [`QueryHandle`] and [`Control`], and the export of counters to `metrics` and of
-//! effects to `tracing` ([`report`]). No sequence, gap, backoff or health logic lives here:
-//! that is the core's [`hicache_index::Session`].
+//! effects to `tracing` ([`report`]), and the [`Observer`] a program gives the driver to see
+//! each call into the session (`hicache-index watch` prints the stream through one;
+//! [`observe`]). No sequence, gap, backoff or health logic lives here: that is the core's
+//! [`hicache_index::Session`].
 //!
 //! # The loop ([`run::run`])
 //! ```text
@@ -20,6 +22,7 @@
 //!         Open(link) => drop the old registration, register link.sub/link.monitor FDs
 //!         Close      => drop the registration
 //!     }
+//!     if driver.is_stopped() { break }                   // the observer asked to stop
 //!     if !busy && no action ran { wait: inbox.recv(), sub FD, monitor FD, driver.deadline() }
 //! }
 //! drop(driver)  // marks the subscriber stopped
@@ -41,6 +44,7 @@ pub mod handle;
 pub mod http;
 pub mod leader;
 pub mod memo;
+pub mod observe;
 pub mod report;
 pub mod run;
 pub mod socket;
@@ -56,15 +60,17 @@ pub use etcd::{HaLocator, LocatorError};
 pub use handle::{Control, Inbox, LockTimes, QueryHandle};
 pub use http::{HttpError, HttpJob, HttpOutcome, MasterHttp, ResponseReader};
 pub use memo::{MemoStats, PrefixMemo, DEFAULT_MEMO_BYTES};
+pub use observe::{LinkChange, Observer};
 pub use workers::WorkerPoller;
 
 use hicache_index::Session;
 
-/// What [`prepare`] makes: the loop's state, the handles, and the loop's inbox.
+/// What [`prepare`] makes: the loop's state (showing each call to the observer `O`), the
+/// handles, and the loop's inbox.
 #[derive(Debug)]
-pub struct Parts {
+pub struct Parts<O = ()> {
     /// The loop's state.
-    pub driver: Driver,
+    pub driver: Driver<O>,
     /// The query handle to give to routers.
     pub query: QueryHandle,
     /// The control handle.
@@ -76,6 +82,15 @@ pub struct Parts {
 /// Checks `config` and makes a session and everything around it; the runtime then runs the
 /// loop. The session is moved in: one subscriber per index, by construction.
 pub fn prepare(config: SubscriberConfig) -> Result<Parts, Error> {
+    prepare_observed(config, ())
+}
+
+/// Does what [`prepare`] does, with `observer` shown each call into the session (see
+/// [`Observer`]).
+pub fn prepare_observed<O: Observer>(
+    config: SubscriberConfig,
+    observer: O,
+) -> Result<Parts<O>, Error> {
     let SubscriberConfig {
         session,
         master_http,
@@ -130,6 +145,8 @@ pub fn prepare(config: SubscriberConfig) -> Result<Parts, Error> {
         metrics_interval,
         next_export: start,
         handover: None,
+        observer,
+        stopped: false,
     };
     if let Some(locator) = ha {
         etcd::spawn(locator, control.clone()).map_err(|e| Error::Etcd(e.to_string()))?;

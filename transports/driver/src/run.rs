@@ -3,7 +3,9 @@
 //!
 //! One turn: take the queued requests, drain the link (messages, then monitor events), hand the
 //! next snapshot chunk over, fire the timers, execute the actions; wait only when nothing is
-//! pending (a turn that did something yields and comes back at once).
+//! pending (a turn that did something yields and comes back at once). The loop ends on a stop
+//! request, at the end of the inbox, or at the end of a turn in which the driver's
+//! [`crate::Observer`] asked it to stop.
 
 use std::future::Future;
 
@@ -11,6 +13,7 @@ use async_channel::{Receiver, RecvError};
 
 use crate::driver::{Action, Driver};
 use crate::handle::Inbox;
+use crate::observe::Observer;
 use crate::socket::Link;
 
 /// What the loop needs from an async runtime.
@@ -44,8 +47,8 @@ struct Registered<F> {
     link: Link,
 }
 
-/// Runs `driver` until a stop request or the end of `inbox`.
-pub async fn run<R: Runtime>(mut driver: Driver, inbox: Receiver<Inbox>) {
+/// Runs `driver` until a stop request, the end of `inbox`, or its observer's request to stop.
+pub async fn run<R: Runtime>(mut driver: Driver<impl Observer>, inbox: Receiver<Inbox>) {
     let mut link: Option<Registered<R::Fds>> = None;
     'run: loop {
         while let Ok(msg) = inbox.try_recv() {
@@ -71,6 +74,9 @@ pub async fn run<R: Runtime>(mut driver: Driver, inbox: Receiver<Inbox>) {
                 }
                 Action::Close => link = None,
             }
+        }
+        if driver.is_stopped() {
+            break 'run;
         }
         if again {
             R::yield_now().await;

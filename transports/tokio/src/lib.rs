@@ -109,6 +109,7 @@ impl Drop for SubscriberTask {
 
 /// A ZeroMQ socket's `ZMQ_FD`, registered with tokio; the socket outlives it (the driver's
 /// loop drops a link's [`Fds`] before the link: see [`Runtime::Fds`]).
+#[derive(Debug)]
 struct ZmqFd(RawFd);
 
 impl AsRawFd for ZmqFd {
@@ -118,13 +119,18 @@ impl AsRawFd for ZmqFd {
 }
 
 /// Both FDs of a link, registered with tokio.
-struct Fds {
+#[derive(Debug)]
+pub struct Fds {
     sub: AsyncFd<ZmqFd>,
     monitor: AsyncFd<ZmqFd>,
 }
 
-/// The tokio runtime, for the driver's loop.
-struct Tokio;
+/// The tokio runtime, for the driver's loop: a program that drives a
+/// [`hicache_index_driver::Driver`] of its own (one with an observer, say) runs
+/// `hicache_index_driver::run::run::<Tokio>(driver, inbox)` on a tokio runtime with IO and time
+/// enabled; [`Subscriber::spawn`] does that for an unobserved one.
+#[derive(Debug)]
+pub struct Tokio;
 
 impl Runtime for Tokio {
     type Fds = Fds;
