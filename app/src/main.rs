@@ -67,7 +67,9 @@ fn main() -> ExitCode {
             serve::run(args)
         }
         Command::Watch(args) => {
-            init_logging("warn");
+            // The driver's warnings are about what watch prints itself (gaps, restarts, clears,
+            // sockets that cannot be opened).
+            init_logging("warn,hicache_index_driver=error");
             watch::run(args)
         }
         Command::Hash(args) => tools::hash(args),

@@ -1,20 +1,27 @@
 //! `watch`: prints each batch of a master's event stream, the operator's first tool.
 //!
-//! A core [`Session`] with no layouts follows the stream, so gaps, duplicates, restarts,
-//! malformed and stray messages are exactly what the index would see (its effects); the batch
-//! itself is decoded again only to count its events for display. The sockets are the
-//! transports' own ([`hicache_index_driver::socket`]), polled on this thread.
+//! It runs the transports' own loop ([`hicache_index_driver::run::run`] on tokio) around a core
+//! [`hicache_index::Session`] with no layouts, which follows the stream: gaps, duplicates,
+//! restarts, malformed and stray messages are exactly what the index would see (its effects).
+//! The watcher is the driver's [`Observer`]: it prints each message with what the session made
+//! of it, and the connection changes, and asks the loop to stop after `--count` messages or
+//! once stdout is closed; `--duration` ends it with a stop request. The batch itself is decoded
+//! again only to count its events for display.
 
+use std::ops::ControlFlow;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
 use hicache_index::{
-    decode, Command, Config, Counters, Effect, Effects, EventKind, Input, Instant, Report, Session,
-    StrayReason, Timestamp,
+    decode, Command, Config, Counters, Effect, Effects, EventKind, Instant, Report, StrayReason,
+    Timestamp,
 };
-use hicache_index_driver::socket::{self, Link, LinkEvent, MAX_FRAMES};
-use hicache_index_driver::SocketConfig;
+use hicache_index_driver::run::run as drive;
+use hicache_index_driver::{
+    prepare_observed, Error, LinkChange, Observer, Parts, SubscriberConfig,
+};
+use hicache_index_tokio::Tokio;
 use serde::Serialize;
 use serde_json::json;
 
@@ -43,110 +50,115 @@ pub(crate) struct WatchArgs {
 /// Follows the stream until `--count`, `--duration`, a closed stdout or an interrupt.
 pub(crate) fn run(args: WatchArgs) -> Outcome {
     crate::serve::check_endpoint(&args.events)?;
-    let topic = args.topic.clone().into_bytes();
-    let mut session = Session::new(Config {
-        endpoint: Some(args.events.clone()),
-        topic: topic.clone(),
-        ..Config::default()
-    })
-    .map_err(|e| format!("invalid configuration: {e}"))?;
+    let config = SubscriberConfig {
+        // Nobody queries this index.
+        prefix_memo_bytes: 0,
+        ..SubscriberConfig::new(Config {
+            endpoint: Some(args.events.clone()),
+            topic: args.topic.clone().into_bytes(),
+            ..Config::default()
+        })
+    };
     let mut watch = Watch {
         json: args.json,
-        start: std::time::Instant::now(),
-        ctx: zmq::Context::new(),
-        topic,
-        link: None,
+        count: args.count,
         messages: 0,
         open: true,
+        endpoint: String::new(),
+        failed: None,
     };
-    let end = args.duration.map(|d| watch.start + d);
-    let mut parts: Vec<zmq::Message> = Vec::new();
-    while watch.open && args.count.is_none_or(|n| watch.messages < n) {
-        let now = std::time::Instant::now();
-        if end.is_some_and(|end| now >= end) {
-            break;
-        }
-        if session.poll_timeout().is_some_and(|d| d <= watch.now()) {
-            let fx = session.handle(watch.now(), Input::Timeout);
-            watch.execute(&mut session, fx)?;
-        }
-        // Wait for a message, a monitor event or the next deadline (at most 100 ms).
-        let mut wait = Duration::from_millis(100);
-        if let Some(d) = session.poll_timeout() {
-            wait = wait.min(Duration::from_nanos(
-                d.as_nanos().saturating_sub(watch.now().as_nanos()),
-            ));
-        }
-        if let Some(end) = end {
-            wait = wait.min(end.saturating_duration_since(now));
-        }
-        let Some(link) = &watch.link else {
-            std::thread::sleep(wait);
-            continue;
-        };
-        let millis = i64::try_from(wait.as_millis()).unwrap_or(100);
-        let mut items = [
-            link.sub.as_poll_item(zmq::POLLIN),
-            link.monitor.as_poll_item(zmq::POLLIN),
-        ];
-        zmq::poll(&mut items, millis).map_err(|e| format!("polling the socket failed: {e}"))?;
-        // Messages first, then connection events (a disconnect ends the link).
-        while args.count.is_none_or(|n| watch.messages < n) && watch.open {
-            let Some(link) = &watch.link else { break };
-            let count = match socket::recv_message(&link.sub, &mut parts) {
-                Ok(count) => count,
-                Err(zmq::Error::EAGAIN) => break,
-                Err(e) => return Err(format!("receiving failed: {e}")),
-            };
-            let kept = count.min(MAX_FRAMES);
-            let frames: Vec<&[u8]> = parts[..kept].iter().map(|p| &p[..]).collect();
-            let fx = session.handle(watch.now(), Input::Message(&frames));
-            watch.messages += 1;
-            watch.show_message(&frames, count, &fx);
-            watch.execute(&mut session, fx)?;
-        }
-        while let Some(link) = &watch.link {
-            let event = match socket::recv_message(&link.monitor, &mut parts) {
-                Ok(_) => socket::parse_monitor_event(&parts[0]),
-                Err(_) => break,
-            };
-            let fx = match event {
-                Some(LinkEvent::Connected) => {
-                    watch.show_connection("connected", None);
-                    session.handle(watch.now(), Input::Connected)
-                }
-                Some(LinkEvent::Disconnected) => {
-                    watch.link = None;
-                    session.handle(watch.now(), Input::Disconnected)
-                }
-                _ => continue,
-            };
-            watch.execute(&mut session, fx)?;
-        }
+    let Parts {
+        driver,
+        query,
+        control,
+        inbox,
+    } = prepare_observed(config, &mut watch).map_err(|e| match e {
+        Error::Config(e) => format!("invalid configuration: {e}"),
+        e => e.to_string(),
+    })?;
+    if args.count == Some(0) || args.duration.is_some_and(|d| d.is_zero()) {
+        // Already at its end: nothing is connected.
+        drop(driver);
+    } else {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_io()
+            .enable_time()
+            .build()
+            .map_err(|e| format!("cannot start the runtime: {e}"))?;
+        runtime.block_on(async {
+            if let Some(duration) = args.duration {
+                tokio::spawn(async move {
+                    tokio::time::sleep(duration).await;
+                    control.stop();
+                });
+            }
+            drive::<Tokio>(driver, inbox).await;
+        });
     }
-    watch.link = None;
+    if let Some(error) = watch.failed {
+        return Err(error);
+    }
     eprintln!(
         "hicache-index: {}",
-        summary(&session.counters(), watch.messages)
+        summary(&query.counters(), watch.messages)
     );
     Ok(ExitCode::SUCCESS)
 }
 
-/// The watcher's IO state.
+/// The watcher, the driver's observer: what it prints, and when it asks the loop to stop.
 struct Watch {
     json: bool,
-    start: std::time::Instant,
-    ctx: zmq::Context,
-    topic: Vec<u8>,
-    link: Option<Link>,
+    /// `--count`.
+    count: Option<u64>,
     messages: u64,
     /// False once stdout is closed.
     open: bool,
+    /// The endpoint last connected to.
+    endpoint: String,
+    /// Why the watch fails: the sockets for `endpoint` could not be opened.
+    failed: Option<String>,
+}
+
+impl Observer for Watch {
+    fn observe_message(
+        &mut self,
+        now: Instant,
+        frames: &[&[u8]],
+        effects: &Effects,
+    ) -> ControlFlow<()> {
+        self.messages += 1;
+        self.show_message(frames, effects);
+        self.show_effects(now, effects);
+        self.go_on()
+    }
+
+    fn observe_link(&mut self, _now: Instant, change: LinkChange<'_>) -> ControlFlow<()> {
+        match change {
+            LinkChange::Connected => self.show_connection("connected", None),
+            // The reconnection that follows is shown with the session's effects.
+            LinkChange::Disconnected => {}
+            LinkChange::Failed(error) => {
+                self.failed = Some(format!("cannot subscribe to {}: {error}", self.endpoint));
+                return ControlFlow::Break(());
+            }
+        }
+        self.go_on()
+    }
+
+    fn observe_effects(&mut self, now: Instant, effects: &Effects) -> ControlFlow<()> {
+        self.show_effects(now, effects);
+        self.go_on()
+    }
 }
 
 impl Watch {
-    fn now(&self) -> Instant {
-        Instant::from_nanos(u64::try_from(self.start.elapsed().as_nanos()).unwrap_or(u64::MAX))
+    /// Goes on while stdout is open and `--count` is not reached.
+    fn go_on(&self) -> ControlFlow<()> {
+        if self.open && self.count.is_none_or(|n| self.messages < n) {
+            ControlFlow::Continue(())
+        } else {
+            ControlFlow::Break(())
+        }
     }
 
     /// Prints `text`, or with `--json` the JSON line `json` makes (only then is it called).
@@ -155,24 +167,16 @@ impl Watch {
         self.open &= say(&line);
     }
 
-    /// Executes the session's connection effects and shows the reconnection ones.
-    fn execute(&mut self, session: &mut Session, fx: Effects) -> Result<(), String> {
-        for effect in fx {
+    /// Shows the connection effects of a call made at `now` (the driver executes them).
+    fn show_effects(&mut self, now: Instant, fx: &Effects) {
+        for effect in fx.iter() {
             match effect {
                 Effect::Command(Command::Connect { endpoint }) => {
-                    self.link = None;
-                    self.show_connection("connecting", Some(&endpoint));
-                    match socket::open(&self.ctx, &endpoint, &self.topic, &SocketConfig::default())
-                    {
-                        Ok(link) => self.link = Some(link),
-                        Err(e) => {
-                            return Err(format!("cannot subscribe to {endpoint}: {e}"));
-                        }
-                    }
+                    self.endpoint.clone_from(endpoint);
+                    self.show_connection("connecting", Some(endpoint));
                 }
-                Effect::Command(Command::Disconnect) => self.link = None,
                 Effect::Report(Report::ReconnectScheduled { at, .. }) => {
-                    let delay = at.as_nanos().saturating_sub(self.now().as_nanos()) / 1_000_000;
+                    let delay = at.as_nanos().saturating_sub(now.as_nanos()) / 1_000_000;
                     self.print(
                         format!("disconnected; connecting again in {delay} ms"),
                         || {
@@ -181,22 +185,12 @@ impl Watch {
                         },
                     );
                 }
-                // Configured without resync, verification or HA, the session asks for none of
-                // these; were it to, watch has no HTTP side: the answer is a failure.
-                Effect::Command(Command::FetchSnapshot { request }) => {
-                    let fx = session.handle(self.now(), Input::SnapshotFailed { request });
-                    self.execute(session, fx)?;
-                }
-                Effect::Command(Command::VerifyKeys { request, .. }) => {
-                    let fx = session.handle(self.now(), Input::VerifyFailed { request });
-                    self.execute(session, fx)?;
-                }
-                Effect::Command(Command::CheckLeader { .. } | Command::UseMaster { .. }) => {}
-                // The other reports were shown with their message.
-                Effect::Report(_) => {}
+                // The other reports are shown with their message. Configured without resync,
+                // verification or HA, the session asks for no other command (were it to fetch a
+                // snapshot, the driver, with no HTTP side, answers that the fetch failed).
+                _ => {}
             }
         }
-        Ok(())
     }
 
     fn show_connection(&mut self, state: &str, endpoint: Option<&str>) {
@@ -210,7 +204,7 @@ impl Watch {
     }
 
     /// Shows one message with what the session made of it.
-    fn show_message(&mut self, frames: &[&[u8]], count: usize, fx: &Effects) {
+    fn show_message(&mut self, frames: &[&[u8]], fx: &Effects) {
         for effect in fx.iter() {
             match effect {
                 Effect::Report(Report::Stray { reason }) => {
@@ -239,7 +233,9 @@ impl Watch {
             }
         }
         let Ok(batch) = decode(frames) else {
-            // The session read it as a batch, so this does not happen; show the frame count.
+            // The session read it as a batch, so this does not happen; show the frame count
+            // (all of them: a message of more than `MAX_FRAMES` is a stray).
+            let count = frames.len();
             return self.print(format!("unreadable message of {count} frames"), || {
                 json!({ "malformed": format!("{count} frames") }).to_string()
             });

@@ -353,13 +353,20 @@ fn probe_until(emulator: &Emulator, watchers: &mut [&mut Running]) -> u64 {
     seq
 }
 
-#[test]
-fn watch_prints_batches_gaps_duplicates_restarts_and_bad_messages() {
-    let emulator = emulator();
+/// Starts a JSON and a text watcher of `emulator`'s stream and probes until both follow it;
+/// returns them and the sequence of the last probe, which both see.
+fn watchers(emulator: &Emulator) -> (Running, Running, u64) {
     let endpoint = emulator.event_endpoint();
     let mut json_watch = Running::start(BIN, &["watch", "--events", &endpoint, "--json"]);
     let mut text_watch = Running::start(BIN, &["watch", "--events", &endpoint]);
-    let seq = probe_until(&emulator, &mut [&mut json_watch, &mut text_watch]);
+    let seq = probe_until(emulator, &mut [&mut json_watch, &mut text_watch]);
+    (json_watch, text_watch, seq)
+}
+
+#[test]
+fn watch_prints_batches_gaps_duplicates_restarts_and_bad_messages() {
+    let emulator = emulator();
+    let (mut json_watch, mut text_watch, seq) = watchers(&emulator);
     let batch = json_watch.json("the last probe", |v| v["seq"] == seq);
     assert_eq!(
         (batch["events"].as_u64(), batch["stored"].as_u64()),
@@ -412,6 +419,163 @@ fn watch_prints_batches_gaps_duplicates_restarts_and_bad_messages() {
     // The master goes away: the watcher says so and reconnects.
     drop(emulator);
     json_watch.json("a disconnect", |v| v["connection"] == "disconnected");
+}
+
+/// Reads the next `lines.len()` lines of `watcher` and asserts each is exactly the one expected.
+fn assert_next_lines(watcher: &mut Running, lines: &[String]) {
+    for want in lines {
+        let got = watcher.line(want, |_| true);
+        assert_eq!(&got, want);
+    }
+}
+
+/// Every line, byte for byte (this test passed unchanged on the hand-written loop `watch` had
+/// before it ran on the driver's).
+#[test]
+fn watch_prints_each_kind_of_message_in_its_exact_format() {
+    use hicache_index::{Seq, Timestamp};
+    use hicache_index_wire::{encode_payload, MasterFlavor, OwnedBatch, OwnedEvent};
+    use EventKind::{Cleared, Removed, Stored, Unknown};
+
+    let emulator = emulator();
+    let (mut json_watch, mut text_watch, s) = watchers(&emulator);
+    json_watch.json("the last probe", |v| v["seq"] == s);
+    text_watch.line("the last probe", |l| l.starts_with(&format!("seq {s} ")));
+
+    let payload = |seq: u64, timestamp: Timestamp, kinds: &[EventKind]| {
+        let events = kinds
+            .iter()
+            .enumerate()
+            .map(|(i, &kind)| OwnedEvent::new(kind, format!("key-{seq}-{i}")))
+            .collect();
+        let batch = OwnedBatch {
+            seq: Seq(seq),
+            timestamp,
+            dp_rank: Some(0),
+            events,
+        };
+        encode_payload(&batch, MasterFlavor::Upstream)
+    };
+    let seq = |n: u64| (s + n).to_be_bytes();
+    let first = payload(
+        s + 1,
+        Timestamp::Millis(1_700_000_000_123),
+        &[Stored, Stored, Removed],
+    );
+    let after_gap = payload(s + 4, Timestamp::Seconds(1_700_000_001.5), &[Cleared]);
+    let other = payload(s + 4, Timestamp::Nil, &[Stored, Unknown]);
+    let last = payload(s + 5, Timestamp::Millis(86_399_999), &[]);
+    let bad_seq: &[u8] = &[0, 1];
+    let messages: [&[&[u8]]; 9] = [
+        &[b"", &seq(1), &first],
+        &[b"", &seq(4), &after_gap],
+        &[b"", &seq(4), &after_gap],
+        &[b"", &seq(4), &other],
+        &[b"", &seq(5), &last],
+        &[b"other", &seq(6), &last],
+        &[b"", &seq(6)],
+        &[b"", bad_seq, &last],
+        &[b"", &seq(6), b"\xc1"],
+    ];
+    for frames in messages {
+        emulator.send_frames(frames);
+    }
+    let malformed = |frames: &[&[u8]]| {
+        hicache_index::decode(frames)
+            .expect_err("a malformed message")
+            .to_string()
+    };
+    let bad_seq_error = malformed(messages[7]);
+    let bad_payload_error = malformed(messages[8]);
+    let text = [
+        format!(
+            "seq {:<8} 22:13:20.123Z    3 events: 2 stored, 1 removed",
+            s + 1
+        ),
+        format!(
+            "seq {:<8} 22:13:21.500Z    1 event: 1 cleared  GAP: expected {}, 2 missing",
+            s + 4,
+            s + 2
+        ),
+        format!(
+            "seq {:<8} 22:13:21.500Z    1 event: 1 cleared  DUPLICATE of {} (skipped)",
+            s + 4,
+            s + 4
+        ),
+        format!(
+            "seq {:<8} --:--:--.---Z    2 events: 1 stored, 1 unknown  RESTART: back from {} to {}",
+            s + 4,
+            s + 4,
+            s + 4
+        ),
+        format!("seq {:<8} 23:59:59.999Z    0 events", s + 5),
+        "stray: another topic (\"other\")".to_owned(),
+        "stray: 2 frames instead of 3".to_owned(),
+        format!("malformed: {bad_seq_error}"),
+        format!("malformed: {bad_payload_error}"),
+    ];
+    let batch_line = |seq: u64, ts: &str, counts: [u8; 5], notes: &str| {
+        let [events, stored, removed, cleared, unknown] = counts;
+        format!(
+            "{{\"seq\":{seq},\"timestamp_ms\":{ts},\"events\":{events},\"stored\":{stored},\
+             \"removed\":{removed},\"cleared\":{cleared},\"unknown\":{unknown},{notes}}}"
+        )
+    };
+    let no_notes = "\"gap\":null,\"duplicate\":false,\"restart\":null";
+    let json = [
+        batch_line(s + 1, "1700000000123", [3, 2, 1, 0, 0], no_notes),
+        batch_line(
+            s + 4,
+            "1700000001500",
+            [1, 0, 0, 1, 0],
+            &format!(
+                "\"gap\":{{\"expected\":{},\"received\":{},\"missing\":2}},\
+                 \"duplicate\":false,\"restart\":null",
+                s + 2,
+                s + 4
+            ),
+        ),
+        batch_line(
+            s + 4,
+            "1700000001500",
+            [1, 0, 0, 1, 0],
+            "\"gap\":null,\"duplicate\":true,\"restart\":null",
+        ),
+        batch_line(
+            s + 4,
+            "null",
+            [2, 1, 0, 0, 1],
+            &format!(
+                "\"gap\":null,\"duplicate\":false,\"restart\":{{\"last\":{},\"received\":{}}}",
+                s + 4,
+                s + 4
+            ),
+        ),
+        batch_line(s + 5, "86399999", [0, 0, 0, 0, 0], no_notes),
+        "{\"stray\":\"topic\",\"topic\":\"other\"}".to_owned(),
+        "{\"frames\":2,\"stray\":\"frame_count\"}".to_owned(),
+        json!({ "malformed": bad_seq_error }).to_string(),
+        json!({ "malformed": bad_payload_error }).to_string(),
+    ];
+    assert_next_lines(&mut text_watch, &text);
+    assert_next_lines(&mut json_watch, &json);
+
+    // The master goes away: the watcher says so, with the delay of the next attempt.
+    drop(emulator);
+    let line = text_watch.line("a disconnect", |_| true);
+    let delay = line
+        .strip_prefix("disconnected; connecting again in ")
+        .and_then(|l| l.strip_suffix(" ms"))
+        .unwrap_or_else(|| panic!("a disconnect line: {line:?}"));
+    assert!(delay.parse::<u64>().is_ok(), "{line:?}");
+    let disconnect = json_watch.json("a disconnect", |_| true);
+    assert_eq!(disconnect["connection"], "disconnected");
+    assert!(disconnect["retry_in_ms"].is_u64(), "{disconnect}");
+    assert_eq!(
+        disconnect.as_object().map(|o| o.len()),
+        Some(2),
+        "{disconnect}"
+    );
 }
 
 #[test]
@@ -469,6 +633,18 @@ fn watch_refuses_a_bad_endpoint_in_one_line() {
         1,
         "tcp://HOST:PORT",
     );
+}
+
+#[test]
+fn watch_fails_in_one_line_when_zeromq_refuses_the_endpoint() {
+    // Past the syntax check, but libzmq refuses the host: the watch ends, it does not retry.
+    let out = run(&["watch", "--events", "tcp://a b:5557"], "");
+    assert_fails(
+        &out,
+        1,
+        "cannot subscribe to tcp://a b:5557: Invalid argument",
+    );
+    assert_eq!(stdout(&out), "connecting to tcp://a b:5557\n");
 }
 
 fn query(addr: SocketAddr, body: &Value) -> Value {
