@@ -1,0 +1,293 @@
+//! Row 6: the read side under ingest, with busy threads ≤ cores (one writer, one query thread).
+//!
+//! One writer thread feeds the session pre-encoded 64-event Mooncake batches from memory (no
+//! publisher, no socket), taking the session's write lock per batch as the driver does; one
+//! query thread asks 256-page queries of pages the index holds. Each read side is measured in
+//! the same run: `lock` asks through the session's `RwLock` (the driver before the reader),
+//! `reader` through [`Session::reader`] (no lock on the query path). Phases per read side: the
+//! query alone, ingest alone, both at once; a hash query (page hashes given) and a cold token
+//! query (SHA-256 of every page, no memo). Latencies go into hdrhistograms (ns). Writes
+//! `<target>/perf/readside.json`; `cargo bench -- --test` runs it small, without figures.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use hdrhistogram::Histogram;
+use hicache_index::{Config, IndexConfig, Instant, Lookup, ModelLayout, PageHash, Pages, Session};
+use hicache_index_sim::encode::{EventIdSlots, FIXED_WIDTH_EVENT_ID};
+use hicache_index_sim::perf::{self, BenchArgs};
+
+/// Pages a query asks about.
+const QUERY_PAGES: usize = 256;
+
+/// The writer's state: the cycled batches and where the stream stands.
+struct Writer {
+    payloads: Vec<Vec<u8>>,
+    ids: Vec<EventIdSlots>,
+    next: usize,
+    event_id: u64,
+    seq: u64,
+}
+
+impl Writer {
+    /// Feeds batches until `stop`, one write-lock hold per batch; returns the events fed and
+    /// the time taken.
+    fn run(&mut self, session: &RwLock<Session>, stop: &AtomicBool) -> (u64, Duration) {
+        #[allow(clippy::disallowed_methods)]
+        let start = std::time::Instant::now();
+        let mut events = 0u64;
+        while !stop.load(Ordering::Relaxed) {
+            let i = self.next;
+            self.next = (self.next + 1) % self.payloads.len();
+            self.event_id = self.ids[i].renumber(&mut self.payloads[i], self.event_id);
+            self.seq += 1;
+            let seq = self.seq.to_be_bytes();
+            let fx = session
+                .write()
+                .expect("no panic while writing")
+                .feed(Instant::ZERO, &[b"", &seq, &self.payloads[i]]);
+            debug_assert!(fx.is_empty(), "{fx:?}");
+            drop(fx);
+            events += 64;
+        }
+        (events, start.elapsed())
+    }
+}
+
+/// How a query thread asks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Side {
+    /// Through the session's `RwLock` (read lock per query; tokens hashed outside it).
+    Lock,
+    /// Through the session's [`Reader`] (no lock).
+    Reader,
+}
+
+impl Side {
+    fn name(self) -> &'static str {
+        match self {
+            Side::Lock => "lock",
+            Side::Reader => "reader",
+        }
+    }
+}
+
+/// What a query asks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    /// 256 page hashes, all held.
+    Hashes,
+    /// 256 pages of tokens, all held, hashed by every query (cold).
+    Tokens,
+}
+
+struct Fixture {
+    session: Arc<RwLock<Session>>,
+    hashes: Vec<PageHash>,
+    tokens: Vec<Vec<u32>>,
+}
+
+/// Runs queries of `kind` through `side` until `stop`; returns their latencies (ns).
+fn query_loop(fx: &Fixture, side: Side, kind: Kind, stop: &AtomicBool) -> Histogram<u64> {
+    let mut h = Histogram::<u64>::new_with_bounds(1, 10_000_000_000, 3).expect("bounds");
+    let windows = fx.hashes.len() - QUERY_PAGES;
+    let mut k = 0usize;
+    let mut scratch: Vec<PageHash> = Vec::with_capacity(QUERY_PAGES);
+    while !stop.load(Ordering::Relaxed) {
+        k = (k + 7919) % windows;
+        #[allow(clippy::disallowed_methods)]
+        let start = std::time::Instant::now();
+        let hits = match kind {
+            Kind::Hashes => {
+                let lookup = Lookup::page_hashes(&fx.hashes[k..k + QUERY_PAGES]);
+                match side {
+                    Side::Lock => fx.session.read().expect("no panic").query(&lookup),
+                    Side::Reader => unimplemented!("the reader comes next"),
+                }
+            }
+            Kind::Tokens => {
+                let tokens = &fx.tokens[k % fx.tokens.len()];
+                let lookup = Lookup::tokens(tokens);
+                match side {
+                    Side::Lock => {
+                        // As the driver did: plan under the lock, hash outside it, probe under it.
+                        let plan = fx.session.read().expect("no panic").plan(&lookup);
+                        let plan = plan.expect("a layout");
+                        let Pages::Tokens { tokens, namespace } = lookup.pages else {
+                            unreachable!("a token lookup")
+                        };
+                        scratch.clear();
+                        scratch.extend(plan.hashes(tokens, namespace));
+                        let hashed = Lookup::page_hashes(&scratch);
+                        fx.session
+                            .read()
+                            .expect("no panic")
+                            .probe(plan, &hashed, None)
+                    }
+                    Side::Reader => unimplemented!("the reader comes next"),
+                }
+            }
+        };
+        let took = start.elapsed();
+        let hits = hits.expect("a layout");
+        assert_eq!(hits.prefix_pages, QUERY_PAGES, "every page is held");
+        h.record(u64::try_from(took.as_nanos()).unwrap_or(u64::MAX).max(1))
+            .expect("in bounds");
+    }
+    h
+}
+
+/// One phase's figures.
+#[derive(Default)]
+struct Phase {
+    events_per_s: Option<f64>,
+    p50_ns: Option<u64>,
+    p99_ns: Option<u64>,
+    queries: u64,
+}
+
+impl Phase {
+    fn json(&self) -> String {
+        let opt = |v: Option<String>| v.unwrap_or_else(|| "null".into());
+        format!(
+            "{{\"events_per_s\":{},\"p50_ns\":{},\"p99_ns\":{},\"queries\":{}}}",
+            opt(self.events_per_s.map(|r| format!("{r:.0}"))),
+            opt(self.p50_ns.map(|n| n.to_string())),
+            opt(self.p99_ns.map(|n| n.to_string())),
+            self.queries
+        )
+    }
+}
+
+/// Runs `query` (if any) and the writer (if asked) together for `length`.
+fn phase(
+    fx: &Fixture,
+    writer: &mut Writer,
+    ingest: bool,
+    query: Option<(Side, Kind)>,
+    length: Duration,
+) -> Phase {
+    let stop = &AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let w = ingest.then(|| s.spawn(|| writer.run(&fx.session, stop)));
+        let q = query.map(|(side, kind)| s.spawn(move || query_loop(fx, side, kind, stop)));
+        std::thread::sleep(length);
+        stop.store(true, Ordering::Relaxed);
+        let mut out = Phase::default();
+        if let Some(w) = w {
+            let (events, took) = w.join().expect("the writer");
+            out.events_per_s = Some(events as f64 / took.as_secs_f64());
+        }
+        if let Some(q) = q {
+            let h = q.join().expect("the query thread");
+            out.p50_ns = Some(h.value_at_quantile(0.5));
+            out.p99_ns = Some(h.value_at_quantile(0.99));
+            out.queries = h.len();
+        }
+        out
+    })
+}
+
+fn main() {
+    let args = BenchArgs::from_env();
+    if !args.is_selected("readside") {
+        return;
+    }
+    let quick = args.quick;
+    let preload: usize = if quick { 1 << 10 } else { 1 << 18 };
+    let length = Duration::from_millis(if quick { 100 } else { 3_000 });
+    let layout = common::tp8();
+    let mut session = Session::new(Config {
+        layouts: vec![ModelLayout {
+            model: None,
+            layout: layout.clone(),
+        }],
+        index: IndexConfig {
+            max_pages: preload + (1 << 16),
+            ..IndexConfig::default()
+        },
+        ..Config::default()
+    })
+    .expect("a valid configuration");
+    let mut seq = 0u64;
+    let mut event_id = FIXED_WIDTH_EVENT_ID;
+    let mut feed = |session: &mut Session, pages: &[PageHash]| {
+        for payload in common::payloads(&layout, pages, event_id) {
+            seq += 1;
+            let fx = session.feed(Instant::ZERO, &[b"", &seq.to_be_bytes(), &payload]);
+            assert!(fx.is_empty(), "{fx:?}");
+        }
+        event_id += (pages.len() * 16) as u64;
+    };
+    let hashes: Vec<PageHash> = (0..preload as u64).map(common::synthetic_page).collect();
+    for chunk in hashes.chunks(4096) {
+        feed(&mut session, chunk);
+    }
+    // Token chains of 256 pages each, held whole.
+    let tokens: Vec<Vec<u32>> = (0..if quick { 2 } else { 16 })
+        .map(|salt| common::tokens(QUERY_PAGES, salt))
+        .collect();
+    for t in &tokens {
+        feed(&mut session, &common::hashes(&layout, t));
+    }
+    let fresh: Vec<PageHash> = (0..4096)
+        .map(|i| common::synthetic_page((preload + i) as u64))
+        .collect();
+    let payloads = common::payloads(&layout, &fresh, event_id);
+    let ids: Vec<EventIdSlots> = payloads.iter().map(|p| EventIdSlots::find(p)).collect();
+    let mut writer = Writer {
+        payloads,
+        ids,
+        next: 0,
+        event_id,
+        seq,
+    };
+    let fx = Fixture {
+        session: Arc::new(RwLock::new(session)),
+        hashes,
+        tokens,
+    };
+
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    println!("read side: 1 writer thread, 1 query thread, {cores} cores");
+    let ingest_alone = phase(&fx, &mut writer, true, None, length);
+    let rate = ingest_alone.events_per_s.unwrap_or(0.0);
+    println!("  ingest alone: {:.2} M events/s", rate / 1e6);
+    let mut json = format!(
+        "{{\"cores\":{cores},\"query_pages\":{QUERY_PAGES},\"ingest_alone\":{}",
+        ingest_alone.json()
+    );
+    for side in [Side::Lock] {
+        for kind in [Kind::Hashes, Kind::Tokens] {
+            let name = format!("{}_{}", side.name(), format!("{kind:?}").to_lowercase());
+            let alone = phase(&fx, &mut writer, false, Some((side, kind)), length);
+            let busy = phase(&fx, &mut writer, true, Some((side, kind)), length);
+            println!(
+                "  {name:14} alone p50 {:>8} p99 {:>8} | ingesting ({:.2} M events/s) p50 {:>8} p99 {:>8}",
+                us(alone.p50_ns),
+                us(alone.p99_ns),
+                busy.events_per_s.unwrap_or(0.0) / 1e6,
+                us(busy.p50_ns),
+                us(busy.p99_ns)
+            );
+            json.push_str(&format!(
+                ",\"{name}\":{{\"alone\":{},\"ingesting\":{}}}",
+                alone.json(),
+                busy.json()
+            ));
+        }
+    }
+    json.push_str("}\n");
+    let c = fx.session.read().expect("no panic").counters();
+    assert_eq!((c.gaps, c.restarts), (0, 0), "{c:?}");
+    if !quick {
+        perf::write_result("readside.json", &json);
+    }
+}
+
+fn us(ns: Option<u64>) -> String {
+    ns.map_or_else(|| "-".into(), |n| format!("{:.1}µs", n as f64 / 1e3))
+}
