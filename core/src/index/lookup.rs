@@ -36,6 +36,30 @@ impl Index {
         tenant: &str,
         layout: &Layout,
         pages: I,
+        map: Option<&mut [bool]>,
+    ) -> IndexHits
+    where
+        I: Iterator<Item = PageHash>,
+    {
+        self.shared.query(tenant, layout, pages, map)
+    }
+
+    /// Returns a page's present objects and those of them with a memory replica.
+    #[cfg(test)]
+    pub(super) fn probe(&self, ns: u32, hash: &PageHash) -> (u128, u128) {
+        self.shared.pages.probe(ns, hash)
+    }
+}
+
+impl Shared {
+    /// [`Index::query`] on the shared table: every page is one atomic read of its slot (see
+    /// [`super::shared`]). A reader running beside the writer MUST check the table's state
+    /// before and after ([`PageTable::still`]) and drop the answer if it moved.
+    pub(crate) fn query<I>(
+        &self,
+        tenant: &str,
+        layout: &Layout,
+        pages: I,
         mut map: Option<&mut [bool]>,
     ) -> IndexHits
     where
@@ -103,24 +127,12 @@ impl Index {
         hits
     }
 
-    /// Returns a page's present objects and those of them with a memory replica.
-    pub(super) fn probe(&self, ns: u32, hash: &PageHash) -> (u128, u128) {
-        let h = self.table_hash(ns, hash);
-        match self.find(h, ns, hash) {
-            Some(idx) => {
-                let page = &self.pages[idx];
-                if !page.referenced.load(Ordering::Relaxed) {
-                    page.referenced.store(true, Ordering::Relaxed);
-                }
-                (page.present(), page.cpu)
-            }
-            None => (0, 0),
-        }
+    fn probe(&self, ns: u32, hash: &PageHash) -> (u128, u128) {
+        self.pages.probe(ns, hash)
     }
 
     pub(super) fn plan(&self, tenant: &str, layout: &Layout) -> Option<Plan> {
-        let ns = self.find_namespace(tenant, layout.key_prefix.as_deref())?;
-        let suffixes = &self.namespaces[ns as usize].suffixes;
+        let (ns, entry) = self.namespaces.find(tenant, layout.key_prefix.as_deref())?;
         let mut plan = Plan {
             ns,
             all_mask: 0,
@@ -130,7 +142,7 @@ impl Index {
         for pool in &layout.pools {
             let mut mask = 0u128;
             for suffix in &pool.suffixes {
-                let slot = suffixes.iter().position(|s| s == suffix)?;
+                let slot = entry.slot_of(suffix)?;
                 mask |= 1u128 << slot;
             }
             match pool.hit_policy {

@@ -21,12 +21,13 @@
 
 mod lookup;
 mod sample;
+pub(crate) mod shared;
 mod suspects;
 mod table;
 
 use alloc::string::String;
+use alloc::sync::Arc;
 use alloc::vec::Vec;
-use core::sync::atomic::{AtomicBool, Ordering};
 
 use hashbrown::HashTable;
 
@@ -62,6 +63,8 @@ pub struct IndexConfig {
 
 pub use self::lookup::IndexHits;
 pub use self::sample::Sampled;
+pub(crate) use self::shared::PageTable;
+use self::shared::{PageWords, Shared, SharedNamespaces};
 use self::suspects::SuspectPage;
 use self::table::page_table_hash;
 
@@ -72,28 +75,6 @@ impl Default for IndexConfig {
             max_namespaces: 1024,
             seed: 0x5eed_1dc0_ffee_0001,
         }
-    }
-}
-
-/// One logical page: its identity and which of its namespace's suffixes are present, per medium.
-#[derive(Debug)]
-struct Page {
-    hash: PageHash,
-    ns: u32,
-    referenced: AtomicBool,
-    /// Objects with a memory replica (or one on a medium the event did not name).
-    cpu: u128,
-    /// Objects with a disk replica.
-    disk: u128,
-    /// The index's write stamp when this page last changed (guards verification removals).
-    touched: u64,
-}
-
-impl Page {
-    /// The objects present on any medium.
-    #[inline]
-    fn present(&self) -> u128 {
-        self.cpu | self.disk
     }
 }
 
@@ -154,8 +135,13 @@ pub struct IndexCounters {
 #[derive(Debug)]
 pub struct Index {
     config: IndexConfig,
-    table: HashTable<u32>,
-    pages: Vec<Page>,
+    /// The pages and namespaces, shared with readers (see [`shared`]).
+    shared: Arc<Shared>,
+    /// Slots in use or freed: the slab's high-water mark.
+    len: usize,
+    /// Per slot, the index's write stamp when its page last changed (guards verification
+    /// removals).
+    touched: Vec<u64>,
     free: Vec<u32>,
     namespaces: Vec<Namespace>,
     ns_table: HashTable<u32>,
@@ -190,10 +176,14 @@ pub(crate) fn object_key(prefix: Option<&str>, hash: &PageHash, suffix: &str) ->
 impl Index {
     /// Makes an empty index; the page table is sized for `config.max_pages` up front.
     pub fn new(config: IndexConfig) -> Index {
-        let cap = config.max_pages.max(1);
+        let cap = config.max_pages.clamp(1, u32::MAX as usize - 1);
         Index {
-            table: HashTable::with_capacity(cap),
-            pages: Vec::with_capacity(cap),
+            shared: Arc::new(Shared {
+                pages: PageTable::new(cap, config.seed),
+                namespaces: SharedNamespaces::new(config.max_namespaces, config.seed),
+            }),
+            len: 0,
+            touched: Vec::new(),
             free: Vec::new(),
             namespaces: Vec::new(),
             ns_table: HashTable::new(),
@@ -326,7 +316,7 @@ impl Index {
         let Some(idx) = self.find(h, ns, &parsed.page_hash) else {
             return Applied::Applied;
         };
-        let page = &self.pages[idx];
+        let page = self.shared.pages.get(idx);
         let remaining_disk = match medium {
             Some(Medium::Disk) => (page.cpu & bit != 0).then_some(false),
             Some(Medium::Cpu | Medium::Other) => (page.disk & bit != 0).then_some(true),
@@ -346,7 +336,7 @@ impl Index {
             None => self.insert_page(h, ns, hash),
         };
         self.stamp += 1;
-        let page = &mut self.pages[idx];
+        let mut page = self.shared.pages.get(idx);
         let before = page.present();
         match medium {
             Some(Medium::Disk) => page.disk |= bit,
@@ -354,7 +344,8 @@ impl Index {
             None if before & bit == 0 => page.cpu |= bit,
             None => {}
         }
-        page.touched = self.stamp;
+        self.shared.pages.set_masks(idx, page.cpu, page.disk);
+        self.touched[idx] = self.stamp;
         if before & bit == 0 {
             self.live_objects += 1;
             self.note_change(ns, hash, before, before | bit);
@@ -367,14 +358,14 @@ impl Index {
             return false;
         };
         self.locate(tenant, &parsed)
-            .is_some_and(|(idx, _, bit)| self.pages[idx].present() & bit != 0)
+            .is_some_and(|(idx, _, bit)| self.shared.pages.present(idx) & bit != 0)
     }
 
     /// Forgets every page of `tenant`; returns the pages and objects forgotten.
     pub fn clear_tenant(&mut self, tenant: &str) -> (usize, usize) {
         let mut forgotten = (0, 0);
-        for idx in 0..self.pages.len() {
-            let page = &self.pages[idx];
+        for idx in 0..self.len {
+            let page = self.shared.pages.get(idx);
             if page.present() != 0 && self.namespaces[page.ns as usize].tenant == tenant {
                 forgotten.0 += 1;
                 forgotten.1 += page.present().count_ones() as usize;
@@ -395,8 +386,9 @@ impl Index {
     /// No deltas are collected: the caller reports one clear instead of a delta per page.
     pub fn clear(&mut self) -> (usize, usize) {
         let forgotten = (self.live_pages, self.live_objects);
-        self.table.clear();
-        self.pages.clear();
+        self.shared.pages.clear();
+        self.len = 0;
+        self.touched.clear();
         self.free.clear();
         self.deltas.clear();
         self.clock_hand = 0;
@@ -407,6 +399,11 @@ impl Index {
         self.suspects.clear();
         self.stamp += 1;
         forgotten
+    }
+
+    /// Returns a handle on what the index shares with readers (see [`shared`]).
+    pub(crate) fn shared(&self) -> Arc<Shared> {
+        Arc::clone(&self.shared)
     }
 
     /// Returns the bytes the index has allocated (tables, slab, namespaces).
@@ -424,10 +421,11 @@ impl Index {
                         .sum::<usize>()
             })
             .sum();
-        self.table.allocation_size()
+        self.shared.pages.allocated_bytes()
+            + self.shared.namespaces.allocated_bytes()
             + self.ns_table.allocation_size()
             + self.suspects.allocation_size()
-            + self.pages.capacity() * core::mem::size_of::<Page>()
+            + self.touched.capacity() * core::mem::size_of::<u64>()
             + self.free.capacity() * core::mem::size_of::<u32>()
             + self.namespaces.capacity() * core::mem::size_of::<Namespace>()
             + ns
@@ -450,17 +448,18 @@ impl Index {
     /// not).
     fn clear_bit(&mut self, idx: usize, h: u64, bit: u128, touch: bool) {
         self.stamp += 1;
-        let page = &mut self.pages[idx];
+        let mut page = self.shared.pages.get(idx);
         let before = page.present();
         page.cpu &= !bit;
         page.disk &= !bit;
         if touch {
-            page.touched = self.stamp;
+            self.touched[idx] = self.stamp;
         }
         let after = page.present();
         if before == after {
             return;
         }
+        self.shared.pages.set_masks(idx, page.cpu, page.disk);
         self.live_objects -= 1;
         let (ns, hash) = (page.ns, page.hash);
         self.note_change(ns, hash, before, after);

@@ -28,7 +28,7 @@ impl Index {
     /// through the index so that repeated calls cover every page; returns the write stamp to pass
     /// back to [`Index::remove_stale`] and where the call began and ended (see [`Sampled`]).
     pub fn sample_keys(&mut self, tenant: &str, max: usize, out: &mut Vec<String>) -> Sampled {
-        let len = self.pages.len();
+        let len = self.len;
         let mut sampled = Sampled {
             stamp: self.stamp,
             began_sweep: self.verify_cursor == 0 && self.verify_slot == 0,
@@ -41,7 +41,7 @@ impl Index {
         let mut visited = 0;
         while out.len() < max && visited < limit && len > 0 {
             let idx = self.verify_cursor % len;
-            let page = &self.pages[idx];
+            let page = self.shared.pages.get(idx);
             let ns = &self.namespaces[page.ns as usize];
             if page.present() != 0 && ns.tenant == tenant {
                 // Resume where the last round stopped within this page.
@@ -81,7 +81,7 @@ impl Index {
         };
         match self.locate(tenant, &parsed) {
             Some((idx, h, bit))
-                if self.pages[idx].touched <= stamp && self.pages[idx].present() & bit != 0 =>
+                if self.touched[idx] <= stamp && self.shared.pages.present(idx) & bit != 0 =>
             {
                 self.clear_bit(idx, h, bit, false);
                 true

@@ -41,42 +41,33 @@ impl Index {
     }
 
     pub(super) fn find(&self, h: u64, ns: u32, hash: &PageHash) -> Option<usize> {
-        let pages = &self.pages;
-        self.table
-            .find(h, |&i| {
-                let p = &pages[i as usize];
-                p.ns == ns && p.hash == *hash
-            })
-            .map(|&i| i as usize)
+        self.shared.pages.find(h, ns, hash)
     }
 
     pub(super) fn insert_page(&mut self, h: u64, ns: u32, hash: PageHash) -> usize {
-        let blank = Page {
-            hash,
-            ns,
-            referenced: AtomicBool::new(false),
-            cpu: 0,
-            disk: 0,
-            touched: 0,
-        };
         let idx = if let Some(idx) = self.free.pop() {
             idx as usize
-        } else if self.pages.len() < self.config.max_pages {
-            self.pages.len()
+        } else if self.len < self.shared.pages.capacity() {
+            self.len += 1;
+            self.touched.push(0);
+            self.len - 1
         } else {
             self.evict_one()
         };
-        if idx == self.pages.len() {
-            self.pages.push(blank);
-        } else {
-            self.pages[idx] = blank;
-        }
-        let pages = &self.pages;
-        let seed = self.config.seed;
-        self.table.insert_unique(h, idx as u32, |&i| {
-            let p = &pages[i as usize];
-            page_table_hash(seed, p.ns, &p.hash)
-        });
+        let pages = &self.shared.pages;
+        // A freed slot's reference bit is stale: the new page starts unreferenced.
+        pages.take_referenced(idx);
+        pages.put(
+            idx,
+            &PageWords {
+                ns,
+                hash,
+                cpu: 0,
+                disk: 0,
+            },
+        );
+        pages.link(h, idx);
+        self.touched[idx] = 0;
         self.live_pages += 1;
         idx
     }
@@ -84,30 +75,26 @@ impl Index {
     /// Drops a held page: its objects, its table entry and (when watched) a delta. The caller
     /// decides what becomes of the slot.
     pub(super) fn forget_page(&mut self, idx: usize) {
-        let page = &self.pages[idx];
+        let page = self.shared.pages.get(idx);
         let (ns, hash, present) = (page.ns, page.hash, page.present());
         self.live_objects -= present.count_ones() as usize;
         self.live_pages -= 1;
         self.note_change(ns, hash, present, 0);
-        self.pages[idx].cpu = 0;
-        self.pages[idx].disk = 0;
+        self.shared.pages.set_masks(idx, 0, 0);
         let h = self.table_hash(ns, &hash);
         self.unlink(idx, h);
     }
 
     pub(super) fn unlink(&mut self, idx: usize, h: u64) {
-        if let Ok(entry) = self.table.find_entry(h, |&i| i as usize == idx) {
-            entry.remove();
-        }
+        self.shared.pages.unlink(h, idx);
     }
 
     /// Evicts one page by CLOCK and returns its slot, which the caller reuses at once.
     pub(super) fn evict_one(&mut self) -> usize {
         loop {
             let idx = self.clock_hand;
-            self.clock_hand = (idx + 1) % self.pages.len();
-            let page = &self.pages[idx];
-            if page.present() == 0 || page.referenced.swap(false, Ordering::Relaxed) {
+            self.clock_hand = (idx + 1) % self.len;
+            if self.shared.pages.present(idx) == 0 || self.shared.pages.take_referenced(idx) {
                 continue;
             }
             self.forget_page(idx);
@@ -158,6 +145,7 @@ impl Index {
                         let n = &namespaces[i as usize];
                         namespace_hash(seed, &n.tenant, n.prefix.as_deref())
                     });
+                self.shared.namespaces.add(ns, tenant, prefix);
                 self.refresh_complete_mask(ns as usize);
                 ns
             }
@@ -176,7 +164,9 @@ impl Index {
             return None;
         }
         suffixes.push(suffix.into());
-        Some((suffixes.len() - 1) as u32)
+        let slot = (suffixes.len() - 1) as u32;
+        self.shared.namespaces.add_suffix(ns as u32, slot, suffix);
+        Some(slot)
     }
 
     /// Recomputes which suffix mask makes a page of namespace `ns` complete, giving the watched

@@ -1,0 +1,706 @@
+//! The page table the writer shares with readers: page slots behind a per-slot version
+//! (seqlock), an open-addressed index of `AtomicU32` bucket words over them, and one state word
+//! that clears (and the session's query flags) move.
+//!
+//! # The protocol
+//! There is one writer (the [`super::Index`], which takes `&mut self` for every change) and any
+//! number of readers, which never wait, never write anything but a page's CLOCK reference bit,
+//! and never see a page that was not in the table at some point during their read:
+//! - **A slot** holds one page: its namespace, its 32-byte hash and its memory and disk masks,
+//!   as 18 `AtomicU32` words behind a version word. The writer makes the version odd, fences
+//!   (Release), stores the words (Relaxed) and stores the next even version (Release). A reader
+//!   loads the version (Acquire), the words (Relaxed), fences (Acquire) and loads the version
+//!   again: equal and even, the words are one version's; otherwise it reads again, a few times,
+//!   then takes the page as a miss. A reader compares the namespace and hash it read with the
+//!   ones it asked for, so a slot reused for another page is a miss, never a hit.
+//! - **A bucket** is `0` (empty) or `tag << index_bits | slot + 1`: linear probing from the
+//!   page's home bucket, the tag (the hash's low bits) skipping most foreign slots unread. The
+//!   writer stores a bucket (Release) only after the slot it names is written; a reader loads it
+//!   with Acquire, so the slot's words it then reads are at least that new. A removal shifts
+//!   later entries back (no tombstones); a reader that raced a shift may miss, never hit wrongly,
+//!   since it always checks the slot.
+//! - **The state word** is `generation << FLAG_BITS | flags`. A clear empties every bucket and
+//!   then bumps the generation (Release); whatever a reader reads after the new generation is of
+//!   the new one. A query loads the state before its first probe (Acquire) and again after its
+//!   last (after an Acquire fence): if it changed, the answer may mix two generations (or two
+//!   readings of the session's flags) and is thrown away (retried, then a miss). A clear is
+//!   thus atomic for readers, and a flag the writer sets before it changes pages (the session's
+//!   "snapshot unproven") is seen by every query that sees those pages.
+//!
+//! Slots live in chunks of [`CHUNK_SLOTS`], allocated on first use (so an index sized for a
+//! million pages costs little until it holds them); the bucket array is allocated whole.
+
+use alloc::boxed::Box;
+use alloc::string::String;
+
+use once_cell::race::OnceBox;
+
+#[cfg(loom)]
+use loom::sync::atomic::{fence, AtomicU32, Ordering};
+
+#[cfg(not(loom))]
+use core::sync::atomic::{fence, AtomicU32, Ordering};
+
+use super::table::{namespace_hash, page_table_hash};
+use super::MAX_SUFFIXES;
+use crate::hash::PageHash;
+
+/// Slots per chunk of the slab.
+pub(crate) const CHUNK_SLOTS: usize = 1024;
+
+/// Low bits of the state word that carry the session's query flags.
+pub(crate) const FLAG_BITS: u32 = 4;
+
+/// How often a reader reads a slot again that a write raced, before it takes it as a miss.
+const READ_ATTEMPTS: usize = 4;
+
+/// One page as the writer sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct PageWords {
+    /// The namespace number.
+    pub(crate) ns: u32,
+    /// The page hash.
+    pub(crate) hash: PageHash,
+    /// Objects with a memory replica.
+    pub(crate) cpu: u128,
+    /// Objects with a disk replica.
+    pub(crate) disk: u128,
+}
+
+impl PageWords {
+    /// The objects present on any medium.
+    pub(crate) fn present(&self) -> u128 {
+        self.cpu | self.disk
+    }
+}
+
+/// One page slot: a version and 18 words (see the module docs).
+struct Slot {
+    version: AtomicU32,
+    ns: AtomicU32,
+    hash: [AtomicU32; 8],
+    cpu: [AtomicU32; 4],
+    disk: [AtomicU32; 4],
+}
+
+fn zeroes<const N: usize>() -> [AtomicU32; N] {
+    core::array::from_fn(|_| AtomicU32::new(0))
+}
+
+impl Slot {
+    fn new() -> Slot {
+        Slot {
+            version: AtomicU32::new(0),
+            ns: AtomicU32::new(0),
+            hash: zeroes(),
+            cpu: zeroes(),
+            disk: zeroes(),
+        }
+    }
+}
+
+/// A chunk of slots and their CLOCK reference bits (one bit a slot).
+struct Chunk {
+    slots: Box<[Slot]>,
+    referenced: Box<[AtomicU32]>,
+}
+
+/// The words of a page hash.
+pub(crate) fn hash_words(hash: &PageHash) -> [u32; 8] {
+    core::array::from_fn(|i| {
+        let b = &hash.0[i * 4..i * 4 + 4];
+        u32::from_le_bytes([b[0], b[1], b[2], b[3]])
+    })
+}
+
+fn words_hash(words: &[u32; 8]) -> PageHash {
+    let mut h = [0u8; 32];
+    for (chunk, w) in h.chunks_mut(4).zip(words) {
+        chunk.copy_from_slice(&w.to_le_bytes());
+    }
+    PageHash(h)
+}
+
+fn load_mask(words: &[AtomicU32; 4]) -> u128 {
+    words.iter().enumerate().fold(0u128, |m, (i, w)| {
+        m | u128::from(w.load(Ordering::Relaxed)) << (32 * i)
+    })
+}
+
+fn store_mask(words: &[AtomicU32; 4], mask: u128) {
+    for (i, w) in words.iter().enumerate() {
+        w.store((mask >> (32 * i)) as u32, Ordering::Relaxed);
+    }
+}
+
+/// What a reader found in one slot.
+enum SlotRead {
+    /// The slot holds the page asked for: its present objects and those with a memory replica.
+    Page(u128, u128),
+    /// The slot holds another page (or none).
+    Other,
+    /// Writes kept racing the read.
+    Raced,
+}
+
+/// The shared page table (see the module docs).
+pub(crate) struct PageTable {
+    chunks: Box<[OnceBox<Chunk>]>,
+    buckets: Box<[AtomicU32]>,
+    /// Bits of a bucket word that hold `slot + 1`; the rest hold the tag.
+    index_bits: u32,
+    capacity: usize,
+    seed: u64,
+    state: AtomicU32,
+}
+
+impl core::fmt::Debug for PageTable {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("PageTable")
+            .field("capacity", &self.capacity)
+            .field("buckets", &self.buckets.len())
+            .field("state", &self.state())
+            .finish_non_exhaustive()
+    }
+}
+
+impl PageTable {
+    /// Makes an empty table for `capacity` pages (at least one); `seed` seeds its hash.
+    pub(crate) fn new(capacity: usize, seed: u64) -> PageTable {
+        let capacity = capacity.clamp(1, u32::MAX as usize - 1);
+        // Load factor at most 3/4: four buckets for every three pages.
+        let buckets = capacity.saturating_add(capacity / 3).max(4);
+        let index_bits = 32 - (capacity as u32 + 1).leading_zeros();
+        PageTable {
+            chunks: (0..capacity.div_ceil(CHUNK_SLOTS))
+                .map(|_| OnceBox::new())
+                .collect(),
+            buckets: (0..buckets).map(|_| AtomicU32::new(0)).collect(),
+            index_bits,
+            capacity,
+            seed,
+            state: AtomicU32::new(0),
+        }
+    }
+
+    /// Returns the most pages the table holds.
+    pub(crate) fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Returns the bytes allocated: buckets, the chunk directory and the chunks in use.
+    pub(crate) fn allocated_bytes(&self) -> usize {
+        let chunk = |c: &Chunk| {
+            core::mem::size_of::<Chunk>()
+                + c.slots.len() * core::mem::size_of::<Slot>()
+                + c.referenced.len() * 4
+        };
+        self.buckets.len() * 4
+            + self.chunks.len() * core::mem::size_of::<OnceBox<Chunk>>()
+            + self
+                .chunks
+                .iter()
+                .filter_map(OnceBox::get)
+                .map(chunk)
+                .sum::<usize>()
+    }
+
+    /// Returns the state word: the generation and the session's flags (see the module docs).
+    pub(crate) fn state(&self) -> u32 {
+        self.state.load(Ordering::Acquire)
+    }
+
+    /// Returns the flags of a state word.
+    pub(crate) fn flags_of(state: u32) -> u32 {
+        state & ((1 << FLAG_BITS) - 1)
+    }
+
+    /// Sets the session's query flags (a new state: queries under way are answered again).
+    pub(crate) fn set_flags(&self, flags: u32) {
+        let state = self.state.load(Ordering::Relaxed);
+        let mask = (1 << FLAG_BITS) - 1;
+        if state & mask == flags & mask {
+            return;
+        }
+        let next = (state & !mask).wrapping_add(1 << FLAG_BITS) | (flags & mask);
+        self.state.store(next, Ordering::Release);
+    }
+
+    /// Reports whether a query that read `before` at its start may use what it read since: the
+    /// state did not move under it.
+    pub(crate) fn still(&self, before: u32) -> bool {
+        fence(Ordering::Acquire);
+        self.state.load(Ordering::Relaxed) == before
+    }
+
+    fn home(&self, h: u64) -> usize {
+        ((u128::from(h) * self.buckets.len() as u128) >> 64) as usize
+    }
+
+    fn tag(&self, h: u64) -> u32 {
+        (h as u32).checked_shl(self.index_bits).unwrap_or(0)
+    }
+
+    fn tag_of(&self, bucket: u32) -> u32 {
+        bucket & !self.index_mask()
+    }
+
+    fn index_mask(&self) -> u32 {
+        (1u32.checked_shl(self.index_bits).unwrap_or(0)).wrapping_sub(1)
+    }
+
+    fn next(&self, i: usize) -> usize {
+        if i + 1 == self.buckets.len() {
+            0
+        } else {
+            i + 1
+        }
+    }
+
+    fn slot(&self, idx: usize) -> Option<(&Chunk, &Slot)> {
+        let chunk = self.chunks.get(idx / CHUNK_SLOTS)?.get()?;
+        Some((chunk, chunk.slots.get(idx % CHUNK_SLOTS)?))
+    }
+
+    // ---- The reader's side.
+
+    /// Returns a page's present objects and those of them with a memory replica; `(0, 0)` when
+    /// the table does not hold it, or when writes kept racing the read (a miss is safe).
+    pub(crate) fn probe(&self, ns: u32, hash: &PageHash) -> (u128, u128) {
+        let h = page_table_hash(self.seed, ns, hash);
+        let words = hash_words(hash);
+        let (tag, mask) = (self.tag(h), self.index_mask());
+        let mut i = self.home(h);
+        for _ in 0..self.buckets.len() {
+            let bucket = self.buckets[i].load(Ordering::Acquire);
+            if bucket == 0 {
+                return (0, 0);
+            }
+            if self.tag_of(bucket) == tag {
+                let idx = (bucket & mask) as usize - 1;
+                match self.read(idx, ns, &words) {
+                    SlotRead::Page(present, cpu) => return (present, cpu),
+                    SlotRead::Other => {}
+                    SlotRead::Raced => return (0, 0),
+                }
+            }
+            i = self.next(i);
+        }
+        (0, 0)
+    }
+
+    /// Reads slot `idx` for the page `(ns, words)` under its version (see the module docs).
+    fn read(&self, idx: usize, ns: u32, words: &[u32; 8]) -> SlotRead {
+        let Some((chunk, slot)) = self.slot(idx) else {
+            return SlotRead::Other;
+        };
+        for _ in 0..READ_ATTEMPTS {
+            let before = slot.version.load(Ordering::Acquire);
+            if before & 1 == 1 {
+                core::hint::spin_loop();
+                continue;
+            }
+            let same = slot.ns.load(Ordering::Relaxed) == ns
+                && slot
+                    .hash
+                    .iter()
+                    .zip(words)
+                    .all(|(a, &w)| a.load(Ordering::Relaxed) == w);
+            let (cpu, disk) = (load_mask(&slot.cpu), load_mask(&slot.disk));
+            fence(Ordering::Acquire);
+            if slot.version.load(Ordering::Relaxed) != before {
+                continue;
+            }
+            if !same {
+                return SlotRead::Other;
+            }
+            let present = cpu | disk;
+            if present != 0 {
+                let (word, bit) = (&chunk.referenced[idx % CHUNK_SLOTS / 32], 1 << (idx % 32));
+                if word.load(Ordering::Relaxed) & bit == 0 {
+                    word.fetch_or(bit, Ordering::Relaxed);
+                }
+            }
+            return SlotRead::Page(present, cpu);
+        }
+        SlotRead::Raced
+    }
+
+    // ---- The writer's side: only the index calls these, with `&mut` access to itself.
+
+    /// Returns what slot `idx` holds (the writer's own last writes).
+    pub(crate) fn get(&self, idx: usize) -> PageWords {
+        let Some((_, slot)) = self.slot(idx) else {
+            return PageWords {
+                ns: 0,
+                hash: PageHash([0; 32]),
+                cpu: 0,
+                disk: 0,
+            };
+        };
+        let mut words = [0u32; 8];
+        for (w, a) in words.iter_mut().zip(&slot.hash) {
+            *w = a.load(Ordering::Relaxed);
+        }
+        PageWords {
+            ns: slot.ns.load(Ordering::Relaxed),
+            hash: words_hash(&words),
+            cpu: load_mask(&slot.cpu),
+            disk: load_mask(&slot.disk),
+        }
+    }
+
+    /// Returns the present objects of slot `idx`.
+    pub(crate) fn present(&self, idx: usize) -> u128 {
+        self.slot(idx)
+            .map_or(0, |(_, s)| load_mask(&s.cpu) | load_mask(&s.disk))
+    }
+
+    /// Runs `write` between making slot `idx`'s version odd and even again.
+    fn write(&self, idx: usize, write: impl FnOnce(&Slot)) {
+        let chunk = self.chunks[idx / CHUNK_SLOTS].get_or_init(|| {
+            let len = CHUNK_SLOTS.min(self.capacity - idx / CHUNK_SLOTS * CHUNK_SLOTS);
+            Box::new(Chunk {
+                slots: (0..len).map(|_| Slot::new()).collect(),
+                referenced: (0..len.div_ceil(32)).map(|_| AtomicU32::new(0)).collect(),
+            })
+        });
+        let slot = &chunk.slots[idx % CHUNK_SLOTS];
+        let version = slot.version.load(Ordering::Relaxed);
+        slot.version
+            .store(version.wrapping_add(1) | 1, Ordering::Relaxed);
+        fence(Ordering::Release);
+        write(slot);
+        slot.version
+            .store((version | 1).wrapping_add(1), Ordering::Release);
+    }
+
+    /// Writes a whole page into slot `idx` (a new page, or a slot reused).
+    pub(crate) fn put(&self, idx: usize, page: &PageWords) {
+        let words = hash_words(&page.hash);
+        self.write(idx, |slot| {
+            slot.ns.store(page.ns, Ordering::Relaxed);
+            for (a, w) in slot.hash.iter().zip(words) {
+                a.store(w, Ordering::Relaxed);
+            }
+            store_mask(&slot.cpu, page.cpu);
+            store_mask(&slot.disk, page.disk);
+        });
+    }
+
+    /// Writes the masks of slot `idx`.
+    pub(crate) fn set_masks(&self, idx: usize, cpu: u128, disk: u128) {
+        self.write(idx, |slot| {
+            store_mask(&slot.cpu, cpu);
+            store_mask(&slot.disk, disk);
+        });
+    }
+
+    /// Clears slot `idx`'s reference bit; returns whether it was set.
+    pub(crate) fn take_referenced(&self, idx: usize) -> bool {
+        let Some((chunk, _)) = self.slot(idx) else {
+            return false;
+        };
+        let (word, bit) = (&chunk.referenced[idx % CHUNK_SLOTS / 32], 1 << (idx % 32));
+        word.load(Ordering::Relaxed) & bit != 0
+            && word.fetch_and(!bit, Ordering::Relaxed) & bit != 0
+    }
+
+    /// Finds the slot holding `(ns, hash)`, whose table hash is `h`.
+    pub(crate) fn find(&self, h: u64, ns: u32, hash: &PageHash) -> Option<usize> {
+        let words = hash_words(hash);
+        let (tag, mask) = (self.tag(h), self.index_mask());
+        let mut i = self.home(h);
+        for _ in 0..self.buckets.len() {
+            let bucket = self.buckets[i].load(Ordering::Relaxed);
+            if bucket == 0 {
+                return None;
+            }
+            if self.tag_of(bucket) == tag {
+                let idx = (bucket & mask) as usize - 1;
+                let (_, slot) = self.slot(idx).expect("a linked slot is allocated");
+                if slot.ns.load(Ordering::Relaxed) == ns
+                    && slot
+                        .hash
+                        .iter()
+                        .zip(&words)
+                        .all(|(a, &w)| a.load(Ordering::Relaxed) == w)
+                {
+                    return Some(idx);
+                }
+            }
+            i = self.next(i);
+        }
+        None
+    }
+
+    /// Links slot `idx` (already written) under table hash `h`.
+    pub(crate) fn link(&self, h: u64, idx: usize) {
+        let entry = self.tag(h) | (idx as u32 + 1);
+        let mut i = self.home(h);
+        while self.buckets[i].load(Ordering::Relaxed) != 0 {
+            i = self.next(i);
+        }
+        self.buckets[i].store(entry, Ordering::Release);
+    }
+
+    /// Unlinks slot `idx`, linked under table hash `h`, shifting later entries back.
+    pub(crate) fn unlink(&self, h: u64, idx: usize) {
+        let mask = self.index_mask();
+        let mut hole = self.home(h);
+        loop {
+            let bucket = self.buckets[hole].load(Ordering::Relaxed);
+            if bucket == 0 {
+                return;
+            }
+            if (bucket & mask) as usize == idx + 1 {
+                break;
+            }
+            hole = self.next(hole);
+        }
+        let mut j = hole;
+        loop {
+            j = self.next(j);
+            let bucket = self.buckets[j].load(Ordering::Relaxed);
+            if bucket == 0 {
+                break;
+            }
+            let page = self.get((bucket & mask) as usize - 1);
+            let home = self.home(page_table_hash(self.seed, page.ns, &page.hash));
+            // The entry at `j` may fill the hole unless its home lies cyclically in (hole, j].
+            let stays = if hole <= j {
+                hole < home && home <= j
+            } else {
+                hole < home || home <= j
+            };
+            if !stays {
+                self.buckets[hole].store(bucket, Ordering::Release);
+                hole = j;
+            }
+        }
+        self.buckets[hole].store(0, Ordering::Release);
+    }
+
+    /// Empties every bucket, then moves to the next generation (see the module docs). Slots keep
+    /// their words until they are reused; nothing links to them.
+    pub(crate) fn clear(&self) {
+        for b in self.buckets.iter() {
+            b.store(0, Ordering::Relaxed);
+        }
+        let state = self.state.load(Ordering::Relaxed);
+        self.state
+            .store(state.wrapping_add(1 << FLAG_BITS), Ordering::Release);
+    }
+}
+
+/// One namespace as readers see it: its tenant, its prefix and its suffixes, each suffix set
+/// once, in slot order.
+pub(crate) struct SharedNamespace {
+    tenant: String,
+    prefix: Option<String>,
+    suffixes: Box<[OnceBox<String>]>,
+}
+
+impl SharedNamespace {
+    /// Returns the slot of `suffix`, if it has one.
+    pub(crate) fn slot_of(&self, suffix: &str) -> Option<u32> {
+        for (slot, s) in self.suffixes.iter().enumerate() {
+            match s.get() {
+                Some(s) if s == suffix => return Some(slot as u32),
+                Some(_) => {}
+                None => return None,
+            }
+        }
+        None
+    }
+}
+
+/// The namespaces, append-only, for readers: a directory of set-once entries and an
+/// open-addressed index over them.
+pub(crate) struct SharedNamespaces {
+    entries: Box<[OnceBox<SharedNamespace>]>,
+    buckets: Box<[AtomicU32]>,
+    seed: u64,
+}
+
+impl core::fmt::Debug for SharedNamespaces {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("SharedNamespaces")
+            .field("capacity", &self.entries.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl SharedNamespaces {
+    /// Makes an empty directory for `capacity` namespaces.
+    pub(crate) fn new(capacity: usize, seed: u64) -> SharedNamespaces {
+        let capacity = capacity.min(u32::MAX as usize / 2);
+        SharedNamespaces {
+            entries: (0..capacity).map(|_| OnceBox::new()).collect(),
+            buckets: (0..(capacity * 2).max(2))
+                .map(|_| AtomicU32::new(0))
+                .collect(),
+            seed,
+        }
+    }
+
+    /// Returns the bytes allocated.
+    pub(crate) fn allocated_bytes(&self) -> usize {
+        self.entries.len() * core::mem::size_of::<OnceBox<SharedNamespace>>()
+            + self.buckets.len() * 4
+            + self
+                .entries
+                .iter()
+                .filter_map(OnceBox::get)
+                .map(|n| {
+                    core::mem::size_of::<SharedNamespace>()
+                        + n.tenant.capacity()
+                        + n.prefix.as_ref().map_or(0, String::capacity)
+                        + n.suffixes.len() * core::mem::size_of::<OnceBox<String>>()
+                        + n.suffixes
+                            .iter()
+                            .filter_map(OnceBox::get)
+                            .map(|s| s.capacity() + core::mem::size_of::<String>())
+                            .sum::<usize>()
+                })
+                .sum::<usize>()
+    }
+
+    /// Finds a namespace by tenant and prefix; returns its number and entry.
+    pub(crate) fn find(
+        &self,
+        tenant: &str,
+        prefix: Option<&str>,
+    ) -> Option<(u32, &SharedNamespace)> {
+        let len = self.buckets.len();
+        let mut i = (namespace_hash(self.seed, tenant, prefix) % len as u64) as usize;
+        for _ in 0..len {
+            let bucket = self.buckets[i].load(Ordering::Acquire);
+            if bucket == 0 {
+                return None;
+            }
+            let ns = bucket - 1;
+            if let Some(entry) = self.entries.get(ns as usize).and_then(OnceBox::get) {
+                if entry.tenant == tenant && entry.prefix.as_deref() == prefix {
+                    return Some((ns, entry));
+                }
+            }
+            i = (i + 1) % len;
+        }
+        None
+    }
+
+    /// Adds namespace `ns` (the next number; the writer only).
+    pub(crate) fn add(&self, ns: u32, tenant: &str, prefix: Option<&str>) {
+        let Some(entry) = self.entries.get(ns as usize) else {
+            return;
+        };
+        let fresh = Box::new(SharedNamespace {
+            tenant: tenant.into(),
+            prefix: prefix.map(String::from),
+            suffixes: (0..MAX_SUFFIXES).map(|_| OnceBox::new()).collect(),
+        });
+        if entry.set(fresh).is_err() {
+            return;
+        }
+        let len = self.buckets.len();
+        let mut i = (namespace_hash(self.seed, tenant, prefix) % len as u64) as usize;
+        while self.buckets[i].load(Ordering::Relaxed) != 0 {
+            i = (i + 1) % len;
+        }
+        self.buckets[i].store(ns + 1, Ordering::Release);
+    }
+
+    /// Adds suffix `slot` of namespace `ns` (the next slot; the writer only).
+    pub(crate) fn add_suffix(&self, ns: u32, slot: u32, suffix: &str) {
+        if let Some(s) = self
+            .entries
+            .get(ns as usize)
+            .and_then(OnceBox::get)
+            .and_then(|n| n.suffixes.get(slot as usize))
+        {
+            let _ = s.set(Box::new(suffix.into()));
+        }
+    }
+}
+
+/// What the index shares with its readers.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    /// The pages.
+    pub(crate) pages: PageTable,
+    /// The namespaces.
+    pub(crate) namespaces: SharedNamespaces,
+}
+
+#[allow(dead_code)]
+fn _assert_sync() {
+    fn is_sync<T: Sync + Send>() {}
+    is_sync::<Shared>();
+}
+
+/// The words of a page, for tests.
+#[cfg(test)]
+pub(crate) fn page(ns: u32, hash: PageHash, cpu: u128, disk: u128) -> PageWords {
+    PageWords {
+        ns,
+        hash,
+        cpu,
+        disk,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alloc::vec::Vec;
+
+    fn hash(i: u8) -> PageHash {
+        PageHash([i; 32])
+    }
+
+    #[test]
+    fn a_linked_page_is_found_and_an_unlinked_one_misses() {
+        let t = PageTable::new(64, 7);
+        let mut linked = Vec::new();
+        for i in 0..40u8 {
+            let idx = i as usize;
+            t.put(idx, &page(1, hash(i), 1 << i, 0));
+            t.link(page_table_hash(7, 1, &hash(i)), idx);
+            linked.push(i);
+        }
+        for &i in &linked {
+            assert_eq!(t.probe(1, &hash(i)), (1 << i, 1 << i));
+            assert_eq!(t.probe(2, &hash(i)), (0, 0), "another namespace");
+        }
+        for i in (0..40u8).step_by(3) {
+            t.unlink(page_table_hash(7, 1, &hash(i)), i as usize);
+        }
+        for i in 0..40u8 {
+            let want = if i % 3 == 0 { (0, 0) } else { (1 << i, 1 << i) };
+            assert_eq!(t.probe(1, &hash(i)), want, "page {i} after the shifts");
+            assert_eq!(
+                t.find(page_table_hash(7, 1, &hash(i)), 1, &hash(i))
+                    .is_some(),
+                i % 3 != 0
+            );
+        }
+    }
+
+    #[test]
+    fn a_clear_moves_the_generation_and_empties_every_bucket() {
+        let t = PageTable::new(8, 7);
+        t.put(0, &page(0, hash(1), 0, 1));
+        t.link(page_table_hash(7, 0, &hash(1)), 0);
+        let before = t.state();
+        assert!(t.still(before));
+        t.clear();
+        assert!(!t.still(before));
+        assert_eq!(t.probe(0, &hash(1)), (0, 0));
+        assert_eq!(PageTable::flags_of(t.state()), 0);
+        let s = t.state();
+        t.set_flags(5);
+        assert!(!t.still(s));
+        assert_eq!(PageTable::flags_of(t.state()), 5);
+    }
+}
