@@ -16,7 +16,9 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use hdrhistogram::Histogram;
-use hicache_index::{Config, IndexConfig, Instant, Lookup, ModelLayout, PageHash, Pages, Session};
+use hicache_index::{
+    Config, IndexConfig, Instant, Lookup, ModelLayout, PageHash, Pages, Reader, Session,
+};
 use hicache_index_sim::encode::{EventIdSlots, FIXED_WIDTH_EVENT_ID};
 use hicache_index_sim::perf::{self, BenchArgs};
 
@@ -86,6 +88,7 @@ enum Kind {
 
 struct Fixture {
     session: Arc<RwLock<Session>>,
+    reader: Arc<Reader>,
     hashes: Vec<PageHash>,
     tokens: Vec<Vec<u32>>,
 }
@@ -105,7 +108,7 @@ fn query_loop(fx: &Fixture, side: Side, kind: Kind, stop: &AtomicBool) -> Histog
                 let lookup = Lookup::page_hashes(&fx.hashes[k..k + QUERY_PAGES]);
                 match side {
                     Side::Lock => fx.session.read().expect("no panic").query(&lookup),
-                    Side::Reader => unimplemented!("the reader comes next"),
+                    Side::Reader => fx.reader.query(&lookup),
                 }
             }
             Kind::Tokens => {
@@ -127,7 +130,7 @@ fn query_loop(fx: &Fixture, side: Side, kind: Kind, stop: &AtomicBool) -> Histog
                             .expect("no panic")
                             .probe(plan, &hashed, None)
                     }
-                    Side::Reader => unimplemented!("the reader comes next"),
+                    Side::Reader => fx.reader.query(&lookup),
                 }
             }
         };
@@ -245,8 +248,10 @@ fn main() {
         event_id,
         seq,
     };
+    let reader = session.reader();
     let fx = Fixture {
         session: Arc::new(RwLock::new(session)),
+        reader,
         hashes,
         tokens,
     };
@@ -260,7 +265,7 @@ fn main() {
         "{{\"cores\":{cores},\"query_pages\":{QUERY_PAGES},\"ingest_alone\":{}",
         ingest_alone.json()
     );
-    for side in [Side::Lock] {
+    for side in [Side::Lock, Side::Reader] {
         for kind in [Kind::Hashes, Kind::Tokens] {
             let name = format!("{}_{}", side.name(), format!("{kind:?}").to_lowercase());
             let alone = phase(&fx, &mut writer, false, Some((side, kind)), length);

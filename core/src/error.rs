@@ -21,6 +21,10 @@ pub enum QueryError {
         /// Why, for a person.
         reason: alloc::string::String,
     },
+    /// The session's writer kept changing what a lock-free query reads (a clear, a removal, a
+    /// new layout) while it read: ask again under the session's lock, whose
+    /// [`crate::Session::query`] always answers. Only a [`crate::Reader`] returns it.
+    Busy,
 }
 
 impl fmt::Display for QueryError {
@@ -36,6 +40,7 @@ impl fmt::Display for QueryError {
             QueryError::LayoutConflict { reason } => {
                 write!(f, "the model's layout is in doubt: {reason}")
             }
+            QueryError::Busy => f.write_str("the index kept changing under the query"),
         }
     }
 }

@@ -159,6 +159,7 @@ pub mod layout;
 pub mod leader;
 pub mod metrics;
 pub mod query;
+pub mod reader;
 pub mod sequence;
 pub mod session;
 pub mod snapshot;
@@ -178,6 +179,7 @@ pub use layout::{parse_object_key, HitPolicy, Layout, LayoutError, ObjectKey, Po
 pub use leader::{EventsStatus, LeaderConfig, LeaderInfo, LeaderStatus, LeaderView};
 pub use metrics::{Counters, Kind};
 pub use query::{Hits, Lookup, Pages, PlanHashes, QueryPlan, Tokens};
+pub use reader::Reader;
 pub use sequence::ReorderConfig;
 pub use session::{
     BackoffConfig, Config, ModelLayout, ResyncConfig, Session, VerifyConfig, Watermark, WorkerInfo,

@@ -48,6 +48,12 @@ impl Index {
         let idx = if let Some(idx) = self.free.pop() {
             idx as usize
         } else if self.len < self.shared.pages.capacity() {
+            if self.touched.len() == self.touched.capacity() {
+                // Doubling, but never past the slab's capacity.
+                let cap = self.shared.pages.capacity();
+                self.touched
+                    .reserve_exact(self.len.max(64).min(cap - self.len));
+            }
             self.len += 1;
             self.touched.push(0);
             self.len - 1

@@ -30,14 +30,13 @@ mod workers;
 
 use alloc::collections::BTreeMap;
 use alloc::string::String;
+use alloc::sync::Arc;
 use alloc::vec::Vec;
-use core::sync::atomic::{AtomicUsize, Ordering};
 use core::time::Duration;
 
 use crate::effect::{ClearReason, Command, Effects, Health, Report, ResyncFailure, StrayReason};
 use crate::error::{ConfigError, QueryError};
 use crate::frame::{decode, Batch, EventKind, FrameError, Seq};
-use crate::hash::PageHashes;
 use crate::index::{Index, IndexConfig, DEFAULT_TENANT};
 use crate::input::{Input, LeaderRequest, SnapshotRequest, VerifyRequest};
 use crate::layout::{Advertised, Layout, LayoutVotes, ModelVerdict};
@@ -45,7 +44,8 @@ use crate::leader::{
     Leader, LeaderConfig, LeaderInfo, LeaderStatus, LeaderView, StatusStep, ViewStep,
 };
 use crate::metrics::Counters;
-use crate::query::{Hits, Lookup, Pages, QueryPlan, Tokens};
+use crate::query::{Hits, Lookup, QueryPlan};
+use crate::reader::Reader;
 use crate::sequence::{Fingerprint, Loss, ReorderConfig, SequenceTracker, Verdict};
 use crate::snapshot::LineFilter;
 use crate::time::Instant;
@@ -116,8 +116,8 @@ pub struct Session {
     confirmed_at: Instant,
     /// The latest time an input carried.
     latest: Instant,
-    queries: AtomicUsize,
-    hit_pages: AtomicUsize,
+    /// What queries read, shared with query threads (see [`crate::reader`]).
+    reader: Arc<Reader>,
     /// The HA leader machine, when the session follows a cluster's leader.
     leader: Option<Leader>,
     /// The last status read said the publisher is off.
@@ -181,6 +181,7 @@ impl Session {
         {
             return Err(ConfigError::Leader);
         }
+        let reader = Arc::new(Reader::new(index.shared(), config.layouts.clone()));
         // Following a leader, nothing connects before a leader serves.
         let endpoint = config.endpoint.clone().filter(|_| config.leader.is_none());
         let retry_at = endpoint.as_ref().map(|_| Instant::ZERO);
@@ -202,8 +203,7 @@ impl Session {
             counters: Counters::default(),
             confirmed_at: Instant::ZERO,
             latest: Instant::ZERO,
-            queries: AtomicUsize::new(0),
-            hit_pages: AtomicUsize::new(0),
+            reader,
             leader: config.leader.map(Leader::new),
             events_disabled: false,
             config,
@@ -229,6 +229,12 @@ impl Session {
     /// until the next batch).
     pub fn last_applied_seq(&self) -> Option<Seq> {
         self.tracker.last_applied()
+    }
+
+    /// Returns the session's read view: queries through it never wait for the session's
+    /// writer (see [`crate::reader`]). The session writes into it as it changes.
+    pub fn reader(&self) -> Arc<Reader> {
+        Arc::clone(&self.reader)
     }
 
     /// Returns the index (read only).
@@ -263,8 +269,9 @@ impl Session {
         c.unconfirmed_ms = self.confirmed_at().map_or(0, |at| {
             u64::try_from(now.saturating_duration_since(at).as_millis()).unwrap_or(u64::MAX)
         });
-        c.queries = self.queries.load(Ordering::Relaxed) as u64;
-        c.hit_pages = self.hit_pages.load(Ordering::Relaxed) as u64;
+        let (queries, hit_pages) = self.reader.counted();
+        c.queries = queries as u64;
+        c.hit_pages = hit_pages as u64;
         if let Some(info) = self.leader() {
             let ms = |d: Option<Duration>| {
                 d.map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
@@ -497,5 +504,13 @@ impl Session {
                 }
             }
         }
+        self.publish_query_state();
+    }
+
+    /// Publishes the health and whether the last snapshot is unproven to the reader. Called
+    /// at the end of every input and, where queries must start to miss, before the index
+    /// changes that depend on it.
+    fn publish_query_state(&self) {
+        self.reader.publish(self.health, self.is_unproven());
     }
 }

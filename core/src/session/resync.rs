@@ -308,6 +308,7 @@ impl Session {
                         at,
                         deadline: batches_since.then(|| now + timeout),
                     });
+                    self.publish_query_state();
                 }
                 if let Resync::Fetching { applied, .. } = &mut self.resync {
                     *applied = Some(0);
@@ -479,6 +480,8 @@ impl Session {
                             .resync
                             .map_or(Duration::ZERO, |r| r.fetch_timeout);
                         proof.deadline = Some(now + timeout);
+                        // Queries miss from now on, before this batch changes a page.
+                        self.publish_query_state();
                     }
                 }
                 ProofCheck::Broken => {

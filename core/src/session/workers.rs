@@ -36,6 +36,8 @@ impl Session {
                 self.layout_votes.set(worker, None);
             }
         }
+        self.reader
+            .publish_layouts(&self.config.layouts, &self.layout_votes);
         self.choose_endpoint(now, &mut fx);
         self.update_health(&mut fx);
         fx
@@ -43,45 +45,7 @@ impl Session {
 
     /// Returns the layout a lookup uses: a configured one, else the one its workers agree on.
     pub fn layout_for(&self, model: Option<&str>) -> Result<&Layout, QueryError> {
-        let configured = |m: Option<&str>| {
-            self.config
-                .layouts
-                .iter()
-                .find(|ml| ml.model.as_deref() == m)
-                .map(|ml| &ml.layout)
-        };
-        let advertised = |m: &str| match self.layout_votes.verdict(m) {
-            Some(ModelVerdict::Agreed(layout)) => Ok(layout),
-            Some(ModelVerdict::Conflict { reason }) => Err(QueryError::LayoutConflict {
-                reason: reason.clone(),
-            }),
-            None => Err(QueryError::UnknownModel),
-        };
-        match model {
-            Some(m) => configured(Some(m)).map_or_else(|| advertised(m), Ok),
-            None => {
-                if let Some(layout) = configured(None) {
-                    return Ok(layout);
-                }
-                let mut names = self
-                    .config
-                    .layouts
-                    .iter()
-                    .filter_map(|ml| ml.model.as_deref())
-                    .chain(
-                        self.layout_votes
-                            .verdicts()
-                            .map(|(m, _)| m)
-                            .filter(|m| configured(Some(m)).is_none()),
-                    );
-                match (names.next(), names.next()) {
-                    (Some(only), None) => {
-                        configured(Some(only)).map_or_else(|| advertised(only), Ok)
-                    }
-                    _ => Err(QueryError::NoDefaultLayout),
-                }
-            }
-        }
+        crate::reader::resolve(&self.config.layouts, &self.layout_votes, model)
     }
 
     /// Returns what the workers advertise for their models and the verdict on each.

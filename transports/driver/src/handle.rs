@@ -8,7 +8,8 @@ use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Duration;
 
 use hicache_index::{
-    Counters, Health, Hits, Instant, Lookup, PageHash, Pages, QueryError, Seq, Session, WorkerInfo,
+    Counters, Health, Hits, Instant, Lookup, PageHash, Pages, QueryError, Reader, Seq, Session,
+    WorkerInfo,
 };
 use hicache_index::{LeaderStatus, LeaderView};
 
@@ -18,8 +19,11 @@ use crate::memo::{MemoStats, PrefixMemo};
 /// The state the driver loop and every handle share.
 #[derive(Debug)]
 pub(crate) struct Shared {
+    /// The session's read view: every query goes through it and never takes the lock below.
+    pub(crate) reader: Arc<Reader>,
     /// The one session of this subscriber. The driver holds the write lock only for one call
-    /// into the session (one message, one answer), never across an await.
+    /// into the session (one message, one answer), never across an await; queries never take
+    /// it (only [`QueryHandle::read`], [`QueryHandle::counters`] and the like do).
     pub(crate) session: SessionLock,
     /// Whether the driver loop is running.
     pub(crate) running: AtomicBool,
@@ -52,6 +56,11 @@ impl SessionLock {
             lock: RwLock::new(session),
             poisoned: AtomicBool::new(false),
         }
+    }
+
+    /// Reports whether a writer panicked while holding the lock (no lock taken).
+    pub(crate) fn is_poisoned(&self) -> bool {
+        self.poisoned.load(Ordering::Acquire)
     }
 
     /// Takes the read lock; `None` if a writer panicked while holding it.
@@ -151,7 +160,7 @@ fn nanos(d: Duration) -> u64 {
 }
 
 /// The longest holds of the session's write lock since the subscriber started, by what held
-/// it, and the longest a query waited for the read lock: a query waits at most for one hold.
+/// it, and the longest a read through the handle waited for the read lock (queries take none).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LockTimes {
     /// The longest hold for one live batch.
@@ -160,8 +169,10 @@ pub struct LockTimes {
     pub snapshot_chunk_hold: Duration,
     /// The longest hold for any other call (a snapshot's finish, an answer, a timer).
     pub other_hold: Duration,
-    /// The longest a query waited for the read lock (wall time: on a contended CPU it includes
-    /// the writer being descheduled while it holds the lock).
+    /// The longest a read of the session through the handle ([`QueryHandle::read`],
+    /// [`QueryHandle::counters`], ...) waited for the read lock (wall time: on a contended CPU
+    /// it includes the writer being descheduled while it holds the lock). Queries take no lock
+    /// and never wait (see [`hicache_index::reader`]).
     pub read_wait: Duration,
 }
 
@@ -175,8 +186,8 @@ impl Shared {
 
 /// A cheap, cloneable, thread-safe handle to ask the index (the router's side).
 ///
-/// Queries take a read lock for the duration of one probe; many threads may query at once, and
-/// a query waits for at most one write hold (see `SessionLock`).
+/// Queries read the session's [`Reader`]: no lock, so a writer (descheduled or not) never
+/// stalls them; many threads may query at once.
 #[derive(Clone, Debug)]
 pub struct QueryHandle {
     shared: Arc<Shared>,
@@ -189,15 +200,17 @@ impl QueryHandle {
 
     /// Answers how many leading pages of the lookup are fully present.
     ///
-    /// Tokens are hashed outside the read lock (SHA-256 over a long request takes tens of
-    /// microseconds, which the ingest side would otherwise wait for), through the subscriber's
-    /// prefix memo (a repeated page costs no SHA-256), and lazily: the first
+    /// Tokens are hashed outside any lock, through the subscriber's prefix memo (a repeated page
+    /// costs no SHA-256), and lazily: the first
     /// [`FIRST_BLOCK_PAGES`] pages are hashed and probed, then eight times as many, and so on,
     /// until a page misses or every page is in. A query whose early pages miss never pays for
     /// the rest.
     ///
     /// If the subscriber died while changing the index (a panic), the answer is a miss with
-    /// trust [`Health::Disconnected`]: a miss is always safe.
+    /// trust [`Health::Disconnected`]: a miss is always safe. The query takes no lock (see
+    /// [`Reader`]) unless the writer kept changing what it read ([`QueryError::Busy`]): then it
+    /// asks again under the session's read lock (fair: it waits for one write hold at most) and
+    /// still answers exactly.
     pub fn query(&self, lookup: &Lookup<'_>) -> Result<Hits, QueryError> {
         self.answer(lookup, None)
     }
@@ -223,12 +236,19 @@ impl QueryHandle {
         if let Some(map) = map.as_deref_mut() {
             map.fill(false);
         }
+        let reader = &self.shared.reader;
         // Twice at most: a layout advertised between planning and probing changes the plan.
         for _ in 0..2 {
-            let Some(plan) = self.read(|s| s.plan(lookup)) else {
+            if self.died() {
                 return Ok(miss(map));
+            }
+            let plan = match reader.plan(lookup) {
+                Err(QueryError::Busy) => match self.read(|s| s.plan(lookup)) {
+                    Some(plan) => plan?,
+                    None => return Ok(miss(map)),
+                },
+                plan => plan?,
             };
-            let plan = plan?;
             let answered = HASHES.with_borrow_mut(|hashes| {
                 hashes.clear();
                 let mut pages = plan.hashes(tokens, namespace);
@@ -246,10 +266,16 @@ impl QueryHandle {
                         pages: Pages::Hashes(hashes),
                         ..*lookup
                     };
-                    let Some(session) = self.session() else {
-                        return Ok(miss(map.as_deref_mut()));
+                    let hits = match reader.probe(plan, &hashed, map.as_deref_mut()) {
+                        // The writer kept changing what the query read: ask under its lock.
+                        Err(QueryError::Busy) => {
+                            match self.read(|s| s.probe(plan, &hashed, map.as_deref_mut())) {
+                                Some(hits) => hits?,
+                                None => return Ok(miss(map.as_deref_mut())),
+                            }
+                        }
+                        hits => hits?,
                     };
-                    let hits = session.probe(plan, &hashed, map.as_deref_mut())?;
                     // A page that misses (checking stopped short) ends the query; so does the
                     // last page. The query counts once, however many rounds it took.
                     if hits.pages_checked < hashes.len() || hashes.len() >= total {
@@ -257,28 +283,26 @@ impl QueryHandle {
                             total_pages: total,
                             ..hits
                         };
-                        session.count_answer(&hits);
+                        reader.count_answer(&hits);
                         return Ok(hits);
                     }
-                    drop(session);
                     block = block.saturating_mul(8);
                 }
             });
             match answered {
                 Err(QueryError::PlanChanged) => continue,
+                Ok(_) if self.died() => return Ok(miss(map)),
                 other => return other,
             }
         }
-        // The layout keeps changing under the query: let the session hash under its lock.
+        // The layout keeps changing under the query: let the reader hash as it probes.
         self.probe(lookup, map)
     }
 
-    /// Takes the read lock, recording how long that took.
-    fn session(&self) -> Option<RwLockReadGuard<'_, Session>> {
-        let asked = std::time::Instant::now();
-        let session = self.shared.session.read();
-        self.shared.locks.record_read_wait(asked.elapsed());
-        session
+    /// Reports whether the subscriber died while changing the session (a panic poisons its
+    /// lock): what it left half-changed is not to be claimed.
+    fn died(&self) -> bool {
+        self.shared.session.is_poisoned()
     }
 
     /// Returns the longest write-lock holds by kind and the longest read-lock wait so far.
@@ -287,13 +311,37 @@ impl QueryHandle {
     }
 
     fn probe(&self, lookup: &Lookup<'_>, map: Option<&mut [bool]>) -> Result<Hits, QueryError> {
-        let Some(session) = self.session() else {
+        if self.died() {
             return Ok(miss(map));
-        };
-        match map {
-            Some(map) => session.query_map(lookup, map),
-            None => session.query(lookup),
         }
+        let reader = &self.shared.reader;
+        let answered = match map {
+            Some(map) => {
+                let hits = match reader.query_map(lookup, map) {
+                    // The writer kept changing what the query read: ask under its lock.
+                    Err(QueryError::Busy) => match self.read(|s| s.query_map(lookup, map)) {
+                        Some(hits) => hits,
+                        None => return Ok(miss(Some(map))),
+                    },
+                    hits => hits,
+                };
+                if self.died() {
+                    return Ok(miss(Some(map)));
+                }
+                hits
+            }
+            None => match reader.query(lookup) {
+                Err(QueryError::Busy) => match self.read(|s| s.query(lookup)) {
+                    Some(hits) => hits,
+                    None => return Ok(miss(None)),
+                },
+                hits => hits,
+            },
+        };
+        if self.died() {
+            return Ok(miss(None));
+        }
+        answered
     }
 
     /// Returns the session's health ([`Health::Disconnected`] once the subscriber stopped).
@@ -301,7 +349,10 @@ impl QueryHandle {
         if !self.is_running() {
             return Health::Disconnected;
         }
-        self.read(Session::health).unwrap_or(Health::Disconnected)
+        if self.died() {
+            return Health::Disconnected;
+        }
+        self.shared.reader.health()
     }
 
     /// Returns every counter and gauge of the session, with
@@ -329,7 +380,10 @@ impl QueryHandle {
     /// Runs `f` with read access to the session (for what the methods above do not cover,
     /// e.g. [`Session::layout_for`]). `None` if the subscriber died while changing it.
     pub fn read<R>(&self, f: impl FnOnce(&Session) -> R) -> Option<R> {
-        self.shared.session.read().map(|s| f(&s))
+        let asked = std::time::Instant::now();
+        let session = self.shared.session.read();
+        self.shared.locks.record_read_wait(asked.elapsed());
+        session.map(|s| f(&s))
     }
 }
 
@@ -492,6 +546,7 @@ mod tests {
         );
         assert!(session.counters().objects > 0, "{:?}", session.counters());
         let shared = Arc::new(Shared {
+            reader: session.reader(),
             session: SessionLock::new(session),
             running: AtomicBool::new(true),
             start,

@@ -123,6 +123,7 @@ pub fn prepare_observed<O: Observer>(
     let deadline = session.poll_timeout();
     let start = std::time::Instant::now();
     let shared = Arc::new(handle::Shared {
+        reader: session.reader(),
         session: handle::SessionLock::new(session),
         running: AtomicBool::new(true),
         start,
