@@ -2,6 +2,7 @@
 //! as a naive exact-key set does.
 
 use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use hicache_index::{
     EventKind, HitPolicy, Layout, Lookup, Medium, ModelLayout, PageHash, Pool, Session,
@@ -230,4 +231,145 @@ fn dense_stream_over_the_whole_universe_agrees() {
         nonzero >= 32,
         "every layout hits from every start page once all is stored: {nonzero}"
     );
+}
+
+/// Every `CLEAR_EVERY`-th batch of the concurrent check is followed by a clear.
+const CLEAR_EVERY: usize = 5;
+
+/// Runs the stream on a writer thread while this thread queries the session's [`Reader`] (all
+/// eight pages, the default layout and tenant, with a map); returns whether every page an
+/// answer claimed was complete, in the exact-key set, at some point between the last batch
+/// applied before the query began and the end of the batch under way when it ended; and how
+/// many pages were claimed.
+fn check_concurrent(ops: Vec<Op>, batch_len: usize) -> (bool, usize) {
+    let all = layouts();
+    let layout = all[0].1.clone();
+    let mut h = Harness::connected(config(layout.clone()));
+    let keys = universe();
+    let pages = pages();
+    let complete = |set: &BTreeSet<(String, String)>| -> Vec<bool> {
+        pages
+            .iter()
+            .map(|p| {
+                layout
+                    .object_keys(p)
+                    .all(|k| set.contains(&("default".to_owned(), k)))
+            })
+            .collect()
+    };
+    // The batches, and the completeness of every page after each event (index 0: before any).
+    let mut set = BTreeSet::new();
+    let mut history = vec![complete(&set)];
+    let mut batches = Vec::new();
+    // Per batch, the history index after its last event (and its clear).
+    let mut ends = Vec::new();
+    for (b, chunk) in ops.chunks(batch_len.clamp(1, 64)).enumerate() {
+        let mut events = Vec::new();
+        for op in chunk {
+            let key = &keys[op.key % keys.len()];
+            let tenant = TENANTS[op.tenant];
+            let kind = if op.store {
+                set.insert((tenant.to_owned(), key.clone()));
+                EventKind::Stored
+            } else {
+                set.remove(&(tenant.to_owned(), key.clone()));
+                EventKind::Removed
+            };
+            let mut e = OwnedEvent::new(kind, key.clone());
+            e.tenant_id = Some(tenant.into());
+            e.medium = Some(if op.disk { Medium::Disk } else { Medium::Cpu });
+            events.push(e);
+            history.push(complete(&set));
+        }
+        let clear = b % CLEAR_EVERY == CLEAR_EVERY - 1;
+        if clear {
+            set.clear();
+            history.push(complete(&set));
+        }
+        batches.push((events, clear));
+        ends.push(history.len() - 1);
+    }
+    let reader = h.session.reader();
+    let done = AtomicUsize::new(0);
+    let mut answers = Vec::new();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            for (k, (events, clear)) in batches.into_iter().enumerate() {
+                let _ = h.batch(events);
+                if clear {
+                    let _ = h.session.clear(h.now);
+                }
+                done.store(k + 1, Ordering::Release);
+            }
+        });
+        let total = ends.len();
+        loop {
+            let before = done.load(Ordering::Acquire);
+            let mut map = [false; 8];
+            let hits = reader
+                .query_map(&Lookup::page_hashes(&pages), &mut map)
+                .expect("the default layout");
+            let after = done.load(Ordering::Acquire);
+            answers.push((before, after, hits.prefix_pages, map));
+            if before == total {
+                break;
+            }
+            std::thread::yield_now();
+        }
+    });
+    let mut claimed = 0;
+    for (before, after, prefix, map) in answers {
+        // States the query may have seen: from after batch `before - 1` to the end of batch
+        // `after` (under way when the query ended, if any).
+        let from = before.checked_sub(1).map_or(0, |b| ends[b]);
+        let to = ends.get(after).copied().unwrap_or(history.len() - 1);
+        for (i, &hit) in map.iter().enumerate() {
+            if !(hit || i < prefix) {
+                continue;
+            }
+            claimed += 1;
+            if !history[from..=to].iter().any(|c| c[i]) {
+                eprintln!("page {i} claimed, never complete in states {from}..={to}");
+                return (false, claimed);
+            }
+        }
+    }
+    // And once the writer is done, the answer is exact.
+    let final_answer = h
+        .session
+        .query(&Lookup::page_hashes(&pages))
+        .expect("the default layout")
+        .prefix_pages;
+    let want = reference(&set, "default", &layout, &pages);
+    if final_answer != want {
+        eprintln!("after the stream: index {final_answer}, reference {want}");
+        return (false, claimed);
+    }
+    (true, claimed)
+}
+
+#[quickcheck]
+fn a_reader_beside_the_writer_claims_only_pages_complete_during_its_query(
+    ops: Vec<Op>,
+    batch_len: u8,
+) -> bool {
+    check_concurrent(ops, usize::from(batch_len)).0
+}
+
+#[test]
+fn a_reader_beside_a_writer_storing_everything_sees_hits() {
+    // Every key stored twice over, in small batches with clears between: readers overlap
+    // stores, removals by the clears and the refill.
+    let n = universe().len();
+    let ops: Vec<Op> = (0..n * 6)
+        .map(|i| Op {
+            store: i % 7 != 6,
+            key: i % n,
+            tenant: 0,
+            disk: i % 2 == 0,
+        })
+        .collect();
+    let (agreed, claimed) = check_concurrent(ops, 4);
+    assert!(agreed);
+    assert!(claimed > 0, "a reader beside the writer claims some page");
 }

@@ -291,6 +291,63 @@ fn models_row() {
     );
 }
 
+/// Row 7: the read side under ingest (`readside.json`), busy threads ≤ cores: one writer
+/// feeding pre-encoded batches from memory, one query thread; the session's `RwLock` (`lock`)
+/// against its lock-free [`hicache_index::Reader`] (`reader`), in the same run.
+fn readside_rows() {
+    let label = "7. read side under ingest";
+    let Some(r) = figures("readside.json") else {
+        not_run(label);
+        return;
+    };
+    let cores = count(&r["cores"]);
+    let alone_rate = num(&r["ingest_alone"]["events_per_s"]);
+    for side in ["lock", "reader"] {
+        let phase =
+            |kind: &str, when: &str, what: &str| num(&r[format!("{side}_{kind}")][when][what]);
+        if phase("hashes", "alone", "p50_ns").is_nan() {
+            not_run(&format!("{label} ({side})"));
+            continue;
+        }
+        let (p50, p99_busy) = (
+            phase("hashes", "alone", "p50_ns"),
+            phase("hashes", "ingesting", "p99_ns"),
+        );
+        let busy_rate = phase("hashes", "ingesting", "events_per_s");
+        println!(
+            "| 7. ({side}) p99 of a 256-page query given page hashes while 1 writer thread ingests ({} events/s), 1 query thread, {cores} cores | {} (p50 {}) | | its p50 with no ingest: {} | {:.1}x that p50 | ≤ 2x: {}; ≤ 20 µs: {}; writer ≥ 1M events/s: {} |",
+            rate(busy_rate),
+            time(p99_busy),
+            time(phase("hashes", "ingesting", "p50_ns")),
+            time(p50),
+            p99_busy / p50,
+            verdict(p99_busy <= 2.0 * p50),
+            verdict(p99_busy <= 20_000.0),
+            verdict(busy_rate >= 1e6)
+        );
+        let (t50, t99_busy) = (
+            phase("tokens", "alone", "p50_ns"),
+            phase("tokens", "ingesting", "p99_ns"),
+        );
+        println!(
+            "| 7. ({side}) p99 of a cold 256-page token query while ingesting ({} events/s) | {} (p50 {}) | | its p50 with no ingest: {} | {:.2}x that p50 | ≤ 1.5x: {} |",
+            rate(phase("tokens", "ingesting", "events_per_s")),
+            time(t99_busy),
+            time(phase("tokens", "ingesting", "p50_ns")),
+            time(t50),
+            t99_busy / t50,
+            verdict(t99_busy <= 1.5 * t50)
+        );
+        println!(
+            "| 7. ({side}) ingest with 1 query thread (hash queries) | {} events/s | | no queries: {} events/s | {:.0} % | ≥ 90 %: {} |",
+            rate(busy_rate),
+            rate(alone_rate),
+            100.0 * busy_rate / alone_rate,
+            verdict(busy_rate >= 0.9 * alone_rate)
+        );
+    }
+}
+
 fn main() {
     println!("Machine: {}.\n", cpu());
     println!("| row | ours | reference | limit | ratios | goal |");
@@ -302,4 +359,5 @@ fn main() {
     e2e_rows();
     sim_row();
     models_row();
+    readside_rows();
 }
