@@ -762,13 +762,12 @@ mod loom_model {
         Arc::new(t)
     }
 
+    // A reader racing a slot's whole rewrite for another page (20 stores, each load free to
+    // read either write) ran loom for over 20 minutes even with one preemption; that case is
+    // left to the unit tests and the concurrent differential quickcheck.
     fn model(f: impl Fn() + Sync + Send + 'static) {
-        model_bounded(2, f);
-    }
-
-    fn model_bounded(preemptions: usize, f: impl Fn() + Sync + Send + 'static) {
         let mut b = loom::model::Builder::new();
-        b.preemption_bound = Some(preemptions);
+        b.preemption_bound = Some(2);
         b.check(f);
     }
 
@@ -783,26 +782,6 @@ mod loom_model {
             let (present, cpu) = t.probe(0, &hash(1));
             let seen = [(mask(1), mask(1)), (mask(2) | mask(3), mask(2)), (0, 0)];
             assert!(seen.contains(&(present, cpu)), "torn: {present:x} {cpu:x}");
-            writer.join().unwrap();
-        });
-    }
-
-    #[test]
-    fn loom_a_slot_reused_for_another_page_is_never_a_hit_for_the_old_one() {
-        // The whole rewrite of a slot (20 stores) with two preemptions ran loom for over eight
-        // minutes; one preemption anywhere in it still covers a reader inside the write. The
-        // seqlock itself is explored with two in the test above.
-        model_bounded(1, || {
-            let t = table();
-            let w = Arc::clone(&t);
-            let writer = loom::thread::spawn(move || {
-                w.set_masks(0, 0, 0);
-                w.unlink(h(1), 0);
-                w.put(0, &page(0, hash(2), mask(7), 0));
-                w.link(h(2), 0);
-            });
-            let old = t.probe(0, &hash(1));
-            assert!(old == (mask(1), mask(1)) || old == (0, 0), "{old:x?}");
             writer.join().unwrap();
         });
     }
