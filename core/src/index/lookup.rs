@@ -43,12 +43,6 @@ impl Index {
     {
         self.shared.query(tenant, layout, pages, map)
     }
-
-    /// Returns a page's present objects and those of them with a memory replica.
-    #[cfg(test)]
-    pub(super) fn probe(&self, ns: u32, hash: &PageHash) -> (u128, u128) {
-        self.shared.pages.probe(ns, hash)
-    }
 }
 
 impl Shared {
