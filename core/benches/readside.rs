@@ -1,4 +1,4 @@
-//! Row 6: the read side under ingest, with busy threads ≤ cores (one writer, one query thread).
+//! Row 7: the read side under ingest, with busy threads ≤ cores (one writer, one query thread).
 //!
 //! One writer thread feeds the session pre-encoded 64-event Mooncake batches from memory (no
 //! publisher, no socket), taking the session's write lock per batch as the driver does; one
