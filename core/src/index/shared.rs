@@ -728,6 +728,104 @@ mod tests {
         assert!(!t.still(s));
         assert_eq!(PageTable::flags_of(t.state()), 5);
     }
+
+    // ---- Review: a query's pages must come from one state of the index.
+
+    use crate::index::{Index, IndexConfig};
+    use crate::layout::{Layout, SglangParams};
+
+    /// A two-object page layout (TP 2: `_0_k`, `_0_v`, ... whatever the layout names).
+    fn review_layout() -> Layout {
+        Layout::from_sglang(&SglangParams::new(4, 2)).expect("a valid layout")
+    }
+
+    fn store_page(index: &mut Index, layout: &Layout, page: &PageHash) {
+        for pool in &layout.pools {
+            for suffix in &pool.suffixes {
+                let mut key = String::new();
+                layout.write_object_key(page, suffix, &mut key);
+                let _ = index.store("default", &key, None, None);
+            }
+        }
+    }
+
+    fn remove_one_object(index: &mut Index, layout: &Layout, page: &PageHash) {
+        let mut key = String::new();
+        layout.write_object_key(page, &layout.pools[0].suffixes[0], &mut key);
+        let _ = index.remove("default", &key);
+    }
+
+    /// Runs a query the way [`crate::reader::Reader`] does (state, probes, `still`), with `between`
+    /// run by the writer after the first page was probed and before the second is: returns
+    /// the prefix the reader would answer, `None` when it would read again.
+    fn query_with_writer_between(
+        index: &mut Index,
+        layout: &Layout,
+        pages: [PageHash; 2],
+        between: impl FnOnce(&mut Index),
+    ) -> Option<usize> {
+        let shared = index.shared();
+        let before = shared.pages.state();
+        let mut between = Some(between);
+        let mut i = 0;
+        let iter = core::iter::from_fn(|| {
+            if i == 1 {
+                (between.take().expect("once"))(index);
+            }
+            i += 1;
+            pages.get(i - 1).copied()
+        });
+        let hits = shared.query("default", layout, iter, None);
+        shared.pages.still(before).then_some(hits.prefix_pages)
+    }
+
+    #[test]
+    fn a_query_never_mixes_pages_from_before_and_after_a_tenant_clear() {
+        // A publisher's `cleared` names its tenant (the master always sends `tenant_id`):
+        // the session applies it with `Index::clear_tenant`, which must be as atomic for
+        // readers as `Index::clear`.
+        let layout = review_layout();
+        let (p0, p1) = (PageHash([1; 32]), PageHash([2; 32]));
+        let mut index = Index::new(IndexConfig::default());
+        store_page(&mut index, &layout, &p0);
+        let answer = query_with_writer_between(&mut index, &layout, [p0, p1], |index| {
+            let _ = index.clear_tenant("default");
+            store_page(index, &layout, &p1);
+        });
+        assert_ne!(
+            answer,
+            Some(2),
+            "page 0 read before the tenant clear, page 1 stored after it: both claimed"
+        );
+        // The same with a whole clear is thrown away (the generation moved): the control.
+        let mut index = Index::new(IndexConfig::default());
+        store_page(&mut index, &layout, &p0);
+        let answer = query_with_writer_between(&mut index, &layout, [p0, p1], |index| {
+            let _ = index.clear();
+            store_page(index, &layout, &p1);
+        });
+        assert_ne!(answer, Some(2));
+    }
+
+    #[test]
+    fn a_query_never_claims_two_pages_that_were_never_present_together() {
+        // Page 0 loses an object (one input), then page 1 is stored (the next input): between
+        // no two inputs are both pages full, so no answer of `Session::query` between two
+        // calls is 2 (what the reader's docs promise it answers).
+        let layout = review_layout();
+        let (p0, p1) = (PageHash([1; 32]), PageHash([2; 32]));
+        let mut index = Index::new(IndexConfig::default());
+        store_page(&mut index, &layout, &p0);
+        let answer = query_with_writer_between(&mut index, &layout, [p0, p1], |index| {
+            remove_one_object(index, &layout, &p0);
+            store_page(index, &layout, &p1);
+        });
+        assert_ne!(
+            answer,
+            Some(2),
+            "page 0 was removed before page 1 was stored, yet both were claimed"
+        );
+    }
 }
 
 /// The model test of the read/write protocol: every interleaving (up to a preemption bound)
