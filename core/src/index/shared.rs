@@ -826,6 +826,25 @@ mod tests {
             "page 0 was removed before page 1 was stored, yet both were claimed"
         );
     }
+
+    #[test]
+    fn the_namespace_cap_costs_nothing_until_namespaces_come() {
+        // Before the shared directory, namespaces grew on demand: a high cap (or `usize::MAX`
+        // for "no cap", which now asks for 2^31 entries and 2^32 buckets, 32 GiB, at
+        // `Session::new`) cost nothing up front. The slab's chunks are allocated on first use
+        // for the same reason.
+        let config = |max_namespaces| IndexConfig {
+            max_pages: 1024,
+            max_namespaces,
+            ..IndexConfig::default()
+        };
+        let small = Index::new(config(1)).allocated_bytes();
+        let high = Index::new(config(1 << 20)).allocated_bytes();
+        assert!(
+            high - small < 64 * 1024,
+            "an empty index with room for 2^20 namespaces allocates {high} bytes, {small} with 1"
+        );
+    }
 }
 
 /// The model test of the read/write protocol: every interleaving (up to a preemption bound)
