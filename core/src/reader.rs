@@ -5,12 +5,14 @@
 //! what the session writes into it: the page table (one atomic read of a slot per page, see
 //! [`crate::index`]'s shared table), the namespaces and their suffixes (set once, append-only),
 //! the layouts in force (a versioned snapshot: the configured layouts and the workers' verdicts,
-//! replaced whole when a verdict changes, see [`crate::layout::LayoutVotes`]), and one state word holding the session's health, whether the last snapshot is unproven, and the
-//! table's generation. A query reads the state word before its first probe and again after its
-//! last: when it moved (a clear, a flag that changed), the answer may mix two states and is
-//! thrown away: the query asks again, and after [`ATTEMPTS`] readings answers a miss. A reader
-//! never waits for the writer, and a writer preempted in the middle of a change makes a query
-//! miss a page, never claim one that was not present at some point during the query.
+//! replaced whole when a verdict changes, see [`crate::layout::LayoutVotes`]), and one state word holding the session's health, whether the last snapshot is unproven, whether a
+//! change that removes is under way, and the table's generation. A query reads the state word
+//! before its first probe and again after its last: when it moved (a clear, a batch that
+//! removes, a flag that changed), the answer may mix two states and is thrown away: the query
+//! asks again, and after [`ATTEMPTS`] readings answers [`QueryError::Busy`], on which the
+//! caller asks under the session's lock ([`crate::Session::query`]). A reader
+//! never waits for the writer: a writer preempted in the middle of a change makes a query read
+//! again and then ask under the lock, never claim a page the session would not claim.
 //!
 //! Queries are `&self`, allocate nothing, and answer exactly what [`crate::Session::query`]
 //! answers between two calls into the session (the session answers through its own reader).
@@ -29,9 +31,13 @@ use crate::layout::{Layout, LayoutVotes, ModelVerdict};
 use crate::query::{Hits, Lookup, Pages, QueryPlan, Tokens};
 use crate::session::ModelLayout;
 
-/// How many times a query reads the index before it answers a miss, when the state keeps
+/// How many times a query reads the index before it answers [`QueryError::Busy`], when the state keeps
 /// moving under it.
 pub const ATTEMPTS: usize = 3;
+
+/// How many times a query reads the state word again while a change that removes is under
+/// way, per attempt, before it counts the attempt as lost.
+const CHANGE_SPINS: usize = 256;
 
 /// The unproven bit of the state word's flags (the low three bits hold the health).
 const UNPROVEN: u32 = 1 << 3;
@@ -278,6 +284,18 @@ impl Reader {
         };
         let mut state = self.pages().state();
         for _ in 0..ATTEMPTS {
+            // A change that removes is under way: wait for its end a little, without a lock.
+            for _ in 0..CHANGE_SPINS {
+                if !PageTable::is_changing(state) {
+                    break;
+                }
+                core::hint::spin_loop();
+                state = self.pages().state();
+            }
+            if PageTable::is_changing(state) {
+                state = self.pages().state();
+                continue;
+            }
             let flags = PageTable::flags_of(state);
             let mut hits = Hits {
                 prefix_pages: 0,

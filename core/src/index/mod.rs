@@ -361,8 +361,10 @@ impl Index {
             .is_some_and(|(idx, _, bit)| self.shared.pages.present(idx) & bit != 0)
     }
 
-    /// Forgets every page of `tenant`; returns the pages and objects forgotten.
+    /// Forgets every page of `tenant`; returns the pages and objects forgotten. Atomic for
+    /// readers, like [`Index::clear`]: a query that overlaps it reads again.
     pub fn clear_tenant(&mut self, tenant: &str) -> (usize, usize) {
+        self.begin_change();
         let mut forgotten = (0, 0);
         for idx in 0..self.len {
             let page = self.shared.pages.get(idx);
@@ -385,6 +387,7 @@ impl Index {
     ///
     /// No deltas are collected: the caller reports one clear instead of a delta per page.
     pub fn clear(&mut self) -> (usize, usize) {
+        self.begin_change();
         let forgotten = (self.live_pages, self.live_objects);
         self.shared.pages.clear();
         self.len = 0;
@@ -399,6 +402,20 @@ impl Index {
         self.suspects.clear();
         self.stamp += 1;
         forgotten
+    }
+
+    /// Marks the start of a change that removes, or that may be read as removing (a batch
+    /// holding anything but keyed stores): readers that overlap it read again (see
+    /// [`shared`]). Every removal calls it itself; idempotent until [`Index::settle`].
+    pub fn begin_change(&mut self) {
+        self.shared.pages.begin_change();
+    }
+
+    /// Ends the change [`Index::begin_change`] (or a removal) started, if any. A writer whose
+    /// index is read by a [`crate::Reader`] MUST call it once its input is applied (the
+    /// session does, at the end of every input); until then such queries ask under its lock.
+    pub fn settle(&mut self) {
+        self.shared.pages.end_change();
     }
 
     /// Returns a handle on what the index shares with readers (see [`shared`]).
@@ -459,6 +476,7 @@ impl Index {
         if before == after {
             return;
         }
+        self.begin_change();
         self.shared.pages.set_masks(idx, page.cpu, page.disk);
         self.live_objects -= 1;
         let (ns, hash) = (page.ns, page.hash);

@@ -19,7 +19,14 @@
 //!   with Acquire, so the slot's words it then reads are at least that new. A removal shifts
 //!   later entries back (no tombstones); a reader that raced a shift may miss, never hit wrongly,
 //!   since it always checks the slot.
-//! - **The state word** is `generation << FLAG_BITS | flags`. A clear empties every bucket and
+//! - **The state word** is `generation << (FLAG_BITS + 1) | changing << FLAG_BITS | flags`.
+//!   A change that removes (a batch holding anything but keyed stores, any other input that
+//!   removes, a clear) sets the changing bit and moves the generation before it writes, and
+//!   moves the generation again when it ends ([`PageTable::begin_change`],
+//!   [`PageTable::end_change`]): a query that overlaps it in any way reads again, so it never
+//!   combines pages from before and after a removal. Batches of stores only move nothing
+//!   (adds only add: what a query sees is the state before, after, or a part of the way
+//!   between two batches, each page of which is in the state after). A clear empties every bucket and
 //!   then bumps the generation (Release); whatever a reader reads after the new generation is of
 //!   the new one. A query loads the state before its first probe (Acquire) and again after its
 //!   last (after an Acquire fence): if it changed, the answer may mix two generations (or two
@@ -70,6 +77,13 @@ pub(crate) const CHUNK_SLOTS: usize = 1024;
 
 /// Low bits of the state word that carry the session's query flags.
 pub(crate) const FLAG_BITS: u32 = 4;
+
+/// The state word's bit that says the writer is in the middle of a change that removes (see
+/// [`PageTable::begin_change`]); the generation sits above it.
+const CHANGING: u32 = 1 << FLAG_BITS;
+
+/// Where the generation starts in the state word.
+const GENERATION_SHIFT: u32 = FLAG_BITS + 1;
 
 /// How often a reader reads a slot again that a write raced, before it takes it as a miss.
 #[cfg(not(loom))]
@@ -247,15 +261,51 @@ impl PageTable {
         if state & mask == flags & mask {
             return;
         }
-        let next = (state & !mask).wrapping_add(1 << FLAG_BITS) | (flags & mask);
+        let next = (state & !mask).wrapping_add(1 << GENERATION_SHIFT) | (flags & mask);
         self.state.store(next, Ordering::Release);
     }
 
+    /// Reports whether a state word was read while the writer was in the middle of a change
+    /// that removes: a query that starts then reads again later.
+    pub(crate) fn is_changing(state: u32) -> bool {
+        state & CHANGING != 0
+    }
+
     /// Reports whether a query that read `before` at its start may use what it read since: the
-    /// state did not move under it.
+    /// state did not move under it, and no change that removes was under way.
     pub(crate) fn still(&self, before: u32) -> bool {
         fence(Ordering::Acquire);
-        self.state.load(Ordering::Relaxed) == before
+        before & CHANGING == 0 && self.state.load(Ordering::Relaxed) == before
+    }
+
+    /// Marks the start of a change that removes (or may be read as removing) pages: moves the
+    /// generation and sets the changing bit before any of the change is written, so that a
+    /// query that reads any of it, or that starts before [`PageTable::end_change`], reads
+    /// again. Idempotent while a change is under way: one move for a whole batch.
+    pub(crate) fn begin_change(&self) {
+        let state = self.state.load(Ordering::Relaxed);
+        if state & CHANGING != 0 {
+            return;
+        }
+        self.state.store(
+            state.wrapping_add(1 << GENERATION_SHIFT) | CHANGING,
+            Ordering::Relaxed,
+        );
+        // Like a slot's odd version: the writes that follow are ordered after the store.
+        fence(Ordering::Release);
+    }
+
+    /// Marks the end of the change [`PageTable::begin_change`] started (nothing if none is
+    /// under way): moves the generation again, so a query that started before reads again.
+    pub(crate) fn end_change(&self) {
+        let state = self.state.load(Ordering::Relaxed);
+        if state & CHANGING == 0 {
+            return;
+        }
+        self.state.store(
+            (state & !CHANGING).wrapping_add(1 << GENERATION_SHIFT),
+            Ordering::Release,
+        );
     }
 
     fn home(&self, h: u64) -> usize {
@@ -514,7 +564,7 @@ impl PageTable {
         }
         let state = self.state.load(Ordering::Relaxed);
         self.state
-            .store(state.wrapping_add(1 << FLAG_BITS), Ordering::Release);
+            .store(state.wrapping_add(1 << GENERATION_SHIFT), Ordering::Release);
     }
 }
 
@@ -540,55 +590,85 @@ impl SharedNamespace {
     }
 }
 
-/// The namespaces, append-only, for readers: a directory of set-once entries and an
-/// open-addressed index over them.
-pub(crate) struct SharedNamespaces {
+/// Namespaces in the first segment of the directory; segment `k` holds `NS_BASE << k`.
+const NS_BASE: usize = 32;
+
+/// Segments of the directory: enough for `u32::MAX / 2` namespaces.
+const NS_SEGMENTS: usize = 27;
+
+/// One segment of the namespace directory: its set-once entries and the open-addressed index
+/// over them (twice as many buckets as entries).
+struct NsSegment {
     entries: Box<[OnceBox<SharedNamespace>]>,
     buckets: Box<[AtomicU32]>,
+}
+
+/// The namespaces, append-only, for readers: segments of set-once entries, each with its own
+/// open-addressed index, allocated on first use and doubling in size (so a high cap costs
+/// nothing until namespaces come; a reader looks in at most a handful of segments).
+pub(crate) struct SharedNamespaces {
+    segments: [OnceBox<NsSegment>; NS_SEGMENTS],
+    capacity: usize,
     seed: u64,
 }
 
 impl core::fmt::Debug for SharedNamespaces {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("SharedNamespaces")
-            .field("capacity", &self.entries.len())
+            .field("capacity", &self.capacity)
             .finish_non_exhaustive()
     }
 }
 
+/// Returns the segment of namespace `ns` and its place in it.
+fn ns_segment(ns: usize) -> (usize, usize) {
+    let n = ns / NS_BASE + 1;
+    let k = (usize::BITS - 1 - n.leading_zeros()) as usize;
+    (k, ns - NS_BASE * ((1 << k) - 1))
+}
+
 impl SharedNamespaces {
-    /// Makes an empty directory for `capacity` namespaces.
+    /// Makes an empty directory for `capacity` namespaces (nothing allocated yet).
     pub(crate) fn new(capacity: usize, seed: u64) -> SharedNamespaces {
-        let capacity = capacity.min(u32::MAX as usize / 2);
         SharedNamespaces {
-            entries: (0..capacity).map(|_| OnceBox::new()).collect(),
-            buckets: (0..(capacity * 2).max(2))
-                .map(|_| AtomicU32::new(0))
-                .collect(),
+            segments: core::array::from_fn(|_| OnceBox::new()),
+            capacity: capacity.min(u32::MAX as usize / 2),
             seed,
         }
     }
 
     /// Returns the bytes allocated.
     pub(crate) fn allocated_bytes(&self) -> usize {
-        self.entries.len() * core::mem::size_of::<OnceBox<SharedNamespace>>()
-            + self.buckets.len() * 4
-            + self
-                .entries
-                .iter()
-                .filter_map(OnceBox::get)
-                .map(|n| {
-                    core::mem::size_of::<SharedNamespace>()
-                        + n.tenant.capacity()
-                        + n.prefix.as_ref().map_or(0, String::capacity)
-                        + n.suffixes.len() * core::mem::size_of::<OnceBox<String>>()
-                        + n.suffixes
-                            .iter()
-                            .filter_map(OnceBox::get)
-                            .map(|s| s.capacity() + core::mem::size_of::<String>())
-                            .sum::<usize>()
-                })
-                .sum::<usize>()
+        self.segments
+            .iter()
+            .filter_map(OnceBox::get)
+            .map(|seg| {
+                core::mem::size_of::<NsSegment>()
+                    + seg.entries.len() * core::mem::size_of::<OnceBox<SharedNamespace>>()
+                    + seg.buckets.len() * 4
+                    + seg
+                        .entries
+                        .iter()
+                        .filter_map(OnceBox::get)
+                        .map(|n| {
+                            core::mem::size_of::<SharedNamespace>()
+                                + n.tenant.capacity()
+                                + n.prefix.as_ref().map_or(0, String::capacity)
+                                + n.suffixes.len() * core::mem::size_of::<OnceBox<String>>()
+                                + n.suffixes
+                                    .iter()
+                                    .filter_map(OnceBox::get)
+                                    .map(|s| s.capacity() + core::mem::size_of::<String>())
+                                    .sum::<usize>()
+                        })
+                        .sum::<usize>()
+            })
+            .sum()
+    }
+
+    fn entry(&self, ns: u32) -> Option<&SharedNamespace> {
+        let (k, i) = ns_segment(ns as usize);
+        self.segments.get(k)?.get()?.entries.get(i)?.get()
     }
 
     /// Finds a namespace by tenant and prefix; returns its number and entry.
@@ -597,53 +677,62 @@ impl SharedNamespaces {
         tenant: &str,
         prefix: Option<&str>,
     ) -> Option<(u32, &SharedNamespace)> {
-        let len = self.buckets.len();
-        let mut i = (namespace_hash(self.seed, tenant, prefix) % len as u64) as usize;
-        for _ in 0..len {
-            let bucket = self.buckets[i].load(Ordering::Acquire);
-            if bucket == 0 {
-                return None;
-            }
-            let ns = bucket - 1;
-            if let Some(entry) = self.entries.get(ns as usize).and_then(OnceBox::get) {
-                if entry.tenant == tenant && entry.prefix.as_deref() == prefix {
-                    return Some((ns, entry));
+        let h = namespace_hash(self.seed, tenant, prefix);
+        for seg in self.segments.iter().map_while(OnceBox::get) {
+            let len = seg.buckets.len();
+            let mut i = (h % len as u64) as usize;
+            for _ in 0..len {
+                let bucket = seg.buckets[i].load(Ordering::Acquire);
+                if bucket == 0 {
+                    break;
                 }
+                let ns = bucket - 1;
+                if let Some(entry) = self.entry(ns) {
+                    if entry.tenant == tenant && entry.prefix.as_deref() == prefix {
+                        return Some((ns, entry));
+                    }
+                }
+                i = (i + 1) % len;
             }
-            i = (i + 1) % len;
         }
         None
     }
 
     /// Adds namespace `ns` (the next number; the writer only).
     pub(crate) fn add(&self, ns: u32, tenant: &str, prefix: Option<&str>) {
-        let Some(entry) = self.entries.get(ns as usize) else {
+        if ns as usize >= self.capacity {
+            return;
+        }
+        let (k, i) = ns_segment(ns as usize);
+        let Some(cell) = self.segments.get(k) else {
             return;
         };
+        let seg = cell.get_or_init(|| {
+            let len = NS_BASE << k;
+            Box::new(NsSegment {
+                entries: (0..len).map(|_| OnceBox::new()).collect(),
+                buckets: (0..2 * len).map(|_| AtomicU32::new(0)).collect(),
+            })
+        });
         let fresh = Box::new(SharedNamespace {
             tenant: tenant.into(),
             prefix: prefix.map(String::from),
             suffixes: (0..MAX_SUFFIXES).map(|_| OnceBox::new()).collect(),
         });
-        if entry.set(fresh).is_err() {
+        if seg.entries[i].set(fresh).is_err() {
             return;
         }
-        let len = self.buckets.len();
-        let mut i = (namespace_hash(self.seed, tenant, prefix) % len as u64) as usize;
-        while self.buckets[i].load(Ordering::Relaxed) != 0 {
-            i = (i + 1) % len;
+        let len = seg.buckets.len();
+        let mut b = (namespace_hash(self.seed, tenant, prefix) % len as u64) as usize;
+        while seg.buckets[b].load(Ordering::Relaxed) != 0 {
+            b = (b + 1) % len;
         }
-        self.buckets[i].store(ns + 1, Ordering::Release);
+        seg.buckets[b].store(ns + 1, Ordering::Release);
     }
 
     /// Adds suffix `slot` of namespace `ns` (the next slot; the writer only).
     pub(crate) fn add_suffix(&self, ns: u32, slot: u32, suffix: &str) {
-        if let Some(s) = self
-            .entries
-            .get(ns as usize)
-            .and_then(OnceBox::get)
-            .and_then(|n| n.suffixes.get(slot as usize))
-        {
+        if let Some(s) = self.entry(ns).and_then(|n| n.suffixes.get(slot as usize)) {
             let _ = s.set(Box::new(suffix.into()));
         }
     }
@@ -825,6 +914,25 @@ mod tests {
             Some(2),
             "page 0 was removed before page 1 was stored, yet both were claimed"
         );
+    }
+
+    #[test]
+    fn namespaces_past_the_first_segments_are_found() {
+        let dir = SharedNamespaces::new(1 << 20, 7);
+        let names: Vec<String> = (0..300).map(|i| alloc::format!("t{i}")).collect();
+        for (ns, t) in names.iter().enumerate() {
+            dir.add(ns as u32, t, Some("p"));
+            dir.add_suffix(ns as u32, 0, "_k");
+        }
+        for (ns, t) in names.iter().enumerate() {
+            let (found, entry) = dir.find(t, Some("p")).expect("added");
+            assert_eq!(found, ns as u32);
+            assert_eq!(entry.slot_of("_k"), Some(0));
+            assert!(dir.find(t, None).is_none());
+        }
+        assert_eq!(ns_segment(0), (0, 0));
+        assert_eq!(ns_segment(NS_BASE), (1, 0));
+        assert_eq!(ns_segment(3 * NS_BASE), (2, 0));
     }
 
     #[test]

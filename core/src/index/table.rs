@@ -97,16 +97,17 @@ impl Index {
 
     /// Evicts one page by CLOCK and returns its slot, which the caller reuses at once.
     pub(super) fn evict_one(&mut self) -> usize {
-        loop {
-            let idx = self.clock_hand;
-            self.clock_hand = (idx + 1) % self.len;
-            if self.shared.pages.present(idx) == 0 || self.shared.pages.take_referenced(idx) {
-                continue;
-            }
-            self.forget_page(idx);
-            self.counters.evictions += 1;
-            return idx;
-        }
+        let pages = &self.shared.pages;
+        let (idx, hand) = clock_pick(
+            self.len,
+            self.clock_hand,
+            |i| pages.present(i) != 0,
+            |i| pages.take_referenced(i),
+        );
+        self.clock_hand = hand;
+        self.forget_page(idx);
+        self.counters.evictions += 1;
+        idx
     }
 
     pub(super) fn find_namespace(&self, tenant: &str, prefix: Option<&str>) -> Option<u32> {
@@ -196,5 +197,61 @@ impl Index {
             }
         }
         self.namespaces[ns].complete_mask = mask;
+    }
+}
+
+/// Picks CLOCK's victim among `len` slots from `hand` (at least one slot holds a page): the
+/// first held slot whose reference bit was clear, clearing the bits it passes; returns it and
+/// where the hand goes next. The sweep is bounded even while readers set reference bits as fast
+/// as the hand clears them: after two revolutions the next held slot is evicted regardless.
+pub(super) fn clock_pick(
+    len: usize,
+    mut hand: usize,
+    held: impl Fn(usize) -> bool,
+    mut take_referenced: impl FnMut(usize) -> bool,
+) -> (usize, usize) {
+    let mut steps = 0usize;
+    loop {
+        let idx = hand;
+        hand = (idx + 1) % len;
+        steps += 1;
+        if !held(idx) {
+            continue;
+        }
+        if steps <= 2 * len && take_referenced(idx) {
+            continue;
+        }
+        return (idx, hand);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::clock_pick;
+
+    #[test]
+    fn the_clock_hand_evicts_within_two_revolutions_while_readers_keep_setting_bits() {
+        // Readers that reference every page again as soon as the hand clears its bit.
+        let len = 8;
+        let mut cleared = 0;
+        let (victim, hand) = clock_pick(
+            len,
+            3,
+            |i| i != 5,
+            |_| {
+                cleared += 1;
+                assert!(cleared <= 10 * len, "the hand swept ten revolutions");
+                true
+            },
+        );
+        assert!(victim != 5, "slot 5 holds no page");
+        assert_eq!(hand, (victim + 1) % len);
+        assert!(cleared <= 2 * len, "{cleared} reference bits cleared");
+    }
+
+    #[test]
+    fn the_clock_hand_spares_referenced_pages_when_an_unreferenced_one_is_left() {
+        let (victim, hand) = clock_pick(4, 0, |_| true, |i| i != 2);
+        assert_eq!((victim, hand), (2, 3));
     }
 }

@@ -310,6 +310,13 @@ impl Session {
     /// Hands over one input (see [`Input`] for each): the one way into the session. Every
     /// returned effect MUST be executed (commands) or may be logged (reports), in order.
     pub fn handle(&mut self, now: Instant, input: Input<'_>) -> Effects {
+        let fx = self.dispatch(now, input);
+        // A change that removed something is over: lock-free queries may use what they read.
+        self.index.settle();
+        fx
+    }
+
+    fn dispatch(&mut self, now: Instant, input: Input<'_>) -> Effects {
         match input {
             Input::Message(frames) => self.on_message(now, frames),
             Input::Timeout => self.on_timeout(now),

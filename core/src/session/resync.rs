@@ -218,6 +218,7 @@ impl Session {
         if self.snapshot_keys(request, lines).is_some() {
             fx.0.extend(self.finish_snapshot(now, request).0);
         }
+        self.index.settle();
         fx
     }
 

@@ -202,6 +202,16 @@ impl Session {
         fx: &mut Effects,
     ) {
         self.note_evidence(arrived);
+        // A batch that removes, or holds anything that may lead to a clear, is one change for
+        // lock-free readers from its first event (the session settles it when the input ends):
+        // no query combines pages from before and after it. Batches of stores only need none.
+        if batch
+            .events
+            .iter()
+            .any(|e| !(e.kind == EventKind::Stored && e.object_key.is_some()))
+        {
+            self.index.begin_change();
+        }
         let mut lossy = false;
         for event in &batch.events {
             let tenant = event.tenant_id.unwrap_or(DEFAULT_TENANT);

@@ -179,6 +179,8 @@ impl Session {
         }
         self.schedule_verify(now);
         self.update_health(&mut fx);
+        // Removals of stale keys are over: lock-free queries may use what they read.
+        self.index.settle();
         fx
     }
 
