@@ -598,6 +598,61 @@ mod tests {
     }
 
     #[test]
+    fn a_query_beside_a_writer_that_removes_answers_exactly_like_the_session() {
+        // Every batch takes one object of page 0 away and stores it again: between two inputs
+        // the session claims the 3 whole pages, always. A lock-free read that overlaps a batch
+        // finds a change under way; the handle then asks under the lock and still answers 3:
+        // never Busy, never a miss.
+        use hicache_index::{EventKind, Timestamp};
+        use hicache_index_sim::encode::{encode_message, MasterFlavor, OwnedBatch, OwnedEvent};
+        let (q, tokens) = handle_with_pages();
+        let layout = Layout::from_sglang(&SglangParams::new(4, 2)).unwrap();
+        let page0 = layout.page_hashes(&tokens, Namespace::NONE).next().unwrap();
+        let key: String = layout.object_keys(&page0).next().unwrap();
+        let shared = Arc::clone(&q.shared);
+        let writer = std::thread::spawn(move || {
+            for seq in 1..=2_000u64 {
+                let event = |kind, id| OwnedEvent {
+                    event_id: Some(id),
+                    ..OwnedEvent::new(kind, &key)
+                };
+                let batch = OwnedBatch {
+                    seq: Seq(seq),
+                    timestamp: Timestamp::Millis(1_767_225_600_000),
+                    dp_rank: Some(0),
+                    events: vec![
+                        event(EventKind::Removed, 2 * seq - 1),
+                        event(EventKind::Stored, 2 * seq),
+                    ],
+                };
+                let frames = encode_message(b"", &batch, MasterFlavor::Release0314);
+                let borrowed: Vec<&[u8]> = frames.iter().map(Vec::as_slice).collect();
+                let _ = shared.session.write(|s| s.feed(Instant::ZERO, &borrowed));
+                std::thread::yield_now();
+            }
+        });
+        let lookup = Lookup::tokens(&tokens);
+        let mut answered = 0;
+        while !writer.is_finished() {
+            let hits = q.query(&lookup).expect("the handle answers, Busy or not");
+            assert_eq!(hits.prefix_pages, 3, "answer {answered}: {hits:?}");
+            let mut map = [false; 12];
+            let hits = q.query_map(&lookup, &mut map).expect("the handle answers");
+            assert_eq!(
+                hits.prefix_pages, 3,
+                "answer {answered} with a map: {hits:?}"
+            );
+            answered += 1;
+        }
+        writer.join().expect("the writer ends");
+        assert_eq!(
+            q.read(|s| s.query(&lookup)).unwrap().unwrap().prefix_pages,
+            3
+        );
+        assert!(answered > 0);
+    }
+
+    #[test]
     fn a_token_query_stops_hashing_after_the_block_with_the_first_miss() {
         let (q, _) = handle_with_pages();
         // 64 pages of 4 tokens, none of them in the index.
