@@ -802,6 +802,31 @@ mod tests {
     }
 
     #[test]
+    fn a_query_that_overlaps_a_change_that_removes_reads_again() {
+        // The loom model's schedule, in one thread: page 1 read, then page 1 goes and page 2
+        // comes in one change, then page 2 read.
+        let t = PageTable::new(4, 7);
+        t.put(0, &page(0, hash(1), 1, 0));
+        t.link(page_table_hash(7, 0, &hash(1)), 0);
+        t.put(1, &page(0, hash(2), 2, 0));
+        let before = t.state();
+        assert_eq!(t.probe(0, &hash(1)).0, 1);
+        t.begin_change();
+        t.unlink(page_table_hash(7, 0, &hash(1)), 0);
+        t.link(page_table_hash(7, 0, &hash(2)), 1);
+        let during = t.state();
+        assert!(PageTable::is_changing(during));
+        assert_eq!(t.probe(0, &hash(2)).0, 2);
+        assert!(!t.still(before), "both pages read across the removal");
+        assert!(!t.still(during), "a query that began during the change");
+        t.end_change();
+        let after = t.state();
+        assert!(!PageTable::is_changing(after) && t.still(after));
+        t.end_change();
+        assert!(t.still(after), "end_change without a change moves nothing");
+    }
+
+    #[test]
     fn a_clear_moves_the_generation_and_empties_every_bucket() {
         let t = PageTable::new(8, 7);
         t.put(0, &page(0, hash(1), 0, 1));
