@@ -11,13 +11,14 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use hdrhistogram::Histogram;
 use hicache_index::{
-    Config, IndexConfig, Instant, Lookup, ModelLayout, PageHash, Pages, Reader, Session,
+    Config, Hits, IndexConfig, Instant, Lookup, ModelLayout, PageHash, Pages, QueryError, Reader,
+    Session,
 };
 use hicache_index_sim::encode::{EventIdSlots, FIXED_WIDTH_EVENT_ID};
 use hicache_index_sim::perf::{self, BenchArgs};
@@ -93,6 +94,21 @@ struct Fixture {
     tokens: Vec<Vec<u32>>,
 }
 
+/// Asks the reader; when the writer kept changing what it read ([`QueryError::Busy`]), asks
+/// under the session's lock, as the driver's query handle does.
+fn reader_query(fx: &Fixture, lookup: &Lookup<'_>) -> Result<Hits, QueryError> {
+    match fx.reader.query(lookup) {
+        Err(QueryError::Busy) => {
+            BUSY.fetch_add(1, Ordering::Relaxed);
+            fx.session.read().expect("no panic").query(lookup)
+        }
+        answered => answered,
+    }
+}
+
+/// Reader queries that fell back to the lock.
+static BUSY: AtomicU64 = AtomicU64::new(0);
+
 /// Runs queries of `kind` through `side` until `stop`; returns their latencies (ns).
 fn query_loop(fx: &Fixture, side: Side, kind: Kind, stop: &AtomicBool) -> Histogram<u64> {
     let mut h = Histogram::<u64>::new_with_bounds(1, 10_000_000_000, 3).expect("bounds");
@@ -108,7 +124,7 @@ fn query_loop(fx: &Fixture, side: Side, kind: Kind, stop: &AtomicBool) -> Histog
                 let lookup = Lookup::page_hashes(&fx.hashes[k..k + QUERY_PAGES]);
                 match side {
                     Side::Lock => fx.session.read().expect("no panic").query(&lookup),
-                    Side::Reader => fx.reader.query(&lookup),
+                    Side::Reader => reader_query(fx, &lookup),
                 }
             }
             Kind::Tokens => {
@@ -130,7 +146,7 @@ fn query_loop(fx: &Fixture, side: Side, kind: Kind, stop: &AtomicBool) -> Histog
                             .expect("no panic")
                             .probe(plan, &hashed, None)
                     }
-                    Side::Reader => fx.reader.query(&lookup),
+                    Side::Reader => reader_query(fx, &lookup),
                 }
             }
         };
@@ -286,6 +302,10 @@ fn main() {
         }
     }
     json.push_str("}\n");
+    println!(
+        "  reader queries that asked under the lock (Busy): {}",
+        BUSY.load(Ordering::Relaxed)
+    );
     let c = fx.session.read().expect("no panic").counters();
     assert_eq!((c.gaps, c.restarts), (0, 0), "{c:?}");
     if !quick {
