@@ -54,7 +54,7 @@ fn main() {
     let mut key = String::new();
 
     let before = LIVE.load(Ordering::Relaxed);
-    let mut index = Index::new(IndexConfig {
+    let mut index = Index::standalone(IndexConfig {
         max_pages: pages,
         ..IndexConfig::default()
     });
@@ -62,7 +62,7 @@ fn main() {
         let page = common::synthetic_page(i as u64);
         for suffix in &suffixes {
             layout.write_object_key(&page, suffix, &mut key);
-            let _ = index.store("default", &key, None, Some(Medium::Cpu));
+            index.store_object("default", &key, Some(Medium::Cpu));
         }
     }
     let ours = LIVE.load(Ordering::Relaxed) - before;
@@ -84,7 +84,7 @@ fn main() {
     let models: Vec<_> = (0..4).map(common::tp8_of_model).collect();
     let mut side_by_side = |layouts: &[hicache_index::Layout]| {
         let before = LIVE.load(Ordering::Relaxed);
-        let mut index = Index::new(IndexConfig {
+        let mut index = Index::standalone(IndexConfig {
             max_pages: pages,
             ..IndexConfig::default()
         });
@@ -93,7 +93,7 @@ fn main() {
             let page = common::synthetic_page(i as u64);
             for (suffix, _) in layout.suffixes() {
                 layout.write_object_key(&page, suffix, &mut key);
-                let _ = index.store("default", &key, None, Some(Medium::Cpu));
+                index.store_object("default", &key, Some(Medium::Cpu));
             }
         }
         let bytes = LIVE.load(Ordering::Relaxed) - before;

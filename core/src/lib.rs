@@ -49,10 +49,10 @@
 //! ones (PR 2876 on) take away **that medium only**; older ones (PR 2214) sent it only when no
 //! replica was left, naming `cpu` even when the last replica was on disk. The event says
 //! neither which publisher sent it nor what the master still holds. The rule:
-//! - The index keeps, per object, the media the stream showed ([`Index::store`]); a `stored`
+//! - The index keeps, per object, the media the stream showed; a `stored`
 //!   without a medium marks an absent object present in memory and adds nothing to a present
 //!   one.
-//! - **A removal never leaves its object present** ([`Index::remove_replica`]). When the stream
+//! - **A removal never leaves its object present**. When the stream
 //!   had shown the object on the other medium too, it becomes a *suspect*: it misses, and the
 //!   next verification round ([`VerifyConfig`]) asks the master about it first. A suspect comes
 //!   back (on the medium that may hold it: a disk-only hit) only when the answer was read after
@@ -93,8 +93,10 @@
 //!
 //! # Features
 //! - `internals`: makes the sequence tracker ([`sequence`]'s `SequenceTracker`, `Fingerprint`,
-//!   `Verdict`, `Loss`) public, for the simulator's property tests. It switches visibility only,
-//!   never behaviour; a driver or a router needs none of it.
+//!   `Verdict`, `Loss`) public, for the simulator's property tests, and the index's writer side
+//!   (`Index::standalone`, `store_object`, `remove_object`) for the benches and tests that measure
+//!   the index alone. It switches visibility only, never behaviour; a driver or a router needs
+//!   none of it (the core's own benches get it through their dev-dependency on the simulator).
 //!
 //! # Example
 //! A master stored both objects of one page (TP 1, page size 4); the router asks about ten

@@ -373,7 +373,17 @@ fn a_reader_beside_a_writer_storing_everything_sees_hits() {
             disk: i % 2 == 0,
         })
         .collect();
-    let (agreed, claimed) = check_concurrent(ops, 4);
-    assert!(agreed);
+    // Whether the reader runs while the writer does is the scheduler's choice (on a loaded
+    // machine it may not, and the stream ends in a clear): every round must agree, and some
+    // round must see a claim.
+    let mut claimed = 0;
+    for _ in 0..20 {
+        let (agreed, c) = check_concurrent(ops.clone(), 4);
+        assert!(agreed);
+        claimed += c;
+        if claimed > 0 {
+            break;
+        }
+    }
     assert!(claimed > 0, "a reader beside the writer claims some page");
 }

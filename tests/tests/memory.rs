@@ -21,7 +21,7 @@ fn a_full_index_at_tp8_holds_a_page_in_at_most_96_bytes() {
     let _one_at_a_time = MEASURING.lock().unwrap_or_else(|e| e.into_inner());
 
     let before = meter::live_bytes();
-    let mut index = Index::new(IndexConfig {
+    let mut index = Index::standalone(IndexConfig {
         max_pages: PAGES,
         ..IndexConfig::default()
     });
@@ -32,7 +32,7 @@ fn a_full_index_at_tp8_holds_a_page_in_at_most_96_bytes() {
         let page = PageHash(h);
         for suffix in &suffixes {
             layout.write_object_key(&page, suffix, &mut key);
-            let _ = index.store("default", &key, None, Some(Medium::Cpu));
+            index.store_object("default", &key, Some(Medium::Cpu));
         }
     }
     let bytes = meter::live_bytes() - before;
@@ -66,29 +66,29 @@ fn a_full_index_at_tp8_with_a_full_suspect_table_holds_a_page_in_at_most_96_byte
     let _one_at_a_time = MEASURING.lock().unwrap_or_else(|e| e.into_inner());
 
     let before = meter::live_bytes();
-    let mut index = Index::new(IndexConfig {
+    let mut index = Index::standalone(IndexConfig {
         max_pages: PAGES,
         ..IndexConfig::default()
     });
     for i in 0..PAGES {
         for suffix in &suffixes {
             layout.write_object_key(&page(i), suffix, &mut key);
-            let _ = index.store("default", &key, None, Some(Medium::Cpu));
-            let _ = index.store("default", &key, None, Some(Medium::Disk));
+            index.store_object("default", &key, Some(Medium::Cpu));
+            index.store_object("default", &key, Some(Medium::Disk));
         }
     }
     // Memory copies go from a sixteenth of the pages: more suspects than the table keeps.
     for i in 0..PAGES / 16 {
         for suffix in &suffixes {
             layout.write_object_key(&page(i), suffix, &mut key);
-            let _ = index.remove_replica("default", &key, Some(Medium::Cpu));
+            index.remove_object("default", &key, Some(Medium::Cpu));
         }
     }
     // The freed slots are filled again.
     for i in PAGES..PAGES + PAGES / 16 {
         for suffix in &suffixes {
             layout.write_object_key(&page(i), suffix, &mut key);
-            let _ = index.store("default", &key, None, Some(Medium::Cpu));
+            index.store_object("default", &key, Some(Medium::Cpu));
         }
     }
     let bytes = meter::live_bytes() - before;

@@ -612,7 +612,7 @@ fn report(
     row(
         "slowest query",
         format!(
-            "{} (hashing, probes and any wait for the index's write lock)",
+            "{} (hashing, probes and, for a query asked again under the lock, its wait; on a busy CPU also the query thread descheduled)",
             millis(world.latency.max())
         ),
     );
@@ -628,9 +628,17 @@ fn report(
         ),
     );
     row(
+        "queries blocked",
+        format!(
+            "{} asked again under the lock (the writer kept changing what they read), longest wait {}; every other query took no lock",
+            thousands(locks.fallbacks),
+            micros(Some(locks.fallback_wait))
+        ),
+    );
+    row(
         "read-lock wait",
         format!(
-            "longest {} (a query waits for one hold; on a busy CPU also while the writer is descheduled)",
+            "longest {} (the demo's own reads of the session, e.g. the sequence applied; a read waits for one hold, on a busy CPU also while the writer is descheduled)",
             micros(Some(locks.read_wait))
         ),
     );

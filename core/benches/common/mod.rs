@@ -50,6 +50,16 @@ pub fn synthetic_page(i: u64) -> PageHash {
 /// event ids from `first_event_id` (a stream's ids MUST keep increasing from batch to batch: ids
 /// that go back are a publisher restart, which clears the index).
 pub fn payloads(layout: &Layout, pages: &[PageHash], first_event_id: u64) -> Vec<Vec<u8>> {
+    payloads_of(EventKind::Stored, layout, pages, first_event_id)
+}
+
+/// Payloads like [`payloads`], of `kind` events (`Removed`: each object's removal from memory).
+pub fn payloads_of(
+    kind: EventKind,
+    layout: &Layout,
+    pages: &[PageHash],
+    first_event_id: u64,
+) -> Vec<Vec<u8>> {
     let keys: Vec<(String, String)> = pages
         .iter()
         .flat_map(|p| layout.object_keys(p).map(|k| (k, layout.group_id(p))))
@@ -61,7 +71,7 @@ pub fn payloads(layout: &Layout, pages: &[PageHash], first_event_id: u64) -> Vec
                 .iter()
                 .enumerate()
                 .map(|(j, (k, group))| {
-                    let mut e = OwnedEvent::new(EventKind::Stored, k.clone());
+                    let mut e = OwnedEvent::new(kind, k.clone());
                     e.event_id = Some(first_event_id + (i * 64 + j) as u64);
                     e.timestamp_ms = 1_767_225_600_000;
                     e.backend_id = "store-node-1".into();

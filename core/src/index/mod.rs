@@ -16,7 +16,7 @@
 //! removal never leaves its object present: when the stream had shown the object on the other
 //! medium too, the object becomes a *suspect* (absent for queries, remembered with the medium
 //! that may still hold it, in a bounded side table) until a verification answer read after the
-//! removal confirms it ([`Index::confirm_suspect`]) or any later event about it decides. See
+//! removal confirms it or any later event about it decides. See
 //! the crate docs for why.
 
 mod lookup;
@@ -62,7 +62,6 @@ pub struct IndexConfig {
 }
 
 pub use self::lookup::IndexHits;
-pub use self::sample::Sampled;
 pub(crate) use self::shared::PageTable;
 use self::shared::{PageWords, Shared, SharedNamespaces};
 use self::suspects::SuspectPage;
@@ -90,9 +89,9 @@ struct Namespace {
 
 /// What one event did to the index.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub enum Applied {
+pub(crate) enum Applied {
     /// The object is now in the state the event says (`stored` and `removed` are idempotent).
-    Applied,
+    Done,
     /// The key does not parse as `{P}_{H}{S}`: it can never be an expected key.
     Unparsed,
     /// The namespace table or the namespace's suffix table is full; the object is not tracked
@@ -102,7 +101,7 @@ pub enum Applied {
 
 /// A page that became complete or incomplete under a watched layout.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Delta {
+pub(crate) struct Delta {
     /// The namespace number (see [`Index::namespace`]).
     pub namespace: u32,
     /// The page hash.
@@ -173,9 +172,31 @@ pub(crate) fn object_key(prefix: Option<&str>, hash: &PageHash, suffix: &str) ->
     key
 }
 
+/// The index's writer side for benches and tests that measure the index alone, without a
+/// session (feature `internals`; it switches visibility only). A session is the only writer
+/// otherwise.
+#[cfg(feature = "internals")]
+impl Index {
+    /// Makes an empty index, as a session does with `config`.
+    pub fn standalone(config: IndexConfig) -> Index {
+        Index::new(config)
+    }
+
+    /// Marks `key` present on `medium`, as a `stored` event does (no group id checked).
+    pub fn store_object(&mut self, tenant: &str, key: &str, medium: Option<Medium>) {
+        let _ = self.store(tenant, key, None, medium);
+    }
+
+    /// Takes `medium` away from `key`, as a `removed` event does, and ends the change.
+    pub fn remove_object(&mut self, tenant: &str, key: &str, medium: Option<Medium>) {
+        let _ = self.remove_replica(tenant, key, medium);
+        self.settle();
+    }
+}
+
 impl Index {
     /// Makes an empty index; the page table is sized for `config.max_pages` up front.
-    pub fn new(config: IndexConfig) -> Index {
+    pub(crate) fn new(config: IndexConfig) -> Index {
         let cap = config.max_pages.clamp(1, u32::MAX as usize - 1);
         Index {
             shared: Arc::new(Shared {
@@ -238,7 +259,7 @@ impl Index {
 
     /// Watches a layout for page-level deltas: a page of its prefix is complete when every
     /// suffix of every pool is present. Deltas are collected until [`Index::drain_deltas`].
-    pub fn watch_layout(&mut self, layout: &Layout) {
+    pub(crate) fn watch_layout(&mut self, layout: &Layout) {
         if self.watched_layouts.iter().any(|l| l == layout) {
             return;
         }
@@ -249,13 +270,13 @@ impl Index {
     }
 
     /// Takes the page-level deltas collected since the last call.
-    pub fn drain_deltas(&mut self) -> alloc::vec::Drain<'_, Delta> {
+    pub(crate) fn drain_deltas(&mut self) -> alloc::vec::Drain<'_, Delta> {
         self.deltas.drain(..)
     }
 
     /// Marks `key` present on `medium` (idempotent). `None` names no medium: it marks an absent
     /// object present in memory and leaves a present one's media as they are.
-    pub fn store(
+    pub(crate) fn store(
         &mut self,
         tenant: &str,
         key: &str,
@@ -280,11 +301,11 @@ impl Index {
         // A store decides a suspect: the object is present again.
         self.unsuspect(h, ns, &parsed.page_hash, 1u128 << slot);
         self.set_bit(h, ns, parsed.page_hash, 1u128 << slot, medium);
-        Applied::Applied
+        Applied::Done
     }
 
     /// Marks `key` absent on every medium (idempotent).
-    pub fn remove(&mut self, tenant: &str, key: &str) -> Applied {
+    pub(crate) fn remove(&mut self, tenant: &str, key: &str) -> Applied {
         self.remove_replica(tenant, key, None)
     }
 
@@ -293,28 +314,33 @@ impl Index {
     /// The object is absent afterwards whatever it held: a removal is a per-medium removal from
     /// a current publisher but the last one from an older publisher, and the event does not say
     /// which. When the stream had shown the object on the other medium, it becomes a suspect,
-    /// to be confirmed by [`Index::confirm_suspect`] (see the crate docs).
-    pub fn remove_replica(&mut self, tenant: &str, key: &str, medium: Option<Medium>) -> Applied {
+    /// to be confirmed by `Index::confirm_suspect` (see the crate docs).
+    pub(crate) fn remove_replica(
+        &mut self,
+        tenant: &str,
+        key: &str,
+        medium: Option<Medium>,
+    ) -> Applied {
         let Some(parsed) = parse_object_key(key) else {
             self.counters.unparsed_keys += 1;
             return Applied::Unparsed;
         };
         let Some(ns) = self.find_namespace(tenant, parsed.prefix) else {
-            return Applied::Applied;
+            return Applied::Done;
         };
         let Some(slot) = self.namespaces[ns as usize]
             .suffixes
             .iter()
             .position(|s| s == parsed.suffix)
         else {
-            return Applied::Applied;
+            return Applied::Done;
         };
         let bit = 1u128 << slot;
         let h = self.table_hash(ns, &parsed.page_hash);
         // Any later event decides a suspect; a removal leaves it absent.
         self.unsuspect(h, ns, &parsed.page_hash, bit);
         let Some(idx) = self.find(h, ns, &parsed.page_hash) else {
-            return Applied::Applied;
+            return Applied::Done;
         };
         let page = self.shared.pages.get(idx);
         let remaining_disk = match medium {
@@ -326,7 +352,7 @@ impl Index {
         if let Some(on_disk) = remaining_disk {
             self.suspect(h, ns, parsed.page_hash, bit, on_disk);
         }
-        Applied::Applied
+        Applied::Done
     }
 
     /// Sets one object's bit for `medium`, making room for its page if needed.
@@ -363,7 +389,7 @@ impl Index {
 
     /// Forgets every page of `tenant`; returns the pages and objects forgotten. Atomic for
     /// readers, like [`Index::clear`]: a query that overlaps it reads again.
-    pub fn clear_tenant(&mut self, tenant: &str) -> (usize, usize) {
+    pub(crate) fn clear_tenant(&mut self, tenant: &str) -> (usize, usize) {
         self.begin_change();
         let mut forgotten = (0, 0);
         for idx in 0..self.len {
@@ -386,7 +412,7 @@ impl Index {
     /// Forgets every page; returns the pages and objects forgotten.
     ///
     /// No deltas are collected: the caller reports one clear instead of a delta per page.
-    pub fn clear(&mut self) -> (usize, usize) {
+    pub(crate) fn clear(&mut self) -> (usize, usize) {
         self.begin_change();
         let forgotten = (self.live_pages, self.live_objects);
         self.shared.pages.clear();
@@ -407,14 +433,14 @@ impl Index {
     /// Marks the start of a change that removes, or that may be read as removing (a batch
     /// holding anything but keyed stores): readers that overlap it read again (see
     /// [`shared`]). Every removal calls it itself; idempotent until [`Index::settle`].
-    pub fn begin_change(&mut self) {
+    pub(crate) fn begin_change(&mut self) {
         self.shared.pages.begin_change();
     }
 
     /// Ends the change [`Index::begin_change`] (or a removal) started, if any. A writer whose
     /// index is read by a [`crate::Reader`] MUST call it once its input is applied (the
     /// session does, at the end of every input); until then such queries ask under its lock.
-    pub fn settle(&mut self) {
+    pub(crate) fn settle(&mut self) {
         self.shared.pages.end_change();
     }
 

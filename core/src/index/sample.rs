@@ -9,7 +9,7 @@ use super::*;
 /// a sweep begins and stays present until the cursor reaches it is sampled in that sweep;
 /// objects stored after the cursor passed their slot are not.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Sampled {
+pub(crate) struct Sampled {
     /// The write stamp to pass back to [`Index::remove_stale`].
     pub stamp: u64,
     /// The call began where a sweep begins (the first slot of the first page).
@@ -27,7 +27,12 @@ impl Index {
     /// Collects up to `max` present object keys of `tenant` for verification, round-robin
     /// through the index so that repeated calls cover every page; returns the write stamp to pass
     /// back to [`Index::remove_stale`] and where the call began and ended (see [`Sampled`]).
-    pub fn sample_keys(&mut self, tenant: &str, max: usize, out: &mut Vec<String>) -> Sampled {
+    pub(crate) fn sample_keys(
+        &mut self,
+        tenant: &str,
+        max: usize,
+        out: &mut Vec<String>,
+    ) -> Sampled {
         let len = self.len;
         let mut sampled = Sampled {
             stamp: self.stamp,
@@ -75,7 +80,7 @@ impl Index {
     /// Removes `key` of `tenant` when a verification found it absent, unless its page changed
     /// after `stamp` (the write stamp when the keys were sampled): a store that raced the check
     /// wins. Returns whether the object was removed.
-    pub fn remove_stale(&mut self, tenant: &str, key: &str, stamp: u64) -> bool {
+    pub(crate) fn remove_stale(&mut self, tenant: &str, key: &str, stamp: u64) -> bool {
         let Some(parsed) = parse_object_key(key) else {
             return false;
         };
@@ -90,3 +95,6 @@ impl Index {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -60,7 +60,7 @@ impl Index {
     /// `stamp` and that no event touched since comes back: the answer was then read after its
     /// removal, and an event about it after the answer still applies. Returns whether it came
     /// back.
-    pub fn confirm_suspect(&mut self, tenant: &str, key: &str, stamp: u64) -> bool {
+    pub(crate) fn confirm_suspect(&mut self, tenant: &str, key: &str, stamp: u64) -> bool {
         let Some((h, ns, hash, bit)) = self.find_suspect(tenant, key) else {
             return false;
         };
@@ -82,7 +82,7 @@ impl Index {
     }
 
     /// Forgets a suspect that a verification found absent; returns whether it was one.
-    pub fn drop_suspect(&mut self, tenant: &str, key: &str) -> bool {
+    pub(crate) fn drop_suspect(&mut self, tenant: &str, key: &str) -> bool {
         match self.find_suspect(tenant, key) {
             Some((h, ns, hash, bit)) => {
                 self.unsuspect(h, ns, &hash, bit);

@@ -11,7 +11,7 @@ pub(super) struct Verify {
     pub(super) sweep: Option<Sweep>,
 }
 
-/// A verification sweep in progress (see [`crate::index::Sampled`]).
+/// A verification sweep in progress (see `Sampled` in the index).
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Sweep {
     /// When it began, lowered to the arrival of anything older added since: at its end, every
@@ -74,7 +74,7 @@ pub(super) struct Round {
     pub(super) keys: usize,
     pub(super) checksum: u64,
     /// A sweep ended within this round, whether the next began in it, and whether it passed
-    /// objects of another tenant (see [`crate::index::Sampled`]).
+    /// objects of another tenant (see `Sampled` in the index).
     pub(super) ended_sweep: bool,
     pub(super) began_next: bool,
     pub(super) other_tenants: bool,

@@ -346,6 +346,62 @@ fn readside_rows() {
             verdict(busy_rate >= 0.9 * alone_rate)
         );
     }
+    // The memo's tail while ingesting, against row 1's SHA-256-only bound.
+    let memo = |when: &str, what: &str| num(&r["reader_memo"][when][what]);
+    let limit = mean_ns("query_256_pages_tp8_memo", "limit_sha256");
+    if !memo("ingesting", "p99_ns").is_nan() {
+        let (m50, m99) = (memo("alone", "p50_ns"), memo("ingesting", "p99_ns"));
+        let vs = limit.map_or(String::new(), |l| {
+            format!(
+                "p50 {:.2}x, p99 {:.2}x the limit; ≤ 0.35x: {}",
+                m50 / l,
+                m99 / l,
+                verdict(m99 <= 0.35 * l)
+            )
+        });
+        println!(
+            "| 7. (reader) p99 of a 256-page token query, every page in the prefix memo, while ingesting ({} events/s) | {} (p50 {}) | | its p50 with no ingest: {}; SHA-256 only: {} | {:.1}x that p50 | {vs} |",
+            rate(memo("ingesting", "events_per_s")),
+            time(m99),
+            time(memo("ingesting", "p50_ns")),
+            time(m50),
+            limit.map_or("-".into(), time),
+            m99 / m50,
+        );
+    }
+    // Every other batch removing: a query overlapping one reads again, then asks under the lock.
+    let removing_rate = num(&r["removing_alone"]["events_per_s"]);
+    for side in ["lock", "reader"] {
+        let row = &r[format!("{side}_hashes_removing")];
+        let p99 = num(&row["ingesting"]["p99_ns"]);
+        if p99.is_nan() {
+            continue;
+        }
+        let p50 = num(&r[format!("{side}_hashes")]["alone"]["p50_ns"]);
+        let queries = num(&row["ingesting"]["queries"]);
+        let busy = num(&row["busy"]);
+        let fell_back = if side == "reader" {
+            format!(
+                "; {} of {} queries asked under the lock ({:.1} %)",
+                busy,
+                queries,
+                100.0 * busy / queries.max(1.0)
+            )
+        } else {
+            String::new()
+        };
+        println!(
+            "| 7. ({side}) p99 of a 256-page hash query while the writer ingests batches every other of which removes ({} events/s; {} alone){fell_back} | {} (p50 {}) | | its p50 with no ingest: {} | {:.1}x that p50 | ≤ 2x: {}; ≤ 20 µs: {} |",
+            rate(num(&row["ingesting"]["events_per_s"])),
+            rate(removing_rate),
+            time(p99),
+            time(num(&row["ingesting"]["p50_ns"])),
+            time(p50),
+            p99 / p50,
+            verdict(p99 <= 2.0 * p50),
+            verdict(p99 <= 20_000.0)
+        );
+    }
 }
 
 fn main() {

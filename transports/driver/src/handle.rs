@@ -118,6 +118,8 @@ pub(crate) struct LockMaxima {
     snapshot_chunk: AtomicU64,
     other: AtomicU64,
     read_wait: AtomicU64,
+    fallback_wait: AtomicU64,
+    fallbacks: AtomicU64,
 }
 
 impl LockMaxima {
@@ -135,6 +137,11 @@ impl LockMaxima {
         raise(&self.read_wait, waited);
     }
 
+    fn record_fallback(&self, waited: Duration) {
+        self.fallbacks.fetch_add(1, Ordering::Relaxed);
+        raise(&self.fallback_wait, waited);
+    }
+
     fn get(&self) -> LockTimes {
         let d = |a: &AtomicU64| Duration::from_nanos(a.load(Ordering::Relaxed));
         LockTimes {
@@ -142,6 +149,8 @@ impl LockMaxima {
             snapshot_chunk_hold: d(&self.snapshot_chunk),
             other_hold: d(&self.other),
             read_wait: d(&self.read_wait),
+            fallbacks: self.fallbacks.load(Ordering::Relaxed),
+            fallback_wait: d(&self.fallback_wait),
         }
     }
 }
@@ -172,8 +181,14 @@ pub struct LockTimes {
     /// The longest a read of the session through the handle ([`QueryHandle::read`],
     /// [`QueryHandle::counters`], ...) waited for the read lock (wall time: on a contended CPU
     /// it includes the writer being descheduled while it holds the lock). Queries take no lock
-    /// and never wait (see [`hicache_index::reader`]).
+    /// and never wait (see [`hicache_index::reader`]) unless they fall back (below).
     pub read_wait: Duration,
+    /// How many queries the writer kept changing what they read ([`QueryError::Busy`]), so that
+    /// they asked again under the session's read lock.
+    pub fallbacks: u64,
+    /// The longest such a query waited for the read lock (wall time, like `read_wait`): the
+    /// only time a query waits for the writer.
+    pub fallback_wait: Duration,
 }
 
 impl Shared {
@@ -243,7 +258,7 @@ impl QueryHandle {
                 return Ok(miss(map));
             }
             let plan = match reader.plan(lookup) {
-                Err(QueryError::Busy) => match self.read(|s| s.plan(lookup)) {
+                Err(QueryError::Busy) => match self.fallback(|s| s.plan(lookup)) {
                     Some(plan) => plan?,
                     None => return Ok(miss(map)),
                 },
@@ -269,7 +284,7 @@ impl QueryHandle {
                     let hits = match reader.probe(plan, &hashed, map.as_deref_mut()) {
                         // The writer kept changing what the query read: ask under its lock.
                         Err(QueryError::Busy) => {
-                            match self.read(|s| s.probe(plan, &hashed, map.as_deref_mut())) {
+                            match self.fallback(|s| s.probe(plan, &hashed, map.as_deref_mut())) {
                                 Some(hits) => hits?,
                                 None => return Ok(miss(map.as_deref_mut())),
                             }
@@ -319,7 +334,7 @@ impl QueryHandle {
             Some(map) => {
                 let hits = match reader.query_map(lookup, map) {
                     // The writer kept changing what the query read: ask under its lock.
-                    Err(QueryError::Busy) => match self.read(|s| s.query_map(lookup, map)) {
+                    Err(QueryError::Busy) => match self.fallback(|s| s.query_map(lookup, map)) {
                         Some(hits) => hits,
                         None => return Ok(miss(Some(map))),
                     },
@@ -331,7 +346,7 @@ impl QueryHandle {
                 hits
             }
             None => match reader.query(lookup) {
-                Err(QueryError::Busy) => match self.read(|s| s.query(lookup)) {
+                Err(QueryError::Busy) => match self.fallback(|s| s.query(lookup)) {
                     Some(hits) => hits,
                     None => return Ok(miss(None)),
                 },
@@ -375,6 +390,15 @@ impl QueryHandle {
     /// Returns the sequence of the last batch applied.
     pub fn last_applied_seq(&self) -> Option<Seq> {
         self.read(Session::last_applied_seq).flatten()
+    }
+
+    /// Asks again under the session's read lock, for a query the reader answered
+    /// [`QueryError::Busy`]; counted, with its wait, apart from other reads.
+    fn fallback<R>(&self, f: impl FnOnce(&Session) -> R) -> Option<R> {
+        let asked = std::time::Instant::now();
+        let session = self.shared.session.read();
+        self.shared.locks.record_fallback(asked.elapsed());
+        session.map(|s| f(&s))
     }
 
     /// Runs `f` with read access to the session (for what the methods above do not cover,

@@ -1,13 +1,15 @@
-//! Verification sweeps over the index: where `Index::sample_keys` says sweeps begin and end, and
+//! Verification sweeps over the index (moved from `core/tests/sweeps.rs` when the index's
+//! mutators became crate-private): where `Index::sample_keys` says sweeps begin and end, and
 //! that the rounds of one sweep sample every object present throughout it.
 
-use std::collections::BTreeSet;
+use alloc::collections::BTreeSet;
+use alloc::string::String;
+use alloc::vec::Vec;
 
-use hicache_index::index::Sampled;
-use hicache_index::{
-    Index, IndexConfig, Layout, Namespace, PageHash, SglangParams, DEFAULT_TENANT,
-};
 use quickcheck_macros::quickcheck;
+
+use super::Sampled;
+use crate::{Index, IndexConfig, Layout, Namespace, PageHash, SglangParams, DEFAULT_TENANT};
 
 /// The object keys of `pages` pages (TP 1: a key and a value object each).
 fn keys(pages: u32) -> Vec<String> {

@@ -6,9 +6,12 @@
 //! the same run: `lock` asks through the session's `RwLock` (the driver before the reader),
 //! `reader` through [`Session::reader`] (no lock on the query path). Phases per read side: the
 //! query alone, ingest alone, both at once; a hash query (page hashes given) and a cold token
-//! query (SHA-256 of every page, no memo). Latencies go into hdrhistograms (ns). Writes
+//! query (SHA-256 of every page, no memo); for the reader, also a token query whose pages are
+//! all in the driver's [`PrefixMemo`] (warmed first), hashed through it as the query handle
+//! does. Latencies go into hdrhistograms (ns). Writes
 //! `<target>/perf/readside.json`; `cargo bench -- --test` runs it small, without figures.
 
+#[path = "../../../core/benches/common/mod.rs"]
 mod common;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -17,9 +20,10 @@ use std::time::Duration;
 
 use hdrhistogram::Histogram;
 use hicache_index::{
-    Config, Hits, IndexConfig, Instant, Lookup, ModelLayout, PageHash, Pages, QueryError, Reader,
-    Session,
+    Config, EventKind, Hits, IndexConfig, Instant, Lookup, ModelLayout, PageHash, Pages,
+    QueryError, Reader, Session,
 };
+use hicache_index_driver::{PrefixMemo, DEFAULT_MEMO_BYTES};
 use hicache_index_sim::encode::{EventIdSlots, FIXED_WIDTH_EVENT_ID};
 use hicache_index_sim::perf::{self, BenchArgs};
 
@@ -28,8 +32,16 @@ const QUERY_PAGES: usize = 256;
 
 /// The writer's state: the cycled batches and where the stream stands.
 struct Writer {
+    /// Batches that store fresh pages (what the phases ingest by default).
     payloads: Vec<Vec<u8>>,
     ids: Vec<EventIdSlots>,
+    /// Batches that store fresh pages and batches that remove them again, alternately: every
+    /// other batch removes, so it is a change readers must not read across.
+    churn: Vec<Vec<u8>>,
+    churn_ids: Vec<EventIdSlots>,
+    /// Feed `churn` instead of `payloads`.
+    removing: bool,
+    churn_next: usize,
     next: usize,
     event_id: u64,
     seq: u64,
@@ -43,15 +55,20 @@ impl Writer {
         let start = std::time::Instant::now();
         let mut events = 0u64;
         while !stop.load(Ordering::Relaxed) {
-            let i = self.next;
-            self.next = (self.next + 1) % self.payloads.len();
-            self.event_id = self.ids[i].renumber(&mut self.payloads[i], self.event_id);
+            let (payloads, ids, next) = if self.removing {
+                (&mut self.churn, &self.churn_ids, &mut self.churn_next)
+            } else {
+                (&mut self.payloads, &self.ids, &mut self.next)
+            };
+            let i = *next;
+            *next = (i + 1) % payloads.len();
+            self.event_id = ids[i].renumber(&mut payloads[i], self.event_id);
             self.seq += 1;
             let seq = self.seq.to_be_bytes();
             let fx = session
                 .write()
                 .expect("no panic while writing")
-                .feed(Instant::ZERO, &[b"", &seq, &self.payloads[i]]);
+                .feed(Instant::ZERO, &[b"", &seq, &payloads[i]]);
             debug_assert!(fx.is_empty(), "{fx:?}");
             drop(fx);
             events += 64;
@@ -85,6 +102,8 @@ enum Kind {
     Hashes,
     /// 256 pages of tokens, all held, hashed by every query (cold).
     Tokens,
+    /// 256 pages of tokens, all held, every page's digest in the prefix memo.
+    Memo,
 }
 
 struct Fixture {
@@ -92,6 +111,7 @@ struct Fixture {
     reader: Arc<Reader>,
     hashes: Vec<PageHash>,
     tokens: Vec<Vec<u32>>,
+    memo: PrefixMemo,
 }
 
 /// Asks the reader; when the writer kept changing what it read ([`QueryError::Busy`]), asks
@@ -103,6 +123,53 @@ fn reader_query(fx: &Fixture, lookup: &Lookup<'_>) -> Result<Hits, QueryError> {
             fx.session.read().expect("no panic").query(lookup)
         }
         answered => answered,
+    }
+}
+
+/// Plans, hashes `tokens` through the prefix memo outside any lock, and probes, as the driver's
+/// query handle does: through the session's lock or through the reader.
+fn memo_query(
+    fx: &Fixture,
+    side: Side,
+    tokens: &[u32],
+    scratch: &mut Vec<PageHash>,
+) -> Result<Hits, QueryError> {
+    let lookup = Lookup::tokens(tokens);
+    let plan = match side {
+        Side::Lock => fx.session.read().expect("no panic").plan(&lookup)?,
+        Side::Reader => match fx.reader.plan(&lookup) {
+            Err(QueryError::Busy) => {
+                BUSY.fetch_add(1, Ordering::Relaxed);
+                fx.session.read().expect("no panic").plan(&lookup)?
+            }
+            plan => plan?,
+        },
+    };
+    let Pages::Tokens { tokens, namespace } = lookup.pages else {
+        unreachable!("a token lookup")
+    };
+    scratch.clear();
+    let mut pages = plan.hashes(tokens, namespace);
+    while let Some(page) = pages.next_with(&fx.memo) {
+        scratch.push(page);
+    }
+    let hashed = Lookup::page_hashes(scratch);
+    match side {
+        Side::Lock => fx
+            .session
+            .read()
+            .expect("no panic")
+            .probe(plan, &hashed, None),
+        Side::Reader => match fx.reader.probe(plan, &hashed, None) {
+            Err(QueryError::Busy) => {
+                BUSY.fetch_add(1, Ordering::Relaxed);
+                fx.session
+                    .read()
+                    .expect("no panic")
+                    .probe(plan, &hashed, None)
+            }
+            answered => answered,
+        },
     }
 }
 
@@ -148,6 +215,10 @@ fn query_loop(fx: &Fixture, side: Side, kind: Kind, stop: &AtomicBool) -> Histog
                     }
                     Side::Reader => reader_query(fx, &lookup),
                 }
+            }
+            Kind::Memo => {
+                let tokens = &fx.tokens[k % fx.tokens.len()];
+                memo_query(fx, side, tokens, &mut scratch)
             }
         };
         let took = start.elapsed();
@@ -257,9 +328,20 @@ fn main() {
         .collect();
     let payloads = common::payloads(&layout, &fresh, event_id);
     let ids: Vec<EventIdSlots> = payloads.iter().map(|p| EventIdSlots::find(p)).collect();
+    let removals = common::payloads_of(EventKind::Removed, &layout, &fresh, event_id);
+    let churn: Vec<Vec<u8>> = payloads
+        .iter()
+        .zip(&removals)
+        .flat_map(|(store, remove)| [store.clone(), remove.clone()])
+        .collect();
+    let churn_ids: Vec<EventIdSlots> = churn.iter().map(|p| EventIdSlots::find(p)).collect();
     let mut writer = Writer {
         payloads,
         ids,
+        churn,
+        churn_ids,
+        removing: false,
+        churn_next: 0,
         next: 0,
         event_id,
         seq,
@@ -270,7 +352,19 @@ fn main() {
         reader,
         hashes,
         tokens,
+        memo: PrefixMemo::new(DEFAULT_MEMO_BYTES),
     };
+    // Every page of every token chain in the memo, checked against the plain chain.
+    let mut scratch = Vec::new();
+    for t in &fx.tokens {
+        let hits = memo_query(&fx, Side::Reader, t, &mut scratch).expect("a layout");
+        assert_eq!(hits.prefix_pages, QUERY_PAGES, "every page is held");
+        assert_eq!(
+            scratch,
+            common::hashes(&layout, t),
+            "the memo's digests are the chain's"
+        );
+    }
 
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
     println!("read side: 1 writer thread, 1 query thread, {cores} cores");
@@ -282,7 +376,11 @@ fn main() {
         ingest_alone.json()
     );
     for side in [Side::Lock, Side::Reader] {
-        for kind in [Kind::Hashes, Kind::Tokens] {
+        let kinds: &[Kind] = match side {
+            Side::Lock => &[Kind::Hashes, Kind::Tokens],
+            Side::Reader => &[Kind::Hashes, Kind::Tokens, Kind::Memo],
+        };
+        for &kind in kinds {
             let name = format!("{}_{}", side.name(), format!("{kind:?}").to_lowercase());
             let alone = phase(&fx, &mut writer, false, Some((side, kind)), length);
             let busy = phase(&fx, &mut writer, true, Some((side, kind)), length);
@@ -301,11 +399,37 @@ fn main() {
             ));
         }
     }
-    json.push_str("}\n");
     println!(
-        "  reader queries that asked under the lock (Busy): {}",
-        BUSY.load(Ordering::Relaxed)
+        "  reader queries that asked under the lock (Busy), store-only ingest: {}",
+        BUSY.swap(0, Ordering::Relaxed)
     );
+    // Every other batch removes the pages the one before stored: each is a change a query
+    // overlapping it must read again, or ask under the lock after a few tries.
+    writer.removing = true;
+    let removing_alone = phase(&fx, &mut writer, true, None, length);
+    println!(
+        "  ingest alone, every other batch removing: {:.2} M events/s",
+        removing_alone.events_per_s.unwrap_or(0.0) / 1e6
+    );
+    json.push_str(&format!(",\"removing_alone\":{}", removing_alone.json()));
+    for side in [Side::Lock, Side::Reader] {
+        let name = format!("{}_hashes_removing", side.name());
+        BUSY.store(0, Ordering::Relaxed);
+        let busy = phase(&fx, &mut writer, true, Some((side, Kind::Hashes)), length);
+        let fell_back = BUSY.swap(0, Ordering::Relaxed);
+        println!(
+            "  {name:23} ingesting ({:.2} M events/s) p50 {:>8} p99 {:>8}, {fell_back} of {} asked under the lock",
+            busy.events_per_s.unwrap_or(0.0) / 1e6,
+            us(busy.p50_ns),
+            us(busy.p99_ns),
+            busy.queries
+        );
+        json.push_str(&format!(
+            ",\"{name}\":{{\"ingesting\":{},\"busy\":{fell_back}}}",
+            busy.json()
+        ));
+    }
+    json.push_str("}\n");
     let c = fx.session.read().expect("no panic").counters();
     assert_eq!((c.gaps, c.restarts), (0, 0), "{c:?}");
     if !quick {

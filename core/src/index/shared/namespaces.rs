@@ -1,0 +1,185 @@
+//! The namespace directory readers resolve a namespace number in: set-once entries in doubling
+//! segments, allocated on first use.
+
+use alloc::boxed::Box;
+use alloc::string::String;
+
+use once_cell::race::OnceBox;
+
+#[cfg(not(loom))]
+use core::sync::atomic::{AtomicU32, Ordering};
+#[cfg(loom)]
+use loom::sync::atomic::{AtomicU32, Ordering};
+
+use super::super::table::namespace_hash;
+use super::super::MAX_SUFFIXES;
+
+/// One namespace as readers see it: its tenant, its prefix and its suffixes, each suffix set
+/// once, in slot order.
+pub(crate) struct SharedNamespace {
+    tenant: String,
+    prefix: Option<String>,
+    suffixes: Box<[OnceBox<String>]>,
+}
+
+impl SharedNamespace {
+    /// Returns the slot of `suffix`, if it has one.
+    pub(crate) fn slot_of(&self, suffix: &str) -> Option<u32> {
+        for (slot, s) in self.suffixes.iter().enumerate() {
+            match s.get() {
+                Some(s) if s == suffix => return Some(slot as u32),
+                Some(_) => {}
+                None => return None,
+            }
+        }
+        None
+    }
+}
+
+/// Namespaces in the first segment of the directory; segment `k` holds `NS_BASE << k`.
+pub(super) const NS_BASE: usize = 32;
+
+/// Segments of the directory: enough for `u32::MAX / 2` namespaces.
+const NS_SEGMENTS: usize = 27;
+
+/// One segment of the namespace directory: its set-once entries and the open-addressed index
+/// over them (twice as many buckets as entries).
+struct NsSegment {
+    entries: Box<[OnceBox<SharedNamespace>]>,
+    buckets: Box<[AtomicU32]>,
+}
+
+/// The namespaces, append-only, for readers: segments of set-once entries, each with its own
+/// open-addressed index, allocated on first use and doubling in size (so a high cap costs
+/// nothing until namespaces come; a reader looks in at most a handful of segments).
+pub(crate) struct SharedNamespaces {
+    segments: [OnceBox<NsSegment>; NS_SEGMENTS],
+    capacity: usize,
+    seed: u64,
+}
+
+impl core::fmt::Debug for SharedNamespaces {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("SharedNamespaces")
+            .field("capacity", &self.capacity)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Returns the segment of namespace `ns` and its place in it.
+pub(super) fn ns_segment(ns: usize) -> (usize, usize) {
+    let n = ns / NS_BASE + 1;
+    let k = (usize::BITS - 1 - n.leading_zeros()) as usize;
+    (k, ns - NS_BASE * ((1 << k) - 1))
+}
+
+impl SharedNamespaces {
+    /// Makes an empty directory for `capacity` namespaces (nothing allocated yet).
+    pub(crate) fn new(capacity: usize, seed: u64) -> SharedNamespaces {
+        SharedNamespaces {
+            segments: core::array::from_fn(|_| OnceBox::new()),
+            capacity: capacity.min(u32::MAX as usize / 2),
+            seed,
+        }
+    }
+
+    /// Returns the bytes allocated.
+    pub(crate) fn allocated_bytes(&self) -> usize {
+        self.segments
+            .iter()
+            .filter_map(OnceBox::get)
+            .map(|seg| {
+                core::mem::size_of::<NsSegment>()
+                    + seg.entries.len() * core::mem::size_of::<OnceBox<SharedNamespace>>()
+                    + seg.buckets.len() * 4
+                    + seg
+                        .entries
+                        .iter()
+                        .filter_map(OnceBox::get)
+                        .map(|n| {
+                            core::mem::size_of::<SharedNamespace>()
+                                + n.tenant.capacity()
+                                + n.prefix.as_ref().map_or(0, String::capacity)
+                                + n.suffixes.len() * core::mem::size_of::<OnceBox<String>>()
+                                + n.suffixes
+                                    .iter()
+                                    .filter_map(OnceBox::get)
+                                    .map(|s| s.capacity() + core::mem::size_of::<String>())
+                                    .sum::<usize>()
+                        })
+                        .sum::<usize>()
+            })
+            .sum()
+    }
+
+    fn entry(&self, ns: u32) -> Option<&SharedNamespace> {
+        let (k, i) = ns_segment(ns as usize);
+        self.segments.get(k)?.get()?.entries.get(i)?.get()
+    }
+
+    /// Finds a namespace by tenant and prefix; returns its number and entry.
+    pub(crate) fn find(
+        &self,
+        tenant: &str,
+        prefix: Option<&str>,
+    ) -> Option<(u32, &SharedNamespace)> {
+        let h = namespace_hash(self.seed, tenant, prefix);
+        for seg in self.segments.iter().map_while(OnceBox::get) {
+            let len = seg.buckets.len();
+            let mut i = (h % len as u64) as usize;
+            for _ in 0..len {
+                let bucket = seg.buckets[i].load(Ordering::Acquire);
+                if bucket == 0 {
+                    break;
+                }
+                let ns = bucket - 1;
+                if let Some(entry) = self.entry(ns) {
+                    if entry.tenant == tenant && entry.prefix.as_deref() == prefix {
+                        return Some((ns, entry));
+                    }
+                }
+                i = (i + 1) % len;
+            }
+        }
+        None
+    }
+
+    /// Adds namespace `ns` (the next number; the writer only).
+    pub(crate) fn add(&self, ns: u32, tenant: &str, prefix: Option<&str>) {
+        if ns as usize >= self.capacity {
+            return;
+        }
+        let (k, i) = ns_segment(ns as usize);
+        let Some(cell) = self.segments.get(k) else {
+            return;
+        };
+        let seg = cell.get_or_init(|| {
+            let len = NS_BASE << k;
+            Box::new(NsSegment {
+                entries: (0..len).map(|_| OnceBox::new()).collect(),
+                buckets: (0..2 * len).map(|_| AtomicU32::new(0)).collect(),
+            })
+        });
+        let fresh = Box::new(SharedNamespace {
+            tenant: tenant.into(),
+            prefix: prefix.map(String::from),
+            suffixes: (0..MAX_SUFFIXES).map(|_| OnceBox::new()).collect(),
+        });
+        if seg.entries[i].set(fresh).is_err() {
+            return;
+        }
+        let len = seg.buckets.len();
+        let mut b = (namespace_hash(self.seed, tenant, prefix) % len as u64) as usize;
+        while seg.buckets[b].load(Ordering::Relaxed) != 0 {
+            b = (b + 1) % len;
+        }
+        seg.buckets[b].store(ns + 1, Ordering::Release);
+    }
+
+    /// Adds suffix `slot` of namespace `ns` (the next slot; the writer only).
+    pub(crate) fn add_suffix(&self, ns: u32, slot: u32, suffix: &str) {
+        if let Some(s) = self.entry(ns).and_then(|n| n.suffixes.get(slot as usize)) {
+            let _ = s.set(Box::new(suffix.into()));
+        }
+    }
+}

@@ -1,0 +1,215 @@
+//! Unit tests of the shared page table and its namespace directory.
+
+use super::*;
+use alloc::string::String;
+use alloc::vec::Vec;
+
+fn hash(i: u8) -> PageHash {
+    PageHash([i; 32])
+}
+
+#[test]
+fn a_linked_page_is_found_and_an_unlinked_one_misses() {
+    let t = PageTable::new(64, 7);
+    let mut linked = Vec::new();
+    for i in 0..40u8 {
+        let idx = i as usize;
+        t.put(idx, &page(1, hash(i), 1 << i, 0));
+        t.link(page_table_hash(7, 1, &hash(i)), idx);
+        linked.push(i);
+    }
+    for &i in &linked {
+        assert_eq!(t.probe(1, &hash(i)), (1 << i, 1 << i));
+        assert_eq!(t.probe(2, &hash(i)), (0, 0), "another namespace");
+    }
+    for i in (0..40u8).step_by(3) {
+        t.unlink(page_table_hash(7, 1, &hash(i)), i as usize);
+    }
+    for i in 0..40u8 {
+        let want = if i % 3 == 0 { (0, 0) } else { (1 << i, 1 << i) };
+        assert_eq!(t.probe(1, &hash(i)), want, "page {i} after the shifts");
+        assert_eq!(
+            t.find(page_table_hash(7, 1, &hash(i)), 1, &hash(i))
+                .is_some(),
+            i % 3 != 0
+        );
+    }
+}
+
+#[test]
+fn a_query_that_overlaps_a_change_that_removes_reads_again() {
+    // The loom model's schedule, in one thread: page 1 read, then page 1 goes and page 2
+    // comes in one change, then page 2 read.
+    let t = PageTable::new(4, 7);
+    t.put(0, &page(0, hash(1), 1, 0));
+    t.link(page_table_hash(7, 0, &hash(1)), 0);
+    t.put(1, &page(0, hash(2), 2, 0));
+    let before = t.state();
+    assert_eq!(t.probe(0, &hash(1)).0, 1);
+    t.begin_change();
+    t.unlink(page_table_hash(7, 0, &hash(1)), 0);
+    t.link(page_table_hash(7, 0, &hash(2)), 1);
+    let during = t.state();
+    assert!(PageTable::is_changing(during));
+    assert_eq!(t.probe(0, &hash(2)).0, 2);
+    assert!(!t.still(before), "both pages read across the removal");
+    assert!(!t.still(during), "a query that began during the change");
+    t.end_change();
+    let after = t.state();
+    assert!(!PageTable::is_changing(after) && t.still(after));
+    t.end_change();
+    assert!(t.still(after), "end_change without a change moves nothing");
+}
+
+#[test]
+fn a_clear_moves_the_generation_and_empties_every_bucket() {
+    let t = PageTable::new(8, 7);
+    t.put(0, &page(0, hash(1), 0, 1));
+    t.link(page_table_hash(7, 0, &hash(1)), 0);
+    let before = t.state();
+    assert!(t.still(before));
+    t.clear();
+    assert!(!t.still(before));
+    assert_eq!(t.probe(0, &hash(1)), (0, 0));
+    assert_eq!(PageTable::flags_of(t.state()), 0);
+    let s = t.state();
+    t.set_flags(5);
+    assert!(!t.still(s));
+    assert_eq!(PageTable::flags_of(t.state()), 5);
+}
+
+// ---- Review: a query's pages must come from one state of the index.
+
+use crate::index::{Index, IndexConfig};
+use crate::layout::{Layout, SglangParams};
+
+/// A two-object page layout (TP 2: `_0_k`, `_0_v`, ... whatever the layout names).
+fn review_layout() -> Layout {
+    Layout::from_sglang(&SglangParams::new(4, 2)).expect("a valid layout")
+}
+
+fn store_page(index: &mut Index, layout: &Layout, page: &PageHash) {
+    for pool in &layout.pools {
+        for suffix in &pool.suffixes {
+            let mut key = String::new();
+            layout.write_object_key(page, suffix, &mut key);
+            let _ = index.store("default", &key, None, None);
+        }
+    }
+}
+
+fn remove_one_object(index: &mut Index, layout: &Layout, page: &PageHash) {
+    let mut key = String::new();
+    layout.write_object_key(page, &layout.pools[0].suffixes[0], &mut key);
+    let _ = index.remove("default", &key);
+}
+
+/// Runs a query the way [`crate::reader::Reader`] does (state, probes, `still`), with `between`
+/// run by the writer after the first page was probed and before the second is: returns
+/// the prefix the reader would answer, `None` when it would read again.
+fn query_with_writer_between(
+    index: &mut Index,
+    layout: &Layout,
+    pages: [PageHash; 2],
+    between: impl FnOnce(&mut Index),
+) -> Option<usize> {
+    let shared = index.shared();
+    let before = shared.pages.state();
+    let mut between = Some(between);
+    let mut i = 0;
+    let iter = core::iter::from_fn(|| {
+        if i == 1 {
+            (between.take().expect("once"))(index);
+        }
+        i += 1;
+        pages.get(i - 1).copied()
+    });
+    let hits = shared.query("default", layout, iter, None);
+    shared.pages.still(before).then_some(hits.prefix_pages)
+}
+
+#[test]
+fn a_query_never_mixes_pages_from_before_and_after_a_tenant_clear() {
+    // A publisher's `cleared` names its tenant (the master always sends `tenant_id`):
+    // the session applies it with `Index::clear_tenant`, which must be as atomic for
+    // readers as `Index::clear`.
+    let layout = review_layout();
+    let (p0, p1) = (PageHash([1; 32]), PageHash([2; 32]));
+    let mut index = Index::new(IndexConfig::default());
+    store_page(&mut index, &layout, &p0);
+    let answer = query_with_writer_between(&mut index, &layout, [p0, p1], |index| {
+        let _ = index.clear_tenant("default");
+        store_page(index, &layout, &p1);
+    });
+    assert_ne!(
+        answer,
+        Some(2),
+        "page 0 read before the tenant clear, page 1 stored after it: both claimed"
+    );
+    // The same with a whole clear is thrown away (the generation moved): the control.
+    let mut index = Index::new(IndexConfig::default());
+    store_page(&mut index, &layout, &p0);
+    let answer = query_with_writer_between(&mut index, &layout, [p0, p1], |index| {
+        let _ = index.clear();
+        store_page(index, &layout, &p1);
+    });
+    assert_ne!(answer, Some(2));
+}
+
+#[test]
+fn a_query_never_claims_two_pages_that_were_never_present_together() {
+    // Page 0 loses an object (one input), then page 1 is stored (the next input): between
+    // no two inputs are both pages full, so no answer of `Session::query` between two
+    // calls is 2 (what the reader's docs promise it answers).
+    let layout = review_layout();
+    let (p0, p1) = (PageHash([1; 32]), PageHash([2; 32]));
+    let mut index = Index::new(IndexConfig::default());
+    store_page(&mut index, &layout, &p0);
+    let answer = query_with_writer_between(&mut index, &layout, [p0, p1], |index| {
+        remove_one_object(index, &layout, &p0);
+        store_page(index, &layout, &p1);
+    });
+    assert_ne!(
+        answer,
+        Some(2),
+        "page 0 was removed before page 1 was stored, yet both were claimed"
+    );
+}
+
+#[test]
+fn namespaces_past_the_first_segments_are_found() {
+    let dir = SharedNamespaces::new(1 << 20, 7);
+    let names: Vec<String> = (0..300).map(|i| alloc::format!("t{i}")).collect();
+    for (ns, t) in names.iter().enumerate() {
+        dir.add(ns as u32, t, Some("p"));
+        dir.add_suffix(ns as u32, 0, "_k");
+    }
+    for (ns, t) in names.iter().enumerate() {
+        let (found, entry) = dir.find(t, Some("p")).expect("added");
+        assert_eq!(found, ns as u32);
+        assert_eq!(entry.slot_of("_k"), Some(0));
+        assert!(dir.find(t, None).is_none());
+    }
+    assert_eq!(ns_segment(0), (0, 0));
+    assert_eq!(ns_segment(NS_BASE), (1, 0));
+    assert_eq!(ns_segment(3 * NS_BASE), (2, 0));
+}
+
+#[test]
+fn the_namespace_cap_costs_nothing_until_namespaces_come() {
+    // Before the shared directory, namespaces grew on demand: a high cap (or `usize::MAX`
+    // for "no cap", which now asks for 2^31 entries and 2^32 buckets, 32 GiB, at
+    // `Session::new`) cost nothing up front. The slab's chunks are allocated on first use
+    // for the same reason.
+    let config = |max_namespaces| IndexConfig {
+        max_pages: 1024,
+        max_namespaces,
+        ..IndexConfig::default()
+    };
+    let small = Index::new(config(1)).allocated_bytes();
+    let high = Index::new(config(1 << 20)).allocated_bytes();
+    assert!(
+        high - small < 64 * 1024,
+        "an empty index with room for 2^20 namespaces allocates {high} bytes, {small} with 1"
+    );
+}
