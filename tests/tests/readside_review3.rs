@@ -3,7 +3,7 @@
 //! page table.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Barrier};
+use std::sync::Barrier;
 
 use hicache_index::{Config, IndexConfig, Lookup, QueryError, WorkerInfo};
 use hicache_index_tests::{mha, page_hashes, removed, store_page, tokens, Harness, ENDPOINT};
