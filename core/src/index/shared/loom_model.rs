@@ -98,3 +98,34 @@ fn loom_a_flag_set_before_a_change_is_seen_by_a_query_that_sees_the_change() {
         writer.join().unwrap();
     });
 }
+
+#[test]
+fn loom_a_query_that_keeps_its_state_never_claims_two_pages_a_change_swapped() {
+    // Review: the change bracket under loom. Page 1 in slot 0; one change takes it and
+    // links page 2 (written in slot 1 beforehand); a query of page 1 then page 2 that keeps
+    // its state claims at most one of them. The writer runs on the model's own thread and
+    // the query on the spawned one: with the writer spawned, loom explores one execution
+    // only (its DPOR records the writer's own load of a bucket, in `link` and `unlink`, as
+    // the last access and never reorders the query's loads after the store that follows:
+    // tokio-rs/loom#166, #392), so the model passed even with the bracket taken out. As it
+    // stands it explores 188 executions, and fails at once without the bracket.
+    model(|| {
+        let t = table();
+        t.put(1, &page(0, hash(2), mask(2), 0));
+        let r = Arc::clone(&t);
+        let query = loom::thread::spawn(move || {
+            let before = r.state();
+            let one = r.probe(0, &hash(1)).0 != 0;
+            let two = r.probe(0, &hash(2)).0 != 0;
+            (one, two, r.still(before))
+        });
+        t.begin_change();
+        t.unlink(h(1), 0);
+        t.link(h(2), 1);
+        t.end_change();
+        let (one, two, still) = query.join().unwrap();
+        if still {
+            assert!(!(one && two), "pages 1 and 2 claimed together");
+        }
+    });
+}
