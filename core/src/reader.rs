@@ -188,6 +188,13 @@ impl Reader {
         drop(old);
     }
 
+    /// Reports whether `layouts` are still the ones in force (false while the writer swaps).
+    fn layouts_are(&self, layouts: &Arc<Layouts>) -> bool {
+        self.layouts
+            .try_read()
+            .is_some_and(|now| Arc::ptr_eq(&now, layouts))
+    }
+
     /// Returns the layouts in force; `None` when the writer kept swapping them.
     fn layouts(&self) -> Option<Arc<Layouts>> {
         for _ in 0..LAYOUT_ATTEMPTS {
@@ -269,21 +276,24 @@ impl Reader {
         if let Some(map) = map.as_deref_mut() {
             map.fill(false);
         }
-        let layouts = self.layouts().ok_or(QueryError::Busy)?;
-        if let Some(plan) = plan {
-            if plan_under(&layouts, lookup)? != plan {
-                return Err(QueryError::PlanChanged);
-            }
-        }
-        let layout = layouts.layout_for(lookup.model)?;
-        let total = match lookup.pages {
-            Pages::Hashes(hashes) => hashes.len(),
-            Pages::Tokens { tokens, .. } => {
-                crate::hash::page_count(tokens.len(), layout.page_size, layout.eagle)
-            }
-        };
         let mut state = self.pages().state();
         for _ in 0..ATTEMPTS {
+            // The layouts are taken after the state and checked again with it at the end: a
+            // worker that puts a layout in doubt moves no page, yet the pages stored after it
+            // are not to be read under the old layout.
+            let layouts = self.layouts().ok_or(QueryError::Busy)?;
+            if let Some(plan) = plan {
+                if plan_under(&layouts, lookup)? != plan {
+                    return Err(QueryError::PlanChanged);
+                }
+            }
+            let layout = layouts.layout_for(lookup.model)?;
+            let total = match lookup.pages {
+                Pages::Hashes(hashes) => hashes.len(),
+                Pages::Tokens { tokens, .. } => {
+                    crate::hash::page_count(tokens.len(), layout.page_size, layout.eagle)
+                }
+            };
             // A change that removes is under way: wait for its end a little, without a lock.
             for _ in 0..CHANGE_SPINS {
                 if !PageTable::is_changing(state) {
@@ -333,7 +343,7 @@ impl Reader {
                     self.index.query(tenant, layout, pages, map.as_deref_mut())
                 }
             };
-            if self.pages().still(state) {
+            if self.pages().still(state) && self.layouts_are(&layouts) {
                 hits.prefix_pages = found.prefix_pages;
                 hits.pages_checked = found.pages_checked;
                 hits.memory_pages = found.memory_pages;

@@ -455,8 +455,8 @@ impl Index {
             .namespaces
             .iter()
             .map(|n| {
-                core::mem::size_of::<Namespace>()
-                    + n.tenant.capacity()
+                // The struct itself is in the vector's capacity, counted below.
+                n.tenant.capacity()
                     + n.prefix.as_ref().map_or(0, String::capacity)
                     + n.suffixes
                         .iter()

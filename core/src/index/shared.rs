@@ -30,7 +30,9 @@
 //!   then bumps the generation (Release); whatever a reader reads after the new generation is of
 //!   the new one. A query loads the state before its first probe (Acquire) and again after its
 //!   last (after an Acquire fence): if it changed, the answer may mix two generations (or two
-//!   readings of the session's flags) and is thrown away (retried, then a miss). A clear is
+//!   readings of the session's flags) and is thrown away (retried, then `Busy`). The state a
+//!   query checks also counts the generation's turns ([`State`]), so a query descheduled for a
+//!   whole turn of the generation still reads again. A clear is
 //!   thus atomic for readers, and a flag the writer sets before it changes pages (the session's
 //!   "snapshot unproven") is seen by every query that sees those pages.
 //!
@@ -189,6 +191,24 @@ pub(crate) struct PageTable {
     capacity: usize,
     seed: u64,
     state: AtomicU32,
+    /// How many times the state word's generation went all the way round: stored after the
+    /// state word that wrapped, read before it (see [`State`]).
+    turns: AtomicU32,
+}
+
+/// What a query reads of the state at its start, to check at its end ([`PageTable::still`]):
+/// the state word, and how many turns its generation had made. The generation alone (27 bits)
+/// comes back to the same value after 2^27 moves; a query descheduled that long would take the
+/// table as unchanged. With the turns, the pair repeats only after 2^59 moves.
+///
+/// Why the order works: the writer stores the state word that wraps, then the turn; a query
+/// loads the turns, then the word (Acquire both). A query that saw a turn sees the word that
+/// wrapped, or a later one; one that ends on the word it began with after a whole turn read a
+/// word stored after that turn, so it sees the turn too.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct State {
+    word: u32,
+    turns: u32,
 }
 
 impl core::fmt::Debug for PageTable {
@@ -217,6 +237,7 @@ impl PageTable {
             capacity,
             seed,
             state: AtomicU32::new(0),
+            turns: AtomicU32::new(0),
         }
     }
 
@@ -242,14 +263,26 @@ impl PageTable {
                 .sum::<usize>()
     }
 
-    /// Returns the state word: the generation and the session's flags (see the module docs).
-    pub(crate) fn state(&self) -> u32 {
-        self.state.load(Ordering::Acquire)
+    /// Returns the state: the generation and the session's flags (see the module docs).
+    pub(crate) fn state(&self) -> State {
+        let turns = self.turns.load(Ordering::Acquire);
+        let word = self.state.load(Ordering::Acquire);
+        State { word, turns }
     }
 
-    /// Returns the flags of a state word.
-    pub(crate) fn flags_of(state: u32) -> u32 {
-        state & ((1 << FLAG_BITS) - 1)
+    /// Returns the flags of a state.
+    pub(crate) fn flags_of(state: State) -> u32 {
+        state.word & ((1 << FLAG_BITS) - 1)
+    }
+
+    /// Stores the next state word (Release), and counts a turn of the generation after a word
+    /// that wrapped (the writer only).
+    fn move_state(&self, current: u32, next: u32) {
+        self.state.store(next, Ordering::Release);
+        if next >> GENERATION_SHIFT < current >> GENERATION_SHIFT {
+            let turns = self.turns.load(Ordering::Relaxed);
+            self.turns.store(turns.wrapping_add(1), Ordering::Release);
+        }
     }
 
     /// Sets the session's query flags (a new state: queries under way are answered again).
@@ -260,20 +293,22 @@ impl PageTable {
             return;
         }
         let next = (state & !mask).wrapping_add(1 << GENERATION_SHIFT) | (flags & mask);
-        self.state.store(next, Ordering::Release);
+        self.move_state(state, next);
     }
 
     /// Reports whether a state word was read while the writer was in the middle of a change
     /// that removes: a query that starts then reads again later.
-    pub(crate) fn is_changing(state: u32) -> bool {
-        state & CHANGING != 0
+    pub(crate) fn is_changing(state: State) -> bool {
+        state.word & CHANGING != 0
     }
 
     /// Reports whether a query that read `before` at its start may use what it read since: the
     /// state did not move under it, and no change that removes was under way.
-    pub(crate) fn still(&self, before: u32) -> bool {
+    pub(crate) fn still(&self, before: State) -> bool {
         fence(Ordering::Acquire);
-        before & CHANGING == 0 && self.state.load(Ordering::Relaxed) == before
+        before.word & CHANGING == 0
+            && self.state.load(Ordering::Acquire) == before.word
+            && self.turns.load(Ordering::Acquire) == before.turns
     }
 
     /// Marks the start of a change that removes (or may be read as removing) pages: moves the
@@ -285,10 +320,7 @@ impl PageTable {
         if state & CHANGING != 0 {
             return;
         }
-        self.state.store(
-            state.wrapping_add(1 << GENERATION_SHIFT) | CHANGING,
-            Ordering::Relaxed,
-        );
+        self.move_state(state, state.wrapping_add(1 << GENERATION_SHIFT) | CHANGING);
         // Like a slot's odd version: the writes that follow are ordered after the store.
         fence(Ordering::Release);
     }
@@ -300,9 +332,9 @@ impl PageTable {
         if state & CHANGING == 0 {
             return;
         }
-        self.state.store(
+        self.move_state(
+            state,
             (state & !CHANGING).wrapping_add(1 << GENERATION_SHIFT),
-            Ordering::Release,
         );
     }
 
@@ -561,8 +593,7 @@ impl PageTable {
             b.store(0, Ordering::Relaxed);
         }
         let state = self.state.load(Ordering::Relaxed);
-        self.state
-            .store(state.wrapping_add(1 << GENERATION_SHIFT), Ordering::Release);
+        self.move_state(state, state.wrapping_add(1 << GENERATION_SHIFT));
     }
 }
 

@@ -14,25 +14,89 @@ use loom::sync::atomic::{AtomicU32, Ordering};
 use super::super::table::namespace_hash;
 use super::super::MAX_SUFFIXES;
 
+/// Suffix cells in the first segment of a namespace; segment `k > 0` holds `SUFFIX_BASE << (k -
+/// 1)`, so that the segments, each allocated on first use, cover [`MAX_SUFFIXES`] slots.
+const SUFFIX_BASE: usize = 4;
+
+/// Suffix segments of a namespace: 4, 4, 8, 16, 32 and 64 cells.
+const SUFFIX_SEGMENTS: usize = 6;
+
+const _: () = assert!(SUFFIX_BASE << (SUFFIX_SEGMENTS - 2) == MAX_SUFFIXES / 2);
+
+/// Returns the segment of suffix `slot` and its place in it.
+fn suffix_cell(slot: usize) -> (usize, usize) {
+    if slot < SUFFIX_BASE {
+        return (0, slot);
+    }
+    let k = (usize::BITS - 1 - slot.leading_zeros()) as usize;
+    (
+        k - SUFFIX_BASE.trailing_zeros() as usize + 1,
+        slot - (1 << k),
+    )
+}
+
+/// Returns how many cells suffix segment `k` holds.
+fn suffix_segment_len(k: usize) -> usize {
+    if k == 0 {
+        SUFFIX_BASE
+    } else {
+        SUFFIX_BASE << (k - 1)
+    }
+}
+
 /// One namespace as readers see it: its tenant, its prefix and its suffixes, each suffix set
-/// once, in slot order.
+/// once, in slot order, in segments allocated as the suffixes come (a namespace of a few
+/// suffixes costs a few cells, not [`MAX_SUFFIXES`]).
 pub(crate) struct SharedNamespace {
     tenant: String,
     prefix: Option<String>,
-    suffixes: Box<[OnceBox<String>]>,
+    suffixes: [OnceBox<Box<[OnceBox<String>]>>; SUFFIX_SEGMENTS],
 }
 
 impl SharedNamespace {
     /// Returns the slot of `suffix`, if it has one.
     pub(crate) fn slot_of(&self, suffix: &str) -> Option<u32> {
-        for (slot, s) in self.suffixes.iter().enumerate() {
-            match s.get() {
-                Some(s) if s == suffix => return Some(slot as u32),
-                Some(_) => {}
-                None => return None,
+        let mut slot = 0u32;
+        for seg in &self.suffixes {
+            let seg = seg.get()?;
+            for s in seg.iter() {
+                match s.get() {
+                    Some(s) if s == suffix => return Some(slot),
+                    Some(_) => {}
+                    None => return None,
+                }
+                slot += 1;
             }
         }
         None
+    }
+
+    /// Returns the cell of suffix `slot`, allocating its segment (the writer only).
+    fn cell(&self, slot: usize) -> Option<&OnceBox<String>> {
+        if slot >= MAX_SUFFIXES {
+            return None;
+        }
+        let (k, i) = suffix_cell(slot);
+        let seg = self.suffixes[k]
+            .get_or_init(|| Box::new((0..suffix_segment_len(k)).map(|_| OnceBox::new()).collect()));
+        seg.get(i)
+    }
+
+    /// Returns the bytes the suffixes take.
+    fn suffix_bytes(&self) -> usize {
+        self.suffixes
+            .iter()
+            .filter_map(OnceBox::get)
+            .map(|seg| {
+                core::mem::size_of::<Box<[OnceBox<String>]>>()
+                    + seg.len() * core::mem::size_of::<OnceBox<String>>()
+                    + seg
+                        .iter()
+                        .filter_map(OnceBox::get)
+                        .map(|s| s.capacity() + core::mem::size_of::<String>())
+                        .sum::<usize>()
+            })
+            .sum()
     }
 }
 
@@ -100,12 +164,7 @@ impl SharedNamespaces {
                             core::mem::size_of::<SharedNamespace>()
                                 + n.tenant.capacity()
                                 + n.prefix.as_ref().map_or(0, String::capacity)
-                                + n.suffixes.len() * core::mem::size_of::<OnceBox<String>>()
-                                + n.suffixes
-                                    .iter()
-                                    .filter_map(OnceBox::get)
-                                    .map(|s| s.capacity() + core::mem::size_of::<String>())
-                                    .sum::<usize>()
+                                + n.suffix_bytes()
                         })
                         .sum::<usize>()
             })
@@ -163,7 +222,7 @@ impl SharedNamespaces {
         let fresh = Box::new(SharedNamespace {
             tenant: tenant.into(),
             prefix: prefix.map(String::from),
-            suffixes: (0..MAX_SUFFIXES).map(|_| OnceBox::new()).collect(),
+            suffixes: core::array::from_fn(|_| OnceBox::new()),
         });
         if seg.entries[i].set(fresh).is_err() {
             return;
@@ -178,8 +237,32 @@ impl SharedNamespaces {
 
     /// Adds suffix `slot` of namespace `ns` (the next slot; the writer only).
     pub(crate) fn add_suffix(&self, ns: u32, slot: u32, suffix: &str) {
-        if let Some(s) = self.entry(ns).and_then(|n| n.suffixes.get(slot as usize)) {
+        if let Some(s) = self.entry(ns).and_then(|n| n.cell(slot as usize)) {
             let _ = s.set(Box::new(suffix.into()));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn suffix_segments_cover_every_slot_once_in_order() {
+        let mut seen = alloc::vec::Vec::new();
+        for slot in 0..MAX_SUFFIXES {
+            let (k, i) = suffix_cell(slot);
+            assert!(
+                k < SUFFIX_SEGMENTS && i < suffix_segment_len(k),
+                "slot {slot}: {k}, {i}"
+            );
+            seen.push((k, i));
+        }
+        let mut sorted = seen.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(sorted, seen, "in order, each once");
+        let cells: usize = (0..SUFFIX_SEGMENTS).map(suffix_segment_len).sum();
+        assert_eq!(cells, MAX_SUFFIXES);
     }
 }

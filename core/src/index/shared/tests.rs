@@ -250,7 +250,8 @@ fn a_namespace_costs_about_what_its_suffixes_cost() {
     // about 100 bytes and its strings; its mirror for readers reserves MAX_SUFFIXES set-once
     // cells up front (128 x 8 bytes): a namespace of 4 suffixes and one page measured 1,573
     // bytes, about 1.6 GB for the 2^20 namespaces a multi-tenant master may need (the
-    // previous review's figure), where the index's own copy is about a quarter of that.
+    // previous review's figure), where the index's own copy is about a quarter of that. Now
+    // the mirror allocates its suffix cells in segments as the suffixes come (4, 4, 8, ...).
     let config = IndexConfig {
         max_pages: 1024,
         max_namespaces: 1 << 12,
@@ -271,13 +272,23 @@ fn a_namespace_costs_about_what_its_suffixes_cost() {
     // The first page allocates the slab's first chunk: counted before, not per namespace.
     store_in(&mut index, "first");
     let before = index.allocated_bytes();
+    let mirror_before = index.shared.namespaces.allocated_bytes();
     for t in 0..namespaces {
         store_in(&mut index, &alloc::format!("tenant{t}"));
     }
     let per_namespace = (index.allocated_bytes() - before) / namespaces;
+    let mirror = (index.shared.namespaces.allocated_bytes() - mirror_before) / namespaces;
     let suffixes = layout.pools.iter().map(|p| p.suffixes.len()).sum::<usize>();
+    // The mirror holds what the index's own copy holds (tenant, prefix, suffixes) in set-once
+    // cells: it may cost a little more (296 bytes against 237 when measured), never a multiple
+    // (it was 1,336 against 237).
+    let own = per_namespace - mirror;
     assert!(
-        per_namespace < 512,
+        mirror * 2 <= own * 3,
+        "{mirror} bytes per namespace of {suffixes} suffixes for readers, {own} for the index"
+    );
+    assert!(
+        per_namespace < 640,
         "{per_namespace} bytes per namespace of {suffixes} suffixes"
     );
 }
