@@ -315,11 +315,12 @@ fn readside_rows() {
         );
         let busy_rate = phase("hashes", "ingesting", "events_per_s");
         println!(
-            "| 7. ({side}) p99 of a 256-page query given page hashes while 1 writer thread ingests ({} events/s), 1 query thread, {cores} cores | {} (p50 {}) | | its p50 with no ingest: {} | {:.1}x that p50 | ≤ 2x: {}; ≤ 20 µs: {}; writer ≥ 1M events/s: {} |",
+            "| 7. ({side}) p99 of a 256-page query given page hashes while 1 writer thread ingests ({} events/s), 1 query thread, {cores} cores | {} (p50 {}) | | its p50 with no ingest: {} (p99: {}) | {:.1}x that p50 | ≤ 2x: {}; ≤ 20 µs: {}; writer ≥ 1M events/s: {} |",
             rate(busy_rate),
             time(p99_busy),
             time(phase("hashes", "ingesting", "p50_ns")),
             time(p50),
+            time(phase("hashes", "alone", "p99_ns")),
             p99_busy / p50,
             verdict(p99_busy <= 2.0 * p50),
             verdict(p99_busy <= 20_000.0),
@@ -351,12 +352,13 @@ fn readside_rows() {
     let limit = mean_ns("query_256_pages_tp8_memo", "limit_sha256");
     if !memo("ingesting", "p99_ns").is_nan() {
         let (m50, m99) = (memo("alone", "p50_ns"), memo("ingesting", "p99_ns"));
+        // The goal (≤ 0.35x the limit) is row 1's, on criterion's mean; this row reports the
+        // tail beside the writer.
         let vs = limit.map_or(String::new(), |l| {
             format!(
-                "p50 {:.2}x, p99 {:.2}x the limit; ≤ 0.35x: {}",
+                "p50 with no ingest {:.2}x, p99 while ingesting {:.2}x the limit (reported; the goal is row 1's memo row)",
                 m50 / l,
-                m99 / l,
-                verdict(m99 <= 0.35 * l)
+                m99 / l
             )
         });
         println!(
