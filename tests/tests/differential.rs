@@ -237,10 +237,10 @@ fn dense_stream_over_the_whole_universe_agrees() {
 const CLEAR_EVERY: usize = 5;
 
 /// Runs the stream on a writer thread while this thread queries the session's [`Reader`] (all
-/// eight pages, the default layout and tenant, with a map); returns whether every page an
-/// answer claimed was complete, in the exact-key set, at some point between the last batch
-/// applied before the query began and the end of the batch under way when it ended; and how
-/// many pages were claimed.
+/// eight pages, the default layout and tenant, with a map); returns whether the pages each
+/// answer claimed were complete together, in the exact-key set, in one state between the last
+/// batch applied before the query began and the end of the batch under way when it ended; and
+/// how many pages were claimed.
 fn check_concurrent(ops: Vec<Op>, batch_len: usize) -> (bool, usize) {
     let all = layouts();
     let layout = all[0].1.clone();
@@ -327,15 +327,15 @@ fn check_concurrent(ops: Vec<Op>, batch_len: usize) -> (bool, usize) {
         // `after` (under way when the query ended, if any).
         let from = before.checked_sub(1).map_or(0, |b| ends[b]);
         let to = ends.get(after).copied().unwrap_or(history.len() - 1);
-        for (i, &hit) in map.iter().enumerate() {
-            if !(hit || i < prefix) {
-                continue;
-            }
-            claimed += 1;
-            if !history[from..=to].iter().any(|c| c[i]) {
-                eprintln!("page {i} claimed, never complete in states {from}..={to}");
-                return (false, claimed);
-            }
+        let pages: Vec<usize> = (0..map.len()).filter(|&i| map[i] || i < prefix).collect();
+        claimed += pages.len();
+        // Every page the answer claims was complete, all of them at once, in one state.
+        if !history[from..=to]
+            .iter()
+            .any(|c| pages.iter().all(|&i| c[i]))
+        {
+            eprintln!("pages {pages:?} claimed, never complete together in states {from}..={to}");
+            return (false, claimed);
         }
     }
     // And once the writer is done, the answer is exact.
