@@ -197,6 +197,9 @@ impl Session {
     ///   a batch at or before it with a later event id than `watermark.events`, or a first batch
     ///   after it that does not start at event id `watermark.events + 1`, is another run: the
     ///   session forgets and fetches again;
+    /// - the stream passes the status point with the batch at it or the first one after it (a
+    ///   batch before it that ends at `watermark.events` does not count: one of another run
+    ///   can end there by chance);
     /// - until the stream has passed the status point, the index has not caught up with the
     ///   snapshot: the health stays [`Health::Recovering`] and queries miss, and if the point is
     ///   not passed within the fetch timeout the session forgets and fetches again. (With no
