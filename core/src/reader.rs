@@ -19,7 +19,7 @@
 
 use alloc::sync::Arc;
 use alloc::vec::Vec;
-use core::sync::atomic::{AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 
 use spin::RwLock;
 
@@ -115,6 +115,10 @@ pub struct Reader {
     index: Arc<Shared>,
     /// The layouts in force, replaced whole by the writer (held only for the pointer swap).
     layouts: RwLock<Arc<Layouts>>,
+    /// How many times the writer swapped the layouts: bumped after each swap, so that a query
+    /// that saw a count took the layouts of that swap or a later one, and a query whose count
+    /// moved reads again (a plain load, where taking the lock again would write its word).
+    swaps: AtomicU32,
     queries: AtomicUsize,
     hit_pages: AtomicUsize,
 }
@@ -157,6 +161,7 @@ impl Reader {
                 configured,
                 votes: LayoutVotes::new(),
             })),
+            swaps: AtomicU32::new(0),
             queries: AtomicUsize::new(0),
             hit_pages: AtomicUsize::new(0),
         }
@@ -184,22 +189,19 @@ impl Reader {
             votes: votes.clone(),
         });
         let old = core::mem::replace(&mut *self.layouts.write(), fresh);
+        let swaps = self.swaps.load(Ordering::Relaxed);
+        self.swaps.store(swaps.wrapping_add(1), Ordering::Release);
         // The old snapshot is freed here, outside the lock (or by the last query holding it).
         drop(old);
     }
 
-    /// Reports whether `layouts` are still the ones in force (false while the writer swaps).
-    fn layouts_are(&self, layouts: &Arc<Layouts>) -> bool {
-        self.layouts
-            .try_read()
-            .is_some_and(|now| Arc::ptr_eq(&now, layouts))
-    }
-
-    /// Returns the layouts in force; `None` when the writer kept swapping them.
-    fn layouts(&self) -> Option<Arc<Layouts>> {
+    /// Returns the layouts in force and the swap count read before them; `None` when the writer
+    /// kept swapping them.
+    fn layouts(&self) -> Option<(Arc<Layouts>, u32)> {
         for _ in 0..LAYOUT_ATTEMPTS {
+            let swaps = self.swaps.load(Ordering::Acquire);
             if let Some(layouts) = self.layouts.try_read() {
-                return Some(Arc::clone(&layouts));
+                return Some((Arc::clone(&layouts), swaps));
             }
             core::hint::spin_loop();
         }
@@ -232,7 +234,7 @@ impl Reader {
     /// Plans a lookup: how its tokens are hashed under the layout it resolves to, and the
     /// generation of the layouts in force (see [`crate::Session::plan`]).
     pub fn plan(&self, lookup: &Lookup<'_>) -> Result<QueryPlan, QueryError> {
-        let layouts = self.layouts().ok_or(QueryError::Busy)?;
+        let (layouts, _) = self.layouts().ok_or(QueryError::Busy)?;
         plan_under(&layouts, lookup)
     }
 
@@ -281,7 +283,7 @@ impl Reader {
             // The layouts are taken after the state and checked again with it at the end: a
             // worker that puts a layout in doubt moves no page, yet the pages stored after it
             // are not to be read under the old layout.
-            let layouts = self.layouts().ok_or(QueryError::Busy)?;
+            let (layouts, swaps) = self.layouts().ok_or(QueryError::Busy)?;
             if let Some(plan) = plan {
                 if plan_under(&layouts, lookup)? != plan {
                     return Err(QueryError::PlanChanged);
@@ -343,7 +345,7 @@ impl Reader {
                     self.index.query(tenant, layout, pages, map.as_deref_mut())
                 }
             };
-            if self.pages().still(state) && self.layouts_are(&layouts) {
+            if self.pages().still(state) && self.swaps.load(Ordering::Acquire) == swaps {
                 hits.prefix_pages = found.prefix_pages;
                 hits.pages_checked = found.pages_checked;
                 hits.memory_pages = found.memory_pages;
