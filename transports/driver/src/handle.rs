@@ -257,12 +257,9 @@ impl QueryHandle {
             if self.died() {
                 return Ok(miss(map));
             }
-            let plan = match reader.plan(lookup) {
-                Err(QueryError::Busy) => match self.fallback(|s| s.plan(lookup)) {
-                    Some(plan) => plan?,
-                    None => return Ok(miss(map)),
-                },
-                plan => plan?,
+            let plan = match self.or_locked(reader.plan(lookup), |s| s.plan(lookup)) {
+                Some(plan) => plan?,
+                None => return Ok(miss(map)),
             };
             let answered = HASHES.with_borrow_mut(|hashes| {
                 hashes.clear();
@@ -281,15 +278,12 @@ impl QueryHandle {
                         pages: Pages::Hashes(hashes),
                         ..*lookup
                     };
-                    let hits = match reader.probe(plan, &hashed, map.as_deref_mut()) {
-                        // The writer kept changing what the query read: ask under its lock.
-                        Err(QueryError::Busy) => {
-                            match self.fallback(|s| s.probe(plan, &hashed, map.as_deref_mut())) {
-                                Some(hits) => hits?,
-                                None => return Ok(miss(map.as_deref_mut())),
-                            }
-                        }
-                        hits => hits?,
+                    let first = reader.probe(plan, &hashed, map.as_deref_mut());
+                    let hits = match self
+                        .or_locked(first, |s| s.probe(plan, &hashed, map.as_deref_mut()))
+                    {
+                        Some(hits) => hits?,
+                        None => return Ok(miss(map.as_deref_mut())),
                     };
                     // A page that misses (checking stopped short) ends the query; so does the
                     // last page. The query counts once, however many rounds it took.
@@ -332,25 +326,18 @@ impl QueryHandle {
         let reader = &self.shared.reader;
         let answered = match map {
             Some(map) => {
-                let hits = match reader.query_map(lookup, map) {
-                    // The writer kept changing what the query read: ask under its lock.
-                    Err(QueryError::Busy) => match self.fallback(|s| s.query_map(lookup, map)) {
-                        Some(hits) => hits,
-                        None => return Ok(miss(Some(map))),
-                    },
-                    hits => hits,
+                let first = reader.query_map(lookup, map);
+                let Some(hits) = self.or_locked(first, |s| s.query_map(lookup, map)) else {
+                    return Ok(miss(Some(map)));
                 };
                 if self.died() {
                     return Ok(miss(Some(map)));
                 }
                 hits
             }
-            None => match reader.query(lookup) {
-                Err(QueryError::Busy) => match self.fallback(|s| s.query(lookup)) {
-                    Some(hits) => hits,
-                    None => return Ok(miss(None)),
-                },
-                hits => hits,
+            None => match self.or_locked(reader.query(lookup), |s| s.query(lookup)) {
+                Some(hits) => hits,
+                None => return Ok(miss(None)),
             },
         };
         if self.died() {
@@ -392,13 +379,21 @@ impl QueryHandle {
         self.read(Session::last_applied_seq).flatten()
     }
 
-    /// Asks again under the session's read lock, for a query the reader answered
-    /// [`QueryError::Busy`]; counted, with its wait, apart from other reads.
-    fn fallback<R>(&self, f: impl FnOnce(&Session) -> R) -> Option<R> {
+    /// Returns the reader's answer `first`, or, when the writer kept changing what it read
+    /// ([`QueryError::Busy`]), `again` asked under the session's read lock (counted, with its
+    /// wait, apart from other reads); `None` if the subscriber died while changing the session.
+    fn or_locked<R>(
+        &self,
+        first: Result<R, QueryError>,
+        again: impl FnOnce(&Session) -> Result<R, QueryError>,
+    ) -> Option<Result<R, QueryError>> {
+        if !matches!(first, Err(QueryError::Busy)) {
+            return Some(first);
+        }
         let asked = std::time::Instant::now();
         let session = self.shared.session.read();
         self.shared.locks.record_fallback(asked.elapsed());
-        session.map(|s| f(&s))
+        session.map(|s| again(&s))
     }
 
     /// Runs `f` with read access to the session (for what the methods above do not cover,
