@@ -69,6 +69,22 @@ fn hit_pages(session: &Session, tokens: &[u32]) -> usize {
         .prefix_pages
 }
 
+/// Answers every snapshot fetch among `fx` at `now` with `watermark` and `keys`.
+fn answer_fetches(
+    session: &mut Session,
+    fx: &Effects,
+    now: Instant,
+    watermark: Option<Watermark>,
+    keys: &[String],
+) {
+    for effect in fx.iter() {
+        if let Effect::Command(Command::FetchSnapshot { request }) = effect {
+            let _ =
+                session.handle_snapshot(now, *request, watermark, keys.iter().map(String::as_str));
+        }
+    }
+}
+
 fn connect(session: &mut Session) -> Effects {
     let fx = session.handle_timeout(Instant::ZERO);
     assert!(matches!(
@@ -220,17 +236,14 @@ fn restart_between_the_snapshot_and_the_first_batch_is_noticed() {
     let (_, c) = page(200);
     let (ka, kc) = (keys(&a), keys(&c));
     let fx = connect(&mut session);
-    for effect in fx.iter() {
-        if let Effect::Command(Command::FetchSnapshot { request }) = effect {
-            // The old master had assigned 20 sequences and holds page A.
-            let _ = session.handle_snapshot(
-                Instant::from_millis(2),
-                *request,
-                Some(Seq(20).into()),
-                ka.iter().map(String::as_str),
-            );
-        }
-    }
+    // The old master had assigned 20 sequences and holds page A.
+    answer_fetches(
+        &mut session,
+        &fx,
+        Instant::from_millis(2),
+        Some(Seq(20).into()),
+        &ka,
+    );
     assert_eq!(hit_pages(&session, &a_tokens), 1);
     // The master restarts (page A is gone); its batches 1 and 2 are lost, batch 3 arrives.
     let fx = feed(
@@ -243,16 +256,13 @@ fn restart_between_the_snapshot_and_the_first_batch_is_noticed() {
             &[(EventKind::Stored, &kc[0]), (EventKind::Stored, &kc[1])],
         ),
     );
-    for effect in fx.iter() {
-        if let Effect::Command(Command::FetchSnapshot { request }) = effect {
-            let _ = session.handle_snapshot(
-                Instant::from_millis(301),
-                *request,
-                Some(Seq(3).into()),
-                kc.iter().map(String::as_str),
-            );
-        }
-    }
+    answer_fetches(
+        &mut session,
+        &fx,
+        Instant::from_millis(301),
+        Some(Seq(3).into()),
+        &kc,
+    );
     assert_eq!(
         hit_pages(&session, &a_tokens),
         0,
@@ -275,20 +285,18 @@ fn a_batch_of_another_run_ending_at_the_snapshots_event_count_proves_nothing() {
     let (_, c) = page(200);
     let (ka, kc) = (keys(&a), keys(&c));
     let fx = connect(&mut session);
-    for effect in fx.iter() {
-        if let Effect::Command(Command::FetchSnapshot { request }) = effect {
-            // The old master: 44 sequences assigned, 479 events published; it holds page A.
-            let _ = session.handle_snapshot(
-                Instant::from_millis(2),
-                *request,
-                Some(Watermark {
-                    seq: Seq(44),
-                    events: Some(479),
-                }),
-                ka.iter().map(String::as_str),
-            );
-        }
-    }
+    // The old master: 44 sequences assigned, 479 events published; it holds page A.
+    let watermark = Watermark {
+        seq: Seq(44),
+        events: Some(479),
+    };
+    answer_fetches(
+        &mut session,
+        &fx,
+        Instant::from_millis(2),
+        Some(watermark),
+        &ka,
+    );
     assert_eq!(
         hit_pages(&session, &a_tokens),
         1,
