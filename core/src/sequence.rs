@@ -40,6 +40,15 @@
 //!   carry later timestamps and pass; one whose clock went back is forgotten again and again
 //!   (misses, counted), never trusted.
 //!
+//! - A batch whose sequence can be read but whose events cannot (`observe_unreadable`) consumed
+//!   its sequence, and what it changed is unknown: the caller forgets when the stream reaches
+//!   it. With a reorder window it waits ahead of a hole like any other batch, so the batches
+//!   before it apply first. Once the stream has moved past it, and until a readable batch after
+//!   it applies, no batch at or before it applies: with a reorder window it is stale (a late
+//!   batch of its run may store what it removed, and without its stamp nothing tells such a
+//!   batch from a restarted publisher's; a restarted run numbered below it misses until it
+//!   passes it), without one it is a restart.
+//!
 //! The tracker never applies a later batch before an earlier one.
 
 use core::time::Duration;

@@ -188,7 +188,8 @@ struct Trace {
     violations: Vec<String>,
 }
 
-/// Drives a tracker like the session does, checking the per-call laws as it goes.
+/// Drives a tracker like the session does, checking the per-call laws as it goes. A
+/// fingerprint of 15 modulo 16 stands for a batch whose events cannot be read.
 fn drive(max_held: usize, input: &[(u8, u8)]) -> Trace {
     let config = ReorderConfig {
         max_held,
@@ -196,17 +197,54 @@ fn drive(max_held: usize, input: &[(u8, u8)]) -> Trace {
     };
     let mut t: SequenceTracker<u8> = SequenceTracker::new(config);
     let mut trace = Trace::default();
+    // The unreadable sequence the stream last moved past, until a batch after it applies.
+    let mut blind: Option<u64> = None;
+    // A loss declared and not yet followed by an applied batch rules the next one.
+    let mut ruled = false;
+    let apply =
+        |trace: &mut Trace, blind: &mut Option<u64>, seq: u64, ruled: bool, restart: bool| {
+            if blind.is_some_and(|b| seq <= b) && (max_held > 0 || !restart) {
+                trace.violations.push(format!(
+                    "applied {seq}, at or before the unreadable {blind:?} passed"
+                ));
+            }
+            *blind = None;
+            trace.applied.push((seq, ruled));
+        };
     for &(seq, f) in input {
         let seq = u64::from(seq % 24);
+        let unreadable = f % 16 == 15;
         let (before_last, before_held) = (t.last_applied(), t.held_count());
-        let mut ruled = false;
-        match t.observe(Seq(seq), fp(f)) {
+        let verdict = if unreadable {
+            t.observe_unreadable(Seq(seq))
+        } else {
+            t.observe(Seq(seq), fp(f))
+        };
+        match verdict {
             Verdict::Apply => {
                 t.applied(Seq(seq), fp(f));
-                trace.applied.push((seq, false));
+                apply(
+                    &mut trace,
+                    &mut blind,
+                    seq,
+                    std::mem::take(&mut ruled),
+                    false,
+                );
             }
             Verdict::Gap { .. } | Verdict::Restart { .. } => {
                 t.applied(Seq(seq), fp(f));
+                let restart = matches!(verdict, Verdict::Restart { .. });
+                ruled = false;
+                apply(&mut trace, &mut blind, seq, true, restart);
+            }
+            Verdict::Unreadable { .. } => {
+                if !unreadable {
+                    trace
+                        .violations
+                        .push(format!("readable {seq} ruled unreadable"));
+                }
+                blind = Some(seq);
+                ruled = false;
                 trace.applied.push((seq, true));
             }
             Verdict::Duplicate | Verdict::Late | Verdict::Stale => {
@@ -221,13 +259,35 @@ fn drive(max_held: usize, input: &[(u8, u8)]) -> Trace {
                 if max_held == 0 {
                     trace.violations.push("held without a window".into());
                 }
-                ruled = t.hold(Instant::ZERO, Seq(seq), fp(f), f).is_some();
+                let print = if unreadable {
+                    Fingerprint::unreadable()
+                } else {
+                    fp(f)
+                };
+                ruled |= t.hold(Instant::ZERO, Seq(seq), print, f).is_some();
             }
         }
         while let Some((s, held_fp, verdict)) = t.pop_ready() {
-            ruled |= matches!(verdict, Verdict::Restart { .. });
-            t.applied(s, fp(held_fp));
-            trace.applied.push((s.0, std::mem::take(&mut ruled)));
+            match verdict {
+                Verdict::Unreadable { .. } => {
+                    blind = Some(s.0);
+                    trace.applied.push((s.0, true));
+                    ruled = false;
+                }
+                Verdict::Stale => {}
+                _ => {
+                    let restart = matches!(verdict, Verdict::Restart { .. });
+                    ruled |= restart;
+                    t.applied(s, fp(held_fp));
+                    apply(
+                        &mut trace,
+                        &mut blind,
+                        s.0,
+                        std::mem::take(&mut ruled),
+                        restart,
+                    );
+                }
+            }
         }
         if t.held_count() > max_held {
             trace

@@ -607,3 +607,140 @@ fn late_copy_of_an_older_run_never_starts_a_stream() {
         "a late copy of the old run brought page A back"
     );
 }
+
+/// A batch of the stream (right topic, readable sequence) whose events cannot be read.
+fn unreadable(seq: u64) -> [Vec<u8>; 3] {
+    // 0xc1 is the one byte MessagePack never uses.
+    [Vec::new(), seq.to_be_bytes().to_vec(), vec![0xc1]]
+}
+
+/// A session with a reorder window that has applied seq 1..=4 of one run (storing page C).
+fn reordering_session_at_four() -> (Session, Vec<String>) {
+    let mut cfg = config(false);
+    cfg.reorder = hicache_index::ReorderConfig {
+        max_held: 3,
+        max_delay: Some(std::time::Duration::from_millis(20)),
+    };
+    let mut session = Session::new(cfg).expect("a valid config");
+    let _ = connect(&mut session);
+    let (_, c) = page(200);
+    let kc = keys(&c);
+    for seq in 1..=4u64 {
+        let _ = feed(
+            &mut session,
+            Instant::from_millis(1 + seq),
+            &batch(seq, 1_000 + seq, seq, &[(EventKind::Stored, &kc[0])]),
+        );
+    }
+    (session, keys(&page(1).1))
+}
+
+/// Lets the reorder window run out from `now`.
+fn wait_out_the_window(session: &mut Session, mut now: Instant) {
+    for _ in 0..10 {
+        now = now + std::time::Duration::from_millis(10);
+        let _ = session.handle_timeout(now);
+    }
+}
+
+/// Found by the simulator: `cargo run -p hicache-index-sim --release -- --seeds 128268..128269
+/// --preset reorder-heavy --events 20000` (1 false hit, health recovering). With a reorder
+/// window, batch 7 arrives before 5 and 6 and cannot be read. The session forgot and reset the
+/// stream; 5 and 6, still in flight, then arrived and began a new stream. Batch 5 stores page A,
+/// which the unreadable batch 7 removed: A stayed a hit, and nothing ever declared 7 lost.
+/// An unreadable batch ahead of a hole now waits in the window like any other, and forgets when
+/// the window releases it, after the batches before it.
+#[test]
+fn an_unreadable_batch_ahead_of_a_hole_forgets_after_the_batches_before_it() {
+    let (mut session, ka) = reordering_session_at_four();
+    let a_tokens = page(1).0;
+    let _ = feed(&mut session, Instant::from_millis(10), &unreadable(7));
+    let _ = feed(
+        &mut session,
+        Instant::from_millis(11),
+        &batch(
+            5,
+            1_005,
+            5,
+            &[(EventKind::Stored, &ka[0]), (EventKind::Stored, &ka[1])],
+        ),
+    );
+    let _ = feed(
+        &mut session,
+        Instant::from_millis(12),
+        &batch(6, 1_006, 7, &[(EventKind::Stored, "other")]),
+    );
+    assert_eq!(
+        hit_pages(&session, &a_tokens),
+        0,
+        "batch 7, which may have removed A, came after the batch that stored it"
+    );
+    wait_out_the_window(&mut session, Instant::from_millis(12));
+    assert_eq!(hit_pages(&session, &a_tokens), 0);
+}
+
+/// The same history with batch 6 lost and batch 5 arriving only after the window gave up on
+/// the hole before 7: batch 5 is older than the stream's position, never its new beginning.
+#[test]
+fn a_batch_from_before_an_unreadable_one_never_begins_a_stream() {
+    let (mut session, ka) = reordering_session_at_four();
+    let a_tokens = page(1).0;
+    let _ = feed(&mut session, Instant::from_millis(10), &unreadable(7));
+    wait_out_the_window(&mut session, Instant::from_millis(10));
+    let _ = feed(
+        &mut session,
+        Instant::from_millis(200),
+        &batch(
+            5,
+            1_005,
+            5,
+            &[(EventKind::Stored, &ka[0]), (EventKind::Stored, &ka[1])],
+        ),
+    );
+    wait_out_the_window(&mut session, Instant::from_millis(200));
+    assert_eq!(
+        hit_pages(&session, &a_tokens),
+        0,
+        "a late batch brought A back"
+    );
+    // The run's next batch after 7 begins the stream again.
+    let _ = feed(
+        &mut session,
+        Instant::from_millis(400),
+        &batch(
+            8,
+            1_008,
+            9,
+            &[(EventKind::Stored, &ka[0]), (EventKind::Stored, &ka[1])],
+        ),
+    );
+    assert_eq!(hit_pages(&session, &a_tokens), 1);
+}
+
+/// An unreadable batch that arrives first (after a connect, say) fences the sequences before
+/// it the same way: the batches before it may store what it removed.
+#[test]
+fn an_unreadable_first_batch_fences_the_batches_before_it() {
+    let mut cfg = config(false);
+    cfg.reorder = hicache_index::ReorderConfig {
+        max_held: 3,
+        max_delay: Some(std::time::Duration::from_millis(20)),
+    };
+    let mut session = Session::new(cfg).expect("a valid config");
+    let _ = connect(&mut session);
+    let (a_tokens, a) = page(1);
+    let ka = keys(&a);
+    let _ = feed(&mut session, Instant::from_millis(10), &unreadable(7));
+    let _ = feed(
+        &mut session,
+        Instant::from_millis(11),
+        &batch(
+            6,
+            1_006,
+            6,
+            &[(EventKind::Stored, &ka[0]), (EventKind::Stored, &ka[1])],
+        ),
+    );
+    wait_out_the_window(&mut session, Instant::from_millis(11));
+    assert_eq!(hit_pages(&session, &a_tokens), 0);
+}

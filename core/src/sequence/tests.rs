@@ -10,6 +10,7 @@ fn fp(n: u64) -> Fingerprint {
         events: 1,
         first_event_id: Some(n),
         last_event_id: Some(n),
+        unreadable: false,
     }
 }
 
@@ -69,6 +70,7 @@ fn next_sequence_with_event_ids_starting_over_is_a_restart() {
         events: 1,
         first_event_id: Some(1),
         last_event_id: Some(1),
+        unreadable: false,
     };
     assert_eq!(
         t.observe(Seq(8), restarted),
@@ -80,6 +82,7 @@ fn next_sequence_with_event_ids_starting_over_is_a_restart() {
         events: 1,
         first_event_id: Some(8),
         last_event_id: Some(8),
+        unreadable: false,
     };
     assert_eq!(t.observe(Seq(8), continued), Verdict::Apply);
 }
@@ -200,4 +203,135 @@ fn apply_u(t: &mut SequenceTracker<u64>, seq: u64) {
         Verdict::Apply | Verdict::Gap { .. } | Verdict::Restart { .. }
     ));
     t.applied(Seq(seq), fp(seq));
+}
+
+fn reordering() -> ReorderConfig {
+    ReorderConfig {
+        max_held: 8,
+        max_delay: Some(Duration::from_millis(10)),
+    }
+}
+
+#[test]
+fn unreadable_batch_ahead_of_a_hole_is_held_and_released_after_the_hole() {
+    let mut t = SequenceTracker::<u64>::new(reordering());
+    apply_u(&mut t, 4);
+    assert_eq!(t.observe_unreadable(Seq(7)), Verdict::Hold);
+    assert!(t
+        .hold(Instant::ZERO, Seq(7), Fingerprint::unreadable(), 7)
+        .is_none());
+    assert_eq!(t.observe_unreadable(Seq(7)), Verdict::Duplicate);
+    for seq in [5, 6] {
+        assert_eq!(t.observe(Seq(seq), fp(seq)), Verdict::Apply);
+        t.applied(Seq(seq), fp(seq));
+    }
+    assert_eq!(
+        t.pop_ready(),
+        Some((
+            Seq(7),
+            7,
+            Verdict::Unreadable {
+                gap: None,
+                restart: None
+            }
+        ))
+    );
+    assert_eq!(t.last_applied(), None, "the stream begins again after it");
+    assert_eq!(t.observe(Seq(8), fp(8)), Verdict::Apply);
+}
+
+#[test]
+fn batches_at_or_before_an_unreadable_one_never_apply_with_reordering() {
+    let mut t = SequenceTracker::<u64>::new(reordering());
+    apply_u(&mut t, 4);
+    assert_eq!(
+        t.observe_unreadable(Seq(5)),
+        Verdict::Unreadable {
+            gap: None,
+            restart: None
+        }
+    );
+    // A late batch of the same run, stamped and numbered after the last one applied.
+    assert_eq!(t.observe(Seq(5), fp(5)), Verdict::Stale);
+    assert_eq!(
+        t.observe(Seq(4), fp(4)),
+        Verdict::Late,
+        "a copy of one applied"
+    );
+    // The window declares the hole before 7 lost: the stream still runs past 5.
+    assert_eq!(t.observe(Seq(7), fp(7)), Verdict::Hold);
+    assert!(t.hold(Instant::ZERO, Seq(7), fp(7), 7).is_none());
+    assert!(t.handle_timeout(Instant::from_millis(10)).is_some());
+    assert_eq!(t.observe(Seq(5), fp(5)), Verdict::Stale);
+    assert_eq!(t.pop_ready(), Some((Seq(7), 7, Verdict::Apply)));
+    t.applied(Seq(7), fp(7));
+    assert_eq!(t.observe(Seq(8), fp(8)), Verdict::Apply);
+}
+
+#[test]
+fn an_unreadable_first_batch_fences_the_sequences_before_it() {
+    let mut t = SequenceTracker::<u64>::new(reordering());
+    assert_eq!(
+        t.observe_unreadable(Seq(7)),
+        Verdict::Unreadable {
+            gap: None,
+            restart: None
+        }
+    );
+    assert_eq!(t.observe(Seq(6), fp(6)), Verdict::Stale);
+    assert_eq!(t.observe(Seq(8), fp(8)), Verdict::Apply);
+}
+
+#[test]
+fn without_reordering_an_unreadable_batch_reports_the_jump_it_makes() {
+    let mut t = SequenceTracker::<u64>::new(ReorderConfig::default());
+    apply_u(&mut t, 4);
+    assert_eq!(
+        t.observe_unreadable(Seq(7)),
+        Verdict::Unreadable {
+            gap: Some(Seq(5)),
+            restart: None
+        }
+    );
+    // Its ids are unknown: the next batch only has to run past the last id known.
+    assert_eq!(t.observe(Seq(8), fp(8)), Verdict::Apply);
+    t.applied(Seq(8), fp(8));
+    assert_eq!(
+        t.observe_unreadable(Seq(2)),
+        Verdict::Unreadable {
+            gap: None,
+            restart: Some(Seq(8))
+        }
+    );
+    assert_eq!(t.observe(Seq(1), fp(1)), Verdict::Restart { last: Seq(2) });
+}
+
+#[test]
+fn after_a_declared_loss_a_copy_of_a_batch_applied_is_late_and_an_older_sequence_no_baseline() {
+    // Fingerprints without event ids (a publisher that sends none): only stamps tell runs apart.
+    let bare = |stamp: u64| Fingerprint {
+        timestamp: stamp,
+        millis: Some(stamp),
+        events: 0,
+        first_event_id: None,
+        last_event_id: None,
+        unreadable: false,
+    };
+    let cfg = ReorderConfig {
+        max_held: 1,
+        max_delay: None,
+    };
+    let mut t = SequenceTracker::<()>::new(cfg);
+    assert_eq!(t.observe(Seq(4), bare(2)), Verdict::Apply);
+    t.applied(Seq(4), bare(2));
+    assert_eq!(t.observe(Seq(6), bare(3)), Verdict::Hold);
+    assert!(t.hold(Instant::ZERO, Seq(6), bare(3), ()).is_none());
+    assert_eq!(t.observe(Seq(7), bare(3)), Verdict::Hold);
+    assert!(t.hold(Instant::ZERO, Seq(7), bare(3), ()).is_some(), "loss");
+    // Before the held batches are released: a copy of 4, then another run's 4.
+    assert_eq!(t.observe(Seq(4), bare(2)), Verdict::Late);
+    assert_eq!(
+        t.observe(Seq(3), bare(5)),
+        Verdict::Restart { last: Seq(4) }
+    );
 }

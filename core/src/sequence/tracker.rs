@@ -19,9 +19,24 @@ pub struct Fingerprint {
     events: usize,
     first_event_id: Option<u64>,
     last_event_id: Option<u64>,
+    /// Whether the batch's events could not be read: then nothing else of it is known.
+    unreadable: bool,
 }
 
 impl Fingerprint {
+    /// The fingerprint of a batch whose sequence could be read but whose events could not: its
+    /// stamp, size and event ids are unknown.
+    pub fn unreadable() -> Fingerprint {
+        Fingerprint {
+            timestamp: u64::MAX,
+            millis: None,
+            events: 0,
+            first_event_id: None,
+            last_event_id: None,
+            unreadable: true,
+        }
+    }
+
     /// Takes the fingerprint of a decoded batch.
     pub fn of(batch: &Batch<'_>) -> Fingerprint {
         let timestamp = match batch.timestamp {
@@ -42,6 +57,7 @@ impl Fingerprint {
             events: batch.events.len(),
             first_event_id: batch.events.first().and_then(|e| e.event_id),
             last_event_id: batch.events.last().and_then(|e| e.event_id),
+            unreadable: false,
         }
     }
 
@@ -119,6 +135,15 @@ pub enum Verdict {
         /// The last sequence applied from the old stream.
         last: Seq,
     },
+    /// A batch whose events cannot be read took this sequence: what it changed is unknown, so
+    /// the caller forgets. The tracker has moved past it: until a readable batch after it
+    /// applies, no batch at or before it applies (see [`SequenceTracker::observe_unreadable`]).
+    Unreadable {
+        /// The sequence that was expected, when sequences before this one were skipped.
+        gap: Option<Seq>,
+        /// The last sequence of the old stream, when this one broke it backward (a restart).
+        restart: Option<Seq>,
+    },
 }
 
 /// A loss the tracker declared on its own (window overflow or deadline).
@@ -146,6 +171,10 @@ pub struct SequenceTracker<T> {
     /// After a declared loss, until the next batch applies: the last sequence and event id
     /// applied before it, which the stream's next baseline must run past.
     floor: Option<(Seq, Option<u64>)>,
+    /// The sequence of the unreadable batch the stream last moved past, until a readable batch
+    /// after it applies: no batch at or before it may apply, since any of them may store what
+    /// it removed.
+    blind: Option<Seq>,
 }
 
 /// How a batch that begins a stream after lost batches is ruled.
@@ -171,6 +200,7 @@ impl<T> SequenceTracker<T> {
             held: BTreeMap::new(),
             fence: None,
             floor: None,
+            blind: None,
         }
     }
 
@@ -179,9 +209,12 @@ impl<T> SequenceTracker<T> {
         self.last_id
     }
 
-    /// Returns the last sequence applied.
+    /// Returns the last sequence applied (`None` when the stream begins again with the next
+    /// batch: at first, after a reset or a declared loss, and after an unreadable batch).
     pub fn last_applied(&self) -> Option<Seq> {
-        self.last.map(|(seq, _)| seq)
+        self.last
+            .filter(|(_, fp)| !fp.unreadable)
+            .map(|(seq, _)| seq)
     }
 
     /// Returns how many batches are held.
@@ -199,6 +232,7 @@ impl<T> SequenceTracker<T> {
         self.max_millis = None;
         self.recent.clear();
         self.floor = None;
+        self.blind = None;
         let dropped = self.held.len();
         self.held.clear();
         dropped
@@ -252,8 +286,12 @@ impl<T> SequenceTracker<T> {
 
     /// Reports whether a batch whose first event id is `first_id` breaks the stream's event-id
     /// continuity.
+    /// After an unreadable batch, whose ids are unknown, only a first id no greater than the last
+    /// one known breaks it (ids only grow within a run).
     fn breaks_ids(&self, first_id: Option<u64>) -> bool {
+        let after_unreadable = matches!(self.last, Some((_, fp)) if fp.unreadable);
         match (self.last_id, first_id) {
+            (Some(last), Some(first)) if after_unreadable => first <= last,
             (Some(last), Some(first)) => last.checked_add(1) != Some(first),
             _ => false,
         }
@@ -301,11 +339,32 @@ impl<T> SequenceTracker<T> {
                 return Verdict::Stale;
             }
         }
+        if let Some(blind) = self.blind.filter(|&b| seq <= b) {
+            // At or before an unreadable batch the stream moved past: with reordering, a copy
+            // of a batch applied, or a late batch of its run (it may store what the unreadable
+            // one removed); without, a publisher that started again.
+            if self.recent.contains(&(seq, fingerprint)) {
+                return Verdict::Late;
+            }
+            if self.config.max_held > 0 {
+                return Verdict::Stale;
+            }
+            return self.restart(self.last.map_or(blind, |(s, _)| s));
+        }
         let Some((last, last_fp)) = self.last else {
             let Some((last, last_id)) = self.floor else {
                 return Verdict::Apply;
             };
-            let rule = self.rule_after_loss(&fingerprint, last_id);
+            if self.recent.contains(&(seq, fingerprint)) {
+                // A copy of a batch applied before the loss: never the stream's new beginning.
+                return Verdict::Late;
+            }
+            let rule = if seq <= last {
+                // Back to or before the stream's last batch: no batch of its run after the loss.
+                self.not_next(&fingerprint)
+            } else {
+                self.rule_after_loss(&fingerprint, last_id)
+            };
             return self.verdict(rule, last);
         };
         if seq == last {
@@ -373,13 +432,85 @@ impl<T> SequenceTracker<T> {
         self.last_id = None;
         self.max_millis = None;
         self.floor = None;
+        self.blind = None;
         Verdict::Restart { last }
+    }
+
+    /// Rules on a batch of this stream (its sequence readable) whose events cannot be read. Its
+    /// sequence was consumed and what it changed is unknown:
+    /// - [`Verdict::Unreadable`]: it is the stream's next batch, or, without a reorder window,
+    ///   any batch (after a jump forward, `gap` says so; after a jump backward, a restart,
+    ///   `restart` does). The caller forgets; the tracker moves past it.
+    /// - [`Verdict::Hold`]: with a reorder window, ahead of a hole. The caller holds it with
+    ///   [`Fingerprint::unreadable`]; when [`SequenceTracker::pop_ready`] releases it, the
+    ///   ruling is [`Verdict::Unreadable`]. A batch of the same sequence already held is
+    ///   replaced: which of the two is the run's is unknown.
+    /// - [`Verdict::Duplicate`]: an unreadable batch of that sequence is held already.
+    /// - [`Verdict::Stale`]: with a reorder window, at or before the stream's position.
+    ///
+    /// Once moved past it, and until a readable batch after it applies, a batch at or before it
+    /// is [`Verdict::Stale`] with a reorder window (a late batch of its run, which may store what
+    /// it removed; its stamp is unknown, so nothing tells a late batch from a restarted
+    /// publisher's, and doubt is a miss) and a restart without one.
+    pub fn observe_unreadable(&mut self, seq: Seq) -> Verdict {
+        let reorders = self.config.max_held > 0;
+        if let Some(blind) = self.blind.filter(|&b| seq <= b) {
+            if reorders {
+                return Verdict::Stale;
+            }
+            let last = self.last.map_or(blind, |(s, _)| s);
+            let _ = self.restart(last);
+            return self.pass_unreadable(seq, None, Some(last));
+        }
+        match self.last {
+            Some((last, _)) if seq.0 == last.0.wrapping_add(1) && seq.0 != 0 => {
+                self.pass_unreadable(seq, None, None)
+            }
+            Some((last, _)) if reorders => {
+                if seq <= last {
+                    return Verdict::Stale;
+                }
+                match self.held.get(&seq.0) {
+                    Some((_, fp, _)) if fp.unreadable => Verdict::Duplicate,
+                    _ => Verdict::Hold,
+                }
+            }
+            Some((last, _)) if seq > last => {
+                self.pass_unreadable(seq, Some(Seq(last.0.wrapping_add(1))), None)
+            }
+            Some((last, _)) => {
+                let _ = self.restart(last);
+                self.pass_unreadable(seq, None, Some(last))
+            }
+            None => match self.floor {
+                Some((floor, _)) if seq <= floor && reorders => Verdict::Stale,
+                Some((floor, _)) if seq <= floor => {
+                    let _ = self.restart(floor);
+                    self.pass_unreadable(seq, None, Some(floor))
+                }
+                _ => self.pass_unreadable(seq, None, None),
+            },
+        }
+    }
+
+    /// Moves the stream past the unreadable batch `seq`: it becomes the position (its event ids
+    /// unknown: the last known one stays, so that the next batch must run past it).
+    fn pass_unreadable(&mut self, seq: Seq, gap: Option<Seq>, restart: Option<Seq>) -> Verdict {
+        if self.last.is_none() {
+            self.last_id = self.floor.and_then(|(_, id)| id);
+        }
+        self.last = Some((seq, Fingerprint::unreadable()));
+        self.floor = None;
+        self.blind = Some(seq);
+        self.held.retain(|&s, _| s > seq.0);
+        Verdict::Unreadable { gap, restart }
     }
 
     /// Records that the batch `seq` was applied.
     pub fn applied(&mut self, seq: Seq, fingerprint: Fingerprint) {
         self.last = Some((seq, fingerprint));
         self.floor = None;
+        self.blind = None;
         if fingerprint.last_event_id.is_some() {
             self.last_id = fingerprint.last_event_id;
         }
@@ -409,7 +540,9 @@ impl<T> SequenceTracker<T> {
         None
     }
 
-    /// Takes the held batch that applies next, if it is there, with its ruling: [`Verdict::Apply`]
+    /// Takes the held batch that applies next, if it is there, with its ruling: [`Verdict::Unreadable`]
+    /// (its events could not be read: the caller forgets; the tracker moved past it),
+    /// [`Verdict::Apply`]
     /// (the next in order, or the new baseline after a loss), [`Verdict::Restart`] (its event
     /// ids do not run on from the batch applied before it: the caller forgets first) or
     /// [`Verdict::Stale`] (they do not, and it is stamped no later than the stream: the caller
@@ -421,6 +554,10 @@ impl<T> SequenceTracker<T> {
             None => *self.held.keys().next()?,
         };
         let (_, fp, item) = self.held.remove(&next)?;
+        if fp.unreadable {
+            let verdict = self.pass_unreadable(Seq(next), None, None);
+            return Some((Seq(next), item, verdict));
+        }
         let rule = match (self.last, self.floor) {
             (Some(_), _) if self.breaks_ids(fp.first_event_id) || self.stamped_before(&fp) => {
                 self.not_next(&fp)
@@ -443,6 +580,7 @@ impl<T> SequenceTracker<T> {
                 self.last_id = None;
                 self.max_millis = None;
                 self.floor = None;
+                self.blind = None;
                 Verdict::Restart { last }
             }
         };
@@ -480,7 +618,6 @@ impl<T> SequenceTracker<T> {
         }
         self.last = None;
         self.last_id = None;
-        self.recent.clear();
         Some(Loss {
             expected,
             resumed: Seq(first),

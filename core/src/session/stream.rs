@@ -71,8 +71,27 @@ impl Session {
                 // loss: forget, and start the stream over from the next batch.
                 self.counters.malformed_payload += 1;
                 fx.push(Report::Malformed { error });
-                self.reset_stream();
-                self.forget(now, ClearReason::Undecodable, &mut fx);
+                let mut raw = [0u8; 8];
+                raw.copy_from_slice(frames[1]);
+                let seq = Seq(u64::from_be_bytes(raw));
+                match self.tracker.observe_unreadable(seq) {
+                    Verdict::Hold => {
+                        // Ahead of a hole: the batches before it apply first, then it forgets.
+                        self.counters.held += 1;
+                        let held = HeldBatch::copy(now, frames);
+                        if let Some(loss) =
+                            self.tracker.hold(now, seq, Fingerprint::unreadable(), held)
+                        {
+                            self.reorder_loss(now, loss, &mut fx);
+                        }
+                    }
+                    Verdict::Stale => self.stale_batch(now, seq, &mut fx),
+                    Verdict::Duplicate => {
+                        self.counters.duplicates += 1;
+                        fx.push(Report::Duplicate { seq });
+                    }
+                    verdict => self.pass_unreadable(now, seq, verdict, &mut fx),
+                }
                 self.update_health(&mut fx);
                 return fx;
             }
@@ -99,6 +118,10 @@ impl Session {
                 fx.push(Report::Late { seq });
             }
             Verdict::Stale => self.stale_batch(now, seq, &mut fx),
+            // Only unreadable batches are ruled so; were one, forgetting is the safe reading.
+            verdict @ Verdict::Unreadable { .. } => {
+                self.pass_unreadable(now, seq, verdict, &mut fx)
+            }
             Verdict::Hold => {
                 self.counters.held += 1;
                 if let Some(loss) =
@@ -151,6 +174,10 @@ impl Session {
 
     pub(super) fn drain_held(&mut self, now: Instant, fx: &mut Effects) {
         while let Some((seq, held, verdict)) = self.tracker.pop_ready() {
+            if let Verdict::Unreadable { .. } = verdict {
+                self.pass_unreadable(now, seq, verdict, fx);
+                continue;
+            }
             if verdict == Verdict::Stale {
                 self.stale_batch(now, seq, fx);
                 continue;
@@ -174,6 +201,33 @@ impl Session {
             self.apply_batch(now, held.arrived, &batch, fp, held.payload.len(), fx);
             self.tracker.applied(seq, fp);
         }
+    }
+
+    /// Moves past the unreadable batch `seq` ([`Verdict::Unreadable`]): it consumed its sequence
+    /// and what it changed is unknown, which is loss. The stream begins again with the next
+    /// readable batch after it (the tracker rules anything at or before it stale, since any of
+    /// those may store what it removed).
+    pub(super) fn pass_unreadable(
+        &mut self,
+        now: Instant,
+        seq: Seq,
+        verdict: Verdict,
+        fx: &mut Effects,
+    ) {
+        if let Verdict::Unreadable { gap, restart } = verdict {
+            if let Some(expected) = gap {
+                self.note_gap(expected, seq, fx);
+            }
+            if let Some(last) = restart {
+                self.counters.restarts += 1;
+                fx.push(Report::Restart {
+                    last,
+                    received: seq,
+                });
+            }
+        }
+        self.stream_start = None;
+        self.forget(now, ClearReason::Undecodable, fx);
     }
 
     /// Skips an old batch that is no copy of one applied ([`Verdict::Stale`]): late, or from a
