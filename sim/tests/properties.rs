@@ -203,7 +203,7 @@ fn drive(max_held: usize, input: &[(u8, u8)]) -> Trace {
     let mut ruled = false;
     let apply =
         |trace: &mut Trace, blind: &mut Option<u64>, seq: u64, ruled: bool, restart: bool| {
-            if blind.is_some_and(|b| seq <= b) && (max_held > 0 || !restart) {
+            if blind.is_some_and(|b| seq <= b) && !restart {
                 trace.violations.push(format!(
                     "applied {seq}, at or before the unreadable {blind:?} passed"
                 ));
@@ -216,7 +216,7 @@ fn drive(max_held: usize, input: &[(u8, u8)]) -> Trace {
         let unreadable = f % 16 == 15;
         let (before_last, before_held) = (t.last_applied(), t.held_count());
         let verdict = if unreadable {
-            t.observe_unreadable(Seq(seq))
+            t.observe_unreadable(Instant::ZERO, Seq(seq))
         } else {
             t.observe(Seq(seq), fp(f))
         };
@@ -237,14 +237,16 @@ fn drive(max_held: usize, input: &[(u8, u8)]) -> Trace {
                 ruled = false;
                 apply(&mut trace, &mut blind, seq, true, restart);
             }
-            Verdict::Unreadable { .. } => {
+            Verdict::Unreadable => {
                 if !unreadable {
                     trace
                         .violations
                         .push(format!("readable {seq} ruled unreadable"));
                 }
-                blind = Some(seq);
-                ruled = false;
+                // Without a window the stream begins again with the next batch (a ruling);
+                // with one, the tracker moves past it.
+                blind = (max_held > 0).then_some(seq);
+                ruled = max_held == 0;
                 trace.applied.push((seq, true));
             }
             Verdict::Duplicate | Verdict::Late | Verdict::Stale => {
@@ -269,7 +271,7 @@ fn drive(max_held: usize, input: &[(u8, u8)]) -> Trace {
         }
         while let Some((s, held_fp, verdict)) = t.pop_ready() {
             match verdict {
-                Verdict::Unreadable { .. } => {
+                Verdict::Unreadable => {
                     blind = Some(s.0);
                     trace.applied.push((s.0, true));
                     ruled = false;

@@ -216,26 +216,19 @@ fn reordering() -> ReorderConfig {
 fn unreadable_batch_ahead_of_a_hole_is_held_and_released_after_the_hole() {
     let mut t = SequenceTracker::<u64>::new(reordering());
     apply_u(&mut t, 4);
-    assert_eq!(t.observe_unreadable(Seq(7)), Verdict::Hold);
+    assert_eq!(t.observe_unreadable(Instant::ZERO, Seq(7)), Verdict::Hold);
     assert!(t
         .hold(Instant::ZERO, Seq(7), Fingerprint::unreadable(), 7)
         .is_none());
-    assert_eq!(t.observe_unreadable(Seq(7)), Verdict::Duplicate);
+    assert_eq!(
+        t.observe_unreadable(Instant::ZERO, Seq(7)),
+        Verdict::Duplicate
+    );
     for seq in [5, 6] {
         assert_eq!(t.observe(Seq(seq), fp(seq)), Verdict::Apply);
         t.applied(Seq(seq), fp(seq));
     }
-    assert_eq!(
-        t.pop_ready(),
-        Some((
-            Seq(7),
-            7,
-            Verdict::Unreadable {
-                gap: None,
-                restart: None
-            }
-        ))
-    );
+    assert_eq!(t.pop_ready(), Some((Seq(7), 7, Verdict::Unreadable)));
     assert_eq!(t.last_applied(), None, "the stream begins again after it");
     assert_eq!(t.observe(Seq(8), fp(8)), Verdict::Apply);
 }
@@ -245,11 +238,8 @@ fn batches_at_or_before_an_unreadable_one_never_apply_with_reordering() {
     let mut t = SequenceTracker::<u64>::new(reordering());
     apply_u(&mut t, 4);
     assert_eq!(
-        t.observe_unreadable(Seq(5)),
-        Verdict::Unreadable {
-            gap: None,
-            restart: None
-        }
+        t.observe_unreadable(Instant::ZERO, Seq(5)),
+        Verdict::Unreadable
     );
     // A late batch of the same run, stamped and numbered after the last one applied.
     assert_eq!(t.observe(Seq(5), fp(5)), Verdict::Stale);
@@ -272,38 +262,56 @@ fn batches_at_or_before_an_unreadable_one_never_apply_with_reordering() {
 fn an_unreadable_first_batch_fences_the_sequences_before_it() {
     let mut t = SequenceTracker::<u64>::new(reordering());
     assert_eq!(
-        t.observe_unreadable(Seq(7)),
-        Verdict::Unreadable {
-            gap: None,
-            restart: None
-        }
+        t.observe_unreadable(Instant::ZERO, Seq(7)),
+        Verdict::Unreadable
     );
     assert_eq!(t.observe(Seq(6), fp(6)), Verdict::Stale);
     assert_eq!(t.observe(Seq(8), fp(8)), Verdict::Apply);
 }
 
 #[test]
-fn without_reordering_an_unreadable_batch_reports_the_jump_it_makes() {
+fn without_reordering_an_unreadable_batch_begins_the_stream_again() {
     let mut t = SequenceTracker::<u64>::new(ReorderConfig::default());
     apply_u(&mut t, 4);
     assert_eq!(
-        t.observe_unreadable(Seq(7)),
-        Verdict::Unreadable {
-            gap: Some(Seq(5)),
-            restart: None
-        }
+        t.observe_unreadable(Instant::ZERO, Seq(7)),
+        Verdict::Unreadable
     );
-    // Its ids are unknown: the next batch only has to run past the last id known.
-    assert_eq!(t.observe(Seq(8), fp(8)), Verdict::Apply);
-    t.applied(Seq(8), fp(8));
+    assert_eq!(t.last_applied(), None);
+    assert_eq!(t.observe(Seq(9), fp(9)), Verdict::Apply, "a baseline");
+    t.applied(Seq(9), fp(9));
     assert_eq!(
-        t.observe_unreadable(Seq(2)),
-        Verdict::Unreadable {
-            gap: None,
-            restart: Some(Seq(8))
-        }
+        t.observe_unreadable(Instant::ZERO, Seq(2)),
+        Verdict::Unreadable
     );
-    assert_eq!(t.observe(Seq(1), fp(1)), Verdict::Restart { last: Seq(2) });
+    assert_eq!(t.observe(Seq(1), fp(1)), Verdict::Apply, "a baseline");
+}
+
+#[test]
+fn a_batch_stamped_after_an_unreadable_one_can_have_been_is_another_runs() {
+    // The stream's batches arrive 1,000 ms after their stamps (the publisher's clock as seen
+    // here); the unreadable batch 5 arrives at 1,010 ms, so it was stamped by 10 ms plus the
+    // window's 10 ms.
+    let mut t = SequenceTracker::<u64>::new(reordering());
+    for seq in 1..=4 {
+        assert_eq!(t.observe(Seq(seq), fp(seq)), Verdict::Apply);
+        t.arrived(Instant::from_millis(1_000 + seq), &fp(seq));
+        t.applied(Seq(seq), fp(seq));
+    }
+    assert_eq!(
+        t.observe_unreadable(Instant::from_millis(1_010), Seq(5)),
+        Verdict::Unreadable
+    );
+    assert_eq!(
+        t.observe(Seq(3), fp(20)),
+        Verdict::Stale,
+        "may be of its run"
+    );
+    assert_eq!(
+        t.observe(Seq(1), fp(21)),
+        Verdict::Restart { last: Seq(5) },
+        "stamped after it: a run that numbers anew"
+    );
 }
 
 #[test]

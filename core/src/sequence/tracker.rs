@@ -5,6 +5,8 @@
 use alloc::collections::{BTreeMap, VecDeque};
 use alloc::vec::Vec;
 
+use core::time::Duration;
+
 use super::ReorderConfig;
 use crate::frame::{Batch, Seq, Timestamp};
 use crate::time::Instant;
@@ -136,14 +138,8 @@ pub enum Verdict {
         last: Seq,
     },
     /// A batch whose events cannot be read took this sequence: what it changed is unknown, so
-    /// the caller forgets. The tracker has moved past it: until a readable batch after it
-    /// applies, no batch at or before it applies (see [`SequenceTracker::observe_unreadable`]).
-    Unreadable {
-        /// The sequence that was expected, when sequences before this one were skipped.
-        gap: Option<Seq>,
-        /// The last sequence of the old stream, when this one broke it backward (a restart).
-        restart: Option<Seq>,
-    },
+    /// the caller forgets (see [`SequenceTracker::observe_unreadable`]).
+    Unreadable,
 }
 
 /// A loss the tracker declared on its own (window overflow or deadline).
@@ -171,10 +167,23 @@ pub struct SequenceTracker<T> {
     /// After a declared loss, until the next batch applies: the last sequence and event id
     /// applied before it, which the stream's next baseline must run past.
     floor: Option<(Seq, Option<u64>)>,
-    /// The sequence of the unreadable batch the stream last moved past, until a readable batch
-    /// after it applies: no batch at or before it may apply, since any of them may store what
-    /// it removed.
-    blind: Option<Seq>,
+    /// With a reorder window, the unreadable batch the stream last moved past, until a
+    /// readable batch after it applies: no batch at or before it may apply, since any of them
+    /// may store what it removed.
+    blind: Option<Blind>,
+    /// The least of arrival time minus publisher stamp, in milliseconds, over the batches this
+    /// run applied: the publisher's clock as seen here, plus the fastest delivery.
+    offset: Option<i64>,
+}
+
+/// An unreadable batch the stream moved past (see [`SequenceTracker::observe_unreadable`]).
+#[derive(Clone, Copy, Debug)]
+struct Blind {
+    seq: Seq,
+    /// A publisher stamp later than any the unreadable batch can carry: it arrived at `a`, so
+    /// it was stamped by `a - offset` plus the fastest delivery, taken as at most the reorder
+    /// window's `max_delay`. `None` without comparable stamps.
+    stamped_by: Option<u64>,
 }
 
 /// How a batch that begins a stream after lost batches is ruled.
@@ -201,6 +210,7 @@ impl<T> SequenceTracker<T> {
             fence: None,
             floor: None,
             blind: None,
+            offset: None,
         }
     }
 
@@ -233,6 +243,7 @@ impl<T> SequenceTracker<T> {
         self.recent.clear();
         self.floor = None;
         self.blind = None;
+        self.offset = None;
         let dropped = self.held.len();
         self.held.clear();
         dropped
@@ -339,17 +350,20 @@ impl<T> SequenceTracker<T> {
                 return Verdict::Stale;
             }
         }
-        if let Some(blind) = self.blind.filter(|&b| seq <= b) {
-            // At or before an unreadable batch the stream moved past: with reordering, a copy
-            // of a batch applied, or a late batch of its run (it may store what the unreadable
-            // one removed); without, a publisher that started again.
+        if let Some(blind) = self.blind.filter(|b| seq <= b.seq) {
+            // At or before an unreadable batch the stream moved past: a copy of a batch
+            // applied, or a late batch of its run (it may store what the unreadable one
+            // removed), unless stamped after the unreadable one can have been: then another
+            // run, which numbers its batches anew.
             if self.recent.contains(&(seq, fingerprint)) {
                 return Verdict::Late;
             }
-            if self.config.max_held > 0 {
-                return Verdict::Stale;
+            if let (Some(by), Some(at)) = (blind.stamped_by, fingerprint.millis) {
+                if at > by {
+                    return self.restart(self.last.map_or(blind.seq, |(s, _)| s));
+                }
             }
-            return self.restart(self.last.map_or(blind, |(s, _)| s));
+            return Verdict::Stale;
         }
         let Some((last, last_fp)) = self.last else {
             let Some((last, last_id)) = self.floor else {
@@ -433,14 +447,16 @@ impl<T> SequenceTracker<T> {
         self.max_millis = None;
         self.floor = None;
         self.blind = None;
+        self.offset = None;
         Verdict::Restart { last }
     }
 
-    /// Rules on a batch of this stream (its sequence readable) whose events cannot be read. Its
-    /// sequence was consumed and what it changed is unknown:
-    /// - [`Verdict::Unreadable`]: it is the stream's next batch, or, without a reorder window,
-    ///   any batch (after a jump forward, `gap` says so; after a jump backward, a restart,
-    ///   `restart` does). The caller forgets; the tracker moves past it.
+    /// Rules on a batch of this stream (its sequence readable) whose events cannot be read,
+    /// which arrived at `now`. Its sequence was consumed and what it changed is unknown:
+    /// - [`Verdict::Unreadable`]: the caller forgets. Without a reorder window, the stream
+    ///   begins again with the next batch, as after [`SequenceTracker::reset`] (one connection
+    ///   delivers in order: no batch from before it can follow). With one, it is the stream's
+    ///   next batch, or the first after a reset or a loss: the tracker moves past it.
     /// - [`Verdict::Hold`]: with a reorder window, ahead of a hole. The caller holds it with
     ///   [`Fingerprint::unreadable`]; when [`SequenceTracker::pop_ready`] releases it, the
     ///   ruling is [`Verdict::Unreadable`]. A batch of the same sequence already held is
@@ -448,62 +464,63 @@ impl<T> SequenceTracker<T> {
     /// - [`Verdict::Duplicate`]: an unreadable batch of that sequence is held already.
     /// - [`Verdict::Stale`]: with a reorder window, at or before the stream's position.
     ///
-    /// Once moved past it, and until a readable batch after it applies, a batch at or before it
-    /// is [`Verdict::Stale`] with a reorder window (a late batch of its run, which may store what
-    /// it removed; its stamp is unknown, so nothing tells a late batch from a restarted
-    /// publisher's, and doubt is a miss) and a restart without one.
-    pub fn observe_unreadable(&mut self, seq: Seq) -> Verdict {
-        let reorders = self.config.max_held > 0;
-        if let Some(blind) = self.blind.filter(|&b| seq <= b) {
-            if reorders {
-                return Verdict::Stale;
-            }
-            let last = self.last.map_or(blind, |(s, _)| s);
-            let _ = self.restart(last);
-            return self.pass_unreadable(seq, None, Some(last));
+    /// Once moved past it with a reorder window, and until a readable batch after it applies,
+    /// a batch at or before it is [`Verdict::Stale`] (a late batch of its run may store what
+    /// it removed), unless stamped later than the unreadable one can have been (it arrived at
+    /// `now`; the stream's batches show how the publisher's clock runs beside the caller's):
+    /// another run's, a [`Verdict::Restart`]. Without comparable stamps, a restarted publisher
+    /// numbered below it misses until it passes it.
+    pub fn observe_unreadable(&mut self, now: Instant, seq: Seq) -> Verdict {
+        if self.config.max_held == 0 {
+            self.reset();
+            return Verdict::Unreadable;
+        }
+        if self.blind.is_some_and(|b| seq <= b.seq) {
+            return Verdict::Stale;
         }
         match self.last {
             Some((last, _)) if seq.0 == last.0.wrapping_add(1) && seq.0 != 0 => {
-                self.pass_unreadable(seq, None, None)
+                self.pass_unreadable(now, seq)
             }
-            Some((last, _)) if reorders => {
-                if seq <= last {
-                    return Verdict::Stale;
-                }
-                match self.held.get(&seq.0) {
-                    Some((_, fp, _)) if fp.unreadable => Verdict::Duplicate,
-                    _ => Verdict::Hold,
-                }
-            }
-            Some((last, _)) if seq > last => {
-                self.pass_unreadable(seq, Some(Seq(last.0.wrapping_add(1))), None)
-            }
-            Some((last, _)) => {
-                let _ = self.restart(last);
-                self.pass_unreadable(seq, None, Some(last))
-            }
+            Some((last, _)) if seq <= last => Verdict::Stale,
+            Some(_) => match self.held.get(&seq.0) {
+                Some((_, fp, _)) if fp.unreadable => Verdict::Duplicate,
+                _ => Verdict::Hold,
+            },
             None => match self.floor {
-                Some((floor, _)) if seq <= floor && reorders => Verdict::Stale,
-                Some((floor, _)) if seq <= floor => {
-                    let _ = self.restart(floor);
-                    self.pass_unreadable(seq, None, Some(floor))
-                }
-                _ => self.pass_unreadable(seq, None, None),
+                Some((floor, _)) if seq <= floor => Verdict::Stale,
+                _ => self.pass_unreadable(now, seq),
             },
         }
     }
 
-    /// Moves the stream past the unreadable batch `seq`: it becomes the position (its event ids
-    /// unknown: the last known one stays, so that the next batch must run past it).
-    fn pass_unreadable(&mut self, seq: Seq, gap: Option<Seq>, restart: Option<Seq>) -> Verdict {
+    /// Moves the stream past the unreadable batch `seq`, which arrived at `arrived`: it becomes
+    /// the position (its event ids unknown: the last known one stays, so that the next batch
+    /// must run past it).
+    fn pass_unreadable(&mut self, arrived: Instant, seq: Seq) -> Verdict {
         if self.last.is_none() {
             self.last_id = self.floor.and_then(|(_, id)| id);
         }
+        let margin = self.config.max_delay.unwrap_or(Duration::from_secs(1));
+        let stamped_by = self.offset.map(|offset| {
+            let by = i128::from(millis(arrived)) - i128::from(offset) + margin.as_millis() as i128;
+            u64::try_from(by.max(0)).unwrap_or(u64::MAX)
+        });
         self.last = Some((seq, Fingerprint::unreadable()));
         self.floor = None;
-        self.blind = Some(seq);
+        self.blind = Some(Blind { seq, stamped_by });
         self.held.retain(|&s, _| s > seq.0);
-        Verdict::Unreadable { gap, restart }
+        Verdict::Unreadable
+    }
+
+    /// Records that a batch stamped as `fingerprint` says arrived at `at` (before it applies):
+    /// how the publisher's clock runs beside the caller's.
+    pub fn arrived(&mut self, at: Instant, fingerprint: &Fingerprint) {
+        if let Some(stamp) = fingerprint.millis {
+            let seen = i128::from(millis(at)) - i128::from(stamp);
+            let seen = i64::try_from(seen).unwrap_or(if seen < 0 { i64::MIN } else { i64::MAX });
+            self.offset = Some(self.offset.map_or(seen, |o| o.min(seen)));
+        }
     }
 
     /// Records that the batch `seq` was applied.
@@ -553,9 +570,9 @@ impl<T> SequenceTracker<T> {
             Some((last, _)) => last.0.checked_add(1)?,
             None => *self.held.keys().next()?,
         };
-        let (_, fp, item) = self.held.remove(&next)?;
+        let (arrived, fp, item) = self.held.remove(&next)?;
         if fp.unreadable {
-            let verdict = self.pass_unreadable(Seq(next), None, None);
+            let verdict = self.pass_unreadable(arrived, Seq(next));
             return Some((Seq(next), item, verdict));
         }
         let rule = match (self.last, self.floor) {
@@ -581,6 +598,7 @@ impl<T> SequenceTracker<T> {
                 self.max_millis = None;
                 self.floor = None;
                 self.blind = None;
+                self.offset = None;
                 Verdict::Restart { last }
             }
         };
@@ -623,6 +641,11 @@ impl<T> SequenceTracker<T> {
             resumed: Seq(first),
         })
     }
+}
+
+/// The milliseconds of an instant since the caller's origin.
+fn millis(at: Instant) -> u64 {
+    at.as_nanos() / 1_000_000
 }
 
 #[cfg(test)]

@@ -74,7 +74,7 @@ impl Session {
                 let mut raw = [0u8; 8];
                 raw.copy_from_slice(frames[1]);
                 let seq = Seq(u64::from_be_bytes(raw));
-                match self.tracker.observe_unreadable(seq) {
+                match self.tracker.observe_unreadable(now, seq) {
                     Verdict::Hold => {
                         // Ahead of a hole: the batches before it apply first, then it forgets.
                         self.counters.held += 1;
@@ -90,7 +90,7 @@ impl Session {
                         self.counters.duplicates += 1;
                         fx.push(Report::Duplicate { seq });
                     }
-                    verdict => self.pass_unreadable(now, seq, verdict, &mut fx),
+                    _ => self.pass_unreadable(now, &mut fx),
                 }
                 self.update_health(&mut fx);
                 return fx;
@@ -119,9 +119,7 @@ impl Session {
             }
             Verdict::Stale => self.stale_batch(now, seq, &mut fx),
             // Only unreadable batches are ruled so; were one, forgetting is the safe reading.
-            verdict @ Verdict::Unreadable { .. } => {
-                self.pass_unreadable(now, seq, verdict, &mut fx)
-            }
+            Verdict::Unreadable => self.pass_unreadable(now, &mut fx),
             Verdict::Hold => {
                 self.counters.held += 1;
                 if let Some(loss) =
@@ -165,6 +163,7 @@ impl Session {
     ) {
         self.check_proof(now, batch.seq, fp, fx);
         self.apply_batch(now, now, batch, fp, payload.len(), fx);
+        self.tracker.arrived(now, &fp);
         self.tracker.applied(batch.seq, fp);
         self.drain_held(now, fx);
         if matches!(self.resync, Resync::AwaitingStream) {
@@ -174,8 +173,8 @@ impl Session {
 
     pub(super) fn drain_held(&mut self, now: Instant, fx: &mut Effects) {
         while let Some((seq, held, verdict)) = self.tracker.pop_ready() {
-            if let Verdict::Unreadable { .. } = verdict {
-                self.pass_unreadable(now, seq, verdict, fx);
+            if verdict == Verdict::Unreadable {
+                self.pass_unreadable(now, fx);
                 continue;
             }
             if verdict == Verdict::Stale {
@@ -199,33 +198,16 @@ impl Session {
             let fp = Fingerprint::of(&batch);
             self.check_proof(now, seq, fp, fx);
             self.apply_batch(now, held.arrived, &batch, fp, held.payload.len(), fx);
+            self.tracker.arrived(held.arrived, &fp);
             self.tracker.applied(seq, fp);
         }
     }
 
-    /// Moves past the unreadable batch `seq` ([`Verdict::Unreadable`]): it consumed its sequence
-    /// and what it changed is unknown, which is loss. The stream begins again with the next
+    /// Moves past an unreadable batch ([`Verdict::Unreadable`]): it consumed its sequence and
+    /// what it changed is unknown, which is loss. The stream begins again with the next
     /// readable batch after it (the tracker rules anything at or before it stale, since any of
     /// those may store what it removed).
-    pub(super) fn pass_unreadable(
-        &mut self,
-        now: Instant,
-        seq: Seq,
-        verdict: Verdict,
-        fx: &mut Effects,
-    ) {
-        if let Verdict::Unreadable { gap, restart } = verdict {
-            if let Some(expected) = gap {
-                self.note_gap(expected, seq, fx);
-            }
-            if let Some(last) = restart {
-                self.counters.restarts += 1;
-                fx.push(Report::Restart {
-                    last,
-                    received: seq,
-                });
-            }
-        }
+    pub(super) fn pass_unreadable(&mut self, now: Instant, fx: &mut Effects) {
         self.stream_start = None;
         self.forget(now, ClearReason::Undecodable, fx);
     }
