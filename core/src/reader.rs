@@ -7,15 +7,20 @@
 //! the layouts in force (a versioned snapshot: the configured layouts and the workers' verdicts,
 //! replaced whole when a verdict changes, see [`crate::layout::LayoutVotes`]), and one state word holding the session's health, whether the last snapshot is unproven, whether a
 //! change that removes is under way, and the table's generation. A query reads the state word
-//! before its first probe and again after its last: when it moved (a clear, a batch that
-//! removes, a flag that changed), the answer may mix two states and is thrown away: the query
-//! asks again, and after [`ATTEMPTS`] readings answers [`QueryError::Busy`], on which the
-//! caller asks under the session's lock ([`crate::Session::query`]). A reader
+//! before its first probe and again after its last: when it moved (a clear, a batch holding
+//! an event that names no object, a flag that changed), the answer may mix two states and is
+//! thrown away. When only removals overlapped it, the query checks that the slot of every page
+//! it claims still holds what it read (see [`crate::index`]'s shared table), and keeps the
+//! answer if so. Otherwise it asks again, and after [`ATTEMPTS`] readings answers
+//! [`QueryError::Busy`], on which the caller asks under the session's lock
+//! ([`crate::Session::query`]). A reader
 //! never waits for the writer: a writer preempted in the middle of a change makes a query read
 //! again and then ask under the lock, never claim a page the session would not claim.
 //!
-//! Queries are `&self`, allocate nothing, and answer exactly what [`crate::Session::query`]
-//! answers between two calls into the session (the session answers through its own reader).
+//! Queries are `&self`, allocate nothing, and answer exactly what the index held at one point
+//! of the stream it applied: between two calls into the session (what [`crate::Session::query`]
+//! answers then; the session answers through its own reader), or between two events of the
+//! input under way.
 
 use alloc::sync::Arc;
 use alloc::vec::Vec;
@@ -26,7 +31,7 @@ use spin::RwLock;
 use crate::effect::Health;
 use crate::error::QueryError;
 use crate::hash::PageHashes;
-use crate::index::shared::{PageTable, Shared};
+use crate::index::shared::{Claims, PageTable, Shared, Still};
 use crate::layout::{Layout, LayoutVotes, ModelVerdict};
 use crate::query::{Hits, Lookup, Pages, QueryPlan, Tokens};
 use crate::session::ModelLayout;
@@ -279,7 +284,9 @@ impl Reader {
             map.fill(false);
         }
         let mut state = self.pages().state();
+        let mut claims = Claims::new();
         for _ in 0..ATTEMPTS {
+            claims.clear();
             // The layouts are taken after the state and checked again with it at the end: a
             // worker that puts a layout in doubt moves no page, yet the pages stored after it
             // are not to be read under the old layout.
@@ -327,25 +334,42 @@ impl Reader {
             let tenant = lookup.tenant;
             let found = match lookup.pages {
                 Pages::Hashes(hashes) => {
-                    self.index
-                        .query(tenant, layout, hashes.iter().copied(), map.as_deref_mut())
+                    let hashes = hashes.iter().copied();
+                    self.index.query(
+                        tenant,
+                        layout,
+                        hashes,
+                        map.as_deref_mut(),
+                        Some(&mut claims),
+                    )
                 }
                 Pages::Tokens {
                     tokens: Tokens::U32(t),
                     namespace,
                 } => {
                     let pages = PageHashes::new(t, layout.page_size, layout.eagle, namespace);
-                    self.index.query(tenant, layout, pages, map.as_deref_mut())
+                    let claims = Some(&mut claims);
+                    self.index
+                        .query(tenant, layout, pages, map.as_deref_mut(), claims)
                 }
                 Pages::Tokens {
                     tokens: Tokens::U64(t),
                     namespace,
                 } => {
                     let pages = PageHashes::new(t, layout.page_size, layout.eagle, namespace);
-                    self.index.query(tenant, layout, pages, map.as_deref_mut())
+                    let claims = Some(&mut claims);
+                    self.index
+                        .query(tenant, layout, pages, map.as_deref_mut(), claims)
                 }
             };
-            if self.pages().still(state) && self.swaps.load(Ordering::Acquire) == swaps {
+            let stands = match self.pages().still(state) {
+                Still::Yes => true,
+                // Removals overlapped the query: its pages stand if none of their slots was
+                // written since it read them (all were then in the table together).
+                Still::IfUnchanged => claims.unchanged(self.pages()),
+                Still::No => false,
+            };
+            if stands && self.swaps.load(Ordering::Acquire) == swaps {
                 hits.prefix_pages = found.prefix_pages;
                 hits.pages_checked = found.pages_checked;
                 hits.memory_pages = found.memory_pages;

@@ -41,20 +41,23 @@ impl Index {
     where
         I: Iterator<Item = PageHash>,
     {
-        self.shared.query(tenant, layout, pages, map)
+        self.shared.query(tenant, layout, pages, map, None)
     }
 }
 
 impl Shared {
     /// [`Index::query`] on the shared table: every page is one atomic read of its slot (see
     /// [`super::shared`]). A reader running beside the writer MUST check the table's state
-    /// before and after ([`PageTable::still`]) and drop the answer if it moved.
+    /// before and after ([`PageTable::still`]) and drop the answer if it moved; `claims`, if
+    /// given, receives the slot of every page the answer may claim (every page with all its
+    /// all-pages objects), to be checked again when removals overlapped the query.
     pub(crate) fn query<I>(
         &self,
         tenant: &str,
         layout: &Layout,
         pages: I,
         mut map: Option<&mut [bool]>,
+        mut claims: Option<&mut Claims>,
     ) -> IndexHits
     where
         I: Iterator<Item = PageHash>,
@@ -77,8 +80,11 @@ impl Shared {
                 }
             }
             hits.pages_checked = i + 1;
-            let (present, cpu) = self.probe(plan.ns, &hash);
+            let (present, cpu, at) = self.pages.probe_at(plan.ns, &hash);
             let page_all = present & plan.all_mask == plan.all_mask;
+            if let (true, Some(claims), Some(at)) = (page_all, claims.as_deref_mut(), at) {
+                claims.push(at);
+            }
             let mut page_full = page_all;
             for (run, &(mask, _)) in runs.iter_mut().zip(trailing) {
                 if present & mask == mask {
@@ -119,10 +125,6 @@ impl Shared {
             map[from..].fill(false);
         }
         hits
-    }
-
-    fn probe(&self, ns: u32, hash: &PageHash) -> (u128, u128) {
-        self.pages.probe(ns, hash)
     }
 
     pub(super) fn plan(&self, tenant: &str, layout: &Layout) -> Option<Plan> {

@@ -63,7 +63,7 @@ pub struct IndexConfig {
 
 pub use self::lookup::IndexHits;
 pub(crate) use self::shared::PageTable;
-use self::shared::{PageWords, Shared, SharedNamespaces};
+use self::shared::{Claims, PageWords, Shared, SharedNamespaces};
 use self::suspects::SuspectPage;
 use self::table::page_table_hash;
 
@@ -364,13 +364,18 @@ impl Index {
         self.stamp += 1;
         let mut page = self.shared.pages.get(idx);
         let before = page.present();
+        let masks = (page.cpu, page.disk);
         match medium {
             Some(Medium::Disk) => page.disk |= bit,
             Some(Medium::Cpu | Medium::Other) => page.cpu |= bit,
             None if before & bit == 0 => page.cpu |= bit,
             None => {}
         }
-        self.shared.pages.set_masks(idx, page.cpu, page.disk);
+        if (page.cpu, page.disk) != masks {
+            // A store that changes nothing writes nothing: the slot's version stays, and a
+            // query that claims the page need not read again.
+            self.shared.pages.set_masks(idx, page.cpu, page.disk);
+        }
         self.touched[idx] = self.stamp;
         if before & bit == 0 {
             self.live_objects += 1;
@@ -502,7 +507,9 @@ impl Index {
         if before == after {
             return;
         }
-        self.begin_change();
+        // A removal of a page's objects is written in its slot: a query that overlaps it
+        // checks its claims again (the slot's version moved), it need not read again.
+        self.shared.pages.begin_removal();
         self.shared.pages.set_masks(idx, page.cpu, page.disk);
         self.live_objects -= 1;
         let (ns, hash) = (page.ns, page.hash);

@@ -19,20 +19,32 @@
 //!   with Acquire, so the slot's words it then reads are at least that new. A removal shifts
 //!   later entries back (no tombstones); a reader that raced a shift may miss, never hit wrongly,
 //!   since it always checks the slot.
+//! - **Removals** (a keyed removal, an eviction) are written in the page's slot before its
+//!   bucket is unlinked, and move the removal count to odd first and to even when the input
+//!   ends ([`PageTable::begin_removal`], [`PageTable::end_change`]). A query that overlapped
+//!   none (the same even count at its start and end) keeps its answer: stores only add, so
+//!   every page it claims was in the table at its end. One that overlapped some checks again,
+//!   after reading every page, that the slot of each page it claims holds the version it read
+//!   there ([`Claims`], in a buffer on the query's stack: a *double collect*). If so, the pages
+//!   were in the table together: let `k` be the latest write the query read; every write before
+//!   `k` happens before the check (the query acquired `k`), so a slot written after the
+//!   version the query read, and before `k`, would show a new version. Each claimed slot thus
+//!   held what the query read once the writer had made write `k`: a point of the stream's own
+//!   history (the events of a batch apply in the master's order). Otherwise it reads again.
+//!   A slot's version would come back to the same value only after 2^31 writes to that one
+//!   slot during one query.
 //! - **The state word** is `generation << (FLAG_BITS + 1) | changing << FLAG_BITS | flags`.
-//!   A change that removes (a batch holding anything but keyed stores, any other input that
-//!   removes, a clear) sets the changing bit and moves the generation before it writes, and
-//!   moves the generation again when it ends ([`PageTable::begin_change`],
-//!   [`PageTable::end_change`]): a query that overlaps it in any way reads again, so it never
-//!   combines pages from before and after a removal. Batches of stores only move nothing
-//!   (adds only add: what a query sees is the state before, after, or a part of the way
-//!   between two batches, each page of which is in the state after). A clear empties every bucket and
+//!   A change that must be read again (a batch holding an event that names no object, whose
+//!   removals are of unknown extent and end in a clear; a clear) sets the changing bit and
+//!   moves the generation before it writes, and moves the generation again when it ends
+//!   ([`PageTable::begin_change`], [`PageTable::end_change`]): a query that overlaps it in any
+//!   way reads again, so it never claims a page the clear takes. A clear empties every bucket and
 //!   then bumps the generation (Release); whatever a reader reads after the new generation is of
 //!   the new one. A query loads the state before its first probe (Acquire) and again after its
 //!   last (after an Acquire fence): if it changed, the answer may mix two generations (or two
 //!   readings of the session's flags) and is thrown away (retried, then `Busy`). The state a
-//!   query checks also counts the generation's turns ([`State`]), so a query descheduled for a
-//!   whole turn of the generation still reads again. A clear is
+//!   query checks also counts the turns of the generation and of the removal count
+//!   ([`State`]), so a query descheduled for a whole turn of either still reads again. A clear is
 //!   thus atomic for readers, and a flag the writer sets before it changes pages (the session's
 //!   "snapshot unproven") is seen by every query that sees those pages.
 //!
@@ -51,9 +63,14 @@
 //! - *RCU of the whole table*: a copy per change, out of the question at a million pages;
 //! - *per-slot versions* (kept): readers never wait and the memory stays one copy (72 B a slot,
 //!   5.3 B of buckets, 8 B of write stamps, 1 bit of CLOCK reference per page). What it gives
-//!   up: a query beside the writer sees each page as of some moment during the query, not the
-//!   whole table as of one moment; a clear or a change of the session's flags makes the query
-//!   read again, and a page whose writes keep racing its read is a miss.
+//!   up: a clear, a batch of doubt or a change of the session's flags makes a query read again,
+//!   and so does a removal or a store written in a page it claims while it reads; a page whose
+//!   writes keep racing its read is a miss.
+//!
+//! Removals were first bracketed like clears, a batch that removes making every query that
+//! overlapped it read again. With every other batch removing, 4.2 % of the bench's queries
+//! read three times in a row and fell back to the session's lock (`QueryError::Busy`). The
+//! double collect keeps the answers of queries whose pages the removals did not touch.
 //!
 //! The protocol is model-checked with loom (`RUSTFLAGS="--cfg loom" cargo test -p
 //! hicache-index --release --lib loom`) and exercised at the session level by the differential
@@ -174,8 +191,9 @@ fn store_mask(words: &[AtomicU32; 4], mask: u128) {
 
 /// What a reader found in one slot.
 enum SlotRead {
-    /// The slot holds the page asked for: its present objects and those with a memory replica.
-    Page(u128, u128),
+    /// The slot holds the page asked for: its present objects, those with a memory replica, and
+    /// the version read.
+    Page(u128, u128, u32),
     /// The slot holds another page (or none).
     Other,
     /// Writes kept racing the read.
@@ -191,8 +209,11 @@ pub(crate) struct PageTable {
     capacity: usize,
     seed: u64,
     state: AtomicU32,
-    /// How many times the state word's generation went all the way round: stored after the
-    /// state word that wrapped, read before it (see [`State`]).
+    /// How many removals the writer began and ended: odd while one is under way (see
+    /// [`PageTable::begin_removal`]).
+    removals: AtomicU32,
+    /// How many times the state word's generation, or the removal count, went all the way
+    /// round: stored after the word that wrapped, read before it (see [`State`]).
     turns: AtomicU32,
 }
 
@@ -209,6 +230,81 @@ pub(crate) struct PageTable {
 pub(crate) struct State {
     word: u32,
     turns: u32,
+    /// The removal count (see [`PageTable::begin_removal`]), loaded after the word.
+    removals: u32,
+}
+
+/// Where a reader found a page it claims: the slot and the (even) version it read there, to be
+/// checked again once the query has read every page ([`PageTable::unchanged`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct SlotAt {
+    idx: u32,
+    version: u32,
+}
+
+/// How many claimed pages a query can check again after a removal overlapped it: more, and
+/// such a query reads again instead (a query of more pages beside a stream that keeps
+/// removing may answer [`crate::QueryError::Busy`]).
+#[cfg(not(loom))]
+pub(crate) const CLAIMS: usize = 512;
+
+/// Under loom, a handful.
+#[cfg(loom)]
+pub(crate) const CLAIMS: usize = 4;
+
+/// The slots of the pages a query claims, in a buffer the query owns (on its stack): what it
+/// checks again when a removal overlapped it (see the module docs).
+#[derive(Debug)]
+pub(crate) struct Claims {
+    slots: [SlotAt; CLAIMS],
+    len: usize,
+    overflowed: bool,
+}
+
+impl Claims {
+    /// Makes an empty buffer.
+    pub(crate) fn new() -> Claims {
+        Claims {
+            slots: [SlotAt::default(); CLAIMS],
+            len: 0,
+            overflowed: false,
+        }
+    }
+
+    /// Forgets what was recorded (a query that reads again).
+    pub(crate) fn clear(&mut self) {
+        self.len = 0;
+        self.overflowed = false;
+    }
+
+    /// Reports whether every slot recorded still holds the version read there (and none was
+    /// left unrecorded for want of room).
+    pub(crate) fn unchanged(&self, pages: &PageTable) -> bool {
+        !self.overflowed && self.slots[..self.len].iter().all(|&at| pages.unchanged(at))
+    }
+
+    /// Records a slot a claimed page was read in.
+    pub(crate) fn push(&mut self, at: SlotAt) {
+        match self.slots.get_mut(self.len) {
+            Some(slot) => {
+                *slot = at;
+                self.len += 1;
+            }
+            None => self.overflowed = true,
+        }
+    }
+}
+
+/// How a query may use what it read (see [`PageTable::still`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Still {
+    /// Nothing it reads moved under it: the answer stands.
+    Yes,
+    /// Only removals overlapped it: the answer stands if every slot it claims a page from is
+    /// [`PageTable::unchanged`].
+    IfUnchanged,
+    /// The state moved: the answer may mix two states, and is read again.
+    No,
 }
 
 impl core::fmt::Debug for PageTable {
@@ -237,6 +333,7 @@ impl PageTable {
             capacity,
             seed,
             state: AtomicU32::new(0),
+            removals: AtomicU32::new(0),
             turns: AtomicU32::new(0),
         }
     }
@@ -267,7 +364,12 @@ impl PageTable {
     pub(crate) fn state(&self) -> State {
         let turns = self.turns.load(Ordering::Acquire);
         let word = self.state.load(Ordering::Acquire);
-        State { word, turns }
+        let removals = self.removals.load(Ordering::Acquire);
+        State {
+            word,
+            turns,
+            removals,
+        }
     }
 
     /// Returns the flags of a state.
@@ -280,8 +382,23 @@ impl PageTable {
     fn move_state(&self, current: u32, next: u32) {
         self.state.store(next, Ordering::Release);
         if next >> GENERATION_SHIFT < current >> GENERATION_SHIFT {
-            let turns = self.turns.load(Ordering::Relaxed);
-            self.turns.store(turns.wrapping_add(1), Ordering::Release);
+            self.turn();
+        }
+    }
+
+    /// Counts a turn of the state word's generation or of the removal count (the writer only,
+    /// after storing the word that wrapped).
+    fn turn(&self) {
+        let turns = self.turns.load(Ordering::Relaxed);
+        self.turns.store(turns.wrapping_add(1), Ordering::Release);
+    }
+
+    /// Moves the removal count on by one (the writer only).
+    fn move_removals(&self, current: u32) {
+        let next = current.wrapping_add(1);
+        self.removals.store(next, Ordering::Release);
+        if next == 0 {
+            self.turn();
         }
     }
 
@@ -302,13 +419,49 @@ impl PageTable {
         state.word & CHANGING != 0
     }
 
-    /// Reports whether a query that read `before` at its start may use what it read since: the
-    /// state did not move under it, and no change that removes was under way.
-    pub(crate) fn still(&self, before: State) -> bool {
+    /// Reports how a query that read `before` at its start may use what it read since:
+    /// [`Still::Yes`] when the state did not move under it and no removal overlapped it;
+    /// [`Still::IfUnchanged`] when removals overlapped it, but nothing else did: the pages it
+    /// claims stand if their slots are [`PageTable::unchanged`]; [`Still::No`] when a change
+    /// that must be read again (a clear, a change of the flags, a change the writer brackets)
+    /// overlapped it.
+    pub(crate) fn still(&self, before: State) -> Still {
+        // The removal count before the turns: a count that came round to the same value was
+        // stored after its turn (see `State`).
+        let removals = self.removals.load(Ordering::Acquire);
         fence(Ordering::Acquire);
-        before.word & CHANGING == 0
+        let same = before.word & CHANGING == 0
             && self.state.load(Ordering::Acquire) == before.word
-            && self.turns.load(Ordering::Acquire) == before.turns
+            && self.turns.load(Ordering::Acquire) == before.turns;
+        if !same {
+            Still::No
+        } else if removals == before.removals && removals & 1 == 0 {
+            Still::Yes
+        } else {
+            Still::IfUnchanged
+        }
+    }
+
+    /// Reports whether slot `at.idx` still holds the version a query read there. Checked for
+    /// every page a query claims, after it read them all: all unchanged, the pages were in the
+    /// table together, as the writer had written them at one point (see the module docs).
+    pub(crate) fn unchanged(&self, at: SlotAt) -> bool {
+        self.slot(at.idx as usize)
+            .is_some_and(|(_, slot)| slot.version.load(Ordering::Relaxed) == at.version)
+    }
+
+    /// Marks the start of a removal of pages from their slots (a keyed removal, an eviction):
+    /// moves the removal count to odd before any of it is written, so that a query that
+    /// overlaps it checks the pages it claims again ([`Still::IfUnchanged`]). Idempotent until
+    /// [`PageTable::end_change`].
+    pub(crate) fn begin_removal(&self) {
+        let removals = self.removals.load(Ordering::Relaxed);
+        if removals & 1 == 1 {
+            return;
+        }
+        self.move_removals(removals);
+        // Like a slot's odd version: the writes that follow are ordered after the store.
+        fence(Ordering::Release);
     }
 
     /// Marks the start of a change that removes (or may be read as removing) pages: moves the
@@ -325,9 +478,15 @@ impl PageTable {
         fence(Ordering::Release);
     }
 
-    /// Marks the end of the change [`PageTable::begin_change`] started (nothing if none is
-    /// under way): moves the generation again, so a query that started before reads again.
+    /// Marks the end of the change [`PageTable::begin_change`] started, and of the removal
+    /// [`PageTable::begin_removal`] started (nothing if none is under way): moves the generation
+    /// (or the removal count) again, so a query that started before reads again (or checks
+    /// its pages again).
     pub(crate) fn end_change(&self) {
+        let removals = self.removals.load(Ordering::Relaxed);
+        if removals & 1 == 1 {
+            self.move_removals(removals);
+        }
         let state = self.state.load(Ordering::Relaxed);
         if state & CHANGING == 0 {
             return;
@@ -371,7 +530,14 @@ impl PageTable {
 
     /// Returns a page's present objects and those of them with a memory replica; `(0, 0)` when
     /// the table does not hold it, or when writes kept racing the read (a miss is safe).
+    #[cfg(test)]
     pub(crate) fn probe(&self, ns: u32, hash: &PageHash) -> (u128, u128) {
+        let (present, cpu, _) = self.probe_at(ns, hash);
+        (present, cpu)
+    }
+
+    /// [`PageTable::probe`], and where the page was read when the table holds it.
+    pub(crate) fn probe_at(&self, ns: u32, hash: &PageHash) -> (u128, u128, Option<SlotAt>) {
         let h = page_table_hash(self.seed, ns, hash);
         let words = hash_words(hash);
         let (tag, mask) = (self.tag(h), self.index_mask());
@@ -379,19 +545,25 @@ impl PageTable {
         for _ in 0..self.buckets.len() {
             let bucket = self.buckets[i].load(Ordering::Acquire);
             if bucket == 0 {
-                return (0, 0);
+                return (0, 0, None);
             }
             if self.tag_of(bucket) == tag {
                 let idx = (bucket & mask) as usize - 1;
                 match self.read(idx, ns, &words) {
-                    SlotRead::Page(present, cpu) => return (present, cpu),
+                    SlotRead::Page(present, cpu, version) => {
+                        let at = SlotAt {
+                            idx: idx as u32,
+                            version,
+                        };
+                        return (present, cpu, Some(at));
+                    }
                     SlotRead::Other => {}
-                    SlotRead::Raced => return (0, 0),
+                    SlotRead::Raced => return (0, 0, None),
                 }
             }
             i = self.next(i);
         }
-        (0, 0)
+        (0, 0, None)
     }
 
     /// Reads slot `idx` for the page `(ns, words)` under its version (see the module docs).
@@ -426,7 +598,7 @@ impl PageTable {
                     word.fetch_or(bit, Ordering::Relaxed);
                 }
             }
-            return SlotRead::Page(present, cpu);
+            return SlotRead::Page(present, cpu, before);
         }
         SlotRead::Raced
     }

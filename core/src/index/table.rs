@@ -86,6 +86,7 @@ impl Index {
         self.live_objects -= present.count_ones() as usize;
         self.live_pages -= 1;
         self.note_change(ns, hash, present, 0);
+        self.shared.pages.begin_removal();
         self.shared.pages.set_masks(idx, 0, 0);
         let h = self.table_hash(ns, &hash);
         self.unlink(idx, h);

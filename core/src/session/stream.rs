@@ -238,13 +238,16 @@ impl Session {
         fx: &mut Effects,
     ) {
         self.note_evidence(arrived);
-        // A batch that removes, or holds anything that may lead to a clear, is one change for
-        // lock-free readers from its first event (the session settles it when the input ends):
-        // no query combines pages from before and after it. Batches of stores only need none.
+        // A batch holding anything that may lead to a clear (an event that names no object: a
+        // removal of unknown extent, a clear) is one change for lock-free readers from its
+        // first event (the session settles it when the input ends): a query that overlaps it
+        // reads again, so none claims a page the clear at its end takes. Keyed stores and
+        // removals need none: each removal is written in its page's slot, and a query that
+        // overlaps one checks the slots of the pages it claims again.
         if batch
             .events
             .iter()
-            .any(|e| !(e.kind == EventKind::Stored && e.object_key.is_some()))
+            .any(|e| e.object_key.is_none() || e.kind == EventKind::Cleared)
         {
             self.index.begin_change();
         }

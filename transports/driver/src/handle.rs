@@ -619,9 +619,10 @@ mod tests {
     #[test]
     fn a_query_beside_a_writer_that_removes_answers_exactly_like_the_session() {
         // Every batch takes one object of page 0 away and stores it again: between two inputs
-        // the session claims the 3 whole pages, always. A lock-free read that overlaps a batch
-        // finds a change under way; the handle then asks under the lock and still answers 3:
-        // never Busy, never a miss.
+        // the session claims the 3 whole pages, and between the two events of a batch none (page
+        // 0 lacks an object). A lock-free read that overlaps a batch answers as of one of those
+        // points, checking the slots it claims again, or asks under the lock: 3 or 0, never
+        // Busy, never 1 or 2 (pages 1 and 2 whole with page 0 not is no point of the stream).
         use hicache_index::{EventKind, Timestamp};
         use hicache_index_sim::encode::{encode_message, MasterFlavor, OwnedBatch, OwnedEvent};
         let (q, tokens) = handle_with_pages();
@@ -654,13 +655,18 @@ mod tests {
         let mut answered = 0;
         while !writer.is_finished() {
             let hits = q.query(&lookup).expect("the handle answers, Busy or not");
-            assert_eq!(hits.prefix_pages, 3, "answer {answered}: {hits:?}");
+            assert!(
+                [0, 3].contains(&hits.prefix_pages),
+                "answer {answered}: {hits:?}"
+            );
             let mut map = [false; 12];
             let hits = q.query_map(&lookup, &mut map).expect("the handle answers");
-            assert_eq!(
-                hits.prefix_pages, 3,
-                "answer {answered} with a map: {hits:?}"
+            let whole: Vec<bool> = map[..3].to_vec();
+            assert!(
+                whole == [true; 3] || whole == [false, true, true],
+                "answer {answered} with a map: {hits:?} {map:?}"
             );
+            assert_eq!(hits.prefix_pages, if map[0] { 3 } else { 0 });
             answered += 1;
         }
         writer.join().expect("the writer ends");

@@ -52,13 +52,25 @@ fn a_query_that_overlaps_a_change_that_removes_reads_again() {
     let during = t.state();
     assert!(PageTable::is_changing(during));
     assert_eq!(t.probe(0, &hash(2)).0, 2);
-    assert!(!t.still(before), "both pages read across the removal");
-    assert!(!t.still(during), "a query that began during the change");
+    assert_eq!(
+        t.still(before),
+        Still::No,
+        "both pages read across the removal"
+    );
+    assert_eq!(
+        t.still(during),
+        Still::No,
+        "a query that began during the change"
+    );
     t.end_change();
     let after = t.state();
-    assert!(!PageTable::is_changing(after) && t.still(after));
+    assert!(!PageTable::is_changing(after) && t.still(after) == Still::Yes);
     t.end_change();
-    assert!(t.still(after), "end_change without a change moves nothing");
+    assert_eq!(
+        t.still(after),
+        Still::Yes,
+        "end_change without a change moves nothing"
+    );
 }
 
 #[test]
@@ -67,14 +79,14 @@ fn a_clear_moves_the_generation_and_empties_every_bucket() {
     t.put(0, &page(0, hash(1), 0, 1));
     t.link(page_table_hash(7, 0, &hash(1)), 0);
     let before = t.state();
-    assert!(t.still(before));
+    assert_eq!(t.still(before), Still::Yes);
     t.clear();
-    assert!(!t.still(before));
+    assert_eq!(t.still(before), Still::No);
     assert_eq!(t.probe(0, &hash(1)), (0, 0));
     assert_eq!(PageTable::flags_of(t.state()), 0);
     let s = t.state();
     t.set_flags(5);
-    assert!(!t.still(s));
+    assert_eq!(t.still(s), Still::No);
     assert_eq!(PageTable::flags_of(t.state()), 5);
 }
 
@@ -104,7 +116,8 @@ fn remove_one_object(index: &mut Index, layout: &Layout, page: &PageHash) {
     let _ = index.remove("default", &key);
 }
 
-/// Runs a query the way [`crate::reader::Reader`] does (state, probes, `still`), with `between`
+/// Runs a query the way [`crate::reader::Reader`] does (state, probes, `still`, the claims
+/// checked again after a removal), with `between`
 /// run by the writer after the first page was probed and before the second is: returns
 /// the prefix the reader would answer, `None` when it would read again.
 fn query_with_writer_between(
@@ -124,8 +137,14 @@ fn query_with_writer_between(
         i += 1;
         pages.get(i - 1).copied()
     });
-    let hits = shared.query("default", layout, iter, None);
-    shared.pages.still(before).then_some(hits.prefix_pages)
+    let mut claims = Claims::new();
+    let hits = shared.query("default", layout, iter, None, Some(&mut claims));
+    let stands = match shared.pages.still(before) {
+        Still::Yes => true,
+        Still::IfUnchanged => claims.unchanged(&shared.pages),
+        Still::No => false,
+    };
+    stands.then_some(hits.prefix_pages)
 }
 
 #[test]
@@ -173,6 +192,63 @@ fn a_query_never_claims_two_pages_that_were_never_present_together() {
         answer,
         Some(2),
         "page 0 was removed before page 1 was stored, yet both were claimed"
+    );
+}
+
+#[test]
+fn a_query_that_overlaps_a_removal_of_other_pages_keeps_its_answer() {
+    // Removals are not bracketed: a query that overlaps one checks the slots of the pages it
+    // claims again, and keeps its answer when none of them was written.
+    let layout = review_layout();
+    let (p0, p1, p2) = (PageHash([1; 32]), PageHash([2; 32]), PageHash([3; 32]));
+    let mut index = Index::new(IndexConfig::default());
+    for p in [&p0, &p1, &p2] {
+        store_page(&mut index, &layout, p);
+    }
+    let answer = query_with_writer_between(&mut index, &layout, [p0, p1], |index| {
+        remove_one_object(index, &layout, &p2);
+        // A store of an object already present writes nothing.
+        store_page(index, &layout, &p1);
+    });
+    assert_eq!(
+        answer,
+        Some(2),
+        "no page the query claims was written under it"
+    );
+    // A removal that writes a claimed page's slot makes the query read again.
+    store_page(&mut index, &layout, &p2);
+    let answer = query_with_writer_between(&mut index, &layout, [p0, p1], |index| {
+        remove_one_object(index, &layout, &p0);
+        store_page(index, &layout, &p0);
+    });
+    assert_eq!(
+        answer, None,
+        "page 0 was taken and stored again under the query"
+    );
+}
+
+#[test]
+fn a_removal_bumps_the_removal_count_and_a_wrap_of_it_turns() {
+    let t = PageTable::new(4, 7);
+    let before = t.state();
+    t.begin_removal();
+    assert_eq!(t.still(before), Still::IfUnchanged, "under way");
+    let during = t.state();
+    t.end_change();
+    assert_eq!(t.still(before), Still::IfUnchanged);
+    assert_eq!(t.still(during), Still::IfUnchanged, "began during it");
+    let after = t.state();
+    assert_eq!(t.still(after), Still::Yes);
+    // A whole turn of the removal count (2^31 removals) is seen through the turns.
+    t.removals.store(u32::MAX - 1, Ordering::Relaxed);
+    let near = t.state();
+    t.begin_removal();
+    t.end_change();
+    t.removals.store(u32::MAX - 1, Ordering::Relaxed);
+    assert_eq!(
+        t.still(near),
+        Still::No,
+        "the count came round to where it was"
     );
 }
 
@@ -238,8 +314,9 @@ fn a_query_that_outlasts_a_whole_turn_of_the_generation_reads_again() {
     }
     assert_eq!(t.probe(0, &hash(2)).0, 2);
     assert_eq!(t.probe(0, &hash(1)).0, 0, "page 1 is gone");
-    assert!(
-        !t.still(before),
+    assert_eq!(
+        t.still(before),
+        Still::No,
         "pages 1 and 2, never in the table together, read as one state"
     );
 }
