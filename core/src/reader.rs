@@ -6,7 +6,8 @@
 //! [`crate::index`]'s shared table), the namespaces and their suffixes (set once, append-only),
 //! the layouts in force (a versioned snapshot: the configured layouts and the workers' verdicts,
 //! replaced whole when a verdict changes, see [`crate::layout::LayoutVotes`]), and one state word holding the session's health, whether the last snapshot is unproven, whether a
-//! change that removes is under way, and the table's generation. A query reads the state word
+//! change under way that queries must read again after (a clear, a batch of doubt), and the table's
+//! generation. A query reads the state word
 //! before its first probe and again after its last: when it moved (a clear, a batch holding
 //! an event that names no object, a flag that changed), the answer may mix two states and is
 //! thrown away. When only removals overlapped it, the query checks that the slot of every page
@@ -40,7 +41,8 @@ use crate::session::ModelLayout;
 /// moving under it.
 pub const ATTEMPTS: usize = 3;
 
-/// How many times a query reads the state word again while a change that removes is under
+/// How many times a query reads the state word again while a bracketed change (a clear, a batch
+/// of doubt) is under
 /// way, per attempt, before it counts the attempt as lost.
 const CHANGE_SPINS: usize = 256;
 
@@ -303,7 +305,7 @@ impl Reader {
                     crate::hash::page_count(tokens.len(), layout.page_size, layout.eagle)
                 }
             };
-            // A change that removes is under way: wait for its end a little, without a lock.
+            // A bracketed change is under way: wait for its end a little, without a lock.
             for _ in 0..CHANGE_SPINS {
                 if !PageTable::is_changing(state) {
                     break;

@@ -435,9 +435,10 @@ impl Index {
         forgotten
     }
 
-    /// Marks the start of a change that removes, or that may be read as removing (a batch
-    /// holding anything but keyed stores): readers that overlap it read again (see
-    /// [`shared`]). Every removal calls it itself; idempotent until [`Index::settle`].
+    /// Marks the start of a change that readers must read again after: a clear, or a batch
+    /// holding an event that names no object (see [`shared`]). Clears call it themselves;
+    /// keyed removals need none (they move the removal count). Idempotent until
+    /// [`Index::settle`].
     pub(crate) fn begin_change(&mut self) {
         self.shared.pages.begin_change();
     }

@@ -95,7 +95,7 @@ pub(crate) const CHUNK_SLOTS: usize = 1024;
 /// Low bits of the state word that carry the session's query flags.
 pub(crate) const FLAG_BITS: u32 = 4;
 
-/// The state word's bit that says the writer is in the middle of a change that removes (see
+/// The state word's bit that says the writer is in the middle of a bracketed change (see
 /// [`PageTable::begin_change`]); the generation sits above it.
 const CHANGING: u32 = 1 << FLAG_BITS;
 
@@ -414,7 +414,7 @@ impl PageTable {
     }
 
     /// Reports whether a state word was read while the writer was in the middle of a change
-    /// that removes: a query that starts then reads again later.
+    /// that is bracketed: a query that starts then reads again later.
     pub(crate) fn is_changing(state: State) -> bool {
         state.word & CHANGING != 0
     }
@@ -464,7 +464,7 @@ impl PageTable {
         fence(Ordering::Release);
     }
 
-    /// Marks the start of a change that removes (or may be read as removing) pages: moves the
+    /// Marks the start of a change that must be read again (a clear, a batch of doubt): moves the
     /// generation and sets the changing bit before any of the change is written, so that a
     /// query that reads any of it, or that starts before [`PageTable::end_change`], reads
     /// again. Idempotent while a change is under way: one move for a whole batch.
