@@ -58,6 +58,15 @@ fn batch(seq: u64, ms: u64, event_id: u64, events: &[(EventKind, &str)]) -> [Vec
     encode_message(b"", &batch, MasterFlavor::Upstream)
 }
 
+/// A master batch storing every object of `keys` (a whole page), event ids from `event_id`.
+fn stores(seq: u64, ms: u64, event_id: u64, keys: &[String]) -> [Vec<u8>; 3] {
+    let events: Vec<_> = keys
+        .iter()
+        .map(|k| (EventKind::Stored, k.as_str()))
+        .collect();
+    batch(seq, ms, event_id, &events)
+}
+
 fn feed(session: &mut Session, now: Instant, frames: &[Vec<u8>; 3]) -> Effects {
     session.feed(now, &[&frames[0], &frames[1], &frames[2]])
 }
@@ -117,23 +126,13 @@ fn restart_whose_first_batches_were_lost_is_not_a_continuation() {
     let fx = feed(
         &mut session,
         Instant::from_millis(2),
-        &batch(
-            1,
-            1_000,
-            1,
-            &[(EventKind::Stored, &ka[0]), (EventKind::Stored, &ka[1])],
-        ),
+        &stores(1, 1_000, 1, &ka),
     );
     assert!(fx.is_empty(), "{fx:?}");
     let fx = feed(
         &mut session,
         Instant::from_millis(3),
-        &batch(
-            2,
-            1_001,
-            3,
-            &[(EventKind::Stored, &kb[0]), (EventKind::Stored, &kb[1])],
-        ),
+        &stores(2, 1_001, 3, &kb),
     );
     assert!(fx.is_empty(), "{fx:?}");
     assert_eq!(hit_pages(&session, &a_tokens), 1);
@@ -142,12 +141,7 @@ fn restart_whose_first_batches_were_lost_is_not_a_continuation() {
     let _ = feed(
         &mut session,
         Instant::from_millis(500),
-        &batch(
-            3,
-            1_500,
-            3,
-            &[(EventKind::Stored, &kc[0]), (EventKind::Stored, &kc[1])],
-        ),
+        &stores(3, 1_500, 3, &kc),
     );
     assert_eq!(
         hit_pages(&session, &a_tokens),
@@ -198,12 +192,7 @@ fn resync_at_connect_notices_a_batch_lost_after_the_snapshot() {
         let fx = feed(
             &mut session,
             Instant::from_millis(10),
-            &batch(
-                9,
-                2_000,
-                20,
-                &[(EventKind::Stored, &kc[0]), (EventKind::Stored, &kc[1])],
-            ),
+            &stores(9, 2_000, 20, &kc),
         );
         answer(
             &mut session,
@@ -249,12 +238,7 @@ fn restart_between_the_snapshot_and_the_first_batch_is_noticed() {
     let fx = feed(
         &mut session,
         Instant::from_millis(300),
-        &batch(
-            3,
-            5_000,
-            3,
-            &[(EventKind::Stored, &kc[0]), (EventKind::Stored, &kc[1])],
-        ),
+        &stores(3, 5_000, 3, &kc),
     );
     answer_fetches(
         &mut session,
@@ -307,12 +291,7 @@ fn a_batch_of_another_run_ending_at_the_snapshots_event_count_proves_nothing() {
     let _ = feed(
         &mut session,
         Instant::from_millis(300),
-        &batch(
-            39,
-            5_000,
-            478,
-            &[(EventKind::Stored, &kc[0]), (EventKind::Stored, &kc[1])],
-        ),
+        &stores(39, 5_000, 478, &kc),
     );
     assert_eq!(
         hit_pages(&session, &a_tokens),
@@ -358,12 +337,7 @@ fn snapshot_of_an_idle_restarted_master_makes_the_session_live() {
     let _ = feed(
         &mut session,
         Instant::from_millis(2),
-        &batch(
-            2,
-            1_000,
-            5,
-            &[(EventKind::Stored, &ka[0]), (EventKind::Stored, &ka[1])],
-        ),
+        &stores(2, 1_000, 5, &ka),
     );
     // The master restarts and serves nothing more; every fetch answers an empty store that has
     // assigned no sequence yet.
@@ -419,12 +393,7 @@ fn unanchored_snapshot_is_fetched_again_when_the_stream_began_during_the_fetch()
     let _ = feed(
         &mut session,
         Instant::from_millis(2),
-        &batch(
-            5,
-            1_000,
-            9,
-            &[(EventKind::Stored, &kc[0]), (EventKind::Stored, &kc[1])],
-        ),
+        &stores(5, 1_000, 9, &kc),
     );
     let mut pending = vec![first];
     let mut fetches = 0;
@@ -520,12 +489,7 @@ fn regression_scenarios_hit_when_nothing_is_lost() {
     let fx = feed(
         &mut session,
         Instant::from_millis(2),
-        &batch(
-            1,
-            1_000,
-            1,
-            &[(EventKind::Stored, &ka[0]), (EventKind::Stored, &ka[1])],
-        ),
+        &stores(1, 1_000, 1, &ka),
     );
     assert!(fx.is_empty(), "{fx:?}");
     assert_eq!(hit_pages(&session, &a_tokens), 1);
@@ -537,6 +501,18 @@ fn regression_scenarios_hit_when_nothing_is_lost() {
     assert_eq!(hit_pages(&session, &a_tokens), 0);
 }
 
+/// A connected session with a reorder window of 3 batches and 20 ms.
+fn reordering_session() -> Session {
+    let mut cfg = config(false);
+    cfg.reorder = hicache_index::ReorderConfig {
+        max_held: 3,
+        max_delay: Some(std::time::Duration::from_millis(20)),
+    };
+    let mut session = Session::new(cfg).expect("a valid config");
+    let _ = connect(&mut session);
+    session
+}
+
 /// Found by the simulator after the core fixes (restart-heavy seeds 61 and 249; see
 /// SIM_FINDINGS.md): with a reorder window, a late copy of a batch of an *older* run of the
 /// master arrives after the session has moved on to the new run. Its sequence is ahead of the
@@ -546,33 +522,17 @@ fn regression_scenarios_hit_when_nothing_is_lost() {
 /// batches of the new run already applied, and its event ids belong to no run that continues.
 #[test]
 fn late_copy_of_an_older_run_never_starts_a_stream() {
-    let mut cfg = config(false);
-    cfg.reorder = hicache_index::ReorderConfig {
-        max_held: 3,
-        max_delay: Some(std::time::Duration::from_millis(20)),
-    };
-    let mut session = Session::new(cfg).expect("a valid config");
-    let _ = connect(&mut session);
+    let mut session = reordering_session();
     let (a_tokens, a) = page(1);
     let (_, c) = page(200);
     let (ka, kc) = (keys(&a), keys(&c));
     // The old run: seq 1..=10, seq 10 stores page A (event ids 19..=20), stamped 1.010 s.
-    let old_a = batch(
-        10,
-        1_010,
-        19,
-        &[(EventKind::Stored, &ka[0]), (EventKind::Stored, &ka[1])],
-    );
+    let old_a = stores(10, 1_010, 19, &ka);
     for seq in 1..10u64 {
         let fx = feed(
             &mut session,
             Instant::from_millis(1 + seq),
-            &batch(
-                seq,
-                1_000 + seq,
-                2 * seq - 1,
-                &[(EventKind::Stored, &kc[0]), (EventKind::Stored, &kc[1])],
-            ),
+            &stores(seq, 1_000 + seq, 2 * seq - 1, &kc),
         );
         assert!(
             fx.iter()
@@ -616,13 +576,7 @@ fn unreadable(seq: u64) -> [Vec<u8>; 3] {
 
 /// A session with a reorder window that has applied seq 1..=4 of one run (storing page C).
 fn reordering_session_at_four() -> (Session, Vec<String>) {
-    let mut cfg = config(false);
-    cfg.reorder = hicache_index::ReorderConfig {
-        max_held: 3,
-        max_delay: Some(std::time::Duration::from_millis(20)),
-    };
-    let mut session = Session::new(cfg).expect("a valid config");
-    let _ = connect(&mut session);
+    let mut session = reordering_session();
     let (_, c) = page(200);
     let kc = keys(&c);
     for seq in 1..=4u64 {
@@ -658,12 +612,7 @@ fn an_unreadable_batch_ahead_of_a_hole_forgets_after_the_batches_before_it() {
     let _ = feed(
         &mut session,
         Instant::from_millis(11),
-        &batch(
-            5,
-            1_005,
-            5,
-            &[(EventKind::Stored, &ka[0]), (EventKind::Stored, &ka[1])],
-        ),
+        &stores(5, 1_005, 5, &ka),
     );
     let _ = feed(
         &mut session,
@@ -690,12 +639,7 @@ fn a_batch_from_before_an_unreadable_one_never_begins_a_stream() {
     let _ = feed(
         &mut session,
         Instant::from_millis(200),
-        &batch(
-            5,
-            1_005,
-            5,
-            &[(EventKind::Stored, &ka[0]), (EventKind::Stored, &ka[1])],
-        ),
+        &stores(5, 1_005, 5, &ka),
     );
     wait_out_the_window(&mut session, Instant::from_millis(200));
     assert_eq!(
@@ -707,12 +651,7 @@ fn a_batch_from_before_an_unreadable_one_never_begins_a_stream() {
     let _ = feed(
         &mut session,
         Instant::from_millis(400),
-        &batch(
-            8,
-            1_008,
-            9,
-            &[(EventKind::Stored, &ka[0]), (EventKind::Stored, &ka[1])],
-        ),
+        &stores(8, 1_008, 9, &ka),
     );
     assert_eq!(hit_pages(&session, &a_tokens), 1);
 }
@@ -721,25 +660,14 @@ fn a_batch_from_before_an_unreadable_one_never_begins_a_stream() {
 /// it the same way: the batches before it may store what it removed.
 #[test]
 fn an_unreadable_first_batch_fences_the_batches_before_it() {
-    let mut cfg = config(false);
-    cfg.reorder = hicache_index::ReorderConfig {
-        max_held: 3,
-        max_delay: Some(std::time::Duration::from_millis(20)),
-    };
-    let mut session = Session::new(cfg).expect("a valid config");
-    let _ = connect(&mut session);
+    let mut session = reordering_session();
     let (a_tokens, a) = page(1);
     let ka = keys(&a);
     let _ = feed(&mut session, Instant::from_millis(10), &unreadable(7));
     let _ = feed(
         &mut session,
         Instant::from_millis(11),
-        &batch(
-            6,
-            1_006,
-            6,
-            &[(EventKind::Stored, &ka[0]), (EventKind::Stored, &ka[1])],
-        ),
+        &stores(6, 1_006, 6, &ka),
     );
     wait_out_the_window(&mut session, Instant::from_millis(11));
     assert_eq!(hit_pages(&session, &a_tokens), 0);
