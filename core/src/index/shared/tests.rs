@@ -126,6 +126,16 @@ fn query_with_writer_between(
     pages: [PageHash; 2],
     between: impl FnOnce(&mut Index),
 ) -> Option<usize> {
+    query_many_with_writer_between(index, layout, &pages, between)
+}
+
+/// [`query_with_writer_between`] for any number of pages.
+fn query_many_with_writer_between(
+    index: &mut Index,
+    layout: &Layout,
+    pages: &[PageHash],
+    between: impl FnOnce(&mut Index),
+) -> Option<usize> {
     let shared = index.shared();
     let before = shared.pages.state();
     let mut between = Some(between);
@@ -225,6 +235,37 @@ fn a_query_that_overlaps_a_removal_of_other_pages_keeps_its_answer() {
         answer, None,
         "page 0 was taken and stored again under the query"
     );
+}
+
+#[test]
+fn a_query_claiming_more_pages_than_it_can_check_reads_again_after_a_removal() {
+    // The claims buffer holds CLAIMS slots; a query that claims more cannot check them all
+    // again, so across a removal it reads again (and may end Busy), never keeps its answer.
+    let layout = review_layout();
+    let page = |i: usize| {
+        let mut h = [0u8; 32];
+        h[..8].copy_from_slice(&(i as u64 + 1).to_le_bytes());
+        PageHash(h)
+    };
+    let pages: Vec<PageHash> = (0..=CLAIMS).map(page).collect();
+    let other = page(CLAIMS + 1);
+    let mut index = Index::new(IndexConfig::default());
+    for p in pages.iter().chain([&other]) {
+        store_page(&mut index, &layout, p);
+    }
+    let answer = query_many_with_writer_between(&mut index, &layout, &pages[..CLAIMS], |index| {
+        remove_one_object(index, &layout, &other);
+    });
+    assert_eq!(
+        answer,
+        Some(CLAIMS),
+        "every claim fits and none was written"
+    );
+    store_page(&mut index, &layout, &other);
+    let answer = query_many_with_writer_between(&mut index, &layout, &pages, |index| {
+        remove_one_object(index, &layout, &other);
+    });
+    assert_eq!(answer, None, "one claim could not be recorded");
 }
 
 #[test]
