@@ -8,7 +8,11 @@
 //! query alone, ingest alone, both at once; a hash query (page hashes given) and a cold token
 //! query (SHA-256 of every page, no memo); for the reader, also a token query whose pages are
 //! all in the driver's [`PrefixMemo`] (warmed first), hashed through it as the query handle
-//! does. Latencies go into hdrhistograms (ns). Writes
+//! does. Latencies go into hdrhistograms (ns). Around each query the query thread reads how
+//! often the kernel has put it on a CPU ([`Switches`]), so each phase also reports the p99 of
+//! the queries no context switch interrupted, and how many were: that tells the scheduler's
+//! share of the tail from the read side's (interrupts and the hypervisor taking the vCPU stay
+//! in both). Writes
 //! `<target>/perf/readside.json`; `cargo bench -- --test` runs it small, without figures.
 
 #[path = "../../../core/benches/common/mod.rs"]
@@ -173,17 +177,60 @@ fn memo_query(
     }
 }
 
+/// How often the kernel has put the calling thread on a CPU: the third field of
+/// `/proc/thread-self/schedstat` (`None` where it cannot be read). Read before a query's timer
+/// starts and after it stops (a positioned read of a file opened once, outside the timed part):
+/// a query during which the count moved was switched out and in again.
+struct Switches(Option<std::fs::File>);
+
+impl Switches {
+    /// Opens the file for the calling thread (`thread-self` is resolved when it is opened).
+    fn of_this_thread() -> Switches {
+        Switches(std::fs::File::open("/proc/thread-self/schedstat").ok())
+    }
+
+    /// Returns the count now, if the file can be read.
+    fn now(&self) -> Option<u64> {
+        use std::os::unix::fs::FileExt;
+        let mut buf = [0u8; 96];
+        let n = self.0.as_ref()?.read_at(&mut buf, 0).ok()?;
+        let line = std::str::from_utf8(&buf[..n]).ok()?;
+        line.split_ascii_whitespace().nth(2)?.parse().ok()
+    }
+}
+
+/// One query thread's latencies (ns).
+struct Latencies {
+    /// Every query.
+    all: Histogram<u64>,
+    /// The queries during which the thread was not switched out.
+    undisturbed: Histogram<u64>,
+    /// Queries during which it was.
+    switched: u64,
+    /// Whether [`Switches`] could be read (if not, `undisturbed` holds every query).
+    seen: bool,
+}
+
 /// Reader queries that fell back to the lock.
 static BUSY: AtomicU64 = AtomicU64::new(0);
 
-/// Runs queries of `kind` through `side` until `stop`; returns their latencies (ns).
-fn query_loop(fx: &Fixture, side: Side, kind: Kind, stop: &AtomicBool) -> Histogram<u64> {
-    let mut h = Histogram::<u64>::new_with_bounds(1, 10_000_000_000, 3).expect("bounds");
+/// Runs queries of `kind` through `side` until `stop`; returns their latencies.
+fn query_loop(fx: &Fixture, side: Side, kind: Kind, stop: &AtomicBool) -> Latencies {
+    let histogram = || Histogram::<u64>::new_with_bounds(1, 10_000_000_000, 3).expect("bounds");
+    let mut out = Latencies {
+        all: histogram(),
+        undisturbed: histogram(),
+        switched: 0,
+        seen: false,
+    };
+    let switches = Switches::of_this_thread();
+    out.seen = switches.now().is_some();
     let windows = fx.hashes.len() - QUERY_PAGES;
     let mut k = 0usize;
     let mut scratch: Vec<PageHash> = Vec::with_capacity(QUERY_PAGES);
     while !stop.load(Ordering::Relaxed) {
         k = (k + 7919) % windows;
+        let before = switches.now();
         #[allow(clippy::disallowed_methods)]
         let start = std::time::Instant::now();
         let hits = match kind {
@@ -222,12 +269,18 @@ fn query_loop(fx: &Fixture, side: Side, kind: Kind, stop: &AtomicBool) -> Histog
             }
         };
         let took = start.elapsed();
+        let after = switches.now();
         let hits = hits.expect("a layout");
         assert_eq!(hits.prefix_pages, QUERY_PAGES, "every page is held");
-        h.record(u64::try_from(took.as_nanos()).unwrap_or(u64::MAX).max(1))
-            .expect("in bounds");
+        let ns = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX).max(1);
+        out.all.record(ns).expect("in bounds");
+        if before == after {
+            out.undisturbed.record(ns).expect("in bounds");
+        } else {
+            out.switched += 1;
+        }
     }
-    h
+    out
 }
 
 /// One phase's figures.
@@ -237,17 +290,23 @@ struct Phase {
     p50_ns: Option<u64>,
     p99_ns: Option<u64>,
     queries: u64,
+    /// The p99 of the queries no context switch interrupted.
+    p99_undisturbed_ns: Option<u64>,
+    /// Queries a context switch interrupted.
+    switched: u64,
 }
 
 impl Phase {
     fn json(&self) -> String {
         let opt = |v: Option<String>| v.unwrap_or_else(|| "null".into());
         format!(
-            "{{\"events_per_s\":{},\"p50_ns\":{},\"p99_ns\":{},\"queries\":{}}}",
+            "{{\"events_per_s\":{},\"p50_ns\":{},\"p99_ns\":{},\"queries\":{},\"p99_undisturbed_ns\":{},\"switched\":{}}}",
             opt(self.events_per_s.map(|r| format!("{r:.0}"))),
             opt(self.p50_ns.map(|n| n.to_string())),
             opt(self.p99_ns.map(|n| n.to_string())),
-            self.queries
+            self.queries,
+            opt(self.p99_undisturbed_ns.map(|n| n.to_string())),
+            self.switched
         )
     }
 }
@@ -273,9 +332,12 @@ fn phase(
         }
         if let Some(q) = q {
             let h = q.join().expect("the query thread");
-            out.p50_ns = Some(h.value_at_quantile(0.5));
-            out.p99_ns = Some(h.value_at_quantile(0.99));
-            out.queries = h.len();
+            out.p50_ns = Some(h.all.value_at_quantile(0.5));
+            out.p99_ns = Some(h.all.value_at_quantile(0.99));
+            out.queries = h.all.len();
+            out.p99_undisturbed_ns = (h.seen && !h.undisturbed.is_empty())
+                .then(|| h.undisturbed.value_at_quantile(0.99));
+            out.switched = h.switched;
         }
         out
     })
@@ -385,12 +447,18 @@ fn main() {
             let alone = phase(&fx, &mut writer, false, Some((side, kind)), length);
             let busy = phase(&fx, &mut writer, true, Some((side, kind)), length);
             println!(
-                "  {name:14} alone p50 {:>8} p99 {:>8} | ingesting ({:.2} M events/s) p50 {:>8} p99 {:>8}",
+                "  {name:14} alone p50 {:>8} p99 {:>8} | ingesting ({:.2} M events/s) p50 {:>8} p99 {:>8} | not switched out: p99 alone {:>8}, ingesting {:>8} ({} and {} of {} and {} switched)",
                 us(alone.p50_ns),
                 us(alone.p99_ns),
                 busy.events_per_s.unwrap_or(0.0) / 1e6,
                 us(busy.p50_ns),
-                us(busy.p99_ns)
+                us(busy.p99_ns),
+                us(alone.p99_undisturbed_ns),
+                us(busy.p99_undisturbed_ns),
+                alone.switched,
+                busy.switched,
+                alone.queries,
+                busy.queries
             );
             json.push_str(&format!(
                 ",\"{name}\":{{\"alone\":{},\"ingesting\":{}}}",
@@ -418,11 +486,13 @@ fn main() {
         let busy = phase(&fx, &mut writer, true, Some((side, Kind::Hashes)), length);
         let fell_back = BUSY.swap(0, Ordering::Relaxed);
         println!(
-            "  {name:23} ingesting ({:.2} M events/s) p50 {:>8} p99 {:>8}, {fell_back} of {} asked under the lock",
+            "  {name:23} ingesting ({:.2} M events/s) p50 {:>8} p99 {:>8}, {fell_back} of {} asked under the lock | not switched out: p99 {:>8} ({} switched)",
             busy.events_per_s.unwrap_or(0.0) / 1e6,
             us(busy.p50_ns),
             us(busy.p99_ns),
-            busy.queries
+            busy.queries,
+            us(busy.p99_undisturbed_ns),
+            busy.switched
         );
         json.push_str(&format!(
             ",\"{name}\":{{\"ingesting\":{},\"busy\":{fell_back}}}",
