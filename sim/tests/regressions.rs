@@ -672,3 +672,41 @@ fn an_unreadable_first_batch_fences_the_batches_before_it() {
     wait_out_the_window(&mut session, Instant::from_millis(11));
     assert_eq!(hit_pages(&session, &a_tokens), 0);
 }
+
+/// Review (change B): the blind fence's escape ("stamped later than the unreadable batch can
+/// have been") trusts an offset learned from the batches applied so far, and those may all
+/// have arrived late. Batches 1..=4 arrive 500 ms after their stamps (a subscriber starved of
+/// CPU, as in issue 13); the master then idles. Batch 5 stores page A, batch 6 (unreadable)
+/// removes it; 6 arrives 10 ms after its stamp, 5 is held up past the window. The window
+/// gives up on 5 and the stream moves past 6 with `stamped_by` = 5_011 - 500 + 20 = 4_531.
+/// Batch 5, stamped 5_000, then arrives: it is the same run's late batch (stamped before 6),
+/// yet is taken for another run's first batch, a restart, and A is a hit again.
+#[test]
+fn a_late_batch_from_before_an_unreadable_one_is_no_restart_when_the_first_batches_came_late() {
+    let mut session = reordering_session();
+    let (a_tokens, a) = page(1);
+    let (_, c) = page(200);
+    let (ka, kc) = (keys(&a), keys(&c));
+    for seq in 1..=4u64 {
+        let _ = feed(
+            &mut session,
+            Instant::from_millis(1_500 + seq),
+            &batch(seq, 1_000 + seq, seq, &[(EventKind::Stored, &kc[0])]),
+        );
+    }
+    // Batch 6 (stamped 5_001, removing A) arrives first, and cannot be read.
+    let _ = feed(&mut session, Instant::from_millis(5_011), &unreadable(6));
+    wait_out_the_window(&mut session, Instant::from_millis(5_011));
+    assert_eq!(session.counters().gaps, 1, "the window gave up on batch 5");
+    // Batch 5 (stamped 5_000, storing A) arrives late.
+    let _ = feed(
+        &mut session,
+        Instant::from_millis(5_100),
+        &stores(5, 5_000, 5, &ka),
+    );
+    assert_eq!(
+        hit_pages(&session, &a_tokens),
+        0,
+        "a late batch from before the unreadable one, which removed A, brought A back"
+    );
+}
