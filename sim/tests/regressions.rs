@@ -710,3 +710,39 @@ fn a_late_batch_from_before_an_unreadable_one_is_no_restart_when_the_first_batch
         "a late batch from before the unreadable one, which removed A, brought A back"
     );
 }
+
+/// Review (change B): what the stream knows of an unreadable batch (that the batches before it
+/// may store what it removed) is dropped by a reset: the fence a reset leaves keeps the
+/// highest sequence and the latest stamp *applied*, and the unreadable batch has no stamp.
+/// Batches 1..=4 apply; batch 6 (removing page A) arrives unreadable ahead of the hole at 5;
+/// the connection drops and comes back; batch 5 (storing A, stamped after 4 and before 6) is
+/// then read from the old connection's queue. It is no newer than the fence in sequence but
+/// newer in stamp, so it begins the new stream, and A is a hit although 6 removed it.
+#[test]
+fn a_reconnect_keeps_the_fence_of_an_unreadable_batch() {
+    let (mut session, ka) = reordering_session_at_four();
+    let a_tokens = page(1).0;
+    let _ = feed(&mut session, Instant::from_millis(10), &unreadable(6));
+    let _ = session.handle_disconnected(Instant::from_millis(12));
+    let mut now = Instant::from_millis(12);
+    let mut connected = false;
+    for _ in 0..100 {
+        now = now + std::time::Duration::from_millis(100);
+        let fx = session.handle_timeout(now);
+        if fx
+            .iter()
+            .any(|e| matches!(e, Effect::Command(Command::Connect { .. })))
+        {
+            let _ = session.handle_connected(now);
+            connected = true;
+            break;
+        }
+    }
+    assert!(connected, "the session reconnects");
+    let _ = feed(&mut session, now, &stores(5, 1_005, 5, &ka));
+    assert_eq!(
+        hit_pages(&session, &a_tokens),
+        0,
+        "a late batch from before the unreadable one, which removed A, began the new stream"
+    );
+}
