@@ -746,3 +746,28 @@ fn a_reconnect_keeps_the_fence_of_an_unreadable_batch() {
         "a late batch from before the unreadable one, which removed A, began the new stream"
     );
 }
+
+/// Review (change B): an unreadable batch that fills the hole does not release the batches
+/// held behind it. Batches 1..=4 apply; 6 arrives unreadable and 7 (storing page A) readable,
+/// both held behind the hole at 5; then 5 arrives, unreadable. The stream moves past 5, but 6
+/// and 7 stay held until the window runs out, which then declares a loss of nothing (a gap,
+/// a clear, and with resync on a snapshot fetch) before 7 applies.
+#[test]
+fn an_unreadable_batch_that_fills_the_hole_releases_the_batches_behind_it() {
+    let (mut session, ka) = reordering_session_at_four();
+    let a_tokens = page(1).0;
+    let _ = feed(&mut session, Instant::from_millis(10), &unreadable(6));
+    let _ = feed(
+        &mut session,
+        Instant::from_millis(11),
+        &stores(7, 1_007, 20, &ka),
+    );
+    let _ = feed(&mut session, Instant::from_millis(12), &unreadable(5));
+    assert_eq!(
+        hit_pages(&session, &a_tokens),
+        1,
+        "batch 7 is next in order after 5 and 6, yet is still held"
+    );
+    wait_out_the_window(&mut session, Instant::from_millis(12));
+    assert_eq!(session.counters().gaps, 0, "no sequence was lost");
+}
