@@ -771,3 +771,53 @@ fn an_unreadable_batch_that_fills_the_hole_releases_the_batches_behind_it() {
     wait_out_the_window(&mut session, Instant::from_millis(12));
     assert_eq!(session.counters().gaps, 0, "no sequence was lost");
 }
+
+/// Review (change B): a restart found at the batch next in order drops the batches held behind
+/// it, though they may be the new run's. The old run applied 1..=4 (one event each); the master
+/// restarts unseen, and its new run's batch 6, which removes page A, arrives first, unreadable,
+/// and is held behind the hole at 5; then the new run's batch 5 (two events a batch: first event
+/// id 9, stamped later) stores A. Its ids break the old run's, a restart: the stream begins
+/// again at 5 and batch 6 is gone without a trace (no gap, no forget after 5). A is a hit,
+/// and stays one while the master idles.
+#[test]
+fn a_restart_at_the_next_batch_keeps_or_forgets_after_the_batches_held_behind_it() {
+    let (mut session, ka) = reordering_session_at_four();
+    let a_tokens = page(1).0;
+    let _ = feed(&mut session, Instant::from_millis(2_010), &unreadable(6));
+    let _ = feed(
+        &mut session,
+        Instant::from_millis(2_011),
+        &stores(5, 2_005, 9, &ka),
+    );
+    wait_out_the_window(&mut session, Instant::from_millis(2_011));
+    assert_eq!(
+        hit_pages(&session, &a_tokens),
+        0,
+        "batch 6, held when the restart was found, removed A"
+    );
+}
+
+/// The same history with batch 6 readable (it removes one object of A, event id 11, and runs
+/// on from 5): the restart drops it from the window as well, and A is a hit (not only
+/// unreadable batches: the tracker's `restart` clears `held` whatever it holds).
+#[test]
+fn a_restart_at_the_next_batch_applies_the_new_runs_batches_held_behind_it() {
+    let (mut session, ka) = reordering_session_at_four();
+    let a_tokens = page(1).0;
+    let _ = feed(
+        &mut session,
+        Instant::from_millis(2_010),
+        &batch(6, 2_006, 11, &[(EventKind::Removed, &ka[0])]),
+    );
+    let _ = feed(
+        &mut session,
+        Instant::from_millis(2_011),
+        &stores(5, 2_005, 9, &ka),
+    );
+    wait_out_the_window(&mut session, Instant::from_millis(2_011));
+    assert_eq!(
+        hit_pages(&session, &a_tokens),
+        0,
+        "batch 6, held when the restart was found, removed one object of A"
+    );
+}
