@@ -821,3 +821,35 @@ fn a_restart_at_the_next_batch_applies_the_new_runs_batches_held_behind_it() {
         "batch 6, held when the restart was found, removed one object of A"
     );
 }
+
+/// Review (change B): a garbled sequence far ahead fences the stream for good when it is the
+/// first batch after a connect. With no batch applied there is no offset, so `stamped_by` is
+/// `None`: every later batch is at or before `u64::MAX` and stale, whatever its stamp, and
+/// nothing lifts the fence short of a reconnect (f31c76b's "no longer fences the stream for
+/// good" holds only once a batch has applied).
+#[test]
+fn a_garbled_first_sequence_far_ahead_does_not_fence_the_stream_for_good() {
+    let mut session = reordering_session();
+    let (a_tokens, a) = page(1);
+    let ka = keys(&a);
+    let _ = feed(
+        &mut session,
+        Instant::from_millis(10),
+        &unreadable(u64::MAX),
+    );
+    let mut now = Instant::from_millis(10);
+    for seq in 1..=50u64 {
+        now = now + std::time::Duration::from_millis(100);
+        let _ = feed(
+            &mut session,
+            now,
+            &stores(seq, 10_000 + 100 * seq, 2 * seq - 1, &ka),
+        );
+        let _ = session.handle_timeout(now);
+    }
+    assert_eq!(
+        hit_pages(&session, &a_tokens),
+        1,
+        "five seconds of the run's batches after the garbled one, and none applied"
+    );
+}
