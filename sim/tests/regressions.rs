@@ -853,3 +853,37 @@ fn a_garbled_first_sequence_far_ahead_does_not_fence_the_stream_for_good() {
         "five seconds of the run's batches after the garbled one, and none applied"
     );
 }
+
+/// Review (change B): the same fence dropped without a reconnect. While the session is still
+/// connecting, the first message is batch 6, unreadable (it removed page A): the unreadable
+/// path rules it before the link is up (a readable batch brings the link up first). Batch 5
+/// (storing A) then arrives readable: it brings the link up, which resets the stream and the
+/// fence of 6, and begins the stream. A is a hit although 6 removed it.
+#[test]
+fn an_unreadable_batch_before_the_link_is_up_still_fences_the_batches_before_it() {
+    let mut cfg = config(false);
+    cfg.reorder = hicache_index::ReorderConfig {
+        max_held: 3,
+        max_delay: Some(std::time::Duration::from_millis(20)),
+    };
+    let mut session = Session::new(cfg).expect("a valid config");
+    let fx = session.handle_timeout(Instant::ZERO);
+    assert!(matches!(
+        fx.first(),
+        Some(Effect::Command(Command::Connect { .. }))
+    ));
+    let (a_tokens, a) = page(1);
+    let ka = keys(&a);
+    let _ = feed(&mut session, Instant::from_millis(10), &unreadable(6));
+    let _ = feed(
+        &mut session,
+        Instant::from_millis(11),
+        &stores(5, 1_005, 5, &ka),
+    );
+    wait_out_the_window(&mut session, Instant::from_millis(11));
+    assert_eq!(
+        hit_pages(&session, &a_tokens),
+        0,
+        "batch 5 began the stream after the unreadable batch 6, which removed A"
+    );
+}
