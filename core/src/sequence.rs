@@ -43,11 +43,20 @@
 //! - A batch whose sequence can be read but whose events cannot (`observe_unreadable`) consumed
 //!   its sequence, and what it changed is unknown: the caller forgets when the stream reaches
 //!   it. With a reorder window it waits ahead of a hole like any other batch, so the batches
-//!   before it apply first. Once the stream has moved past it, and until a readable batch after
-//!   it applies, no batch at or before it applies: with a reorder window it is stale (a late
-//!   batch of its run may store what it removed, and without its stamp nothing tells such a
-//!   batch from a restarted publisher's; a restarted run numbered below it misses until it
-//!   passes it), without one it is a restart.
+//!   before it apply first (and it releases the batches held behind it). Once the stream has
+//!   moved past it, and until a readable batch after it applies, no batch at or before it
+//!   applies: with a reorder window it is stale, since a late batch of its run may store what
+//!   it removed. Its stamp is unknown, so only what the stream applied before it tells a later
+//!   run's batch: stamped after all of it and, if numbered `k` past its last batch, with a
+//!   first event id less than `k` past its last id (a batch of the run there runs past it).
+//!   Such a batch, or any that comes 2 s (or 16 windows' `max_delay`) after the unreadable
+//!   one, is a restart. A reset (a new connection) keeps this fence, for an unreadable batch
+//!   passed or held. Bounded, not closed: a batch of the run later than that bound would be
+//!   taken for another run's; a restarted publisher without ids or comparable stamps misses
+//!   that long. Without a reorder window it is a restart.
+//! - A restart found at a batch keeps the batches held after it that are not stamped before it
+//!   (they may be the new run's, and released after it they are ruled then); dropped, the new
+//!   run's batch that removed what it stored would be lost without a trace.
 //!
 //! The tracker never applies a later batch before an earlier one.
 

@@ -218,7 +218,7 @@ fn drive(max_held: usize, input: &[(u8, u8)]) -> Trace {
         let verdict = if unreadable {
             t.observe_unreadable(Instant::ZERO, Seq(seq))
         } else {
-            t.observe(Seq(seq), fp(f))
+            t.observe(Instant::ZERO, Seq(seq), fp(f))
         };
         match verdict {
             Verdict::Apply => {

@@ -83,6 +83,10 @@ struct Fence {
     millis: Option<u64>,
     /// The batches applied (within the reorder window) or held before the last reset.
     prints: Vec<(Seq, Fingerprint)>,
+    /// The latest unreadable batch the stream had moved past or held before the last reset:
+    /// what it removed is unknown, so a batch at or before it is from before the reset unless
+    /// shown to be another run's (see [`Blind`]).
+    blind: Option<Blind>,
 }
 
 impl Fence {
@@ -103,6 +107,13 @@ impl Fence {
     fn include(&mut self, seq: Seq, fp: &Fingerprint) {
         self.seq = self.seq.max(seq.0);
         self.millis = self.millis.max(fp.millis);
+    }
+
+    /// Keeps `blind` if it is the latest unreadable batch the fence knows.
+    fn include_blind(&mut self, blind: Blind) {
+        if self.blind.is_none_or(|b| b.seq <= blind.seq) {
+            self.blind = Some(blind);
+        }
     }
 }
 
@@ -171,19 +182,59 @@ pub struct SequenceTracker<T> {
     /// readable batch after it applies: no batch at or before it may apply, since any of them
     /// may store what it removed.
     blind: Option<Blind>,
-    /// The least of arrival time minus publisher stamp, in milliseconds, over the batches this
-    /// run applied: the publisher's clock as seen here, plus the fastest delivery.
-    offset: Option<i64>,
 }
 
-/// An unreadable batch the stream moved past (see [`SequenceTracker::observe_unreadable`]).
+/// The least time after an unreadable batch arrived that a batch at or before its sequence is
+/// still taken for a late batch of its run (see [`SequenceTracker::observe_unreadable`]); 16
+/// reorder windows' `max_delay` when that is longer.
+const BLIND_AT_LEAST: Duration = Duration::from_secs(2);
+
+/// An unreadable batch the stream moved past or held (see
+/// [`SequenceTracker::observe_unreadable`]), and what the stream knew when it came.
 #[derive(Clone, Copy, Debug)]
 struct Blind {
     seq: Seq,
-    /// A publisher stamp later than any the unreadable batch can carry: it arrived at `a`, so
-    /// it was stamped by `a - offset` plus the fastest delivery, taken as at most the reorder
-    /// window's `max_delay`. `None` without comparable stamps.
-    stamped_by: Option<u64>,
+    /// When it arrived.
+    since: Instant,
+    /// The last sequence applied before it (or before the loss it followed).
+    last_seq: Option<Seq>,
+    /// The last event id applied before it: a batch of its run numbered `k` after that batch
+    /// has a first event id at least `k` past this one.
+    last_id: Option<u64>,
+    /// The latest publisher stamp applied before it: a batch of its run numbered at or before
+    /// the last one applied is stamped no later.
+    max_millis: Option<u64>,
+}
+
+impl Blind {
+    /// Reports whether the batch `seq` (at or before the unreadable one) is shown to be a
+    /// later run's. It must be stamped after every batch applied before the unreadable one
+    /// (so it is neither one of its run's batches numbered before them, nor an older run's:
+    /// one run stamps its batches in order). And if it is numbered after them, `k` past the
+    /// last, its first event id must be less than `k` past the last id applied (each batch of
+    /// one run holds at least one event, and ids only grow within a run): a batch of the
+    /// unreadable one's run numbered there runs past it. Without comparable stamps, or ids
+    /// there, nothing shows it.
+    fn is_another_run(&self, seq: Seq, fp: &Fingerprint) -> bool {
+        let stamped_after = matches!((self.max_millis, fp.millis), (Some(m), Some(at)) if at > m);
+        let Some(last) = self.last_seq else {
+            return false;
+        };
+        if seq <= last {
+            return stamped_after;
+        }
+        let ids_short = match (self.last_id, fp.first_event_id) {
+            (Some(l), Some(f)) => f < l.saturating_add(seq.0 - last.0),
+            _ => false,
+        };
+        stamped_after && ids_short
+    }
+
+    /// Reports whether a batch that arrived at `now` can no longer be a late batch of the
+    /// unreadable one's run: it comes more than `limit` after it (see [`BLIND_AT_LEAST`]).
+    fn has_expired(&self, now: Instant, limit: Duration) -> bool {
+        now >= self.since + limit
+    }
 }
 
 /// How a batch that begins a stream after lost batches is ruled.
@@ -210,7 +261,6 @@ impl<T> SequenceTracker<T> {
             fence: None,
             floor: None,
             blind: None,
-            offset: None,
         }
     }
 
@@ -236,43 +286,75 @@ impl<T> SequenceTracker<T> {
     /// and held batches are dropped. What was applied or held becomes the fence against late
     /// copies (see the module docs). Returns how many held batches were dropped.
     pub fn reset(&mut self) -> usize {
-        self.fence_run();
+        self.reset_keeping(None)
+    }
+
+    /// [`SequenceTracker::reset`] for a restart found at the batch `seq` (the caller applies
+    /// it as the new baseline): the batches held after it are kept, since they may be the new
+    /// run's (they are released in order after it, and ruled then). Returns how many held
+    /// batches were dropped.
+    pub fn reset_for_restart(&mut self, seq: Seq) -> usize {
+        self.reset_keeping(Some(seq))
+    }
+
+    fn reset_keeping(&mut self, held_after: Option<Seq>) -> usize {
+        let dropped = self.fence_run(|s, _| held_after.is_some_and(|after| s > after.0));
         self.last = None;
         self.last_id = None;
         self.max_millis = None;
         self.recent.clear();
         self.floor = None;
         self.blind = None;
-        self.offset = None;
-        let dropped = self.held.len();
-        self.held.clear();
         dropped
     }
 
-    /// Adds what this run applied and holds to the fence, so that its late batches are never
-    /// taken for a new baseline.
-    fn fence_run(&mut self) {
+    /// Adds what this run applied to the fence, drops the held batches `keep` does not keep
+    /// (adding them to the fence too), so that the run's late batches are never taken for a new
+    /// baseline. Returns how many held batches were dropped.
+    fn fence_run(&mut self, keep: impl Fn(u64, &Fingerprint) -> bool) -> usize {
         let mut fence = self.fence.take().unwrap_or_default();
-        let seen = self
-            .last
-            .iter()
-            .chain(self.recent.iter())
-            .copied()
-            .chain(self.held.iter().map(|(s, (_, fp, _))| (Seq(*s), *fp)));
+        let seen = self.last.iter().chain(self.recent.iter()).copied().chain(
+            self.held
+                .iter()
+                .filter(|(s, (_, fp, _))| !keep(**s, fp))
+                .map(|(s, (_, fp, _))| (Seq(*s), *fp)),
+        );
         for (seq, fp) in seen {
             fence.include(seq, &fp);
             if !fence.prints.contains(&(seq, fp)) {
                 fence.prints.push((seq, fp));
             }
         }
+        if let Some(blind) = self.blind {
+            fence.include_blind(blind);
+        }
+        let held_blind = self
+            .held
+            .iter()
+            .filter(|(s, (_, fp, _))| fp.unreadable && !keep(**s, fp))
+            .map(|(s, (at, _, _))| (*s, *at))
+            .next_back();
+        if let Some((seq, since)) = held_blind {
+            fence.include_blind(Blind {
+                seq: Seq(seq),
+                since,
+                last_seq: self.last.map(|(s, _)| s).or(self.floor.map(|(s, _)| s)),
+                last_id: self.last_id.or(self.floor.and_then(|(_, id)| id)),
+                max_millis: self.max_millis,
+            });
+        }
+        let before = self.held.len();
+        self.held.retain(|&s, (_, fp, _)| keep(s, fp));
+        let dropped = before - self.held.len();
         let keep = self.config.max_held.max(1).saturating_mul(2);
         if fence.prints.len() > keep {
             let excess = fence.prints.len() - keep;
             fence.prints.drain(..excess);
         }
-        if fence.seq > 0 || !fence.prints.is_empty() {
+        if fence.seq > 0 || !fence.prints.is_empty() || fence.blind.is_some() {
             self.fence = Some(fence);
         }
+        dropped
     }
 
     /// Reports whether, with a reorder window, a batch that breaks the stream is a late one of an
@@ -339,8 +421,9 @@ impl<T> SequenceTracker<T> {
     /// Rules on a batch with sequence `seq`. After [`Verdict::Apply`], [`Verdict::Gap`] or
     /// [`Verdict::Restart`] the caller MUST apply the batch and then call
     /// [`SequenceTracker::applied`].
-    pub fn observe(&mut self, seq: Seq, fingerprint: Fingerprint) -> Verdict {
-        if let Some(fence) = &self.fence {
+    pub fn observe(&mut self, now: Instant, seq: Seq, fingerprint: Fingerprint) -> Verdict {
+        let limit = self.blind_limit();
+        if let Some(fence) = &mut self.fence {
             if fence.is_copy(seq, &fingerprint) {
                 return Verdict::Late;
             }
@@ -349,19 +432,31 @@ impl<T> SequenceTracker<T> {
                 // index holds anything (a snapshot may be claimed), and skips it.
                 return Verdict::Stale;
             }
+            if let Some(blind) = fence.blind.filter(|b| seq <= b.seq) {
+                if !blind.is_another_run(seq, &fingerprint) && !blind.has_expired(now, limit) {
+                    // At or before an unreadable batch from before the reset: it may store
+                    // what that one removed.
+                    return if self.last.is_none() && self.floor.is_none() {
+                        Verdict::Late
+                    } else {
+                        Verdict::Stale
+                    };
+                }
+                // Another run's (or too late to be of the unreadable one's): the fence of
+                // the unreadable batch has done its work.
+                fence.blind = None;
+            }
         }
         if let Some(blind) = self.blind.filter(|b| seq <= b.seq) {
             // At or before an unreadable batch the stream moved past: a copy of a batch
             // applied, or a late batch of its run (it may store what the unreadable one
-            // removed), unless stamped after the unreadable one can have been: then another
-            // run, which numbers its batches anew.
+            // removed), unless shown to be another run's, which numbers its batches anew, or
+            // arriving too long after it to be of its run.
             if self.recent.contains(&(seq, fingerprint)) {
                 return Verdict::Late;
             }
-            if let (Some(by), Some(at)) = (blind.stamped_by, fingerprint.millis) {
-                if at > by {
-                    return self.restart(self.last.map_or(blind.seq, |(s, _)| s));
-                }
+            if blind.is_another_run(seq, &fingerprint) || blind.has_expired(now, limit) {
+                return self.restart(self.last.map_or(blind.seq, |(s, _)| s), seq, &fingerprint);
             }
             return Verdict::Stale;
         }
@@ -379,7 +474,7 @@ impl<T> SequenceTracker<T> {
             } else {
                 self.rule_after_loss(&fingerprint, last_id)
             };
-            return self.verdict(rule, last);
+            return self.verdict(rule, last, seq, &fingerprint);
         };
         if seq == last {
             return if fingerprint == last_fp {
@@ -387,20 +482,20 @@ impl<T> SequenceTracker<T> {
             } else if self.is_late_with_reordering(&fingerprint) {
                 Verdict::Stale
             } else {
-                self.restart(last)
+                self.restart(last, seq, &fingerprint)
             };
         }
         if seq.0 == last.0.wrapping_add(1) && seq.0 != 0 {
             if self.breaks_ids(fingerprint.first_event_id) || self.stamped_before(&fingerprint) {
                 let rule = self.not_next(&fingerprint);
-                return self.verdict(rule, last);
+                return self.verdict(rule, last, seq, &fingerprint);
             }
             return Verdict::Apply;
         }
         if seq > last {
             if self.config.max_held == 0 {
                 return match self.rule_after_loss(&fingerprint, self.last_id) {
-                    AfterLoss::Restart => self.restart(last),
+                    AfterLoss::Restart => self.restart(last, seq, &fingerprint),
                     _ => Verdict::Gap {
                         expected: Seq(last.0 + 1),
                         missing: seq.0 - last.0 - 1,
@@ -410,7 +505,7 @@ impl<T> SequenceTracker<T> {
             return match self.held.get(&seq.0) {
                 Some((_, held_fp, _)) if *held_fp == fingerprint => Verdict::Duplicate,
                 Some(_) if self.is_late_with_reordering(&fingerprint) => Verdict::Stale,
-                Some(_) => self.restart(last),
+                Some(_) => self.restart(last, seq, &fingerprint),
                 None => Verdict::Hold,
             };
         }
@@ -426,29 +521,46 @@ impl<T> SequenceTracker<T> {
             // comparable) is a late batch, not a restart: it must not become the baseline.
             return Verdict::Stale;
         }
-        self.restart(last)
+        self.restart(last, seq, &fingerprint)
     }
 
-    /// Turns a ruling on a batch observed (not held) into its verdict; `last` is the last
-    /// sequence applied before.
-    fn verdict(&mut self, rule: AfterLoss, last: Seq) -> Verdict {
+    /// Turns a ruling on the batch `seq`, observed (not held), into its verdict; `last` is the
+    /// last sequence applied before.
+    fn verdict(&mut self, rule: AfterLoss, last: Seq, seq: Seq, fp: &Fingerprint) -> Verdict {
         match rule {
             AfterLoss::Baseline => Verdict::Apply,
             AfterLoss::Stale => Verdict::Stale,
-            AfterLoss::Restart => self.restart(last),
+            AfterLoss::Restart => self.restart(last, seq, fp),
         }
     }
 
-    fn restart(&mut self, last: Seq) -> Verdict {
-        self.fence_run();
-        self.held.clear();
+    /// Rules the batch `seq` (stamped as `fp`) another run's first: the stream begins again
+    /// with it. The batches held after it that may be the new run's stay held: released after
+    /// it, they are ruled then (dropped, the new run's batch that removed what it stored would
+    /// be lost without a trace). Those stamped before it are the old run's, sent before the
+    /// restart: dropped, as the index forgets what the old run taught.
+    fn restart(&mut self, last: Seq, seq: Seq, fp: &Fingerprint) -> Verdict {
+        let from = fp.millis;
+        self.fence_run(|s, held| {
+            s > seq.0
+                && match (from, held.millis) {
+                    (Some(from), Some(at)) => at >= from,
+                    _ => true,
+                }
+        });
         self.recent.clear();
         self.last_id = None;
         self.max_millis = None;
         self.floor = None;
         self.blind = None;
-        self.offset = None;
         Verdict::Restart { last }
+    }
+
+    /// How long after an unreadable batch arrived a batch at or before it is still taken for a
+    /// late batch of its run: [`BLIND_AT_LEAST`], or 16 reorder windows when longer.
+    fn blind_limit(&self) -> Duration {
+        let window = self.config.max_delay.unwrap_or(Duration::ZERO);
+        BLIND_AT_LEAST.max(window.saturating_mul(16))
     }
 
     /// Rules on a batch of this stream (its sequence readable) whose events cannot be read,
@@ -466,10 +578,14 @@ impl<T> SequenceTracker<T> {
     ///
     /// Once moved past it with a reorder window, and until a readable batch after it applies,
     /// a batch at or before it is [`Verdict::Stale`] (a late batch of its run may store what
-    /// it removed), unless stamped later than the unreadable one can have been (it arrived at
-    /// `now`; the stream's batches show how the publisher's clock runs beside the caller's):
-    /// another run's, a [`Verdict::Restart`]. Without comparable stamps, a restarted publisher
-    /// numbered below it misses until it passes it.
+    /// it removed), unless shown to be a later run's: stamped after every batch applied before
+    /// the unreadable one and, if numbered `k` after the last of them, with a first event id
+    /// less than `k` past its last (a batch of the run numbered there runs past that). Then,
+    /// or when it arrives 2 s (`BLIND_AT_LEAST`, or 16 windows) after the
+    /// unreadable one (a bound on how late a batch comes; its stamp is unknown), it is a
+    /// [`Verdict::Restart`]. A reset keeps this fence: after it, such a batch is late until so
+    /// shown. A restarted publisher without ids or comparable stamps, numbered below it, misses
+    /// that long.
     pub fn observe_unreadable(&mut self, now: Instant, seq: Seq) -> Verdict {
         if self.config.max_held == 0 {
             self.reset();
@@ -501,26 +617,18 @@ impl<T> SequenceTracker<T> {
         if self.last.is_none() {
             self.last_id = self.floor.and_then(|(_, id)| id);
         }
-        let margin = self.config.max_delay.unwrap_or(Duration::from_secs(1));
-        let stamped_by = self.offset.map(|offset| {
-            let by = i128::from(millis(arrived)) - i128::from(offset) + margin.as_millis() as i128;
-            u64::try_from(by.max(0)).unwrap_or(u64::MAX)
-        });
+        let last_seq = self.last.map(|(s, _)| s).or(self.floor.map(|(s, _)| s));
         self.last = Some((seq, Fingerprint::unreadable()));
         self.floor = None;
-        self.blind = Some(Blind { seq, stamped_by });
+        self.blind = Some(Blind {
+            seq,
+            since: arrived,
+            last_seq,
+            last_id: self.last_id,
+            max_millis: self.max_millis,
+        });
         self.held.retain(|&s, _| s > seq.0);
         Verdict::Unreadable
-    }
-
-    /// Records that a batch stamped as `fingerprint` says arrived at `at` (before it applies):
-    /// how the publisher's clock runs beside the caller's.
-    pub fn arrived(&mut self, at: Instant, fingerprint: &Fingerprint) {
-        if let Some(stamp) = fingerprint.millis {
-            let seen = i128::from(millis(at)) - i128::from(stamp);
-            let seen = i64::try_from(seen).unwrap_or(if seen < 0 { i64::MIN } else { i64::MAX });
-            self.offset = Some(self.offset.map_or(seen, |o| o.min(seen)));
-        }
     }
 
     /// Records that the batch `seq` was applied.
@@ -592,13 +700,13 @@ impl<T> SequenceTracker<T> {
                     .map(|(s, _)| s)
                     .or(self.floor.map(|(s, _)| s))
                     .unwrap_or(Seq(next));
-                self.fence_run();
+                // The batches still held stay: they come after this one.
+                self.fence_run(|_, _| true);
                 self.recent.clear();
                 self.last_id = None;
                 self.max_millis = None;
                 self.floor = None;
                 self.blind = None;
-                self.offset = None;
                 Verdict::Restart { last }
             }
         };
@@ -641,11 +749,6 @@ impl<T> SequenceTracker<T> {
             resumed: Seq(first),
         })
     }
-}
-
-/// The milliseconds of an instant since the caller's origin.
-fn millis(at: Instant) -> u64 {
-    at.as_nanos() / 1_000_000
 }
 
 #[cfg(test)]

@@ -90,7 +90,11 @@ impl Session {
                         self.counters.duplicates += 1;
                         fx.push(Report::Duplicate { seq });
                     }
-                    _ => self.pass_unreadable(now, &mut fx),
+                    _ => {
+                        self.pass_unreadable(now, &mut fx);
+                        // It may have filled the hole before batches held behind it.
+                        self.drain_held(now, &mut fx);
+                    }
                 }
                 self.update_health(&mut fx);
                 return fx;
@@ -102,7 +106,7 @@ impl Session {
         let seq = batch.seq;
         let fingerprint = Fingerprint::of(&batch);
         let continuing = self.tracker.last_applied().is_some();
-        match self.tracker.observe(seq, fingerprint) {
+        match self.tracker.observe(now, seq, fingerprint) {
             Verdict::Apply => {
                 if !continuing {
                     self.begin_stream(now, seq, &mut fx);
@@ -142,8 +146,9 @@ impl Session {
                     received: seq,
                 });
                 // The old run's position means nothing to the new one (its resync must not be
-                // checked against it); what it applied fences its late batches.
-                self.reset_stream();
+                // checked against it); what it applied fences its late batches. The batches
+                // held after this one that may be the new run's stay held.
+                self.reset_stream_for_restart(seq);
                 self.begin_stream(now, seq, &mut fx);
                 self.forget(now, ClearReason::Restart, &mut fx);
                 self.apply_in_order(now, &batch, fingerprint, frames[2], &mut fx);
@@ -163,7 +168,6 @@ impl Session {
     ) {
         self.check_proof(now, batch.seq, fp, fx);
         self.apply_batch(now, now, batch, fp, payload.len(), fx);
-        self.tracker.arrived(now, &fp);
         self.tracker.applied(batch.seq, fp);
         self.drain_held(now, fx);
         if matches!(self.resync, Resync::AwaitingStream) {
@@ -198,7 +202,6 @@ impl Session {
             let fp = Fingerprint::of(&batch);
             self.check_proof(now, seq, fp, fx);
             self.apply_batch(now, held.arrived, &batch, fp, held.payload.len(), fx);
-            self.tracker.arrived(held.arrived, &fp);
             self.tracker.applied(seq, fp);
         }
     }
@@ -373,6 +376,17 @@ impl Session {
     /// Forgets the stream's continuity: the next batch is a silent baseline.
     pub(super) fn reset_stream(&mut self) {
         self.tracker.reset();
+        self.forget_stream_position();
+    }
+
+    /// [`Session::reset_stream`] for a restart found at the batch `seq`, which begins the new
+    /// stream: the batches held after it stay held.
+    pub(super) fn reset_stream_for_restart(&mut self, seq: Seq) {
+        self.tracker.reset_for_restart(seq);
+        self.forget_stream_position();
+    }
+
+    fn forget_stream_position(&mut self) {
         self.stream_start = None;
         self.anchor = None;
         self.proof = None;
