@@ -301,6 +301,15 @@ fn without_reordering_an_unreadable_batch_begins_the_stream_again() {
     );
 }
 
+/// A reordering tracker that applied batches 1..=4 (ids and stamps 1..=4).
+fn four_applied() -> SequenceTracker<u64> {
+    let mut t = SequenceTracker::<u64>::new(reordering());
+    for seq in 1..=4 {
+        apply_u(&mut t, seq);
+    }
+    t
+}
+
 /// A fingerprint with its own first event id and stamp.
 fn stamped(first_id: u64, millis: u64) -> Fingerprint {
     Fingerprint {
@@ -316,10 +325,7 @@ fn stamped(first_id: u64, millis: u64) -> Fingerprint {
 #[test]
 fn a_batch_before_an_unreadable_one_is_another_runs_only_with_ids_back_and_a_later_stamp() {
     // Batches 1..=4 (ids and stamps 1..=4) apply; 5 cannot be read.
-    let mut t = SequenceTracker::<u64>::new(reordering());
-    for seq in 1..=4 {
-        apply_u(&mut t, seq);
-    }
+    let mut t = four_applied();
     let at = Instant::from_millis(1_010);
     assert_eq!(t.observe_unreadable(at, Seq(5)), Verdict::Unreadable);
     assert_eq!(
@@ -341,10 +347,7 @@ fn a_batch_before_an_unreadable_one_is_another_runs_only_with_ids_back_and_a_lat
 
 #[test]
 fn a_batch_numbered_before_the_last_applied_and_stamped_after_it_is_a_later_runs() {
-    let mut t = SequenceTracker::<u64>::new(reordering());
-    for seq in 1..=4 {
-        apply_u(&mut t, seq);
-    }
+    let mut t = four_applied();
     let at = Instant::from_millis(1_010);
     assert_eq!(t.observe_unreadable(at, Seq(6)), Verdict::Hold);
     assert!(t.hold(at, Seq(6), Fingerprint::unreadable(), 6).is_none());
@@ -364,10 +367,7 @@ fn a_batch_numbered_before_the_last_applied_and_stamped_after_it_is_a_later_runs
 
 #[test]
 fn a_batch_before_an_unreadable_one_long_after_it_begins_the_stream_again() {
-    let mut t = SequenceTracker::<u64>::new(reordering());
-    for seq in 1..=4 {
-        apply_u(&mut t, seq);
-    }
+    let mut t = four_applied();
     let at = Instant::from_millis(1_010);
     assert_eq!(t.observe_unreadable(at, Seq(5)), Verdict::Unreadable);
     let almost = at + (BLIND_AT_LEAST - Duration::from_millis(1));
@@ -381,10 +381,7 @@ fn a_batch_before_an_unreadable_one_long_after_it_begins_the_stream_again() {
 
 #[test]
 fn a_reset_keeps_the_fence_of_an_unreadable_batch_held() {
-    let mut t = SequenceTracker::<u64>::new(reordering());
-    for seq in 1..=4 {
-        apply_u(&mut t, seq);
-    }
+    let mut t = four_applied();
     let at = Instant::from_millis(10);
     assert_eq!(t.observe_unreadable(at, Seq(6)), Verdict::Hold);
     assert!(t.hold(at, Seq(6), Fingerprint::unreadable(), 6).is_none());
@@ -409,10 +406,7 @@ fn a_reset_keeps_the_fence_of_an_unreadable_batch_held() {
 
 #[test]
 fn a_restart_keeps_the_batches_held_after_it_that_may_be_the_new_runs() {
-    let mut t = SequenceTracker::<u64>::new(reordering());
-    for seq in 1..=4 {
-        apply_u(&mut t, seq);
-    }
+    let mut t = four_applied();
     // Held: 6 and 7 of the new run (stamped 2_006, 2_007), 8 of the old one (stamped 8).
     for (seq, fp) in [
         (6, stamped(11, 2_006)),
