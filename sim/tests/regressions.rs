@@ -887,3 +887,66 @@ fn an_unreadable_batch_before_the_link_is_up_still_fences_the_batches_before_it(
         "batch 5 began the stream after the unreadable batch 6, which removed A"
     );
 }
+
+/// Found by the long sweep on the fourth review's fix (`hicache-index-sim --seeds
+/// 135000..155000 --events 20000`, hostile seed 149603): with resync on, an unreadable batch
+/// fenced the stream, and the batches after it were stale. The first stale batch forgot and
+/// fetched again; the next ones, arriving while that fetch was under way with the index
+/// empty, were skipped without a trace. One removed page A, which the key list (read before
+/// it) still held: the snapshot made A a hit, health live. A batch skipped as stale while a
+/// fetch is under way contradicts the fetch as much as it would the index.
+#[test]
+fn a_stale_batch_during_a_fetch_is_not_skipped_silently() {
+    let mut cfg = config(true);
+    cfg.reorder = hicache_index::ReorderConfig {
+        max_held: 3,
+        max_delay: Some(std::time::Duration::from_millis(20)),
+    };
+    let mut session = Session::new(cfg).expect("a valid config");
+    let fx = connect(&mut session);
+    answer_fetches(
+        &mut session,
+        &fx,
+        Instant::from_millis(1),
+        Some(Seq(0).into()),
+        &[],
+    );
+    let (a_tokens, a) = page(1);
+    let ka = keys(&a);
+    for seq in 1..=4u64 {
+        let fx = feed(
+            &mut session,
+            Instant::from_millis(1 + seq),
+            &stores(seq, 1_000 + seq, 2 * seq - 1, &ka),
+        );
+        answer_fetches(
+            &mut session,
+            &fx,
+            Instant::from_millis(1 + seq),
+            Some(Seq(seq).into()),
+            &ka,
+        );
+    }
+    // Batch 5 cannot be read: the stream moves past it, forgets and fetches again.
+    let fetch = feed(&mut session, Instant::from_millis(10), &unreadable(5));
+    // A batch numbered at it, which may be its run's, removes one object of A while the fetch
+    // is under way: stale, skipped.
+    let _ = feed(
+        &mut session,
+        Instant::from_millis(11),
+        &batch(5, 1_005, 9, &[(EventKind::Removed, &ka[0])]),
+    );
+    // The fetch is answered with the key list read before that removal.
+    answer_fetches(
+        &mut session,
+        &fetch,
+        Instant::from_millis(12),
+        Some(Seq(5).into()),
+        &ka,
+    );
+    assert_eq!(
+        hit_pages(&session, &a_tokens),
+        0,
+        "the snapshot brought back what a batch skipped during its fetch removed"
+    );
+}

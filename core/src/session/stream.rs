@@ -218,12 +218,20 @@ impl Session {
     /// Skips an old batch that is no copy of one applied ([`Verdict::Stale`]): late, or from a
     /// restarted publisher whose clock went back. Whatever the index holds (a snapshot, say)
     /// may be contradicted by it: forget, and fetch again (the keys live batches stored after a
-    /// fetch's key list was read come back only so). With the index empty there is nothing to
-    /// contradict: a restarted master whose clock is behind costs one fetch, not one a batch.
+    /// fetch's key list was read come back only so), and so is a fetch under way. With the
+    /// index empty and no fetch there is nothing to contradict: a restarted master whose clock
+    /// is behind costs one fetch, not one a batch.
     pub(super) fn stale_batch(&mut self, now: Instant, seq: Seq, fx: &mut Effects) {
         self.counters.late += 1;
         fx.push(Report::Late { seq });
-        if self.index.object_count() > 0 || self.proof.is_some() || self.anchor.is_some() {
+        // A fetch under way is contradicted too: the key list may be read before or after
+        // what the skipped batch removed, and a batch skipped now is never applied again.
+        let fetching = matches!(self.resync, Resync::Fetching { .. });
+        if self.index.object_count() > 0
+            || self.proof.is_some()
+            || self.anchor.is_some()
+            || fetching
+        {
             self.forget(now, ClearReason::StaleBatch, fx);
         }
     }
