@@ -950,3 +950,31 @@ fn a_stale_batch_during_a_fetch_is_not_skipped_silently() {
         "the snapshot brought back what a batch skipped during its fetch removed"
     );
 }
+
+/// Review (7685b25): the ids rule of the unreadable batch's fence ("a batch of its run numbered
+/// `k` past the last applied has a first id at least `k` past the last id") does not hold on the
+/// real master: a drop in its queue skips one sequence per dropped event but no event ids (spec
+/// section 3). Batches 1..=4 apply (ids 1..=4); the master's queue drops two events (sequences
+/// 5 and 6); batch 7 stores page A (ids 5 and 6) and is held up; batch 8, unreadable, removes
+/// A and waits ahead of the hole until the window gives up. Batch 7 then arrives: numbered 3
+/// past batch 4 with first id 5 < 4 + 3, stamped after 4, it is taken for another run's, a
+/// restart, and A is a hit although 8 removed it.
+#[test]
+fn a_late_batch_after_a_queue_drop_before_an_unreadable_one_is_no_restart() {
+    let (mut session, ka) = reordering_session_at_four();
+    let a_tokens = page(1).0;
+    let _ = feed(&mut session, Instant::from_millis(10), &unreadable(8));
+    wait_out_the_window(&mut session, Instant::from_millis(10));
+    assert_eq!(session.counters().gaps, 1, "the window gave up on the hole");
+    let _ = feed(
+        &mut session,
+        Instant::from_millis(200),
+        &stores(7, 1_007, 5, &ka),
+    );
+    wait_out_the_window(&mut session, Instant::from_millis(200));
+    assert_eq!(
+        hit_pages(&session, &a_tokens),
+        0,
+        "batch 7, sent before the unreadable batch 8 that removed A, brought A back"
+    );
+}
