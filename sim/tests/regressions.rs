@@ -978,3 +978,31 @@ fn a_late_batch_after_a_queue_drop_before_an_unreadable_one_is_no_restart() {
         "batch 7, sent before the unreadable batch 8 that removed A, brought A back"
     );
 }
+
+/// Review (7685b25): two unreadable batches in a row. The second one's fence takes the first
+/// (unreadable, unstamped) as the last batch applied before it, while its `max_millis` is the
+/// last readable batch's: a batch numbered at or before the first unreadable one then only
+/// needs a stamp later than that. Batches 1..=4 apply; batch 5 stores page A and is held up;
+/// 6 and 7, unreadable (one of them removes A), wait ahead of the hole until the window gives
+/// up, and the stream moves past both. Batch 5 (stamped after 4, before 6) arrives: it is
+/// ruled another run's first, a restart, and A is a hit.
+#[test]
+fn a_late_batch_before_two_unreadable_ones_is_no_restart() {
+    let (mut session, ka) = reordering_session_at_four();
+    let a_tokens = page(1).0;
+    let _ = feed(&mut session, Instant::from_millis(10), &unreadable(6));
+    let _ = feed(&mut session, Instant::from_millis(11), &unreadable(7));
+    wait_out_the_window(&mut session, Instant::from_millis(11));
+    assert_eq!(session.counters().gaps, 1, "the window gave up on batch 5");
+    let _ = feed(
+        &mut session,
+        Instant::from_millis(200),
+        &stores(5, 1_005, 5, &ka),
+    );
+    wait_out_the_window(&mut session, Instant::from_millis(200));
+    assert_eq!(
+        hit_pages(&session, &a_tokens),
+        0,
+        "batch 5, sent before the unreadable batches 6 and 7, brought A back"
+    );
+}
