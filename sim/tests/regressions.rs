@@ -1006,3 +1006,46 @@ fn a_late_batch_before_two_unreadable_ones_is_no_restart() {
         "batch 5, sent before the unreadable batches 6 and 7, brought A back"
     );
 }
+
+/// Review (7685b25): the same mistake in the fence a reset keeps. Batches 1..=4 apply; batch 5
+/// stores page A and is held up; 6, unreadable (it removes A), waits ahead of the hole until the
+/// window gives up, and the stream moves past it; 8, unreadable, is then held ahead of the hole
+/// at 7. The connection drops and comes back: the fence keeps the held batch 8, the latest
+/// unreadable one, with the unreadable 6 as the last batch applied before it (and the stamp of
+/// 4). Batch 5 (stamped after 4) is then read from the old connection's queue: it passes that
+/// fence as another run's and begins the new stream, and A is a hit although 6 removed it.
+#[test]
+fn a_reconnect_after_two_unreadable_batches_keeps_the_fence_of_the_first() {
+    let (mut session, ka) = reordering_session_at_four();
+    let a_tokens = page(1).0;
+    let _ = feed(&mut session, Instant::from_millis(10), &unreadable(6));
+    wait_out_the_window(&mut session, Instant::from_millis(10));
+    assert_eq!(session.counters().gaps, 1, "the window gave up on batch 5");
+    let _ = feed(&mut session, Instant::from_millis(200), &unreadable(8));
+    let _ = session.handle_disconnected(Instant::from_millis(201));
+    let mut now = Instant::from_millis(201);
+    let mut connected = false;
+    for _ in 0..100 {
+        now = now + std::time::Duration::from_millis(10);
+        let fx = session.handle_timeout(now);
+        if fx
+            .iter()
+            .any(|e| matches!(e, Effect::Command(Command::Connect { .. })))
+        {
+            let _ = session.handle_connected(now);
+            connected = true;
+            break;
+        }
+    }
+    assert!(connected, "the session reconnects");
+    assert!(
+        now < Instant::from_millis(1_500),
+        "within the unreadable batches' bound"
+    );
+    let _ = feed(&mut session, now, &stores(5, 1_005, 5, &ka));
+    assert_eq!(
+        hit_pages(&session, &a_tokens),
+        0,
+        "batch 5, sent before the unreadable batch 6 that removed A, began the new stream"
+    );
+}
