@@ -47,8 +47,9 @@
 //!   moved past it, and until a readable batch after it applies, no batch at or before it
 //!   applies: with a reorder window it is stale, since a late batch of its run may store what
 //!   it removed. Its stamp is unknown, so only what the stream applied before it tells a later
-//!   run's batch: stamped after all of it and, if numbered `k` past its last batch, with a
-//!   first event id less than `k` past its last id (a batch of the run there runs past it).
+//!   run's batch: stamped after all of it and, if numbered past its last readable batch, with
+//!   a first event id no greater than that batch's last (a batch of the run there runs past
+//!   it; the master's queue drops skip sequences, not ids).
 //!   Such a batch, or any that comes 2 s (or 16 windows' `max_delay`) after the unreadable
 //!   one, is a restart. A reset (a new connection) keeps this fence, for an unreadable batch
 //!   passed or held. Bounded, not closed: a batch of the run later than that bound would be

@@ -341,7 +341,7 @@ fn a_batch_before_an_unreadable_one_is_another_runs_only_with_ids_back_and_a_lat
     assert_eq!(
         t.observe(at, Seq(5), stamped(4, 21)),
         Verdict::Restart { last: Seq(5) },
-        "ids short of what batch 5 of the run holds, stamped after every batch applied"
+        "its first id no greater than batch 4's last, stamped after every batch applied"
     );
 }
 

@@ -196,10 +196,11 @@ struct Blind {
     seq: Seq,
     /// When it arrived.
     since: Instant,
-    /// The last sequence applied before it (or before the loss it followed).
+    /// The last readable sequence applied before it (or before the loss it followed).
     last_seq: Option<Seq>,
-    /// The last event id applied before it: a batch of its run numbered `k` after that batch
-    /// has a first event id at least `k` past this one.
+    /// The last event id applied before it: a batch of its run numbered after that batch has a
+    /// greater first event id (ids only grow within a run; the master's queue drops skip
+    /// sequences, not ids, so nothing more is known of it).
     last_id: Option<u64>,
     /// The latest publisher stamp applied before it: a batch of its run numbered at or before
     /// the last one applied is stamped no later.
@@ -209,12 +210,11 @@ struct Blind {
 impl Blind {
     /// Reports whether the batch `seq` (at or before the unreadable one) is shown to be a
     /// later run's. It must be stamped after every batch applied before the unreadable one
-    /// (so it is neither one of its run's batches numbered before them, nor an older run's:
-    /// one run stamps its batches in order). And if it is numbered after them, `k` past the
-    /// last, its first event id must be less than `k` past the last id applied (each batch of
-    /// one run holds at least one event, and ids only grow within a run): a batch of the
-    /// unreadable one's run numbered there runs past it. Without comparable stamps, or ids
-    /// there, nothing shows it.
+    /// (so it is neither one of its run's batches numbered at or before the last of them, nor
+    /// an older run's: one run stamps its batches in order). And if it is numbered after that
+    /// last one, its first event id must be no greater than the last id applied (a batch of
+    /// the unreadable one's run numbered there runs past it). Without comparable stamps, a
+    /// readable batch applied before, or ids there, nothing shows it.
     fn is_another_run(&self, seq: Seq, fp: &Fingerprint) -> bool {
         let stamped_after = matches!((self.max_millis, fp.millis), (Some(m), Some(at)) if at > m);
         let Some(last) = self.last_seq else {
@@ -223,11 +223,8 @@ impl Blind {
         if seq <= last {
             return stamped_after;
         }
-        let ids_short = match (self.last_id, fp.first_event_id) {
-            (Some(l), Some(f)) => f < l.saturating_add(seq.0 - last.0),
-            _ => false,
-        };
-        stamped_after && ids_short
+        let ids_back = matches!((self.last_id, fp.first_event_id), (Some(l), Some(f)) if f <= l);
+        stamped_after && ids_back
     }
 
     /// Reports whether a batch that arrived at `now` can no longer be a late batch of the
@@ -338,7 +335,7 @@ impl<T> SequenceTracker<T> {
             fence.include_blind(Blind {
                 seq: Seq(seq),
                 since,
-                last_seq: self.last.map(|(s, _)| s).or(self.floor.map(|(s, _)| s)),
+                last_seq: self.last_readable(),
                 last_id: self.last_id.or(self.floor.and_then(|(_, id)| id)),
                 max_millis: self.max_millis,
             });
@@ -556,6 +553,16 @@ impl<T> SequenceTracker<T> {
         Verdict::Restart { last }
     }
 
+    /// The last readable sequence applied (through the unreadable batches passed since), or
+    /// the one before a declared loss: what a fence of an unreadable batch is measured from.
+    fn last_readable(&self) -> Option<Seq> {
+        match self.last {
+            Some((seq, fp)) if !fp.unreadable => Some(seq),
+            Some(_) => self.blind.and_then(|b| b.last_seq),
+            None => self.floor.map(|(seq, _)| seq),
+        }
+    }
+
     /// How long after an unreadable batch arrived a batch at or before it is still taken for a
     /// late batch of its run: [`BLIND_AT_LEAST`], or 16 reorder windows when longer.
     fn blind_limit(&self) -> Duration {
@@ -579,8 +586,8 @@ impl<T> SequenceTracker<T> {
     /// Once moved past it with a reorder window, and until a readable batch after it applies,
     /// a batch at or before it is [`Verdict::Stale`] (a late batch of its run may store what
     /// it removed), unless shown to be a later run's: stamped after every batch applied before
-    /// the unreadable one and, if numbered `k` after the last of them, with a first event id
-    /// less than `k` past its last (a batch of the run numbered there runs past that). Then,
+    /// the unreadable one and, if numbered after the last readable one of them, with a first
+    /// event id no greater than its last (a batch of the run numbered there runs past it). Then,
     /// or when it arrives 2 s (`BLIND_AT_LEAST`, or 16 windows) after the
     /// unreadable one (a bound on how late a batch comes; its stamp is unknown), it is a
     /// [`Verdict::Restart`]. A reset keeps this fence: after it, such a batch is late until so
@@ -617,7 +624,7 @@ impl<T> SequenceTracker<T> {
         if self.last.is_none() {
             self.last_id = self.floor.and_then(|(_, id)| id);
         }
-        let last_seq = self.last.map(|(s, _)| s).or(self.floor.map(|(s, _)| s));
+        let last_seq = self.last_readable();
         self.last = Some((seq, Fingerprint::unreadable()));
         self.floor = None;
         self.blind = Some(Blind {
