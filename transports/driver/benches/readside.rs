@@ -8,11 +8,11 @@
 //! query alone, ingest alone, both at once; a hash query (page hashes given) and a cold token
 //! query (SHA-256 of every page, no memo); for the reader, also a token query whose pages are
 //! all in the driver's [`PrefixMemo`] (warmed first), hashed through it as the query handle
-//! does. Latencies go into hdrhistograms (ns). Around each query the query thread reads how
-//! often the kernel has put it on a CPU ([`Switches`]), so each phase also reports the p99 of
-//! the queries no context switch interrupted, and how many were: that tells the scheduler's
-//! share of the tail from the read side's (interrupts and the hypervisor taking the vCPU stay
-//! in both). Writes
+//! does. Latencies go into hdrhistograms (ns). Two more phases profile the reader's hash query:
+//! around each query the query thread reads how often the kernel has put it on a CPU
+//! ([`Switches`]), so they report the p99 of the queries no context switch interrupted, and
+//! how many were: the scheduler's share of the tail (interrupts and the hypervisor taking the
+//! vCPU stay in both). Writes
 //! `<target>/perf/readside.json`; `cargo bench -- --test` runs it small, without figures.
 
 #[path = "../../../core/benches/common/mod.rs"]
@@ -214,8 +214,17 @@ struct Latencies {
 /// Reader queries that fell back to the lock.
 static BUSY: AtomicU64 = AtomicU64::new(0);
 
-/// Runs queries of `kind` through `side` until `stop`; returns their latencies.
-fn query_loop(fx: &Fixture, side: Side, kind: Kind, stop: &AtomicBool) -> Latencies {
+/// Runs queries of `kind` through `side` until `stop`; returns their latencies. With
+/// `count_switches`, reads [`Switches`] around each query (two system calls per query, outside
+/// the timed part, which still leave the next query's caches colder: so only the profiling
+/// phases do).
+fn query_loop(
+    fx: &Fixture,
+    side: Side,
+    kind: Kind,
+    stop: &AtomicBool,
+    count_switches: bool,
+) -> Latencies {
     let histogram = || Histogram::<u64>::new_with_bounds(1, 10_000_000_000, 3).expect("bounds");
     let mut out = Latencies {
         all: histogram(),
@@ -223,7 +232,11 @@ fn query_loop(fx: &Fixture, side: Side, kind: Kind, stop: &AtomicBool) -> Latenc
         switched: 0,
         seen: false,
     };
-    let switches = Switches::of_this_thread();
+    let switches = if count_switches {
+        Switches::of_this_thread()
+    } else {
+        Switches(None)
+    };
     out.seen = switches.now().is_some();
     let windows = fx.hashes.len() - QUERY_PAGES;
     let mut k = 0usize;
@@ -319,10 +332,23 @@ fn phase(
     query: Option<(Side, Kind)>,
     length: Duration,
 ) -> Phase {
+    phase_counting(fx, writer, ingest, query, length, false)
+}
+
+/// [`phase`], counting the query thread's context switches if `count_switches`.
+fn phase_counting(
+    fx: &Fixture,
+    writer: &mut Writer,
+    ingest: bool,
+    query: Option<(Side, Kind)>,
+    length: Duration,
+    count_switches: bool,
+) -> Phase {
     let stop = &AtomicBool::new(false);
     std::thread::scope(|s| {
         let w = ingest.then(|| s.spawn(|| writer.run(&fx.session, stop)));
-        let q = query.map(|(side, kind)| s.spawn(move || query_loop(fx, side, kind, stop)));
+        let q = query
+            .map(|(side, kind)| s.spawn(move || query_loop(fx, side, kind, stop, count_switches)));
         std::thread::sleep(length);
         stop.store(true, Ordering::Relaxed);
         let mut out = Phase::default();
@@ -447,18 +473,12 @@ fn main() {
             let alone = phase(&fx, &mut writer, false, Some((side, kind)), length);
             let busy = phase(&fx, &mut writer, true, Some((side, kind)), length);
             println!(
-                "  {name:14} alone p50 {:>8} p99 {:>8} | ingesting ({:.2} M events/s) p50 {:>8} p99 {:>8} | not switched out: p99 alone {:>8}, ingesting {:>8} ({} and {} of {} and {} switched)",
+                "  {name:14} alone p50 {:>8} p99 {:>8} | ingesting ({:.2} M events/s) p50 {:>8} p99 {:>8}",
                 us(alone.p50_ns),
                 us(alone.p99_ns),
                 busy.events_per_s.unwrap_or(0.0) / 1e6,
                 us(busy.p50_ns),
-                us(busy.p99_ns),
-                us(alone.p99_undisturbed_ns),
-                us(busy.p99_undisturbed_ns),
-                alone.switched,
-                busy.switched,
-                alone.queries,
-                busy.queries
+                us(busy.p99_ns)
             );
             json.push_str(&format!(
                 ",\"{name}\":{{\"alone\":{},\"ingesting\":{}}}",
@@ -471,6 +491,42 @@ fn main() {
         "  reader queries that asked under the lock (Busy), store-only ingest: {}",
         BUSY.swap(0, Ordering::Relaxed)
     );
+    // The tail's profile: the reader's hash query again, the query thread reading around each
+    // query whether the kernel switched it out (its own phases: the reads cost the queries).
+    let alone = phase_counting(
+        &fx,
+        &mut writer,
+        false,
+        Some((Side::Reader, Kind::Hashes)),
+        length,
+        true,
+    );
+    let busy = phase_counting(
+        &fx,
+        &mut writer,
+        true,
+        Some((Side::Reader, Kind::Hashes)),
+        length,
+        true,
+    );
+    println!(
+        "  reader_hashes, switches counted: alone p50 {:>8} p99 {:>8} ({} of {} switched out; the rest p99 {:>8}) | ingesting p50 {:>8} p99 {:>8} ({} of {} switched out; the rest p99 {:>8})",
+        us(alone.p50_ns),
+        us(alone.p99_ns),
+        alone.switched,
+        alone.queries,
+        us(alone.p99_undisturbed_ns),
+        us(busy.p50_ns),
+        us(busy.p99_ns),
+        busy.switched,
+        busy.queries,
+        us(busy.p99_undisturbed_ns)
+    );
+    json.push_str(&format!(
+        ",\"reader_hashes_switches\":{{\"alone\":{},\"ingesting\":{}}}",
+        alone.json(),
+        busy.json()
+    ));
     // Every other batch removes the pages the one before stored: each is a change a query
     // overlapping it must read again, or ask under the lock after a few tries.
     writer.removing = true;
@@ -486,13 +542,11 @@ fn main() {
         let busy = phase(&fx, &mut writer, true, Some((side, Kind::Hashes)), length);
         let fell_back = BUSY.swap(0, Ordering::Relaxed);
         println!(
-            "  {name:23} ingesting ({:.2} M events/s) p50 {:>8} p99 {:>8}, {fell_back} of {} asked under the lock | not switched out: p99 {:>8} ({} switched)",
+            "  {name:23} ingesting ({:.2} M events/s) p50 {:>8} p99 {:>8}, {fell_back} of {} asked under the lock",
             busy.events_per_s.unwrap_or(0.0) / 1e6,
             us(busy.p50_ns),
             us(busy.p99_ns),
-            busy.queries,
-            us(busy.p99_undisturbed_ns),
-            busy.switched
+            busy.queries
         );
         json.push_str(&format!(
             ",\"{name}\":{{\"ingesting\":{},\"busy\":{fell_back}}}",
