@@ -194,8 +194,9 @@ const BLIND_AT_LEAST: Duration = Duration::from_secs(2);
 #[derive(Clone, Copy, Debug)]
 struct Blind {
     seq: Seq,
-    /// When it arrived.
-    since: Instant,
+    /// When a batch at or before it stops being taken for a late one of its run: it arrived
+    /// then, plus [`SequenceTracker::blind_limit`].
+    expires: Instant,
     /// The last readable sequence applied before it (or before the loss it followed).
     last_seq: Option<Seq>,
     /// The last event id applied before it: a batch of its run numbered after that batch has a
@@ -228,9 +229,9 @@ impl Blind {
     }
 
     /// Reports whether a batch that arrived at `now` can no longer be a late batch of the
-    /// unreadable one's run: it comes more than `limit` after it (see [`BLIND_AT_LEAST`]).
-    fn has_expired(&self, now: Instant, limit: Duration) -> bool {
-        now >= self.since + limit
+    /// unreadable one's run (see [`BLIND_AT_LEAST`]).
+    fn has_expired(&self, now: Instant) -> bool {
+        now >= self.expires
     }
 }
 
@@ -283,20 +284,17 @@ impl<T> SequenceTracker<T> {
     /// and held batches are dropped. What was applied or held becomes the fence against late
     /// copies (see the module docs). Returns how many held batches were dropped.
     pub fn reset(&mut self) -> usize {
-        self.reset_keeping(None)
-    }
-
-    /// [`SequenceTracker::reset`] for a restart found at the batch `seq` (the caller applies
-    /// it as the new baseline): the batches held after it are kept, since they may be the new
-    /// run's (they are released in order after it, and ruled then). Returns how many held
-    /// batches were dropped.
-    pub fn reset_for_restart(&mut self, seq: Seq) -> usize {
-        self.reset_keeping(Some(seq))
-    }
-
-    fn reset_keeping(&mut self, held_after: Option<Seq>) -> usize {
-        let dropped = self.fence_run(|s, _| held_after.is_some_and(|after| s > after.0));
+        let dropped = self.end_run(|_, _| false);
         self.last = None;
+        dropped
+    }
+
+    /// Ends what the stream knows of its run: fences what it applied and the held batches
+    /// `keep` does not keep ([`SequenceTracker::fence_run`]), and forgets its ids, stamps,
+    /// copies, floor and fence of an unreadable batch (`last` is the caller's). Returns how
+    /// many held batches were dropped.
+    fn end_run(&mut self, keep: impl Fn(u64, &Fingerprint) -> bool) -> usize {
+        let dropped = self.fence_run(keep);
         self.last_id = None;
         self.max_millis = None;
         self.recent.clear();
@@ -331,10 +329,10 @@ impl<T> SequenceTracker<T> {
             .filter(|(s, (_, fp, _))| fp.unreadable && !keep(**s, fp))
             .map(|(s, (at, _, _))| (*s, *at))
             .next_back();
-        if let Some((seq, since)) = held_blind {
+        if let Some((seq, arrived)) = held_blind {
             fence.include_blind(Blind {
                 seq: Seq(seq),
-                since,
+                expires: arrived + self.blind_limit(),
                 last_seq: self.last_readable(),
                 last_id: self.last_id.or(self.floor.and_then(|(_, id)| id)),
                 max_millis: self.max_millis,
@@ -419,7 +417,6 @@ impl<T> SequenceTracker<T> {
     /// [`Verdict::Restart`] the caller MUST apply the batch and then call
     /// [`SequenceTracker::applied`].
     pub fn observe(&mut self, now: Instant, seq: Seq, fingerprint: Fingerprint) -> Verdict {
-        let limit = self.blind_limit();
         if let Some(fence) = &mut self.fence {
             if fence.is_copy(seq, &fingerprint) {
                 return Verdict::Late;
@@ -430,7 +427,7 @@ impl<T> SequenceTracker<T> {
                 return Verdict::Stale;
             }
             if let Some(blind) = fence.blind.filter(|b| seq <= b.seq) {
-                if !blind.is_another_run(seq, &fingerprint) && !blind.has_expired(now, limit) {
+                if !blind.is_another_run(seq, &fingerprint) && !blind.has_expired(now) {
                     // At or before an unreadable batch from before the reset: it may store
                     // what that one removed.
                     return if self.last.is_none() && self.floor.is_none() {
@@ -452,7 +449,7 @@ impl<T> SequenceTracker<T> {
             if self.recent.contains(&(seq, fingerprint)) {
                 return Verdict::Late;
             }
-            if blind.is_another_run(seq, &fingerprint) || blind.has_expired(now, limit) {
+            if blind.is_another_run(seq, &fingerprint) || blind.has_expired(now) {
                 return self.restart(self.last.map_or(blind.seq, |(s, _)| s), seq, &fingerprint);
             }
             return Verdict::Stale;
@@ -532,24 +529,21 @@ impl<T> SequenceTracker<T> {
     }
 
     /// Rules the batch `seq` (stamped as `fp`) another run's first: the stream begins again
-    /// with it. The batches held after it that may be the new run's stay held: released after
-    /// it, they are ruled then (dropped, the new run's batch that removed what it stored would
-    /// be lost without a trace). Those stamped before it are the old run's, sent before the
-    /// restart: dropped, as the index forgets what the old run taught.
+    /// with it, as after [`SequenceTracker::reset`], except that the batches held after it that
+    /// may be the new run's stay held: released after it, they are ruled then (dropped, the
+    /// new run's batch that removed what it stored would be lost without a trace). Those
+    /// stamped before it are the old run's, sent before the restart: dropped, as the index
+    /// forgets what the old run taught.
     fn restart(&mut self, last: Seq, seq: Seq, fp: &Fingerprint) -> Verdict {
         let from = fp.millis;
-        self.fence_run(|s, held| {
+        self.end_run(|s, held| {
             s > seq.0
                 && match (from, held.millis) {
                     (Some(from), Some(at)) => at >= from,
                     _ => true,
                 }
         });
-        self.recent.clear();
-        self.last_id = None;
-        self.max_millis = None;
-        self.floor = None;
-        self.blind = None;
+        self.last = None;
         Verdict::Restart { last }
     }
 
@@ -629,7 +623,7 @@ impl<T> SequenceTracker<T> {
         self.floor = None;
         self.blind = Some(Blind {
             seq,
-            since: arrived,
+            expires: arrived + self.blind_limit(),
             last_seq,
             last_id: self.last_id,
             max_millis: self.max_millis,
@@ -708,12 +702,7 @@ impl<T> SequenceTracker<T> {
                     .or(self.floor.map(|(s, _)| s))
                     .unwrap_or(Seq(next));
                 // The batches still held stay: they come after this one.
-                self.fence_run(|_, _| true);
-                self.recent.clear();
-                self.last_id = None;
-                self.max_millis = None;
-                self.floor = None;
-                self.blind = None;
+                self.end_run(|_, _| true);
                 Verdict::Restart { last }
             }
         };

@@ -146,9 +146,9 @@ impl Session {
                     received: seq,
                 });
                 // The old run's position means nothing to the new one (its resync must not be
-                // checked against it); what it applied fences its late batches. The batches
-                // held after this one that may be the new run's stay held.
-                self.reset_stream_for_restart(seq);
+                // checked against it); the tracker fenced what it applied against its late
+                // batches, and kept the held batches that may be the new run's.
+                self.forget_stream_position();
                 self.begin_stream(now, seq, &mut fx);
                 self.forget(now, ClearReason::Restart, &mut fx);
                 self.apply_in_order(now, &batch, fingerprint, frames[2], &mut fx);
@@ -387,13 +387,7 @@ impl Session {
         self.forget_stream_position();
     }
 
-    /// [`Session::reset_stream`] for a restart found at the batch `seq`, which begins the new
-    /// stream: the batches held after it stay held.
-    pub(super) fn reset_stream_for_restart(&mut self, seq: Seq) {
-        self.tracker.reset_for_restart(seq);
-        self.forget_stream_position();
-    }
-
+    /// Forgets where the stream began and what anchors or proves a snapshot against it.
     fn forget_stream_position(&mut self) {
         self.stream_start = None;
         self.anchor = None;
