@@ -590,6 +590,23 @@ fn reordering_session_at_four() -> (Session, Vec<String>) {
 }
 
 /// Lets the reorder window run out from `now`.
+/// Runs the session's timers from `now` in steps of `step_ms` until it asks to connect, then
+/// connects it; returns when. Asserts that it reconnects within 100 steps.
+fn reconnect_by_timers(session: &mut Session, mut now: Instant, step_ms: u64) -> Instant {
+    for _ in 0..100 {
+        now = now + std::time::Duration::from_millis(step_ms);
+        let fx = session.handle_timeout(now);
+        if fx
+            .iter()
+            .any(|e| matches!(e, Effect::Command(Command::Connect { .. })))
+        {
+            let _ = session.handle_connected(now);
+            return now;
+        }
+    }
+    panic!("the session reconnects");
+}
+
 fn wait_out_the_window(session: &mut Session, mut now: Instant) {
     for _ in 0..10 {
         now = now + std::time::Duration::from_millis(10);
@@ -724,21 +741,8 @@ fn a_reconnect_keeps_the_fence_of_an_unreadable_batch() {
     let a_tokens = page(1).0;
     let _ = feed(&mut session, Instant::from_millis(10), &unreadable(6));
     let _ = session.handle_disconnected(Instant::from_millis(12));
-    let mut now = Instant::from_millis(12);
-    let mut connected = false;
-    for _ in 0..100 {
-        now = now + std::time::Duration::from_millis(100);
-        let fx = session.handle_timeout(now);
-        if fx
-            .iter()
-            .any(|e| matches!(e, Effect::Command(Command::Connect { .. })))
-        {
-            let _ = session.handle_connected(now);
-            connected = true;
-            break;
-        }
-    }
-    assert!(connected, "the session reconnects");
+    let now = Instant::from_millis(12);
+    let now = reconnect_by_timers(&mut session, now, 100);
     let _ = feed(&mut session, now, &stores(5, 1_005, 5, &ka));
     assert_eq!(
         hit_pages(&session, &a_tokens),
@@ -1023,21 +1027,8 @@ fn a_reconnect_after_two_unreadable_batches_keeps_the_fence_of_the_first() {
     assert_eq!(session.counters().gaps, 1, "the window gave up on batch 5");
     let _ = feed(&mut session, Instant::from_millis(200), &unreadable(8));
     let _ = session.handle_disconnected(Instant::from_millis(201));
-    let mut now = Instant::from_millis(201);
-    let mut connected = false;
-    for _ in 0..100 {
-        now = now + std::time::Duration::from_millis(10);
-        let fx = session.handle_timeout(now);
-        if fx
-            .iter()
-            .any(|e| matches!(e, Effect::Command(Command::Connect { .. })))
-        {
-            let _ = session.handle_connected(now);
-            connected = true;
-            break;
-        }
-    }
-    assert!(connected, "the session reconnects");
+    let now = Instant::from_millis(201);
+    let now = reconnect_by_timers(&mut session, now, 10);
     assert!(
         now < Instant::from_millis(1_500),
         "within the unreadable batches' bound"

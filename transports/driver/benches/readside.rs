@@ -287,7 +287,9 @@ fn query_loop(
         assert_eq!(hits.prefix_pages, QUERY_PAGES, "every page is held");
         let ns = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX).max(1);
         out.all.record(ns).expect("in bounds");
-        if before == after {
+        if !out.seen {
+            // Not profiling: `undisturbed` means nothing.
+        } else if before == after {
             out.undisturbed.record(ns).expect("in bounds");
         } else {
             out.switched += 1;
