@@ -1040,3 +1040,173 @@ fn a_reconnect_after_two_unreadable_batches_keeps_the_fence_of_the_first() {
         "batch 5, sent before the unreadable batch 6 that removed A, began the new stream"
     );
 }
+
+/// The fetches among `fx`.
+fn fetches(fx: &Effects) -> Vec<hicache_index::SnapshotRequest> {
+    fx.iter()
+        .filter_map(|e| match e {
+            Effect::Command(Command::FetchSnapshot { request }) => Some(*request),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Found by the long sweep on the eighth session's fence (`hicache-index-sim --seeds
+/// 135000..155000 --events 20000`, hostile seed 140850, a liveness failure): an unreadable
+/// batch of the old run, held when the master restarted, was released by a declared loss and
+/// fenced the new run's batches numbered below it. After a reconnect the fence was the
+/// reset's, and a batch it fenced before the new stream's baseline was ruled late: skipped
+/// without forgetting or fetching, with a snapshot already applied. What those batches stored
+/// never came back, with health live. Which run an unreadable batch is of cannot be told, so
+/// the fence stays; but a batch it fences is stale: the session forgets and fetches again.
+///
+/// Here: batches 1..=4 apply; batch 6, unreadable, waits ahead of the hole at 5; the link
+/// drops and comes back, and the fetch at connect is answered. Batch 5 (stamped between 4 and
+/// 6) then stores page A, and is fenced. The session must fetch again, so that A, present at
+/// the master, becomes a hit once the fetch is answered.
+#[test]
+fn a_batch_fenced_after_a_reset_is_fetched_again_not_skipped() {
+    let mut cfg = config(true);
+    cfg.reorder = hicache_index::ReorderConfig {
+        max_held: 3,
+        max_delay: Some(std::time::Duration::from_millis(20)),
+    };
+    let mut session = Session::new(cfg).expect("a valid config");
+    let fx = connect(&mut session);
+    answer_fetches(
+        &mut session,
+        &fx,
+        Instant::from_millis(1),
+        Some(Seq(0).into()),
+        &[],
+    );
+    let (a_tokens, a) = page(1);
+    let (_, c) = page(200);
+    let (ka, kc) = (keys(&a), keys(&c));
+    for seq in 1..=4u64 {
+        let now = Instant::from_millis(1 + seq);
+        let fx = feed(
+            &mut session,
+            now,
+            &stores(seq, 1_000 + seq, 2 * seq - 1, &kc),
+        );
+        answer_fetches(&mut session, &fx, now, Some(Seq(seq).into()), &kc);
+    }
+    let _ = feed(&mut session, Instant::from_millis(10), &unreadable(6));
+    let _ = session.handle_disconnected(Instant::from_millis(12));
+    let mut now = Instant::from_millis(12);
+    let mut asked = Vec::new();
+    for _ in 0..100 {
+        now = now + std::time::Duration::from_millis(100);
+        let fx = session.handle_timeout(now);
+        if fx
+            .iter()
+            .any(|e| matches!(e, Effect::Command(Command::Connect { .. })))
+        {
+            asked = fetches(&session.handle_connected(now));
+            break;
+        }
+    }
+    assert_eq!(asked.len(), 1, "a resync at connect");
+    let mut master = kc.clone();
+    for request in asked {
+        let _ = session.handle_snapshot(
+            now,
+            request,
+            Some(Seq(6).into()),
+            master.iter().map(String::as_str),
+        );
+    }
+    // Batch 5 stores A at the master; the session fences it.
+    master.extend(ka.iter().cloned());
+    let fx = feed(&mut session, now, &stores(5, 1_005, 9, &ka));
+    let asked = fetches(&fx);
+    assert!(
+        !asked.is_empty(),
+        "a fenced batch was skipped without a fetch: {fx:?}"
+    );
+    for request in asked {
+        let _ = session.handle_snapshot(
+            now,
+            request,
+            Some(Seq(6).into()),
+            master.iter().map(String::as_str),
+        );
+    }
+    assert_eq!(
+        hit_pages(&session, &a_tokens),
+        1,
+        "A is present at the master"
+    );
+}
+
+/// Found by the long sweep on the eighth session's fence (reorder-heavy seed 153419, resync off,
+/// a liveness failure): a batch fenced by an unreadable one, skipped while the index was
+/// empty, left no trace: no clear, nothing counted as lost, so what it stored was missing
+/// without any sign of a loss. A skipped batch is a loss whatever the index holds: the session
+/// reports it (a clear of an empty index, by `StaleBatch`).
+#[test]
+fn a_batch_fenced_with_the_index_empty_is_reported_as_lost() {
+    let (mut session, _) = reordering_session_at_four();
+    let a = keys(&page(1).1);
+    let fx = feed(&mut session, Instant::from_millis(10), &unreadable(5));
+    assert!(
+        fx.iter()
+            .any(|e| matches!(e, Effect::Report(Report::Cleared { .. }))),
+        "the unreadable batch forgets: {fx:?}"
+    );
+    let fx = feed(
+        &mut session,
+        Instant::from_millis(11),
+        &stores(5, 1_005, 5, &a),
+    );
+    assert!(
+        fx.iter().any(|e| matches!(
+            e,
+            Effect::Report(Report::Cleared {
+                reason: hicache_index::ClearReason::StaleBatch,
+                ..
+            })
+        )),
+        "a batch skipped with the index empty left no trace: {fx:?}"
+    );
+}
+
+/// Found with the long sweep's worlds of a master without `GET /kv_events/status` (a second
+/// reviewer's hostile seed 200062, health recovering after the quiet period): the fetch at
+/// connect could not be anchored (no watermark, no batch yet) and the session waited for a
+/// batch before fetching again. A master that then stays idle keeps the index recovering for
+/// good, although a status read that failed once answers the next time. An unanchored
+/// snapshot is fetched again after the retry delay (doubling while it stays unanchored).
+#[test]
+fn an_unanchored_snapshot_of_an_idle_master_is_fetched_again() {
+    let mut session = Session::new(config(true)).expect("a valid config");
+    let (a_tokens, a) = page(1);
+    let ka = keys(&a);
+    let asked = fetches(&connect(&mut session));
+    assert_eq!(asked.len(), 1, "a resync at connect");
+    // The status read fails: no watermark. The master stays idle.
+    for request in asked {
+        let _ = session.handle_snapshot(
+            Instant::from_millis(2),
+            request,
+            None,
+            ka.iter().map(String::as_str),
+        );
+    }
+    assert_eq!(session.health(), hicache_index::Health::Recovering);
+    // The session's own timer brings the next fetch (a driver sleeps until `poll_timeout`).
+    let now = session.poll_timeout().expect("a retry is due");
+    let asked = fetches(&session.handle_timeout(now));
+    assert_eq!(asked.len(), 1, "the unanchored snapshot is fetched again");
+    for request in asked {
+        let _ = session.handle_snapshot(
+            now,
+            request,
+            Some(Seq(0).into()),
+            ka.iter().map(String::as_str),
+        );
+    }
+    assert_eq!(session.health(), hicache_index::Health::Live);
+    assert_eq!(hit_pages(&session, &a_tokens), 1);
+}

@@ -388,8 +388,8 @@ fn a_reset_keeps_the_fence_of_an_unreadable_batch_held() {
     assert_eq!(t.reset(), 1);
     assert_eq!(
         t.observe(at, Seq(5), stamped(5, 5)),
-        Verdict::Late,
-        "it may store what 6 removed"
+        Verdict::Stale,
+        "it may store what 6 removed, and remove what a snapshot since holds"
     );
     assert_eq!(
         t.observe(at, Seq(1), stamped(1, 30)),

@@ -429,12 +429,10 @@ impl<T> SequenceTracker<T> {
             if let Some(blind) = fence.blind.filter(|b| seq <= b.seq) {
                 if !blind.is_another_run(seq, &fingerprint) && !blind.has_expired(now) {
                     // At or before an unreadable batch from before the reset: it may store
-                    // what that one removed.
-                    return if self.last.is_none() && self.floor.is_none() {
-                        Verdict::Late
-                    } else {
-                        Verdict::Stale
-                    };
+                    // what that one removed, and it may remove what a snapshot taken since
+                    // holds (it is no copy of a batch applied), so it is stale, never merely
+                    // late, even before the new stream's baseline.
+                    return Verdict::Stale;
                 }
                 // Another run's (or too late to be of the unreadable one's): the fence of
                 // the unreadable batch has done its work.
@@ -584,9 +582,11 @@ impl<T> SequenceTracker<T> {
     /// event id no greater than its last (a batch of the run numbered there runs past it). Then,
     /// or when it arrives 2 s (`BLIND_AT_LEAST`, or 16 windows) after the
     /// unreadable one (a bound on how late a batch comes; its stamp is unknown), it is a
-    /// [`Verdict::Restart`]. A reset keeps this fence: after it, such a batch is late until so
-    /// shown. A restarted publisher without ids or comparable stamps, numbered below it, misses
-    /// that long.
+    /// [`Verdict::Restart`]. A reset keeps this fence: after it, such a batch is stale until so
+    /// shown (and then the new stream's baseline). A restarted publisher without ids or
+    /// comparable stamps, numbered below it, misses that long; so does one whose first batches
+    /// came after an unreadable batch of the old run that was held when it restarted (which
+    /// run an unreadable batch is of cannot be told, and the fence must hold for its own).
     pub fn observe_unreadable(&mut self, now: Instant, seq: Seq) -> Verdict {
         if self.config.max_held == 0 {
             self.reset();

@@ -110,6 +110,9 @@ pub struct Session {
     /// What the workers advertise for their models, and the layout in force for each.
     layout_votes: LayoutVotes,
     next_request: u64,
+    /// How long the last snapshot that could not be anchored waits for the next fetch (zero
+    /// once one is anchored).
+    unanchored_delay: Duration,
     counters: Counters,
     /// A time at or after which every object the index holds was present at the master (see
     /// [`Counters::unconfirmed_ms`]); meaningless while the index is empty.
@@ -200,6 +203,7 @@ impl Session {
             workers: BTreeMap::new(),
             layout_votes: LayoutVotes::new(),
             next_request: 1,
+            unanchored_delay: Duration::ZERO,
             counters: Counters::default(),
             confirmed_at: Instant::ZERO,
             latest: Instant::ZERO,

@@ -107,8 +107,12 @@ pub(super) enum Resync {
     Waiting {
         retry_at: Instant,
     },
-    /// A snapshot could not be anchored to the stream: fetch again once a batch has arrived.
-    AwaitingStream,
+    /// A snapshot could not be anchored to the stream: fetch again once a batch has arrived,
+    /// or at `retry_at` if none has (an idle master whose status read failed once would
+    /// otherwise keep the index recovering until it publishes again).
+    AwaitingStream {
+        retry_at: Instant,
+    },
 }
 
 /// What the resynchronisation's timer asks for.
@@ -124,9 +128,9 @@ impl Resync {
     /// Returns when [`Resync::handle_timeout`] is next due.
     pub(super) fn poll_timeout(&self) -> Option<Instant> {
         match self {
-            Resync::Idle | Resync::AwaitingStream => None,
+            Resync::Idle => None,
             Resync::Fetching { deadline, .. } => Some(*deadline),
-            Resync::Waiting { retry_at } => Some(*retry_at),
+            Resync::Waiting { retry_at } | Resync::AwaitingStream { retry_at } => Some(*retry_at),
         }
     }
 
@@ -134,7 +138,11 @@ impl Resync {
     pub(super) fn handle_timeout(&self, now: Instant) -> Option<ResyncDue> {
         match *self {
             Resync::Fetching { deadline, .. } if deadline <= now => Some(ResyncDue::FetchTimedOut),
-            Resync::Waiting { retry_at } if retry_at <= now => Some(ResyncDue::Retry),
+            Resync::Waiting { retry_at } | Resync::AwaitingStream { retry_at }
+                if retry_at <= now =>
+            {
+                Some(ResyncDue::Retry)
+            }
             _ => None,
         }
     }
@@ -207,7 +215,8 @@ impl Session {
     ///   is checked by the first batch.)
     ///
     /// Without a watermark, a snapshot asked for before any batch arrived cannot be anchored; the
-    /// session fetches again once the stream has begun. Lines that are not exactly keys are never
+    /// session fetches again once the stream has begun, or after the resync's retry delay
+    /// (doubling, up to 64 times it, while snapshots stay unanchored) if it has not. Lines that are not exactly keys are never
     /// applied (see [`crate::snapshot`]). Shortcut for [`Input::Snapshot`] that takes any
     /// iterator of lines.
     pub fn handle_snapshot<I>(
@@ -294,13 +303,27 @@ impl Session {
             }
             (None, _) if stream_at_request.is_none() => {
                 self.counters.unanchored_snapshots += 1;
-                self.resync = Resync::AwaitingStream;
+                // Each unanchored fetch in a row waits twice as long for the next (a master
+                // that never tells its status costs a key list per 64 retry periods at most).
+                let first = self
+                    .config
+                    .resync
+                    .map_or(Duration::from_secs(1), |r| r.retry_after);
+                self.unanchored_delay = if self.unanchored_delay.is_zero() {
+                    first
+                } else {
+                    (self.unanchored_delay * 2).min(first * 64)
+                };
+                self.resync = Resync::AwaitingStream {
+                    retry_at: now + self.unanchored_delay,
+                };
                 if self.stream_start.is_some() {
                     // The stream began while this fetch was under way: a new one is anchored.
                     self.start_resync(now, &mut fx);
                 }
             }
             (max_first, start) => {
+                self.unanchored_delay = Duration::ZERO;
                 if let (Some(max_first), None) = (max_first, start) {
                     self.anchor = Some(max_first);
                 }

@@ -170,7 +170,7 @@ impl Session {
         self.apply_batch(now, now, batch, fp, payload.len(), fx);
         self.tracker.applied(batch.seq, fp);
         self.drain_held(now, fx);
-        if matches!(self.resync, Resync::AwaitingStream) {
+        if matches!(self.resync, Resync::AwaitingStream { .. }) {
             self.start_resync(now, fx);
         }
     }
@@ -216,21 +216,29 @@ impl Session {
     }
 
     /// Skips an old batch that is no copy of one applied ([`Verdict::Stale`]): late, or from a
-    /// restarted publisher whose clock went back. Whatever the index holds (a snapshot, say)
-    /// may be contradicted by it: forget, and fetch again (the keys live batches stored after a
-    /// fetch's key list was read come back only so), and so is a fetch under way. With the
-    /// index empty and no fetch there is nothing to contradict: a restarted master whose clock
-    /// is behind costs one fetch, not one a batch.
+    /// restarted publisher whose clock went back, or of the current run but fenced by an
+    /// unreadable batch. Whatever the index holds (a snapshot, say) may be contradicted by it:
+    /// forget, and fetch again (the keys live batches stored after a fetch's key list was read
+    /// come back only so), and so is a fetch under way. With the index empty and nothing to
+    /// contradict, it forgets too (what the batch stored is lost: that is reported, and a
+    /// fetch brings it back), unless a resync is waiting for its retry (or for the stream):
+    /// that fetch brings it back, and a restarted master whose clock is behind costs one
+    /// fetch a retry period, not one a batch.
     pub(super) fn stale_batch(&mut self, now: Instant, seq: Seq, fx: &mut Effects) {
         self.counters.late += 1;
         fx.push(Report::Late { seq });
         // A fetch under way is contradicted too: the key list may be read before or after
         // what the skipped batch removed, and a batch skipped now is never applied again.
         let fetching = matches!(self.resync, Resync::Fetching { .. });
+        let retrying = matches!(
+            self.resync,
+            Resync::Waiting { .. } | Resync::AwaitingStream { .. }
+        );
         if self.index.object_count() > 0
             || self.proof.is_some()
             || self.anchor.is_some()
             || fetching
+            || !retrying
         {
             self.forget(now, ClearReason::StaleBatch, fx);
         }
