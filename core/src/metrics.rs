@@ -117,6 +117,9 @@ pub struct Counters {
     pub verify_failures: u64,
     /// Snapshot or verification answers for a request no longer current.
     pub stale_answers: u64,
+    /// Fetches the index forgot during (their key list may be older than what it forgot): each
+    /// was fetched again once it came back, so that one fetch at a time is under way.
+    pub superseded_fetches: u64,
     /// Verification rounds completed.
     pub verify_rounds: u64,
     /// Keys checked by verification.
@@ -171,7 +174,7 @@ pub struct Counters {
 
 impl Counters {
     /// Lists every figure with its name and kind, so exporters need not name them one by one.
-    pub fn fields(&self) -> [(&'static str, u64, Kind); 63] {
+    pub fn fields(&self) -> [(&'static str, u64, Kind); 64] {
         [
             ("batches", self.batches, Kind::Counter),
             ("events", self.events, Kind::Counter),
@@ -246,6 +249,7 @@ impl Counters {
             ),
             ("verify_failures", self.verify_failures, Kind::Counter),
             ("stale_answers", self.stale_answers, Kind::Counter),
+            ("superseded_fetches", self.superseded_fetches, Kind::Counter),
             ("verify_rounds", self.verify_rounds, Kind::Counter),
             ("verified_keys", self.verified_keys, Kind::Counter),
             ("stale_keys_found", self.stale_keys_found, Kind::Counter),

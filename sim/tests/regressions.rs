@@ -1210,3 +1210,54 @@ fn an_unanchored_snapshot_of_an_idle_master_is_fetched_again() {
     assert_eq!(session.health(), hicache_index::Health::Live);
     assert_eq!(hit_pages(&session, &a_tokens), 1);
 }
+
+/// Seen in the trace of hostile seed 200062 (`hicache-index-sim --seeds 200062..200063
+/// --preset hostile --events 20000 --trace`): while a fence skipped batch after batch, each
+/// skip forgot and asked for a new fetch with one already under way: 567 fetches, each of which
+/// reads the master's whole key list (25 MB in the demo). However often the index forgets
+/// during a fetch, one fetch is under way at a time: the one under way is discarded when it
+/// comes back (its key list may be older than what was forgotten) and asked for again then.
+#[test]
+fn forgetting_during_a_fetch_asks_for_one_fetch_at_a_time() {
+    let mut session = Session::new(config(true)).expect("a valid config");
+    let (a_tokens, a) = page(1);
+    let ka = keys(&a);
+    let first = fetches(&connect(&mut session));
+    assert_eq!(first.len(), 1, "a resync at connect");
+    // Three gaps while the fetch is under way: each forgets.
+    let mut now = Instant::from_millis(2);
+    for (i, seq) in [1u64, 5, 9, 20].into_iter().enumerate() {
+        let fx = feed(
+            &mut session,
+            now,
+            &stores(seq, 1_000 + seq, 1 + 8 * i as u64, &ka),
+        );
+        assert!(
+            fetches(&fx).is_empty(),
+            "batch {seq} asked for a second fetch with one under way: {fx:?}"
+        );
+        now = now + std::time::Duration::from_millis(1);
+    }
+    assert_eq!(session.counters().clears_gap, 3);
+    // The first fetch comes back: discarded, and asked for again.
+    let again = fetches(&session.handle_snapshot(
+        now,
+        first[0],
+        Some(Seq(20).into()),
+        ka.iter().map(String::as_str),
+    ));
+    assert_eq!(
+        again.len(),
+        1,
+        "the fetch is asked for again once it came back"
+    );
+    assert_eq!(session.health(), hicache_index::Health::Recovering);
+    let _ = session.handle_snapshot(
+        now,
+        again[0],
+        Some(Seq(20).into()),
+        ka.iter().map(String::as_str),
+    );
+    assert_eq!(session.health(), hicache_index::Health::Live);
+    assert_eq!(hit_pages(&session, &a_tokens), 1);
+}

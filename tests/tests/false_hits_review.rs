@@ -363,23 +363,29 @@ fn a_stale_batch_during_a_fetch_fetches_again_so_that_live_stores_come_back() {
     let page = page_hashes(&layout, &t)[0];
     let old = h.frames(1, filler(1));
     h.advance(10);
-    let _ = h.batch_at(2, filler(1));
-    // The index forgets (an operator asks) and fetches; then page A is stored live.
+    // The stream begins past the snapshot's anchor: the session fetches.
+    let fx = h.batch_at(2, filler(1));
+    let first = fetch_request(&fx).expect("a gap fetches");
+    // The index forgets (an operator asks) while that fetch is under way: it is asked for
+    // again once it comes back. Then page A is stored live.
     let fx = h.session.clear(h.now);
-    let first = fetch_request(&fx).expect("a clear fetches");
+    assert_eq!(fetch_request(&fx), None, "one fetch at a time: {fx:?}");
     h.advance(10);
     let _ = h.batch_at(3, store_page(&layout, &page));
     assert_eq!(h.prefix(&t), 1);
-    // A late batch from before: stale, the index forgets and fetches again.
+    // A late batch from before: stale, the index forgets, and the fetch under way is to be
+    // asked for again (one fetch at a time: not before it comes back).
     let fx = h.feed_frames(&old);
-    let again = fetch_request(&fx).expect("a stale clear fetches again");
-    assert_ne!(again, first);
+    assert_eq!(fetch_request(&fx), None, "{fx:?}");
     assert_eq!(h.prefix(&t), 0);
-    // The first key list was read before A was stored: it is a stale answer now.
-    let _ = h
+    // The first key list was read before A was stored: it is a stale answer now, and the
+    // session fetches again.
+    let fx = h
         .session
         .handle_snapshot(h.now, first, Some(Seq(2).into()), [""; 0]);
     assert_eq!(h.session.counters().stale_answers, 1);
+    let again = fetch_request(&fx).expect("a stale clear fetches again");
+    assert_ne!(again, first);
     let keys: Vec<String> = layout.object_keys(&page).collect();
     let _ = h.session.handle_snapshot(
         h.now,

@@ -103,6 +103,10 @@ pub(super) enum Resync {
         since: Vec<(Seq, Option<u64>, Option<u64>)>,
         /// Which of the snapshot's lines become keys.
         lines: LineFilter,
+        /// The index forgot while the key list was being read, which may be older than what it
+        /// forgot: the answer is discarded and the fetch asked for again once it comes back
+        /// (one fetch under way at a time, however often the index forgets meanwhile).
+        superseded: bool,
     },
     Waiting {
         retry_at: Instant,
@@ -263,6 +267,19 @@ impl Session {
         self.see(now);
         let mut fx = Effects::new();
         let (stream_at_request, batches_since) = match &self.resync {
+            Resync::Fetching {
+                request: current,
+                applied: None,
+                superseded: true,
+                ..
+            } if *current == request => {
+                // The index forgot while this key list was read: fetch it again now.
+                self.counters.stale_answers += 1;
+                self.resync = Resync::Idle;
+                self.start_resync(now, &mut fx);
+                self.update_health(&mut fx);
+                return fx;
+            }
             Resync::Fetching {
                 request: current,
                 stream_at_request,
@@ -557,6 +574,21 @@ impl Session {
         let Some(limits) = self.config.resync else {
             return;
         };
+        if let Resync::Fetching {
+            applied: None,
+            superseded,
+            ..
+        } = &mut self.resync
+        {
+            // The key list is still being read: asking for another now would read the master's
+            // whole key list once more per loss (a storm of them while a fence skips batch
+            // after batch). This one's answer is discarded and asked for again when it comes.
+            if !*superseded {
+                *superseded = true;
+                self.counters.superseded_fetches += 1;
+            }
+            return;
+        }
         let request = SnapshotRequest(self.next_request);
         self.next_request += 1;
         self.counters.resyncs_started += 1;
@@ -583,6 +615,7 @@ impl Session {
                 .map(|seq| (seq, self.tracker.last_event_id())),
             since: Vec::new(),
             lines: LineFilter::default(),
+            superseded: false,
         };
         fx.push(Command::FetchSnapshot { request });
     }
