@@ -343,7 +343,7 @@ impl Options {
                 m.idle = r.unit() * 0.01;
                 m.mix.unknown_keyless = r.unit() * 0.002;
                 m.mix.foreign_put = r.unit() * 0.003;
-                h.restart_after_keys = r.unit() * 0.3;
+                h.restart_after_keys = r.unit() * 0.6;
                 if r.chance(0.4) {
                     // Reordering across restarts: the new master's batches overtake the old one's.
                     s.reorder = ReorderConfig {
