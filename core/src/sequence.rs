@@ -52,12 +52,17 @@
 //!   it; the master's queue drops skip sequences, not ids).
 //!   Such a batch, or any that comes 2 s (or 16 windows' `max_delay`) after the unreadable
 //!   one, is a restart. A reset (a new connection) keeps this fence, for an unreadable batch
-//!   passed or held. Bounded, not closed: a batch of the run later than that bound would be
-//!   taken for another run's; a restarted publisher without ids or comparable stamps misses
-//!   that long. Without a reorder window it is a restart.
+//!   passed or held, and a batch it fences is stale there too (never merely late: it may be
+//!   the current run's, and what it stored or removed is lost). Bounded, not closed: a batch
+//!   of the run later than that bound would be taken for another run's; a restarted publisher
+//!   without ids or comparable stamps misses that long. Without a reorder window it is a
+//!   restart.
 //! - A restart found at a batch keeps the batches held after it that are not stamped before it
 //!   (they may be the new run's, and released after it they are ruled then); dropped, the new
-//!   run's batch that removed what it stored would be lost without a trace.
+//!   run's batch that removed what it stored would be lost without a trace. An unreadable one
+//!   has no stamp and is kept: if it was the old run's and a loss makes it the position, it
+//!   fences the new run's batches numbered below it until the bound above (misses, not false
+//!   hits: which run it is of cannot be told).
 //!
 //! The tracker never applies a later batch before an earlier one.
 
