@@ -568,6 +568,26 @@ fn late_copy_of_an_older_run_never_starts_a_stream() {
     );
 }
 
+/// A connected session with resync on and a reorder window of 3 batches and 20 ms, its fetch
+/// at connect answered (an empty master at seq 0).
+fn resyncing_reordering_session() -> Session {
+    let mut cfg = config(true);
+    cfg.reorder = hicache_index::ReorderConfig {
+        max_held: 3,
+        max_delay: Some(std::time::Duration::from_millis(20)),
+    };
+    let mut session = Session::new(cfg).expect("a valid config");
+    let fx = connect(&mut session);
+    answer_fetches(
+        &mut session,
+        &fx,
+        Instant::from_millis(1),
+        Some(Seq(0).into()),
+        &[],
+    );
+    session
+}
+
 /// A batch of the stream (right topic, readable sequence) whose events cannot be read.
 fn unreadable(seq: u64) -> [Vec<u8>; 3] {
     // 0xc1 is the one byte MessagePack never uses.
@@ -901,20 +921,7 @@ fn an_unreadable_batch_before_the_link_is_up_still_fences_the_batches_before_it(
 /// fetch is under way contradicts the fetch as much as it would the index.
 #[test]
 fn a_stale_batch_during_a_fetch_is_not_skipped_silently() {
-    let mut cfg = config(true);
-    cfg.reorder = hicache_index::ReorderConfig {
-        max_held: 3,
-        max_delay: Some(std::time::Duration::from_millis(20)),
-    };
-    let mut session = Session::new(cfg).expect("a valid config");
-    let fx = connect(&mut session);
-    answer_fetches(
-        &mut session,
-        &fx,
-        Instant::from_millis(1),
-        Some(Seq(0).into()),
-        &[],
-    );
+    let mut session = resyncing_reordering_session();
     let (a_tokens, a) = page(1);
     let ka = keys(&a);
     for seq in 1..=4u64 {
@@ -1066,20 +1073,7 @@ fn fetches(fx: &Effects) -> Vec<hicache_index::SnapshotRequest> {
 /// the master, becomes a hit once the fetch is answered.
 #[test]
 fn a_batch_fenced_after_a_reset_is_fetched_again_not_skipped() {
-    let mut cfg = config(true);
-    cfg.reorder = hicache_index::ReorderConfig {
-        max_held: 3,
-        max_delay: Some(std::time::Duration::from_millis(20)),
-    };
-    let mut session = Session::new(cfg).expect("a valid config");
-    let fx = connect(&mut session);
-    answer_fetches(
-        &mut session,
-        &fx,
-        Instant::from_millis(1),
-        Some(Seq(0).into()),
-        &[],
-    );
+    let mut session = resyncing_reordering_session();
     let (a_tokens, a) = page(1);
     let (_, c) = page(200);
     let (ka, kc) = (keys(&a), keys(&c));
