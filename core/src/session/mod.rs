@@ -110,9 +110,9 @@ pub struct Session {
     /// What the workers advertise for their models, and the layout in force for each.
     layout_votes: LayoutVotes,
     next_request: u64,
-    /// How long the last snapshot that could not be anchored waits for the next fetch (zero
-    /// once one is anchored).
-    unanchored_delay: Duration,
+    /// The backoff of fetches whose snapshots could not be anchored, in a row (`attempts` is
+    /// zero once one is anchored).
+    unanchored: Backoff,
     counters: Counters,
     /// A time at or after which every object the index holds was present at the master (see
     /// [`Counters::unconfirmed_ms`]); meaningless while the index is empty.
@@ -203,7 +203,7 @@ impl Session {
             workers: BTreeMap::new(),
             layout_votes: LayoutVotes::new(),
             next_request: 1,
-            unanchored_delay: Duration::ZERO,
+            unanchored: Backoff::new(config.seed ^ 0x5bd1_e995),
             counters: Counters::default(),
             confirmed_at: Instant::ZERO,
             latest: Instant::ZERO,

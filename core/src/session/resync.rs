@@ -219,10 +219,10 @@ impl Session {
     ///   is checked by the first batch.)
     ///
     /// Without a watermark, a snapshot asked for before any batch arrived cannot be anchored; the
-    /// session fetches again once the stream has begun, or after the resync's retry delay
-    /// (doubling, up to 64 times it, while snapshots stay unanchored) if it has not. Lines that are not exactly keys are never
-    /// applied (see [`crate::snapshot`]). Shortcut for [`Input::Snapshot`] that takes any
-    /// iterator of lines.
+    /// session fetches again once the stream has begun, or, if it has not, after the resync's
+    /// retry delay (backing off up to 64 times it while snapshots stay unanchored). Lines that
+    /// are not exactly keys are never applied (see [`crate::snapshot`]). Shortcut for
+    /// [`Input::Snapshot`] that takes any iterator of lines.
     pub fn handle_snapshot<I>(
         &mut self,
         now: Instant,
@@ -320,19 +320,21 @@ impl Session {
             }
             (None, _) if stream_at_request.is_none() => {
                 self.counters.unanchored_snapshots += 1;
-                // Each unanchored fetch in a row waits twice as long for the next (a master
-                // that never tells its status costs a key list per 64 retry periods at most).
+                // Each unanchored fetch in a row waits about twice as long for the next (a
+                // master that never tells its status costs a key list per 64 retry periods at
+                // most), with the reconnects' backoff.
                 let first = self
                     .config
                     .resync
                     .map_or(Duration::from_secs(1), |r| r.retry_after);
-                self.unanchored_delay = if self.unanchored_delay.is_zero() {
-                    first
-                } else {
-                    (self.unanchored_delay * 2).min(first * 64)
-                };
+                let delay = self.unanchored.delay(&BackoffConfig {
+                    initial: first,
+                    max: first.saturating_mul(64),
+                    ..BackoffConfig::default()
+                });
+                self.unanchored.attempts = self.unanchored.attempts.saturating_add(1);
                 self.resync = Resync::AwaitingStream {
-                    retry_at: now + self.unanchored_delay,
+                    retry_at: now + delay,
                 };
                 if self.stream_start.is_some() {
                     // The stream began while this fetch was under way: a new one is anchored.
@@ -340,7 +342,7 @@ impl Session {
                 }
             }
             (max_first, start) => {
-                self.unanchored_delay = Duration::ZERO;
+                self.unanchored.attempts = 0;
                 if let (Some(max_first), None) = (max_first, start) {
                     self.anchor = Some(max_first);
                 }

@@ -227,18 +227,17 @@ impl Session {
     pub(super) fn stale_batch(&mut self, now: Instant, seq: Seq, fx: &mut Effects) {
         self.counters.late += 1;
         fx.push(Report::Late { seq });
-        // A fetch under way is contradicted too: the key list may be read before or after
-        // what the skipped batch removed, and a batch skipped now is never applied again.
-        let fetching = matches!(self.resync, Resync::Fetching { .. });
+        // A fetch under way is contradicted too (the key list may be read before or after what
+        // the skipped batch removed, and a batch skipped now is never applied again): only a
+        // resync waiting for its retry, with nothing held, lets the skip pass unforgotten.
         let retrying = matches!(
             self.resync,
             Resync::Waiting { .. } | Resync::AwaitingStream { .. }
         );
-        if self.index.object_count() > 0
+        if !retrying
+            || self.index.object_count() > 0
             || self.proof.is_some()
             || self.anchor.is_some()
-            || fetching
-            || !retrying
         {
             self.forget(now, ClearReason::StaleBatch, fx);
         }

@@ -495,22 +495,10 @@ fn main() {
     );
     // The tail's profile: the reader's hash query again, the query thread reading around each
     // query whether the kernel switched it out (its own phases: the reads cost the queries).
-    let alone = phase_counting(
-        &fx,
-        &mut writer,
-        false,
-        Some((Side::Reader, Kind::Hashes)),
-        length,
-        true,
-    );
-    let busy = phase_counting(
-        &fx,
-        &mut writer,
-        true,
-        Some((Side::Reader, Kind::Hashes)),
-        length,
-        true,
-    );
+    let [alone, busy] = [false, true].map(|ingest| {
+        let query = Some((Side::Reader, Kind::Hashes));
+        phase_counting(&fx, &mut writer, ingest, query, length, true)
+    });
     println!(
         "  reader_hashes, switches counted: alone p50 {:>8} p99 {:>8} ({} of {} switched out; the rest p99 {:>8}) | ingesting p50 {:>8} p99 {:>8} ({} of {} switched out; the rest p99 {:>8})",
         us(alone.p50_ns),
