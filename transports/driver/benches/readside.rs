@@ -5,14 +5,18 @@
 //! query thread asks 256-page queries of pages the index holds. Each read side is measured in
 //! the same run: `lock` asks through the session's `RwLock` (the driver before the reader),
 //! `reader` through [`Session::reader`] (no lock on the query path). Phases per read side: the
-//! query alone, ingest alone, both at once; a hash query (page hashes given) and a cold token
+//! query alone, ingest alone, both at once, run in turn in ten slices each ([`interleaved`]); a hash query (page hashes given) and a cold token
 //! query (SHA-256 of every page, no memo); for the reader, also a token query whose pages are
 //! all in the driver's [`PrefixMemo`] (warmed first), hashed through it as the query handle
-//! does. Latencies go into hdrhistograms (ns). Two more phases profile the reader's hash query:
-//! around each query the query thread reads how often the kernel has put it on a CPU
+//! does. Latencies go into hdrhistograms (ns). Three more phases profile the reader's hash
+//! query: around each query the query thread reads how often the kernel has put it on a CPU
 //! ([`Switches`]), so they report the p99 of the queries no context switch interrupted, and
-//! how many were: the scheduler's share of the tail (interrupts and the hypervisor taking the
-//! vCPU stay in both). Writes
+//! how many were: the scheduler's share of the tail; and the thread's CPU time around each
+//! query ([`cpu_time`]), which the kernel of a guest counts without the time the hypervisor
+//! took the vCPU away (steal): so the p99 of that CPU time is the query's own execution, and
+//! what the wall-clock p99 has above it is the scheduler's and the hypervisor's. The third
+//! asks the same 256 pages every time (their memory cached): the query's instructions without
+//! the memory latency of cold probes. Writes
 //! `<target>/perf/readside.json`; `cargo bench -- --test` runs it small, without figures.
 
 #[path = "../../../core/benches/common/mod.rs"]
@@ -104,6 +108,9 @@ impl Side {
 enum Kind {
     /// 256 page hashes, all held.
     Hashes,
+    /// The same 256 page hashes every query: their buckets and slots stay in the cache, so
+    /// the query costs its instructions without the memory latency of a cold probe.
+    SameHashes,
     /// 256 pages of tokens, all held, hashed by every query (cold).
     Tokens,
     /// 256 pages of tokens, all held, every page's digest in the prefix memo.
@@ -199,6 +206,15 @@ impl Switches {
     }
 }
 
+/// The calling thread's CPU time, in ns: `CLOCK_THREAD_CPUTIME_ID`, which a guest kernel with
+/// steal accounting (Linux's `CONFIG_PARAVIRT_TIME_ACCOUNTING`) keeps without the time the
+/// hypervisor ran something else on the vCPU, and which stops while the thread is switched out.
+fn cpu_time() -> u64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    let (secs, nanos) = (u64::try_from(t.tv_sec), u64::try_from(t.tv_nsec));
+    secs.unwrap_or(0) * 1_000_000_000 + nanos.unwrap_or(0)
+}
+
 /// One query thread's latencies (ns).
 struct Latencies {
     /// Every query.
@@ -209,15 +225,32 @@ struct Latencies {
     switched: u64,
     /// Whether [`Switches`] could be read (if not, `undisturbed` holds every query).
     seen: bool,
+    /// Each query's CPU time ([`cpu_time`]), in the profiling phases only.
+    cpu: Histogram<u64>,
+}
+
+impl Latencies {
+    /// Adds what another run of the same query measured.
+    fn add(&mut self, other: &Latencies) {
+        for (mine, theirs) in [
+            (&mut self.all, &other.all),
+            (&mut self.undisturbed, &other.undisturbed),
+            (&mut self.cpu, &other.cpu),
+        ] {
+            mine.add(theirs).expect("the same bounds");
+        }
+        self.switched += other.switched;
+        self.seen |= other.seen;
+    }
 }
 
 /// Reader queries that fell back to the lock.
 static BUSY: AtomicU64 = AtomicU64::new(0);
 
 /// Runs queries of `kind` through `side` until `stop`; returns their latencies. With
-/// `count_switches`, reads [`Switches`] around each query (two system calls per query, outside
-/// the timed part, which still leave the next query's caches colder: so only the profiling
-/// phases do).
+/// `count_switches`, reads [`Switches`] and [`cpu_time`] around each query (four system calls
+/// per query, outside the timed part, which still leave the next query's caches colder: so
+/// only the profiling phases do).
 fn query_loop(
     fx: &Fixture,
     side: Side,
@@ -231,6 +264,7 @@ fn query_loop(
         undisturbed: histogram(),
         switched: 0,
         seen: false,
+        cpu: histogram(),
     };
     let switches = if count_switches {
         Switches::of_this_thread()
@@ -242,12 +276,15 @@ fn query_loop(
     let mut k = 0usize;
     let mut scratch: Vec<PageHash> = Vec::with_capacity(QUERY_PAGES);
     while !stop.load(Ordering::Relaxed) {
-        k = (k + 7919) % windows;
+        if kind != Kind::SameHashes {
+            k = (k + 7919) % windows;
+        }
         let before = switches.now();
+        let cpu_before = count_switches.then(cpu_time);
         #[allow(clippy::disallowed_methods)]
         let start = std::time::Instant::now();
         let hits = match kind {
-            Kind::Hashes => {
+            Kind::Hashes | Kind::SameHashes => {
                 let lookup = Lookup::page_hashes(&fx.hashes[k..k + QUERY_PAGES]);
                 match side {
                     Side::Lock => fx.session.read().expect("no panic").query(&lookup),
@@ -282,11 +319,15 @@ fn query_loop(
             }
         };
         let took = start.elapsed();
+        let cpu_took = cpu_before.map(|before| cpu_time().saturating_sub(before));
         let after = switches.now();
         let hits = hits.expect("a layout");
         assert_eq!(hits.prefix_pages, QUERY_PAGES, "every page is held");
         let ns = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX).max(1);
         out.all.record(ns).expect("in bounds");
+        if let Some(cpu) = cpu_took {
+            out.cpu.record(cpu.max(1)).expect("in bounds");
+        }
         if !out.seen {
             // Not profiling: `undisturbed` means nothing.
         } else if before == after {
@@ -309,20 +350,71 @@ struct Phase {
     p99_undisturbed_ns: Option<u64>,
     /// Queries a context switch interrupted.
     switched: u64,
+    /// The p50 and p99 of the queries' own CPU time ([`cpu_time`]), where it was read.
+    cpu_p50_ns: Option<u64>,
+    cpu_p99_ns: Option<u64>,
 }
 
 impl Phase {
     fn json(&self) -> String {
         let opt = |v: Option<String>| v.unwrap_or_else(|| "null".into());
         format!(
-            "{{\"events_per_s\":{},\"p50_ns\":{},\"p99_ns\":{},\"queries\":{},\"p99_undisturbed_ns\":{},\"switched\":{}}}",
+            "{{\"events_per_s\":{},\"p50_ns\":{},\"p99_ns\":{},\"queries\":{},\"p99_undisturbed_ns\":{},\"switched\":{},\"cpu_p50_ns\":{},\"cpu_p99_ns\":{}}}",
             opt(self.events_per_s.map(|r| format!("{r:.0}"))),
             opt(self.p50_ns.map(|n| n.to_string())),
             opt(self.p99_ns.map(|n| n.to_string())),
             self.queries,
             opt(self.p99_undisturbed_ns.map(|n| n.to_string())),
-            self.switched
+            self.switched,
+            opt(self.cpu_p50_ns.map(|n| n.to_string())),
+            opt(self.cpu_p99_ns.map(|n| n.to_string()))
         )
+    }
+}
+
+/// What one run of the threads measured, before it is summed up as a [`Phase`].
+#[derive(Default)]
+struct Raw {
+    /// Events the writer fed and the time it took, if it ran.
+    writer: Option<(u64, Duration)>,
+    /// The query thread's latencies, if it ran.
+    latencies: Option<Latencies>,
+}
+
+impl Raw {
+    /// Adds another run of the same phase.
+    fn add(&mut self, other: Raw) {
+        if let Some((events, took)) = other.writer {
+            let (e, t) = self.writer.get_or_insert((0, Duration::ZERO));
+            *e += events;
+            *t += took;
+        }
+        match (&mut self.latencies, other.latencies) {
+            (Some(mine), Some(theirs)) => mine.add(&theirs),
+            (mine @ None, theirs) => *mine = theirs,
+            (Some(_), None) => {}
+        }
+    }
+
+    /// The phase's figures.
+    fn phase(&self) -> Phase {
+        let mut out = Phase::default();
+        if let Some((events, took)) = self.writer {
+            out.events_per_s = Some(events as f64 / took.as_secs_f64());
+        }
+        if let Some(h) = &self.latencies {
+            out.p50_ns = Some(h.all.value_at_quantile(0.5));
+            out.p99_ns = Some(h.all.value_at_quantile(0.99));
+            out.queries = h.all.len();
+            out.p99_undisturbed_ns = (h.seen && !h.undisturbed.is_empty())
+                .then(|| h.undisturbed.value_at_quantile(0.99));
+            out.switched = h.switched;
+            if !h.cpu.is_empty() {
+                out.cpu_p50_ns = Some(h.cpu.value_at_quantile(0.5));
+                out.cpu_p99_ns = Some(h.cpu.value_at_quantile(0.99));
+            }
+        }
+        out
     }
 }
 
@@ -334,7 +426,7 @@ fn phase(
     query: Option<(Side, Kind)>,
     length: Duration,
 ) -> Phase {
-    phase_counting(fx, writer, ingest, query, length, false)
+    run(fx, writer, ingest, query, length, false).phase()
 }
 
 /// [`phase`], counting the query thread's context switches if `count_switches`.
@@ -346,6 +438,18 @@ fn phase_counting(
     length: Duration,
     count_switches: bool,
 ) -> Phase {
+    run(fx, writer, ingest, query, length, count_switches).phase()
+}
+
+/// Runs the threads of one phase and returns what they measured.
+fn run(
+    fx: &Fixture,
+    writer: &mut Writer,
+    ingest: bool,
+    query: Option<(Side, Kind)>,
+    length: Duration,
+    count_switches: bool,
+) -> Raw {
     let stop = &AtomicBool::new(false);
     std::thread::scope(|s| {
         let w = ingest.then(|| s.spawn(|| writer.run(&fx.session, stop)));
@@ -353,22 +457,36 @@ fn phase_counting(
             .map(|(side, kind)| s.spawn(move || query_loop(fx, side, kind, stop, count_switches)));
         std::thread::sleep(length);
         stop.store(true, Ordering::Relaxed);
-        let mut out = Phase::default();
-        if let Some(w) = w {
-            let (events, took) = w.join().expect("the writer");
-            out.events_per_s = Some(events as f64 / took.as_secs_f64());
+        Raw {
+            writer: w.map(|w| w.join().expect("the writer")),
+            latencies: q.map(|q| q.join().expect("the query thread")),
         }
-        if let Some(q) = q {
-            let h = q.join().expect("the query thread");
-            out.p50_ns = Some(h.all.value_at_quantile(0.5));
-            out.p99_ns = Some(h.all.value_at_quantile(0.99));
-            out.queries = h.all.len();
-            out.p99_undisturbed_ns = (h.seen && !h.undisturbed.is_empty())
-                .then(|| h.undisturbed.value_at_quantile(0.99));
-            out.switched = h.switched;
-        }
-        out
     })
+}
+
+/// How many slices [`interleaved`] cuts its phases into.
+const SLICES: u32 = 10;
+
+/// Runs ingest alone, `query` alone and both at once in turn, [`SLICES`] times, each a
+/// [`SLICES`]th of `length`, and sums each one's slices up. The ratios the goals set (the
+/// query's p99 while ingesting against its p50 alone, the writer's rate beside queries against
+/// its rate alone) then compare figures taken over the same minutes: this shared machine's
+/// speed drifts by half within a minute, which phases run one after the other would take for
+/// the query's or the writer's.
+fn interleaved(
+    fx: &Fixture,
+    writer: &mut Writer,
+    query: (Side, Kind),
+    length: Duration,
+) -> [Phase; 3] {
+    let mut raw: [Raw; 3] = Default::default();
+    let runs = [(true, None), (false, Some(query)), (true, Some(query))];
+    for _ in 0..SLICES {
+        for (sum, &(ingest, query)) in raw.iter_mut().zip(&runs) {
+            sum.add(run(fx, writer, ingest, query, length / SLICES, false));
+        }
+    }
+    raw.map(|r| r.phase())
 }
 
 fn main() {
@@ -472,18 +590,19 @@ fn main() {
         };
         for &kind in kinds {
             let name = format!("{}_{}", side.name(), format!("{kind:?}").to_lowercase());
-            let alone = phase(&fx, &mut writer, false, Some((side, kind)), length);
-            let busy = phase(&fx, &mut writer, true, Some((side, kind)), length);
+            let [ingest, alone, busy] = interleaved(&fx, &mut writer, (side, kind), length);
             println!(
-                "  {name:14} alone p50 {:>8} p99 {:>8} | ingesting ({:.2} M events/s) p50 {:>8} p99 {:>8}",
+                "  {name:14} alone p50 {:>8} p99 {:>8} | ingesting ({:.2} M events/s; alone {:.2}) p50 {:>8} p99 {:>8}",
                 us(alone.p50_ns),
                 us(alone.p99_ns),
                 busy.events_per_s.unwrap_or(0.0) / 1e6,
+                ingest.events_per_s.unwrap_or(0.0) / 1e6,
                 us(busy.p50_ns),
                 us(busy.p99_ns)
             );
             json.push_str(&format!(
-                ",\"{name}\":{{\"alone\":{},\"ingesting\":{}}}",
+                ",\"{name}\":{{\"ingest_alone\":{},\"alone\":{},\"ingesting\":{}}}",
+                ingest.json(),
                 alone.json(),
                 busy.json()
             ));
@@ -494,28 +613,47 @@ fn main() {
         BUSY.swap(0, Ordering::Relaxed)
     );
     // The tail's profile: the reader's hash query again, the query thread reading around each
-    // query whether the kernel switched it out (its own phases: the reads cost the queries).
+    // query whether the kernel switched it out, and its CPU time (its own phases: the reads
+    // cost the queries).
     let [alone, busy] = [false, true].map(|ingest| {
         let query = Some((Side::Reader, Kind::Hashes));
         phase_counting(&fx, &mut writer, ingest, query, length, true)
     });
     println!(
-        "  reader_hashes, switches counted: alone p50 {:>8} p99 {:>8} ({} of {} switched out; the rest p99 {:>8}) | ingesting p50 {:>8} p99 {:>8} ({} of {} switched out; the rest p99 {:>8})",
+        "  reader_hashes, switches counted: alone p50 {:>8} p99 {:>8} ({} of {} switched out; the rest p99 {:>8}; CPU time p50 {:>8} p99 {:>8}) | ingesting p50 {:>8} p99 {:>8} ({} of {} switched out; the rest p99 {:>8}; CPU time p50 {:>8} p99 {:>8})",
         us(alone.p50_ns),
         us(alone.p99_ns),
         alone.switched,
         alone.queries,
         us(alone.p99_undisturbed_ns),
+        us(alone.cpu_p50_ns),
+        us(alone.cpu_p99_ns),
         us(busy.p50_ns),
         us(busy.p99_ns),
         busy.switched,
         busy.queries,
-        us(busy.p99_undisturbed_ns)
+        us(busy.p99_undisturbed_ns),
+        us(busy.cpu_p50_ns),
+        us(busy.cpu_p99_ns)
     );
     json.push_str(&format!(
         ",\"reader_hashes_switches\":{{\"alone\":{},\"ingesting\":{}}}",
         alone.json(),
         busy.json()
+    ));
+    // The same query over the same pages every time: what it costs with its memory cached.
+    let query = Some((Side::Reader, Kind::SameHashes));
+    let same = phase_counting(&fx, &mut writer, false, query, length, true);
+    println!(
+        "  reader_hashes, the same 256 pages every query: alone p50 {:>8} p99 {:>8} (CPU time p50 {:>8} p99 {:>8})",
+        us(same.p50_ns),
+        us(same.p99_ns),
+        us(same.cpu_p50_ns),
+        us(same.cpu_p99_ns)
+    );
+    json.push_str(&format!(
+        ",\"reader_same_hashes\":{{\"alone\":{}}}",
+        same.json()
     ));
     // Every other batch removes the pages the one before stored: each is a change a query
     // overlapping it must read again, or ask under the lock after a few tries.
