@@ -84,7 +84,7 @@
 //! - *huge pages* for the table (glibc's `glibc.malloc.hugetlb=1`): no difference.
 //!
 //! The same query over the same 256 pages every time (their memory cached) has p50 7–11 µs
-//! and p99 13–22 µs; cold, p50 15–25 µs. The tail is the query's own execution: its CPU
+//! and p99 13–29 µs; cold, p50 15–26 µs. The tail is the query's own execution: its CPU
 //! time (which excludes the time the hypervisor takes the vCPU) has the same p99 as its wall
 //! time, writer or not.
 //!
