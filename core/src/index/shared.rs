@@ -83,9 +83,9 @@
 //!   two and one groups of 4 to 16 pages ahead: p50 15–20 % lower, p99 not consistently lower;
 //! - *huge pages* for the table (glibc's `glibc.malloc.hugetlb=1`): no difference.
 //!
-//! The same query over the same 256 pages every time (their memory cached) has p50 7–11 µs
-//! and p99 13–29 µs; cold, p50 15–26 µs. The tail is the query's own execution: its CPU
-//! time (which excludes the time the hypervisor takes the vCPU) has the same p99 as its wall
+//! The same query over the same 256 pages every time (their memory cached) has p50 10–11 µs
+//! and p99 16–29 µs in the bench; cold, p50 15–26 µs. The tail is the query's own execution:
+//! its CPU time (which excludes steal, but not interrupts) has about the p99 of its wall
 //! time, writer or not.
 //!
 //! The protocol is model-checked with loom (`RUSTFLAGS="--cfg loom" cargo test -p

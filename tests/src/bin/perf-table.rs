@@ -435,7 +435,7 @@ fn undisturbed(phase: &Value) -> String {
         String::new()
     } else {
         format!(
-            "; the queries' own CPU time (no steal, no time switched out): p50 {}, p99 {}",
+            "; the queries' own CPU time (without steal or time switched out; interrupts and the clock reads in it): p50 {}, p99 {}",
             time(cpu.0),
             time(cpu.1)
         )

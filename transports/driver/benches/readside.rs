@@ -5,7 +5,8 @@
 //! query thread asks 256-page queries of pages the index holds. Each read side is measured in
 //! the same run: `lock` asks through the session's `RwLock` (the driver before the reader),
 //! `reader` through [`Session::reader`] (no lock on the query path). Phases per read side: the
-//! query alone, ingest alone, both at once, run in turn in ten slices each ([`interleaved`]); a hash query (page hashes given) and a cold token
+//! query alone, ingest alone, both at once, run in turn in ten slices each ([`interleaved`]);
+//! a hash query (page hashes given) and a cold token
 //! query (SHA-256 of every page, no memo); for the reader, also a token query whose pages are
 //! all in the driver's [`PrefixMemo`] (warmed first), hashed through it as the query handle
 //! does. Latencies go into hdrhistograms (ns). Three more phases profile the reader's hash
@@ -350,8 +351,9 @@ struct Phase {
     p99_undisturbed_ns: Option<u64>,
     /// Queries a context switch interrupted.
     switched: u64,
-    /// The p50 and p99 of the queries' own CPU time ([`cpu_time`]), where it was read.
+    /// The p50 of the queries' own CPU time ([`cpu_time`]), where it was read.
     cpu_p50_ns: Option<u64>,
+    /// The p99 of the same.
     cpu_p99_ns: Option<u64>,
 }
 
