@@ -84,7 +84,7 @@
 //! - *huge pages* for the table (glibc's `glibc.malloc.hugetlb=1`): no difference.
 //!
 //! The same query over the same 256 pages every time (their memory cached) has p50 10–11 µs
-//! and p99 16–29 µs in the bench; cold, p50 15–26 µs. The tail is the query's own execution:
+//! and p99 15–29 µs in the bench; cold, p50 15–26 µs. The tail is the query's own execution:
 //! its CPU time (which excludes steal, but not interrupts) has about the p99 of its wall
 //! time, writer or not.
 //!

@@ -328,7 +328,7 @@ fn readside_rows() {
             time(p50),
             time(phase("hashes", "alone", "p99_ns")),
             undisturbed(&r[format!("{side}_hashes_switches")]["alone"]),
-            cached(&r[format!("{side}_same_hashes")]["alone"]),
+            cached(&r[format!("{side}_same_hashes")]),
             p99_busy / p50,
             phase("hashes", "alone", "p99_ns") / p50,
             verdict(p99_busy <= 2.0 * p50),
@@ -448,16 +448,27 @@ fn undisturbed(phase: &Value) -> String {
     )
 }
 
-/// From the bench's phase that asks the same pages every query (`<side>_same_hashes` in
-/// `readside.json`): its p50 and p99, as a clause of the row's figures; empty where it did not
-/// run.
-fn cached(phase: &Value) -> String {
-    let (p50, p99) = (num(&phase["p50_ns"]), num(&phase["p99_ns"]));
+/// From the bench's phases that ask the same pages every query, in turn with cold queries
+/// (`<side>_same_hashes` in `readside.json`): both p50s and p99s, as a clause of the row's
+/// figures; empty where they did not run.
+fn cached(phases: &Value) -> String {
+    let figure = |phase: &str, what: &str| num(&phases[phase][what]);
+    let (p50, p99) = (figure("alone", "p50_ns"), figure("alone", "p99_ns"));
     if p50.is_nan() || p99.is_nan() {
         return String::new();
     }
+    let cold = (figure("cold", "p50_ns"), figure("cold", "p99_ns"));
+    let cold = if cold.0.is_nan() || cold.1.is_nan() {
+        String::new()
+    } else {
+        format!(
+            " (cold, in turn with it: p50 {}, p99 {})",
+            time(cold.0),
+            time(cold.1)
+        )
+    };
     format!(
-        "; the same 256 pages every query, their memory cached: p50 {}, p99 {}",
+        "; the same 256 pages every query, their memory cached: p50 {}, p99 {}{cold}",
         time(p50),
         time(p99)
     )

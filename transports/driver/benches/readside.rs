@@ -14,10 +14,11 @@
 //! ([`Switches`]), so they report the p99 of the queries no context switch interrupted, and
 //! how many were: the scheduler's share of the tail; and the thread's CPU time around each
 //! query ([`cpu_time`]), which the kernel of a guest counts without the time the hypervisor
-//! took the vCPU away (steal): so the p99 of that CPU time is the query's own execution, and
+//! took the vCPU away (steal): so the p99 of that CPU time is the query's own execution (with
+//! the interrupts it took, which this kernel does not account apart, and the clock reads), and
 //! what the wall-clock p99 has above it is the scheduler's and the hypervisor's. The third
-//! asks the same 256 pages every time (their memory cached): the query's instructions without
-//! the memory latency of cold probes. Writes
+//! asks the same 256 pages every time (their memory cached), in turn with cold queries: the
+//! query's instructions without the memory latency of cold probes. Writes
 //! `<target>/perf/readside.json`; `cargo bench -- --test` runs it small, without figures.
 
 #[path = "../../../core/benches/common/mod.rs"]
@@ -209,7 +210,8 @@ impl Switches {
 
 /// The calling thread's CPU time, in ns: `CLOCK_THREAD_CPUTIME_ID`, which a guest kernel with
 /// steal accounting (Linux's `CONFIG_PARAVIRT_TIME_ACCOUNTING`) keeps without the time the
-/// hypervisor ran something else on the vCPU, and which stops while the thread is switched out.
+/// hypervisor ran something else on the vCPU, and which stops while the thread is switched out
+/// (interrupts the thread took stay in it, unless the kernel accounts IRQ time apart).
 fn cpu_time() -> u64 {
     let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
     let (secs, nanos) = (u64::try_from(t.tv_sec), u64::try_from(t.tv_nsec));
@@ -431,19 +433,8 @@ fn phase(
     run(fx, writer, ingest, query, length, false).phase()
 }
 
-/// [`phase`], counting the query thread's context switches if `count_switches`.
-fn phase_counting(
-    fx: &Fixture,
-    writer: &mut Writer,
-    ingest: bool,
-    query: Option<(Side, Kind)>,
-    length: Duration,
-    count_switches: bool,
-) -> Phase {
-    run(fx, writer, ingest, query, length, count_switches).phase()
-}
-
-/// Runs the threads of one phase and returns what they measured.
+/// Runs the threads of one phase and returns what they measured; with `count_switches`, the
+/// query thread reads [`Switches`] and [`cpu_time`] around each query.
 fn run(
     fx: &Fixture,
     writer: &mut Writer,
@@ -469,23 +460,24 @@ fn run(
 /// How many slices [`interleaved`] cuts its phases into.
 const SLICES: u32 = 10;
 
-/// Runs ingest alone, `query` alone and both at once in turn, [`SLICES`] times, each a
-/// [`SLICES`]th of `length`, and sums each one's slices up. The ratios the goals set (the
-/// query's p99 while ingesting against its p50 alone, the writer's rate beside queries against
-/// its rate alone) then compare figures taken over the same minutes: this shared machine's
-/// speed drifts by half within a minute, which phases run one after the other would take for
-/// the query's or the writer's.
-fn interleaved(
+/// Runs the phases `runs` (whether the writer ingests, which query runs) in turn, [`SLICES`]
+/// times, each a [`SLICES`]th of `length`, and sums each one's slices up. The ratios the goals
+/// set (the query's p99 while ingesting against its p50 alone, the writer's rate beside queries
+/// against its rate alone) then compare figures taken over the same minutes: this shared
+/// machine's speed drifts by half within a minute, which phases run one after the other would
+/// take for the query's or the writer's.
+fn interleaved<const N: usize>(
     fx: &Fixture,
     writer: &mut Writer,
-    query: (Side, Kind),
+    runs: [(bool, Option<(Side, Kind)>); N],
     length: Duration,
-) -> [Phase; 3] {
-    let mut raw: [Raw; 3] = Default::default();
-    let runs = [(true, None), (false, Some(query)), (true, Some(query))];
+    count_switches: bool,
+) -> [Phase; N] {
+    let mut raw: [Raw; N] = core::array::from_fn(|_| Raw::default());
     for _ in 0..SLICES {
         for (sum, &(ingest, query)) in raw.iter_mut().zip(&runs) {
-            sum.add(run(fx, writer, ingest, query, length / SLICES, false));
+            let slice = run(fx, writer, ingest, query, length / SLICES, count_switches);
+            sum.add(slice);
         }
     }
     raw.map(|r| r.phase())
@@ -592,7 +584,9 @@ fn main() {
         };
         for &kind in kinds {
             let name = format!("{}_{}", side.name(), format!("{kind:?}").to_lowercase());
-            let [ingest, alone, busy] = interleaved(&fx, &mut writer, (side, kind), length);
+            let query = Some((side, kind));
+            let runs = [(true, None), (false, query), (true, query)];
+            let [ingest, alone, busy] = interleaved(&fx, &mut writer, runs, length, false);
             println!(
                 "  {name:14} alone p50 {:>8} p99 {:>8} | ingesting ({:.2} M events/s; alone {:.2}) p50 {:>8} p99 {:>8}",
                 us(alone.p50_ns),
@@ -617,10 +611,14 @@ fn main() {
     // The tail's profile: the reader's hash query again, the query thread reading around each
     // query whether the kernel switched it out, and its CPU time (its own phases: the reads
     // cost the queries).
-    let [alone, busy] = [false, true].map(|ingest| {
-        let query = Some((Side::Reader, Kind::Hashes));
-        phase_counting(&fx, &mut writer, ingest, query, length, true)
-    });
+    let query = Some((Side::Reader, Kind::Hashes));
+    let [alone, busy] = interleaved(
+        &fx,
+        &mut writer,
+        [(false, query), (true, query)],
+        length,
+        true,
+    );
     println!(
         "  reader_hashes, switches counted: alone p50 {:>8} p99 {:>8} ({} of {} switched out; the rest p99 {:>8}; CPU time p50 {:>8} p99 {:>8}) | ingesting p50 {:>8} p99 {:>8} ({} of {} switched out; the rest p99 {:>8}; CPU time p50 {:>8} p99 {:>8})",
         us(alone.p50_ns),
@@ -643,19 +641,24 @@ fn main() {
         alone.json(),
         busy.json()
     ));
-    // The same query over the same pages every time: what it costs with its memory cached.
-    let query = Some((Side::Reader, Kind::SameHashes));
-    let same = phase_counting(&fx, &mut writer, false, query, length, true);
+    // The same query over the same pages every time, what it costs with its memory cached,
+    // in turn with the cold query (neither profiled: the profiling's reads cost the queries).
+    let runs = [
+        (false, Some((Side::Reader, Kind::SameHashes))),
+        (false, Some((Side::Reader, Kind::Hashes))),
+    ];
+    let [same, cold] = interleaved(&fx, &mut writer, runs, length, false);
     println!(
-        "  reader_hashes, the same 256 pages every query: alone p50 {:>8} p99 {:>8} (CPU time p50 {:>8} p99 {:>8})",
+        "  reader_hashes, the same 256 pages every query: alone p50 {:>8} p99 {:>8} (in turn with cold queries: p50 {:>8} p99 {:>8})",
         us(same.p50_ns),
         us(same.p99_ns),
-        us(same.cpu_p50_ns),
-        us(same.cpu_p99_ns)
+        us(cold.p50_ns),
+        us(cold.p99_ns)
     );
     json.push_str(&format!(
-        ",\"reader_same_hashes\":{{\"alone\":{}}}",
-        same.json()
+        ",\"reader_same_hashes\":{{\"alone\":{},\"cold\":{}}}",
+        same.json(),
+        cold.json()
     ));
     // Every other batch removes the pages the one before stored: each is a change a query
     // overlapping it must read again, or ask under the lock after a few tries.
