@@ -257,6 +257,47 @@ fn keys_refuses_a_bad_hash_and_a_missing_layout_in_one_line() {
     );
 }
 
+/// What SGLang 0.5.23 writes for an MLA model with a mamba pool at TP 2: disabled, since the
+/// mamba suffixes name TP rank 0 only (`mooncake_store.py`, `describe_l3_object_layout`).
+const DISABLED_DOCUMENT: &str = r#"{"enabled": false, "backend": "mooncake", "page_size": 4,
+  "hicache_object_layout": {"key_prefix": "m", "is_mla_backend": true, "pp_rank": 0, "pp_size": 1,
+    "pools": [{"pool": "kv", "suffixes": ["__k"], "hit_policy": "all_pages"},
+              {"pool": "mamba", "suffixes": ["_0_temporal"], "hit_policy": "trailing_pages",
+               "trailing_pages": 1}]},
+  "reason": "Auxiliary L3 pools are not rank-replicated/MLA"}"#;
+
+#[test]
+fn keys_and_serve_refuse_a_disabled_layout_document() {
+    let path = std::env::temp_dir().join(format!("hicache-disabled-{}.json", std::process::id()));
+    std::fs::write(&path, DISABLED_DOCUMENT).unwrap();
+    let file = path.display().to_string();
+    let h = "cf97adeedb59e05bfd73a2b4c2a8885708c4f4f70c84c64b27120e72ab733b72";
+    assert_fails(
+        &run(&["keys", "--page-hash", h, "--layout", &file], ""),
+        1,
+        "Auxiliary L3 pools are not rank-replicated/MLA",
+    );
+    let serve = run(
+        &[
+            "serve",
+            "--events",
+            "tcp://127.0.0.1:9",
+            "--listen",
+            "127.0.0.1:0",
+            "--layout",
+            &format!("m={file}"),
+        ],
+        "",
+    );
+    let err = stderr(&serve);
+    assert!(
+        !serve.status.success(),
+        "serve started with a disabled document: {err}"
+    );
+    assert!(err.contains("disabled"), "{err}");
+    let _ = std::fs::remove_file(&path);
+}
+
 #[test]
 fn decode_prints_each_captured_message_and_an_error_for_a_bad_line() {
     let text = std::fs::read_to_string(format!("{FIXTURES}/mooncake_frames.jsonl")).unwrap();

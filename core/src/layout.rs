@@ -176,6 +176,12 @@ pub enum LayoutError {
     /// SGLang parameters whose key scheme this crate does not know; use SGLang's advertised
     /// layout document instead.
     Unsupported(&'static str),
+    /// A layout document says `"enabled": false`: the worker does not stand behind its pools
+    /// (they may name one TP rank's objects only), so it is never used as a layout.
+    Disabled {
+        /// The document's `reason`, if it gave one.
+        reason: Option<String>,
+    },
 }
 
 impl fmt::Display for LayoutError {
@@ -209,6 +215,17 @@ impl fmt::Display for LayoutError {
             }
             LayoutError::ZeroParallelism => f.write_str("a parallelism size is 0"),
             LayoutError::Unsupported(what) => write!(f, "unsupported SGLang parameters: {what}"),
+            LayoutError::Disabled {
+                reason: Some(reason),
+            } => write!(
+                f,
+                "the layout document is disabled (\"enabled\": false: {reason}); give the layout \
+                 flags or a document SGLang stands behind"
+            ),
+            LayoutError::Disabled { reason: None } => f.write_str(
+                "the layout document is disabled (\"enabled\": false); give the layout flags or a \
+                 document SGLang stands behind",
+            ),
         }
     }
 }

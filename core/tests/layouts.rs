@@ -618,3 +618,61 @@ fn parse_of_any_string_reformats_exactly(key: String) -> bool {
 fn parse_of_key_like_strings_reformats_exactly(key: KeyLike) -> bool {
     reformats_exactly(&key.0)
 }
+
+/// The document SGLang 0.5.23 writes for an MLA model with a mamba pool at TP 2 (TP rank 0's
+/// scheduler; `mooncake_store.py`'s `describe_l3_object_layout`): the mamba suffixes name rank
+/// 0 only, so SGLang marks it disabled. Used as a layout, it would demand rank 0's objects only.
+const MLA_MAMBA_DISABLED: &str = r#"{
+  "enabled": false,
+  "backend": "mooncake",
+  "page_size": 64,
+  "hicache_object_layout": {
+    "pools": [
+      {"pool": "kv", "suffixes": ["__k"], "hit_policy": "all_pages"},
+      {"pool": "mamba", "suffixes": ["_0_temporal", "_0_conv_0"],
+       "hit_policy": "trailing_pages", "trailing_pages": 1}
+    ],
+    "key_prefix": "m", "is_mla_backend": true, "pp_rank": 0, "pp_size": 1
+  },
+  "reason": "Auxiliary L3 pools are not rank-replicated/MLA"
+}"#;
+
+#[test]
+fn a_disabled_layout_document_is_refused_with_its_reason() {
+    let document: LayoutDocument = serde_json::from_str(MLA_MAMBA_DISABLED).unwrap();
+    let refused = Layout::from_document(&document).unwrap_err();
+    assert_eq!(
+        refused,
+        LayoutError::Disabled {
+            reason: Some("Auxiliary L3 pools are not rank-replicated/MLA".into())
+        }
+    );
+    assert!(refused.to_string().contains("disabled"), "{refused}");
+    // Merged with an enabled rank, the instance is disabled too.
+    let mut enabled = document.clone();
+    enabled.enabled = Some(true);
+    let merged = LayoutDocument::merge_ranks(&[enabled.clone(), document]).unwrap();
+    assert!(matches!(
+        Layout::from_document(&merged),
+        Err(LayoutError::Disabled { .. })
+    ));
+    // Absent or true, the same pools are a layout.
+    assert!(Layout::from_document(&enabled).is_ok());
+    enabled.enabled = None;
+    assert!(Layout::from_document(&enabled).is_ok());
+}
+
+#[test]
+fn a_disabled_document_without_a_page_size_is_refused_as_disabled() {
+    // SGLang's `disabled_l3_layout` (hicache_storage.py, 0.5.23) may write `page_size: null`.
+    let document: LayoutDocument = serde_json::from_str(
+        r#"{"enabled": false, "backend": null, "page_size": null,
+            "hicache_object_layout": {"pools": []},
+            "reason": "Inconsistent HiCache L3 layouts across schedulers"}"#,
+    )
+    .unwrap();
+    assert!(matches!(
+        Layout::from_document(&document),
+        Err(LayoutError::Disabled { reason: Some(r) }) if r.contains("Inconsistent")
+    ));
+}

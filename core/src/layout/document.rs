@@ -14,10 +14,24 @@ use alloc::format;
 /// Unknown fields are ignored, so newer SGLang versions still parse.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LayoutDocument {
-    /// Tokens per page.
+    /// Whether the worker stands behind the layout: SGLang 0.5.23 writes `false` when it cannot
+    /// describe its keys (every MHA model, and an MLA model with a mamba or an MHA draft pool,
+    /// whose pools then list TP rank 0's objects only). Absent reads as enabled (older SGLang).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<bool>,
+    /// Why the layout is disabled, as SGLang says it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Tokens per page; `null` (SGLang writes it so in some disabled documents) reads as 0,
+    /// which no enabled layout accepts.
+    #[serde(deserialize_with = "null_as_zero")]
     pub page_size: u32,
     /// The key prefix and the pools.
     pub hicache_object_layout: ObjectLayoutDocument,
+}
+
+fn null_as_zero<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<u32, D::Error> {
+    Ok(Option::<u32>::deserialize(deserializer)?.unwrap_or(0))
 }
 
 /// The `hicache_object_layout` member of a [`LayoutDocument`].
@@ -58,9 +72,16 @@ fn all_pages_name() -> String {
 impl Layout {
     /// Builds the layout SGLang advertises (EAGLE off: set it with [`Layout::with_eagle`]).
     ///
-    /// A pool without suffixes is a logical anchor (it stores no object) and demands nothing;
-    /// every other rule is [`Layout::validate`]'s.
+    /// A document with `"enabled": false` is refused ([`LayoutError::Disabled`]): its pools may
+    /// list one TP rank's objects only, so a layout built from it would demand too few objects
+    /// (false hits). A pool without suffixes is a logical anchor (it stores no object) and
+    /// demands nothing; every other rule is [`Layout::validate`]'s.
     pub fn from_document(document: &LayoutDocument) -> Result<Layout, LayoutError> {
+        if document.enabled == Some(false) {
+            return Err(LayoutError::Disabled {
+                reason: document.reason.clone(),
+            });
+        }
         let object_layout = &document.hicache_object_layout;
         let mut pools = Vec::with_capacity(object_layout.pools.len());
         for pool in &object_layout.pools {
@@ -176,7 +197,11 @@ impl LayoutDocument {
                 return Err("ranks disagree on the pools".into());
             }
         }
+        // One disabled rank disables the instance: its pools may name that rank's objects only.
+        let disabled = documents.iter().find(|d| d.enabled == Some(false));
         Ok(LayoutDocument {
+            enabled: disabled.map(|_| false),
+            reason: disabled.and_then(|d| d.reason.clone()),
             page_size,
             hicache_object_layout: ObjectLayoutDocument {
                 key_prefix: prefix.clone(),
