@@ -13,6 +13,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
+use hicache_index::sequence::Skip;
 use hicache_index::{
     decode, Command, Config, Counters, Effect, Effects, EventKind, Instant, Report, StrayReason,
     Timestamp,
@@ -278,16 +279,23 @@ impl Watch {
                         missing,
                     });
                 }
-                Effect::Report(Report::Restart { last, received }) => {
-                    notes.push(format!("RESTART: back from {} to {}", last.0, received.0));
+                Effect::Report(Report::OtherRun { position, received }) => {
+                    let last = position.map_or(0, |s| s.0);
+                    notes.push(format!("RESTART: back from {last} to {}", received.0));
                     line.restart = Some(RestartNote {
-                        last: last.0,
+                        last,
                         received: received.0,
                     });
                 }
-                Effect::Report(Report::Duplicate { seq })
-                | Effect::Report(Report::Late { seq }) => {
+                Effect::Report(Report::Skipped {
+                    seq,
+                    why: Skip::Copy,
+                }) => {
                     notes.push(format!("DUPLICATE of {} (skipped)", seq.0));
+                    line.duplicate = true;
+                }
+                Effect::Report(Report::Skipped { seq, .. }) => {
+                    notes.push(format!("SKIPPED {} (at or before a status point)", seq.0));
                     line.duplicate = true;
                 }
                 _ => {}

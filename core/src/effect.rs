@@ -10,6 +10,7 @@ use crate::hash::PageHash;
 #[cfg(doc)]
 use crate::input::Input;
 use crate::input::{LeaderRequest, SnapshotRequest, VerifyRequest};
+use crate::sequence::Skip;
 
 /// The session's health, which a router can gate on and which every query answer carries.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
@@ -47,7 +48,9 @@ impl Health {
 pub enum ClearReason {
     /// Sequence numbers were skipped: events were lost.
     Gap,
-    /// The publisher started again: its old objects are gone.
+    /// A batch cannot be of the followed run after its position (rule R5 of
+    /// [`crate::sequence`]): another run of the master, whose old objects are gone, or, with a
+    /// reorder window, a late batch.
     Restart,
     /// The connection was lost: events may have been missed.
     Disconnected,
@@ -68,9 +71,6 @@ pub enum ClearReason {
     /// The stream did not pass the last snapshot's status point within the fetch timeout: the
     /// snapshot may be of another run of the master.
     Unproven,
-    /// An old batch arrived that is no copy of one applied (a late batch, or a restarted
-    /// publisher whose clock went back): which, is unknown.
-    StaleBatch,
     /// The publisher sent a `cleared` event (for one tenant, or for all).
     PublisherCleared,
     /// The driver asked for it.
@@ -81,6 +81,26 @@ pub enum ClearReason {
 }
 
 impl ClearReason {
+    /// Reports whether a forget for this reason reads the key list again (with resync on and
+    /// the link up): every loss does; a lost connection resyncs when the next one comes up, a
+    /// new endpoint or leader when it is followed, and a publisher's `cleared` is an event.
+    pub fn resyncs(self) -> bool {
+        match self {
+            ClearReason::Gap
+            | ClearReason::Restart
+            | ClearReason::UnreadableRemoval
+            | ClearReason::Undecodable
+            | ClearReason::Unproven
+            | ClearReason::Requested
+            | ClearReason::Stale => true,
+            ClearReason::Disconnected
+            | ClearReason::Reconnected
+            | ClearReason::EndpointChanged
+            | ClearReason::LeaderChanged
+            | ClearReason::PublisherCleared => false,
+        }
+    }
+
     /// Returns the lowercase name used in metrics and logs.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -93,7 +113,6 @@ impl ClearReason {
             ClearReason::UnreadableRemoval => "unreadable_removal",
             ClearReason::Undecodable => "undecodable",
             ClearReason::Unproven => "unproven",
-            ClearReason::StaleBatch => "stale_batch",
             ClearReason::PublisherCleared => "publisher_cleared",
             ClearReason::Requested => "requested",
             ClearReason::Stale => "stale",
@@ -117,10 +136,62 @@ pub enum ResyncFailure {
     Fetch,
     /// The driver did not answer within the fetch timeout.
     Timeout,
-    /// More live batches arrived during the fetch than the buffer holds.
+    /// More live batches arrived during the fetch than the buffer holds (applied ones, or
+    /// held ones waiting for its status point).
     BufferFull,
     /// The master's status said its publisher is off (`"enabled":false`).
     EventsDisabled,
+}
+
+/// Why the index is [`Health::Recovering`] ([`crate::Session::recovering`]).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Recovering {
+    /// The master's key list is being read (a fetch is under way); batches that arrive
+    /// meanwhile wait for its status point (rule R6 of [`crate::sequence`]).
+    Fetching,
+    /// Key-list lines next to lines that are no object keys are being confirmed with
+    /// `/batch_query_keys` before they count.
+    Confirming,
+    /// The last fetch failed; the next is asked at the retry time.
+    Retrying {
+        /// Why it failed.
+        failure: ResyncFailure,
+    },
+    /// The stream has not reached the snapshot's status point yet: queries miss (rule R3).
+    Unproven,
+    /// The master's status gave no counters (an old master, or its read failed) and no batch
+    /// had arrived on the connection: the snapshot cannot be anchored to the stream. It is
+    /// fetched again once a batch arrives, or after the retry delay (doubling while it lasts).
+    NoStatus,
+}
+
+impl Recovering {
+    /// Returns a sentence for a person (`/readyz`, logs).
+    pub fn describe(self) -> &'static str {
+        match self {
+            Recovering::Fetching => "reading the master's key list",
+            Recovering::Confirming => {
+                "confirming key-list lines next to foreign keys with /batch_query_keys"
+            }
+            Recovering::Retrying {
+                failure: ResyncFailure::Fetch,
+            } => "the key-list fetch failed; retrying",
+            Recovering::Retrying {
+                failure: ResyncFailure::Timeout,
+            } => "the key-list fetch timed out; retrying",
+            Recovering::Retrying {
+                failure: ResyncFailure::BufferFull,
+            } => "more batches came during the key-list fetch than the buffer holds; retrying",
+            Recovering::Retrying {
+                failure: ResyncFailure::EventsDisabled,
+            } => "the master's KV event publisher is off",
+            Recovering::Unproven => "the stream has not reached the key list's status point",
+            Recovering::NoStatus => {
+                "snapshot unanchored: the master gives no status counters and no batch has \
+                 arrived yet; fetching again when one does"
+            }
+        }
+    }
 }
 
 /// One thing the driver must do, returned in [`Effects`]; a driver MUST match it exhaustively
@@ -199,22 +270,33 @@ pub enum Report {
         /// The sequence that arrived (or resumed after a reorder window gave up).
         received: Seq,
     },
-    /// A batch arrived twice and was skipped.
-    Duplicate {
+    /// A batch was skipped (see [`Skip`] for why: rules R2, R3 and R6 of
+    /// [`crate::sequence`]).
+    Skipped {
         /// Its sequence.
         seq: Seq,
+        /// Why.
+        why: Skip,
     },
-    /// A late copy of an applied batch was skipped.
-    Late {
-        /// Its sequence.
-        seq: Seq,
-    },
-    /// The publisher started again (a clear or resync follows).
-    Restart {
-        /// The last sequence of the old stream.
-        last: Seq,
-        /// The first sequence of the new one.
+    /// A batch cannot be of the followed run after its position: another run of the master (a
+    /// restart nobody saw), or, with a reorder window, a late batch (rule R5; a clear follows).
+    OtherRun {
+        /// The sequence of the position, if it had one.
+        position: Option<Seq>,
+        /// The sequence that arrived.
         received: Seq,
+    },
+    /// A snapshot's status point placed the stream (rule R6): batches at or before it are in
+    /// the key list.
+    Placed {
+        /// The point (`None`: the master gave no status; the first batch held begins the
+        /// stream).
+        at: Option<Seq>,
+    },
+    /// Why the index is recovering changed (see [`crate::Session::recovering`]).
+    Recovering {
+        /// Why, now.
+        why: Recovering,
     },
     /// A message on the subscribed topic did not decode; it was dropped.
     Malformed {
@@ -230,9 +312,11 @@ pub enum Report {
     Resynced {
         /// Keys applied from the snapshot.
         keys: usize,
-        /// Live batches applied while the snapshot was fetched and handed over (applied as they
-        /// came; none is replayed).
+        /// Live batches applied while the snapshot was handed over (applied as they came).
         replayed: usize,
+        /// Of `keys`, the lines next to a line that is no object key, applied because
+        /// `/batch_query_keys` confirmed them.
+        confirmed: usize,
     },
     /// A resynchronisation did not complete; it is retried later.
     ResyncFailed {

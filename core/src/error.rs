@@ -59,6 +59,9 @@ pub enum ConfigError {
     Backoff,
     /// The reorder window's delay is zero.
     Reorder,
+    /// A reorder window without resync: after a loss, only the master's status can place a
+    /// stream that reorders (rule R7 of [`crate::sequence`]).
+    ReorderWithoutResync,
     /// A resync buffer bound is zero.
     ResyncBuffer,
     /// The resync fetch timeout or retry delay is zero.
@@ -80,6 +83,10 @@ impl fmt::Display for ConfigError {
                 "backoff delays and the connect timeout must be non-zero, and the cap at least the first delay",
             ),
             ConfigError::Reorder => f.write_str("the reorder window's delay must be non-zero"),
+            ConfigError::ReorderWithoutResync => f.write_str(
+                "a reorder window needs resync: after a loss only the master's status can place \
+                 a stream that reorders",
+            ),
             ConfigError::ResyncBuffer => f.write_str("the resync buffer bounds must be at least 1"),
             ConfigError::ResyncTiming => f.write_str("the resync fetch timeout and retry delay must be non-zero"),
             ConfigError::Verify => {

@@ -21,28 +21,14 @@
 //! ```
 //!
 //! # Telling one run of the master from the next
-//! Sequences alone cannot: a restarted master starts again at 1. The session uses every signal
-//! the master gives:
-//! - **Event ids** ([`sequence`]): within one run, a batch that follows the previous sequence
-//!   starts at exactly the previous batch's last event id + 1; anything else is a restart.
-//! - **Status counters** ([`Watermark`]): `/kv_events/status` only grows within one run, so a
-//!   snapshot whose counters are behind the stream, or whose `published_events` disagrees with
-//!   the event ids around its point, is of another run ([`Session::handle_snapshot`]).
-//! - **The socket**: the production transports see a restart as a disconnect.
-//! - **Time**: after a reconnect, batches no newer than those seen before are late.
-//! - **HA discovery** ([`leader`]): in a Mooncake HA cluster, the leader's address and view
-//!   version in etcd name the incarnation; another one forgets at once, its late batches are
-//!   fenced, and the new leader is followed only once it serves.
-//!
-//! What no signal can close, and how it is bounded: a restart that no transport saw whose
-//! first delivered batch continues the old run exactly (same next sequence, same next event
-//! id, because the new run's lost first batches had the old ones' sizes) is taken for a
-//! continuation, and the old run's objects stay claimed. So does a snapshot line that is one
-//! part of a key containing one or more `\n` whose parts all look like object keys (see
-//! [`snapshot`]). Verification ([`VerifyConfig`]) finds such objects absent and forgets them
-//! within a round; [`Counters::unconfirmed_ms`] says how long the index has gone without that
-//! confirmation.
-//!
+//! Sequences alone cannot: a restarted master starts again at 1. The rules that place every
+//! batch (the next one applies; a copy is skipped; a loss or another run's batch forgets; after
+//! a forget the master's status places the stream) live in one place, [`sequence`], numbered
+//! R1-R10, with what no signal can tell (R10) and how verification bounds it. In an HA cluster
+//! ([`leader`]), the leader's address and view version in etcd name the incarnation: another one
+//! forgets at once, its late batches are fenced, and the new leader is followed only once it
+//! serves.
+
 //! # Residency per medium
 //! The master publishes `stored` once per medium an object lands on (`cpu`, `disk`) and
 //! `removed` when a medium loses it. What a `removed` means depends on the publisher: current
@@ -92,8 +78,7 @@
 //! 5. Ask [`Session::query`] (`&self`) at any time in between.
 //!
 //! # Features
-//! - `internals`: makes the sequence tracker ([`sequence`]'s `SequenceTracker`, `Fingerprint`,
-//!   `Verdict`, `Loss`) public, for the simulator's property tests, and the index's writer side
+//! - `internals`: makes the index's writer side
 //!   (`Index::standalone`, `store_object`, `remove_object`) for the benches and tests that measure
 //!   the index alone. It switches visibility only, never behaviour; a driver or a router needs
 //!   none of it (the core's own benches get it through their dev-dependency on the simulator).
@@ -168,7 +153,7 @@ pub mod snapshot;
 pub mod time;
 
 pub use effect::{
-    ClearReason, Command, Effect, Effects, Health, Report, ResyncFailure, StrayReason,
+    ClearReason, Command, Effect, Effects, Health, Recovering, Report, ResyncFailure, StrayReason,
 };
 pub use error::{ConfigError, QueryError};
 pub use frame::{

@@ -1,5 +1,7 @@
 //! Counters: everything the session saw, as one plain struct.
 
+use crate::effect::ClearReason;
+
 /// Whether a figure only grows or goes up and down.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Kind {
@@ -33,21 +35,28 @@ pub struct Counters {
     pub stored_without_key: u64,
     /// `removed` events without an object key (each forces a clear).
     pub unreadable_removals: u64,
-    /// Duplicate batches skipped.
+    /// Copies of batches passed or held, skipped (rule R2 of [`crate::sequence`]).
     pub duplicates: u64,
-    /// Late copies skipped (reorder window).
-    pub late: u64,
+    /// Batches at or before a snapshot's status point, skipped: the key list holds what they
+    /// did (R3).
+    pub before_point: u64,
+    /// Batches dropped while the stream was unplaced and no fetch was under way: the next key
+    /// list holds what they did (R6).
+    pub unplaced_dropped: u64,
+    /// Status points that placed the stream (R6).
+    pub placements: u64,
     /// Batches held out of order (reorder window).
     pub held: u64,
     /// Gaps seen.
     pub gaps: u64,
     /// Sequence numbers skipped across all gaps.
     pub missing_sequences: u64,
-    /// Publisher restarts seen.
+    /// Batches that could not be of the followed run after its position (R5): another run of
+    /// the master (a restart nobody saw), or, with a reorder window, late ones.
     pub restarts: u64,
     /// Clears after a gap.
     pub clears_gap: u64,
-    /// Clears after a restart.
+    /// Clears after a batch of another run (R5).
     pub clears_restart: u64,
     /// Clears after a lost connection (or a new one over what an old one taught).
     pub clears_disconnected: u64,
@@ -59,15 +68,15 @@ pub struct Counters {
     pub clears_undecodable: u64,
     /// Clears after a snapshot whose status point the stream did not pass in time.
     pub clears_unproven: u64,
-    /// Clears after an old batch that was no copy of one applied.
-    pub clears_stale_batch: u64,
-    /// Snapshots and streams found to be of different runs of the master (counted in
-    /// `restarts` too).
-    pub run_mismatches: u64,
     /// Snapshot lines that were not well-formed object keys (never applied).
     pub snapshot_odd_lines: u64,
-    /// Well-formed snapshot lines not applied because they were next to an odd one.
+    /// Well-formed snapshot lines next to an odd one: applied only once `/batch_query_keys`
+    /// confirms them.
     pub snapshot_doubted_lines: u64,
+    /// Doubted snapshot lines the master confirmed present (applied).
+    pub snapshot_confirmed_lines: u64,
+    /// Confirmations of doubted lines that failed or timed out (those lines stay out: misses).
+    pub confirm_failures: u64,
     /// Clears the driver asked for.
     pub clears_requested: u64,
     /// Clears after a verification round found too many keys gone.
@@ -111,7 +120,8 @@ pub struct Counters {
     pub resyncs_failed: u64,
     /// Keys applied from snapshots.
     pub snapshot_keys: u64,
-    /// Snapshots that could not be anchored to the stream (fetched again).
+    /// Snapshots that could not be anchored to the stream: no status counters, and no batch
+    /// had arrived on the connection (fetched again).
     pub unanchored_snapshots: u64,
     /// Verification rounds the driver reported as failed.
     pub verify_failures: u64,
@@ -126,9 +136,10 @@ pub struct Counters {
     pub verified_keys: u64,
     /// Keys verification found absent and removed.
     pub stale_keys_found: u64,
-    /// Batches held out of order now (gauge).
+    /// Batches held now, by the reorder window or for a status point (gauge).
     pub held_batches: u64,
-    /// Batches buffered during a resynchronisation now (gauge).
+    /// Live batches applied during the resynchronisation under way (gauge; each keeps what it
+    /// touched from the key list).
     pub buffered_batches: u64,
     /// How long, in milliseconds, the index's content has gone without confirmation from the
     /// master (gauge): `now - confirmed_at`, where `confirmed_at` is a time at or after which
@@ -173,8 +184,24 @@ pub struct Counters {
 }
 
 impl Counters {
+    /// Returns the counter of clears for `reason` (the forget table's counter column).
+    pub fn clears_for(&mut self, reason: ClearReason) -> &mut u64 {
+        match reason {
+            ClearReason::Gap => &mut self.clears_gap,
+            ClearReason::Restart => &mut self.clears_restart,
+            ClearReason::Disconnected | ClearReason::Reconnected => &mut self.clears_disconnected,
+            ClearReason::EndpointChanged | ClearReason::LeaderChanged => &mut self.clears_endpoint,
+            ClearReason::UnreadableRemoval => &mut self.clears_unreadable_removal,
+            ClearReason::Undecodable => &mut self.clears_undecodable,
+            ClearReason::Unproven => &mut self.clears_unproven,
+            ClearReason::Requested => &mut self.clears_requested,
+            ClearReason::Stale => &mut self.clears_stale,
+            ClearReason::PublisherCleared => &mut self.publisher_clears,
+        }
+    }
+
     /// Lists every figure with its name and kind, so exporters need not name them one by one.
-    pub fn fields(&self) -> [(&'static str, u64, Kind); 64] {
+    pub fn fields(&self) -> [(&'static str, u64, Kind); 66] {
         [
             ("batches", self.batches, Kind::Counter),
             ("events", self.events, Kind::Counter),
@@ -189,7 +216,9 @@ impl Counters {
                 Kind::Counter,
             ),
             ("duplicates", self.duplicates, Kind::Counter),
-            ("late", self.late, Kind::Counter),
+            ("before_point", self.before_point, Kind::Counter),
+            ("unplaced_dropped", self.unplaced_dropped, Kind::Counter),
+            ("placements", self.placements, Kind::Counter),
             ("held", self.held, Kind::Counter),
             ("gaps", self.gaps, Kind::Counter),
             ("missing_sequences", self.missing_sequences, Kind::Counter),
@@ -209,14 +238,18 @@ impl Counters {
             ),
             ("clears_undecodable", self.clears_undecodable, Kind::Counter),
             ("clears_unproven", self.clears_unproven, Kind::Counter),
-            ("clears_stale_batch", self.clears_stale_batch, Kind::Counter),
-            ("run_mismatches", self.run_mismatches, Kind::Counter),
             ("snapshot_odd_lines", self.snapshot_odd_lines, Kind::Counter),
             (
                 "snapshot_doubted_lines",
                 self.snapshot_doubted_lines,
                 Kind::Counter,
             ),
+            (
+                "snapshot_confirmed_lines",
+                self.snapshot_confirmed_lines,
+                Kind::Counter,
+            ),
+            ("confirm_failures", self.confirm_failures, Kind::Counter),
             ("clears_requested", self.clears_requested, Kind::Counter),
             ("clears_stale", self.clears_stale, Kind::Counter),
             ("stray_topic", self.stray_topic, Kind::Counter),

@@ -1,79 +1,84 @@
-//! Per-stream ordering: which batch to apply, skip, hold, or read as loss or a restart.
+//! The stream's rules: where each batch belongs, and what the session does with it.
 //!
-//! The rules (spec section 3):
-//! - The first batch, and the first after `SequenceTracker::reset`, is a new baseline whatever
-//!   its sequence: no gap is reported for it.
-//! - `seq == last + 1` applies only as a continuation of the same publisher run: when both
-//!   batches carry event ids, the new batch's first event id MUST be exactly the last event id
-//!   applied + 1 (the Mooncake master numbers its published events from 1 without a hole; ids
-//!   do not skip over events its queue dropped, and a message lost after publishing also skips
-//!   its sequence). Any other first id is a publisher that started again whose first batches
-//!   were lost: a restart. `seq == last` with the same fingerprint is a duplicate; with a
-//!   different fingerprint it is a restart.
-//! - A jump forward is loss. Without a reorder window it is reported at once. With one, the batch
-//!   is held until the hole fills (then everything applies in order), until more than
-//!   `max_held` batches wait, or until the oldest has waited `max_delay`: then the hole is loss.
-//!   Held batches released in order pass the same event-id rule: a held batch that does not run
-//!   on from the one before it is a restart (`SequenceTracker::pop_ready`).
-//! - A batch that begins the stream after lost batches (a jump forward without a reorder
-//!   window, or the first held batch released after the window declared loss) must run past
-//!   the stream: its first event id greater than the last applied (ids only grow within a run;
-//!   they do not skip over the master's queue drops). A first id no greater is another run: a
-//!   restart, or, with a reorder window and stamped no later than the stream, a late batch
-//!   (`Verdict::Stale`). With a reorder window, a baseline after loss stamped before the
-//!   newest batch applied is stale too: libzmq queues each connection's messages apart, so an
-//!   unseen restart's late messages of the old run can follow the new run's. A publisher
-//!   whose clock went back is then skipped until its clock passes the stream's: misses.
-//! - With a reorder window, a batch stamped before the newest batch applied is never applied,
-//!   even when its sequence and event ids run on (two runs whose batches had the same sizes
-//!   number them alike): the master stamps a run's batches in order as it sends them, so it is
-//!   an older run's late batch (`Verdict::Stale`).
-//! - A jump backward is a restart, except, with a reorder window, a sequence within the window
-//!   whose fingerprint matches the batch applied under that number: a late copy.
-//!   With a reorder window, a jump backward that is no copy but is stamped no later than the
-//!   stream's latest batch is `Verdict::Stale`: a late batch, never a new baseline.
-//! - After `SequenceTracker::reset` (a new connection), what came before is a fence: a copy of
-//!   a batch applied or held before the reset is late; a batch no newer than all of them in both
-//!   sequence and publisher timestamp is late before the new stream's baseline (dropping a
-//!   batch then only costs misses: the index was forgotten at the reset, and a resync is
-//!   anchored by the first batch applied) and stale after it. A restarted publisher's batches
-//!   carry later timestamps and pass; one whose clock went back is forgotten again and again
-//!   (misses, counted), never trusted.
+//! This is the one home of the rules; the README and the crate docs link here. Every ruling in
+//! [`stream`] cites its rule.
 //!
-//! - A batch whose sequence can be read but whose events cannot (`observe_unreadable`) consumed
-//!   its sequence, and what it changed is unknown: the caller forgets when the stream reaches
-//!   it. With a reorder window it waits ahead of a hole like any other batch, so the batches
-//!   before it apply first (and it releases the batches held behind it). Once the stream has
-//!   moved past it, and until a readable batch after it applies, no batch at or before it
-//!   applies: with a reorder window it is stale, since a late batch of its run may store what
-//!   it removed. Its stamp is unknown, so only what the stream applied before it tells a later
-//!   run's batch: stamped after all of it and, if numbered past its last readable batch, with
-//!   a first event id no greater than that batch's last (a batch of the run there runs past
-//!   it; the master's queue drops skip sequences, not ids).
-//!   Such a batch, or any that comes 2 s (or 16 windows' `max_delay`) after the unreadable
-//!   one, is a restart. A reset (a new connection) keeps this fence, for an unreadable batch
-//!   passed or held, and a batch it fences is stale there too (never merely late: it may be
-//!   the current run's, and what it stored or removed is lost). Bounded, not closed: a batch
-//!   of the run later than that bound would be taken for another run's; a restarted publisher
-//!   without ids or comparable stamps misses that long. Without a reorder window it is a
-//!   restart.
-//! - A restart found at a batch keeps the batches held after it that are not stamped before it
-//!   (they may be the new run's, and released after it they are ruled then); dropped, the new
-//!   run's batch that removed what it stored would be lost without a trace. An unreadable one
-//!   has no stamp and is kept: if it was the old run's and a loss makes it the position, it
-//!   fences the new run's batches numbered below it until the bound above (misses, not false
-//!   hits: which run it is of cannot be told).
+//! # Terms
+//! - **Run**: one process of the master. It numbers its batches from 1 (the sequence) and its
+//!   published events from 1 (the event id). Within a run both only grow; a batch numbered
+//!   right after another starts at that one's last event id + 1; a drop in the master's queue
+//!   skips sequence numbers but no event ids (spec section 3). A restart or a failover begins
+//!   another run, which has lost the old run's objects without a removal.
+//! - **Mark**: what places a batch: its sequence, its first and last event ids (when the
+//!   publisher numbers events) and a print of its bytes ([`Mark`]).
+//! - **Position**: where the index stands in the stream ([`Position`]): the last batch applied,
+//!   a point after a loss, a snapshot's status point, or nowhere yet.
+//! - **Status point**: what the master's `/kv_events/status` said just before its key list was
+//!   read: the last sequence it had assigned (`published_batches + dropped_events`) and the last
+//!   event id it had given (`published_events`).
+//! - **Copy**: a batch with the sequence and the print of one the stream passed.
+//! - **Forget**: the index drops what the stream taught it; with resync on, a key list is read
+//!   again, and a fetch under way is superseded (its answer may be of either run).
+//! - **Held**: kept aside, not yet ruled on: by the reorder window until its place comes, or,
+//!   while the stream is unplaced, until a status point places it.
 //!
-//! The tracker never applies a later batch before an earlier one.
+//! # Rules
+//! - **R1 (next).** A batch that continues the position applies: the next sequence and, where
+//!   both are known, the next event id. After a loss (without resync) any later sequence with a
+//!   later first event id continues it; at a status point, the point's sequence + 1 starting at
+//!   `published_events` + 1.
+//! - **R2 (copy).** A copy is skipped.
+//! - **R3 (before the point).** At a status point, a batch numbered at or before it whose event
+//!   ids stay within `published_events` is skipped: the key list, read after the point, holds
+//!   what it did (or it is another run's). Once such a batch came, queries miss until the stream
+//!   continues the point (the key list may be of another run than the stream: a restart between
+//!   the two reads), and a point not continued within the fetch timeout forgets. The batch at
+//!   the point ending at `published_events`, or the next one (R1), continues it: from then on
+//!   the stream stands at a batch, and a batch numbered at or before it is R5's.
+//! - **R4 (loss).** A batch numbered past the next one, with a first event id past the
+//!   position's, shows lost batches: forget. With a reorder window it is held first (R7).
+//! - **R5 (another run).** Any other batch cannot be of the position's run after it: another
+//!   run's (a restart nobody saw), or, with a reorder window, a late one: forget.
+//! - **R6 (placing).** After a forget, with resync on, only the master's status places the
+//!   stream: the batches that arrive after the next fetch was asked are held, and ruled against
+//!   its status point (R1-R5) when it answers; every other batch came before that status was
+//!   read, so its key list holds what it did (or it is another run's), and it is dropped. Without
+//!   a status (an old master), the stream continues exactly from the last batch heard on the
+//!   connection before the fetch was asked (the key list was read after it); with none heard, or
+//!   with a reorder window, it cannot be placed, and the fetch is asked again (when a batch
+//!   arrives, or after a doubling delay). Without resync, the batch that forgot begins the
+//!   stream: over one connection delivery is in order, so it is the live run's.
+//! - **R7 (reorder window).** The window only reorders: it holds batches numbered past the next
+//!   one and releases them in order as the hole fills; when it holds more than `max_held`, or its
+//!   oldest batch has waited `max_delay`, it declares a loss (R4). It needs resync
+//!   ([`crate::ConfigError::ReorderWithoutResync`]): a late batch can pass for any place, so
+//!   after a loss only the master's status can place the stream (R6).
+//! - **R8 (undecodable).** A batch whose sequence can be read but whose events cannot consumed
+//!   its place and changed what is unknown: it forgets (with a reorder window, once its place
+//!   comes); without resync the next batch must run past the point the stream stood at (R1
+//!   after a loss: the undecodable batch's own sequence may be as garbled as its payload).
+//! - **R9 (reconnect, clear).** A new connection, a stopped driver or an operator's clear
+//!   forgets (R6); without resync the position stays, so that another run's first batch is told
+//!   (R5). A new endpoint or leader begins a new stream: nothing of the old one is compared.
+//! - **R10 (bounded, not detected).** A batch of another run that continues the position
+//!   exactly (R1 cannot tell it: that run's earlier batches were lost and had the same sizes),
+//!   and a restart that no transport saw after which no batch came, leave objects claimed that
+//!   the master no longer holds: verification finds them absent within a round.
+//!
+//! The stream never applies a batch after a later one of the same run.
 
 use core::time::Duration;
 
-mod tracker;
+mod hold;
+mod mark;
+#[cfg(test)]
+mod old_tracker;
+mod place;
+pub mod stream;
 
-#[cfg(feature = "internals")]
-pub use self::tracker::{Fingerprint, Loss, SequenceTracker, Verdict};
-#[cfg(not(feature = "internals"))]
-pub(crate) use self::tracker::{Fingerprint, Loss, SequenceTracker, Verdict};
+pub use self::mark::{Mark, Print};
+pub use self::place::{Place, Point, Position};
+pub use self::stream::{Forgot, HoldBounds, Placed, Ruling, Skip, Stream, StreamConfig, Why};
 
 /// How much reordering the transport can produce.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -83,4 +88,11 @@ pub struct ReorderConfig {
     pub max_held: usize,
     /// The longest a held batch waits for the hole before it is declared loss.
     pub max_delay: Option<Duration>,
+}
+
+impl ReorderConfig {
+    /// Reports whether the transport can reorder (a window is configured).
+    pub fn is_on(&self) -> bool {
+        self.max_held > 0
+    }
 }

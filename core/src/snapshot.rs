@@ -3,9 +3,11 @@
 //! The body holds one key per line, each ending in `\n`, verbatim: nothing is trimmed, and a
 //! space or a `\r` is part of a key (spec section 6). So a line is applied exactly as it is, or
 //! not at all. A line that is not a well-formed object key (blank, not UTF-8, or not of the
-//! form `{P}_{H}{S}`) is *odd*: it may be the first or last part of a key that itself contains
-//! a `\n`, and the lines next to it may be its other parts, so the well-formed line just before
-//! and just after an odd line are *doubted* and not applied either.
+//! form `{P}_{H}{S}`: another application's key, say) is *odd*: it may be the first or last part
+//! of a key that itself contains a `\n`, and the lines next to it may be its other parts, so the
+//! well-formed line just before and just after an odd line are *doubted*: they count only once
+//! the master confirms each as a key of its own (`/batch_query_keys`), so that a store shared
+//! with other applications is restored whole.
 //!
 //! What the text cannot tell: a key containing one or more `\n` whose parts are all well-formed
 //! object keys (SGLang never writes one; someone writing such a key on purpose can make its
@@ -13,6 +15,7 @@
 //! finds such keys absent at the master and forgets them (see `VerifyConfig`).
 
 use alloc::string::String;
+use alloc::vec::Vec;
 
 use crate::layout::parse_object_key;
 
@@ -24,6 +27,9 @@ pub fn snapshot_lines(body: &[u8]) -> impl Iterator<Item = &[u8]> {
     body.split(|&b| b == b'\n').filter(move |_| !empty)
 }
 
+/// The most doubted lines one snapshot keeps for confirmation; past it they stay out (misses).
+pub(crate) const MAX_DOUBTED: usize = 1 << 20;
+
 /// Decides line by line which snapshot lines become keys, across chunks of one snapshot.
 #[derive(Debug, Default)]
 pub(crate) struct LineFilter {
@@ -34,8 +40,10 @@ pub(crate) struct LineFilter {
     after_odd: bool,
     /// Lines that were not well-formed keys.
     pub(crate) odd: u64,
-    /// Well-formed lines not applied because they were next to an odd line.
+    /// Well-formed lines next to an odd line.
     pub(crate) doubted: u64,
+    /// The doubted lines kept for confirmation (at most [`MAX_DOUBTED`]).
+    pub(crate) doubted_keys: Vec<String>,
 }
 
 impl LineFilter {
@@ -47,8 +55,8 @@ impl LineFilter {
             .filter(|k| parse_object_key(k).is_some());
         let Some(key) = key else {
             self.odd += 1;
-            if self.pending.take().is_some() {
-                self.doubted += 1;
+            if let Some(before) = self.pending.take() {
+                self.doubt(before);
             }
             self.after_odd = true;
             return;
@@ -57,9 +65,16 @@ impl LineFilter {
             apply(&before);
         }
         if core::mem::take(&mut self.after_odd) {
-            self.doubted += 1;
+            self.doubt(key.into());
         } else {
             self.pending = Some(key.into());
+        }
+    }
+
+    fn doubt(&mut self, key: String) {
+        self.doubted += 1;
+        if self.doubted_keys.len() < MAX_DOUBTED {
+            self.doubted_keys.push(key);
         }
     }
 
@@ -75,7 +90,6 @@ impl LineFilter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use alloc::vec::Vec;
 
     const A: &str = "m_aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
     const B: &str = "m_bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
@@ -133,6 +147,10 @@ mod tests {
         }
         filter.finish(|_| {});
         assert_eq!((filter.odd, filter.doubted), (1, 2));
+        assert_eq!(
+            filter.doubted_keys,
+            [alloc::format!("{A}_0_k"), alloc::format!("{A}_0_v")]
+        );
     }
 
     #[test]

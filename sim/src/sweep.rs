@@ -50,8 +50,10 @@ pub struct Summary {
     pub stale_hits_other_tenants: u64,
     /// Pages checked for liveness.
     pub liveness_pages: u64,
-    /// Runs whose liveness check was skipped (index evictions).
+    /// Runs whose liveness check was skipped (index evictions, or an expected stall).
     pub liveness_skipped: u64,
+    /// Runs that ended in an expected, visible stall (a master without status counters).
+    pub expected_stalls: u64,
     /// Messages dropped, duplicated, truncated, corrupted, with a bad topic or frame count.
     pub net_faults: u64,
     /// Disconnects and partitions.
@@ -96,6 +98,7 @@ impl Summary {
         self.stale_hits_other_tenants += s.stale_hits_other_tenants;
         self.liveness_pages += s.liveness_pages;
         self.liveness_skipped += u64::from(s.liveness_skipped);
+        self.expected_stalls += u64::from(s.expected_stall);
         let n = &s.net;
         self.net_faults +=
             n.dropped + n.duplicated + n.truncated + n.corrupted + n.bad_topic + n.bad_frame_count;
@@ -150,14 +153,15 @@ impl Summary {
         let _ = writeln!(
             s,
             "queries {}  hit pages {}  FALSE HITS {}  stale hits {} (other tenants {})  \
-             liveness pages {} (skipped runs {})",
+             liveness pages {} (skipped runs {}, of them expected stalls {})",
             self.queries,
             self.hit_pages,
             self.false_hits,
             self.stale_hits,
             self.stale_hits_other_tenants,
             self.liveness_pages,
-            self.liveness_skipped
+            self.liveness_skipped,
+            self.expected_stalls
         );
         let _ = writeln!(
             s,

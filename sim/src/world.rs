@@ -51,6 +51,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::time::Duration;
 
+use hicache_index::sequence::Skip;
 use hicache_index::{
     ClearReason, Command, Effect, Effects, Health, HitPolicy, Hits, Input, Instant, Lookup,
     PageHash, Pages, Report as CoreReport, Session, Timestamp, Tokens,
@@ -142,6 +143,8 @@ pub struct World<S: System> {
     judge: Option<u64>,
     /// A restart the HTTP side scheduled (see [`HttpOptions::restart_after_keys`]).
     restart_at: Option<Instant>,
+    /// Why the session said it is recovering, last (until it is no longer recovering).
+    recovering: Option<hicache_index::Recovering>,
 }
 
 /// Runs one seed's options against the real [`Session`].
@@ -256,6 +259,7 @@ impl<S: System> World<S> {
             shadowed: crate::util::IdSet::new(),
             judge: None,
             restart_at: None,
+            recovering: None,
         }
     }
 

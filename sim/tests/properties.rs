@@ -6,8 +6,10 @@
 
 use std::time::Duration;
 
-use hicache_index::sequence::{Fingerprint, ReorderConfig, SequenceTracker, Verdict};
-use hicache_index::{Batch, Instant, Seq, Session, Timestamp};
+use hicache_index::sequence::{
+    HoldBounds, Mark, Point, Print, ReorderConfig, Ruling, Stream, StreamConfig,
+};
+use hicache_index::{Instant, Seq, Session};
 use hicache_index_sim::master::Action;
 use hicache_index_sim::{FailureKind, Options, Preset, Report, World};
 use quickcheck::{Arbitrary, Gen, QuickCheck, TestResult};
@@ -169,158 +171,114 @@ fn faults_never_produce_false_hits() {
     seeded().quickcheck(no_false_hits_under_faults as fn(Script) -> TestResult);
 }
 
-// ---- the sequence tracker's laws ----
+// ---- the stream machine's laws ----
 
-fn fp(n: u8) -> Fingerprint {
-    Fingerprint::of(&Batch {
-        seq: Seq(0),
-        timestamp: Timestamp::Millis(u64::from(n)),
-        dp_rank: None,
-        events: Vec::new(),
-    })
+/// The mark of batch `seq` with print `f`; a print of 15 modulo 16 stands for a batch whose
+/// events cannot be read, and the event ids follow the sequence (so that only sequences place).
+fn mark(seq: u64, f: u8) -> Mark {
+    if f % 16 == 15 {
+        return Mark::undecodable(Seq(seq), &[f]);
+    }
+    Mark {
+        seq: Seq(seq),
+        first: Some(seq * 4 + 1),
+        last: Some(seq * 4 + 4),
+        events: 4,
+        print: Print(u64::from(f)),
+        undecodable: false,
+    }
 }
 
-/// What a driver of the tracker saw: each applied sequence, and whether a ruling (restart,
-/// gap or loss) preceded it.
+/// What a driver of the stream saw: each applied sequence, and whether a forget preceded it.
 #[derive(Debug, Default)]
 struct Trace {
     applied: Vec<(u64, bool)>,
     violations: Vec<String>,
 }
 
-/// Drives a tracker like the session does, checking the per-call laws as it goes. A
-/// fingerprint of 15 modulo 16 stands for a batch whose events cannot be read.
+/// Drives a stream like the session does (resync on when a window is, placed at sequence 0 by
+/// a first status point), checking the per-call laws as it goes.
 fn drive(max_held: usize, input: &[(u8, u8)]) -> Trace {
-    let config = ReorderConfig {
+    let reorder = ReorderConfig {
         max_held,
         max_delay: None,
     };
-    let mut t: SequenceTracker<u8> = SequenceTracker::new(config);
+    let resync = (max_held > 0).then_some(HoldBounds {
+        batches: 64,
+        bytes: 1 << 20,
+        point_timeout: Duration::from_secs(1),
+    });
+    let mut s: Stream<u8> = Stream::new(StreamConfig { reorder, resync });
+    let place = |s: &mut Stream<u8>| {
+        s.fetch_asked();
+        s.place(
+            Instant::ZERO,
+            Some(Point {
+                seq: Seq(0),
+                last: Some(4),
+            }),
+        );
+    };
+    if resync.is_some() {
+        place(&mut s);
+    }
     let mut trace = Trace::default();
-    // The unreadable sequence the stream last moved past, until a batch after it applies.
-    let mut blind: Option<u64> = None;
-    // A loss declared and not yet followed by an applied batch rules the next one.
-    let mut ruled = false;
-    let apply =
-        |trace: &mut Trace, blind: &mut Option<u64>, seq: u64, ruled: bool, restart: bool| {
-            if blind.is_some_and(|b| seq <= b) && !restart {
-                trace.violations.push(format!(
-                    "applied {seq}, at or before the unreadable {blind:?} passed"
-                ));
+    // A forget happened and no batch applied since.
+    let mut forgot = false;
+    let mut act = |s: &mut Stream<u8>, trace: &mut Trace, seq: u64, ruling: Ruling| match ruling {
+        Ruling::Apply => trace.applied.push((seq, std::mem::take(&mut forgot))),
+        Ruling::Forget(f) => {
+            forgot = true;
+            if f.apply {
+                trace.applied.push((seq, std::mem::take(&mut forgot)));
             }
-            *blind = None;
-            trace.applied.push((seq, ruled));
-        };
+            if s.is_unplaced() {
+                place(s);
+            }
+        }
+        Ruling::Skip(_) | Ruling::Hold => {}
+    };
     for &(seq, f) in input {
         let seq = u64::from(seq % 24);
-        let unreadable = f % 16 == 15;
-        let (before_last, before_held) = (t.last_applied(), t.held_count());
-        let verdict = if unreadable {
-            t.observe_unreadable(Instant::ZERO, Seq(seq))
-        } else {
-            t.observe(Instant::ZERO, Seq(seq), fp(f))
-        };
-        match verdict {
-            Verdict::Apply => {
-                t.applied(Seq(seq), fp(f));
-                apply(
-                    &mut trace,
-                    &mut blind,
-                    seq,
-                    std::mem::take(&mut ruled),
-                    false,
-                );
-            }
-            Verdict::Gap { .. } | Verdict::Restart { .. } => {
-                t.applied(Seq(seq), fp(f));
-                let restart = matches!(verdict, Verdict::Restart { .. });
-                ruled = false;
-                apply(&mut trace, &mut blind, seq, true, restart);
-            }
-            Verdict::Unreadable => {
-                if !unreadable {
-                    trace
-                        .violations
-                        .push(format!("readable {seq} ruled unreadable"));
-                }
-                // Without a window the stream begins again with the next batch (a ruling);
-                // with one, the tracker moves past it.
-                blind = (max_held > 0).then_some(seq);
-                ruled = max_held == 0;
-                trace.applied.push((seq, true));
-            }
-            Verdict::Duplicate | Verdict::Late | Verdict::Stale => {
-                if t.last_applied() != before_last || t.held_count() != before_held {
-                    trace
-                        .violations
-                        .push(format!("a duplicate of {seq} changed the tracker"));
-                }
-                continue;
-            }
-            Verdict::Hold => {
-                if max_held == 0 {
-                    trace.violations.push("held without a window".into());
-                }
-                let print = if unreadable {
-                    Fingerprint::unreadable()
-                } else {
-                    fp(f)
-                };
-                ruled |= t.hold(Instant::ZERO, Seq(seq), print, f).is_some();
-            }
+        let m = mark(seq, f);
+        let ruling = s.offer(Instant::ZERO, m, 1, || f);
+        if max_held == 0 && ruling == Ruling::Hold {
+            trace.violations.push("held without a window".into());
         }
-        while let Some((s, held_fp, verdict)) = t.pop_ready() {
-            match verdict {
-                Verdict::Unreadable => {
-                    blind = Some(s.0);
-                    trace.applied.push((s.0, true));
-                    ruled = false;
-                }
-                Verdict::Stale => {}
-                _ => {
-                    let restart = matches!(verdict, Verdict::Restart { .. });
-                    ruled |= restart;
-                    t.applied(s, fp(held_fp));
-                    apply(
-                        &mut trace,
-                        &mut blind,
-                        s.0,
-                        std::mem::take(&mut ruled),
-                        restart,
-                    );
-                }
-            }
+        act(&mut s, &mut trace, seq, ruling);
+        while let Some((m, _, ruling)) = s.release(Instant::ZERO) {
+            act(&mut s, &mut trace, m.seq.0, ruling);
         }
-        if t.held_count() > max_held {
+        if s.held() > max_held {
             trace
                 .violations
-                .push(format!("{} held, window {max_held}", t.held_count()));
+                .push(format!("{} held, window {max_held}", s.held()));
         }
     }
     trace
 }
 
-/// Between rulings, applied sequences are consecutive; without a restart they never go back.
-fn tracker_applies_in_order_between_rulings(max_held: u8, input: Vec<(u8, u8)>) -> TestResult {
+/// Between forgets, applied sequences are consecutive; without a forget they never go back.
+fn stream_applies_in_order_between_forgets(max_held: u8, input: Vec<(u8, u8)>) -> TestResult {
     let trace = drive(usize::from(max_held % 6), &input);
     if let Some(v) = trace.violations.first() {
         return TestResult::error(v.clone());
     }
     for pair in trace.applied.windows(2) {
-        let ((a, _), (b, ruled)) = (pair[0], pair[1]);
-        if !ruled && b != a + 1 {
-            return TestResult::error(format!("applied {b} after {a} with no ruling"));
+        let ((a, _), (b, forgot)) = (pair[0], pair[1]);
+        if !forgot && b != a + 1 {
+            return TestResult::error(format!("applied {b} after {a} with no forget"));
         }
     }
     TestResult::passed()
 }
 
-/// Without a reorder window, a batch applies only as the next sequence, or after a ruling.
-fn tracker_without_window_applies_only_the_next(input: Vec<(u8, u8)>) -> TestResult {
-    tracker_applies_in_order_between_rulings(0, input)
+/// Without a reorder window, a batch applies only as the next sequence, or after a forget.
+fn stream_without_window_applies_only_the_next(input: Vec<(u8, u8)>) -> TestResult {
+    stream_applies_in_order_between_forgets(0, input)
 }
 
-/// A reordering within the window applies every batch exactly once, in order, with no ruling.
+/// A reordering within the window applies every batch exactly once, in order, with no forget.
 fn window_reorder_applies_every_batch_once_in_order(max_held: u8, keys: Vec<u8>) -> TestResult {
     let max_held = usize::from(max_held % 8) + 1;
     let n = keys.len().min(max_held) as u64;
@@ -331,20 +289,20 @@ fn window_reorder_applies_every_batch_once_in_order(max_held: u8, keys: Vec<u8>)
     let trace = drive(max_held, &input);
     let applied: Vec<u64> = trace.applied.iter().map(|&(s, _)| s).collect();
     let want: Vec<u64> = (1..2 + n).collect();
-    if applied != want || trace.applied.iter().any(|&(_, ruled)| ruled) {
+    if applied != want || trace.applied.iter().any(|&(_, forgot)| forgot) {
         return TestResult::error(format!("fed {input:?}, applied {:?}", trace.applied));
     }
     TestResult::passed()
 }
 
 #[test]
-fn sequence_tracker_laws_hold() {
-    QuickCheck::new().tests(500).quickcheck(
-        tracker_applies_in_order_between_rulings as fn(u8, Vec<(u8, u8)>) -> TestResult,
-    );
-    QuickCheck::new().tests(500).quickcheck(
-        tracker_without_window_applies_only_the_next as fn(Vec<(u8, u8)>) -> TestResult,
-    );
+fn stream_laws_hold() {
+    QuickCheck::new()
+        .tests(500)
+        .quickcheck(stream_applies_in_order_between_forgets as fn(u8, Vec<(u8, u8)>) -> TestResult);
+    QuickCheck::new()
+        .tests(500)
+        .quickcheck(stream_without_window_applies_only_the_next as fn(Vec<(u8, u8)>) -> TestResult);
     QuickCheck::new().tests(500).quickcheck(
         window_reorder_applies_every_batch_once_in_order as fn(u8, Vec<u8>) -> TestResult,
     );

@@ -81,7 +81,7 @@ fn hit_pages(session: &Session, tokens: &[u32]) -> usize {
 /// Answers every snapshot fetch among `fx` at `now` with `watermark` and `keys`.
 fn answer_fetches(
     session: &mut Session,
-    fx: &Effects,
+    fx: &[Effect],
     now: Instant,
     watermark: Option<Watermark>,
     keys: &[String],
@@ -501,16 +501,33 @@ fn regression_scenarios_hit_when_nothing_is_lost() {
     assert_eq!(hit_pages(&session, &a_tokens), 0);
 }
 
-/// A connected session with a reorder window of 3 batches and 20 ms.
+/// A connected session with a reorder window of 3 batches and 20 ms (and resync, which a
+/// window needs: rule R7), placed by its fetch at connect at "nothing published yet" (sequence
+/// 0, event id 0).
 fn reordering_session() -> Session {
-    let mut cfg = config(false);
+    let mut cfg = config(true);
     cfg.reorder = hicache_index::ReorderConfig {
         max_held: 3,
         max_delay: Some(std::time::Duration::from_millis(20)),
     };
     let mut session = Session::new(cfg).expect("a valid config");
-    let _ = connect(&mut session);
+    let fx = connect(&mut session);
+    answer_fetches(
+        &mut session,
+        &fx,
+        Instant::from_millis(1),
+        Some(origin()),
+        &[],
+    );
     session
+}
+
+/// The status point of a master that has published nothing yet.
+fn origin() -> Watermark {
+    Watermark {
+        seq: Seq(0),
+        events: Some(0),
+    }
 }
 
 /// Found by the simulator after the core fixes (restart-heavy seeds 61 and 249; see
@@ -627,11 +644,13 @@ fn reconnect_by_timers(session: &mut Session, mut now: Instant, step_ms: u64) ->
     panic!("the session reconnects");
 }
 
-fn wait_out_the_window(session: &mut Session, mut now: Instant) {
+fn wait_out_the_window(session: &mut Session, mut now: Instant) -> Vec<Effect> {
+    let mut all = Vec::new();
     for _ in 0..10 {
         now = now + std::time::Duration::from_millis(10);
-        let _ = session.handle_timeout(now);
+        all.extend(session.handle_timeout(now).into_vec());
     }
+    all
 }
 
 /// Found by the simulator: `cargo run -p hicache-index-sim --release -- --seeds 128268..128269
@@ -672,19 +691,32 @@ fn a_batch_from_before_an_unreadable_one_never_begins_a_stream() {
     let (mut session, ka) = reordering_session_at_four();
     let a_tokens = page(1).0;
     let _ = feed(&mut session, Instant::from_millis(10), &unreadable(7));
-    wait_out_the_window(&mut session, Instant::from_millis(10));
+    let fetch = wait_out_the_window(&mut session, Instant::from_millis(10));
     let _ = feed(
         &mut session,
         Instant::from_millis(200),
         &stores(5, 1_005, 5, &ka),
     );
-    wait_out_the_window(&mut session, Instant::from_millis(200));
+    let _ = wait_out_the_window(&mut session, Instant::from_millis(200));
     assert_eq!(
         hit_pages(&session, &a_tokens),
         0,
         "a late batch brought A back"
     );
-    // The run's next batch after 7 begins the stream again.
+    // The master's status places the stream after 7 (A stored by 5 and removed by 7: not in
+    // its key list); batch 5 is before the point (R3).
+    answer_fetches(
+        &mut session,
+        &fetch,
+        Instant::from_millis(300),
+        Some(Watermark {
+            seq: Seq(7),
+            events: Some(8),
+        }),
+        &[],
+    );
+    assert_eq!(hit_pages(&session, &a_tokens), 0);
+    // The run's next batch after 7 goes on from the point.
     let _ = feed(
         &mut session,
         Instant::from_millis(400),
@@ -787,12 +819,11 @@ fn an_unreadable_batch_that_fills_the_hole_releases_the_batches_behind_it() {
         &stores(7, 1_007, 20, &ka),
     );
     let _ = feed(&mut session, Instant::from_millis(12), &unreadable(5));
-    assert_eq!(
-        hit_pages(&session, &a_tokens),
-        1,
-        "batch 7 is next in order after 5 and 6, yet is still held"
-    );
-    wait_out_the_window(&mut session, Instant::from_millis(12));
+    // The unreadable 5 forgets at its place (R8): the stream waits for the master's status, and
+    // what the window held behind it is in the key list (R6); nothing stays held.
+    assert_eq!(session.counters().held_batches, 0);
+    assert_eq!(hit_pages(&session, &a_tokens), 0);
+    let _ = wait_out_the_window(&mut session, Instant::from_millis(12));
     assert_eq!(session.counters().gaps, 0, "no sequence was lost");
 }
 
@@ -861,7 +892,17 @@ fn a_garbled_first_sequence_far_ahead_does_not_fence_the_stream_for_good() {
         Instant::from_millis(10),
         &unreadable(u64::MAX),
     );
-    let mut now = Instant::from_millis(10);
+    // The window gives up on the hole before it; the master's status (nothing published yet:
+    // the garbled sequence was no batch of its) places the stream again.
+    let fetch = wait_out_the_window(&mut session, Instant::from_millis(10));
+    answer_fetches(
+        &mut session,
+        &fetch,
+        Instant::from_millis(110),
+        Some(origin()),
+        &[],
+    );
+    let mut now = Instant::from_millis(110);
     for seq in 1..=50u64 {
         now = now + std::time::Duration::from_millis(100);
         let _ = feed(
@@ -885,7 +926,7 @@ fn a_garbled_first_sequence_far_ahead_does_not_fence_the_stream_for_good() {
 /// fence of 6, and begins the stream. A is a hit although 6 removed it.
 #[test]
 fn an_unreadable_batch_before_the_link_is_up_still_fences_the_batches_before_it() {
-    let mut cfg = config(false);
+    let mut cfg = config(true);
     cfg.reorder = hicache_index::ReorderConfig {
         max_held: 3,
         max_delay: Some(std::time::Duration::from_millis(20)),
@@ -1111,14 +1152,18 @@ fn a_batch_fenced_after_a_reset_is_fetched_again_not_skipped() {
             master.iter().map(String::as_str),
         );
     }
-    // Batch 5 stores A at the master; the session fences it.
+    // Batch 5 stores A at the master, yet the key list (read after the status said 6) lacks A:
+    // the key list or batch 5 is another run's. Batch 5 is before the point (R3): skipped, and
+    // queries miss until the stream continues the point, or, within the fetch timeout, the
+    // session forgets and fetches again.
     master.extend(ka.iter().cloned());
-    let fx = feed(&mut session, now, &stores(5, 1_005, 9, &ka));
-    let asked = fetches(&fx);
-    assert!(
-        !asked.is_empty(),
-        "a fenced batch was skipped without a fetch: {fx:?}"
-    );
+    let _ = feed(&mut session, now, &stores(5, 1_005, 9, &ka));
+    assert_eq!(session.health(), hicache_index::Health::Recovering);
+    let deadline = session
+        .poll_timeout()
+        .expect("the point must be continued in time");
+    let asked = fetches(&session.handle_timeout(deadline));
+    assert!(!asked.is_empty(), "a point not continued fetches again");
     for request in asked {
         let _ = session.handle_snapshot(
             now,
@@ -1136,34 +1181,48 @@ fn a_batch_fenced_after_a_reset_is_fetched_again_not_skipped() {
 
 /// Found by the long sweep on the eighth session's fence (reorder-heavy seed 153419, resync off,
 /// a liveness failure): a batch fenced by an unreadable one, skipped while the index was
-/// empty, left no trace: no clear, nothing counted as lost, so what it stored was missing
-/// without any sign of a loss. A skipped batch is a loss whatever the index holds: the session
-/// reports it (a clear of an empty index, by `StaleBatch`).
+/// empty, left no trace, and what it stored was missing without any sign of a loss. Now a batch
+/// at or after an unreadable one's place waits for the master's status point (R6, R8), which
+/// places it: numbered at or before the point, the key list holds what it stored.
 #[test]
-fn a_batch_fenced_with_the_index_empty_is_reported_as_lost() {
+fn a_batch_after_an_unreadable_one_waits_for_the_status_point_that_places_it() {
     let (mut session, _) = reordering_session_at_four();
-    let a = keys(&page(1).1);
+    let (a_tokens, a) = page(1);
+    let ka = keys(&a);
     let fx = feed(&mut session, Instant::from_millis(10), &unreadable(5));
     assert!(
         fx.iter()
             .any(|e| matches!(e, Effect::Report(Report::Cleared { .. }))),
         "the unreadable batch forgets: {fx:?}"
     );
-    let fx = feed(
+    let _ = feed(
         &mut session,
         Instant::from_millis(11),
-        &stores(5, 1_005, 5, &a),
+        &stores(6, 1_006, 6, &ka),
     );
-    assert!(
-        fx.iter().any(|e| matches!(
-            e,
-            Effect::Report(Report::Cleared {
-                reason: hicache_index::ClearReason::StaleBatch,
-                ..
-            })
-        )),
-        "a batch skipped with the index empty left no trace: {fx:?}"
+    assert_eq!(
+        session.counters().held_batches,
+        1,
+        "held for the status point"
     );
+    answer_fetches(
+        &mut session,
+        &fx,
+        Instant::from_millis(12),
+        Some(Watermark {
+            seq: Seq(6),
+            events: Some(7),
+        }),
+        &ka,
+    );
+    assert_eq!(session.counters().held_batches, 0);
+    // A fresh batch continues the point: the key list's A is a hit.
+    let _ = feed(
+        &mut session,
+        Instant::from_millis(13),
+        &batch(7, 1_007, 8, &[(EventKind::Stored, "other")]),
+    );
+    assert_eq!(hit_pages(&session, &a_tokens), 1);
 }
 
 /// Found with the long sweep's worlds of a master without `GET /kv_events/status` (a second
@@ -1219,21 +1278,17 @@ fn forgetting_during_a_fetch_asks_for_one_fetch_at_a_time() {
     let ka = keys(&a);
     let first = fetches(&connect(&mut session));
     assert_eq!(first.len(), 1, "a resync at connect");
-    // Three gaps while the fetch is under way: each forgets.
+    // Three forgets while the fetch is under way (an operator's clears, say).
     let mut now = Instant::from_millis(2);
-    for (i, seq) in [1u64, 5, 9, 20].into_iter().enumerate() {
-        let fx = feed(
-            &mut session,
-            now,
-            &stores(seq, 1_000 + seq, 1 + 8 * i as u64, &ka),
-        );
+    for _ in 0..3 {
+        let fx = session.clear(now);
         assert!(
             fetches(&fx).is_empty(),
-            "batch {seq} asked for a second fetch with one under way: {fx:?}"
+            "a forget asked for a second fetch with one under way: {fx:?}"
         );
         now = now + std::time::Duration::from_millis(1);
     }
-    assert_eq!(session.counters().clears_gap, 3);
+    assert_eq!(session.counters().clears_requested, 3);
     // The first fetch comes back: discarded, and asked for again.
     let again = fetches(&session.handle_snapshot(
         now,

@@ -294,6 +294,8 @@ pub fn session_ops(data: &[u8]) {
             max_pages: 3,
             ..Default::default()
         },
+        // A reorder window needs resync (rule R7 of the core's sequence module).
+        resync: reorder.then(hicache_index::ResyncConfig::default),
         ..Config::default()
     })
     .expect("a valid configuration");

@@ -4,8 +4,9 @@
 
 use std::time::Duration;
 
+use hicache_index::sequence::Skip;
 use hicache_index::{
-    ClearReason, Command, Config, Effect, EventKind, Health, Report, Seq, SnapshotRequest,
+    ClearReason, Command, Config, Effect, EventKind, Health, Input, Report, Seq, SnapshotRequest,
     VerifyConfig, Watermark,
 };
 use hicache_index_sim::encode::OwnedEvent;
@@ -39,9 +40,9 @@ fn restart_whose_next_sequence_runs_on_is_not_a_continuation() {
 }
 
 #[test]
-fn held_batches_released_by_the_window_pass_the_event_id_rule() {
+fn held_batches_of_two_runs_never_apply_as_one_stream() {
     let layout = mha(1);
-    let mut h = Harness::connected(reorder(config(layout.clone()), 8));
+    let mut h = Harness::placed(reorder(config(layout.clone()), 8));
     let t = tokens(2);
     let pages = page_hashes(&layout, &t);
     let _ = h.batch_at(1, store_page(&layout, &pages[0]));
@@ -53,10 +54,13 @@ fn held_batches_released_by_the_window_pass_the_event_id_rule() {
     h.set_next_event_id(200);
     let _ = h.batch_at(4, filler(1));
     let _ = h.batch_at(5, filler(1));
-    // The window gives up on the hole: the held batches must not apply as one stream.
+    assert_eq!(h.session.counters().held_batches, 3);
+    // The window gives up on the hole (R7): what it held is dropped, never applied as one
+    // stream; the key list of the fetch it asks holds what the live run did (R6).
     h.advance(100);
     let fx = h.fire_timeout().expect("the deadline fires");
-    assert!(cleared(&fx).contains(&ClearReason::Restart), "{fx:?}");
+    assert_eq!(cleared(&fx), [ClearReason::Gap], "{fx:?}");
+    assert_eq!(h.session.counters().held_batches, 0);
     let b = hicache_index::Lookup::page_hashes(&pages[1..]);
     assert_eq!(h.session.query(&b).unwrap().prefix_pages, 0, "B is gone");
     assert_eq!(h.prefix(&t), 0);
@@ -65,11 +69,12 @@ fn held_batches_released_by_the_window_pass_the_event_id_rule() {
 #[test]
 fn a_late_copy_of_an_old_batch_after_a_clear_never_becomes_the_baseline() {
     let layout = mha(1);
-    let mut h = Harness::connected(reorder(config(layout.clone()), 8));
+    let mut h = Harness::placed(reorder(config(layout.clone()), 8));
     let t = tokens(1);
     let page = page_hashes(&layout, &t)[0];
     let store = h.frames(1, store_page(&layout, &page));
     let _ = h.feed_frames(&store);
+    assert_eq!(h.prefix(&t), 1);
     h.next_seq = 2;
     let keys: Vec<String> = layout.object_keys(&page).collect();
     let _ = h.batch_at(2, vec![removed(keys[0].clone())]);
@@ -81,39 +86,62 @@ fn a_late_copy_of_an_old_batch_after_a_clear_never_becomes_the_baseline() {
         } else {
             let _ = h.session.clear(h.now);
         }
-        // The network delivers a late copy of batch 1.
+        // The network delivers a late copy of batch 1 (R2).
+        let fx = h.feed_frames(&store);
+        assert!(
+            fx.iter().any(|e| matches!(
+                e,
+                Effect::Report(Report::Skipped {
+                    why: Skip::Copy,
+                    ..
+                })
+            )),
+            "{fx:?}"
+        );
+        // The master's status places the stream after batch 2: batch 1 is no part of it.
+        let _ = h.answer_fetch(2, &[]);
+        assert_eq!(h.prefix(&t), 0, "the removal of batch 2 still holds");
         let fx = h.feed_frames(&store);
         assert!(
             fx.iter()
-                .any(|e| matches!(e, Effect::Report(Report::Late { .. }))),
+                .any(|e| matches!(e, Effect::Report(Report::Skipped { .. }))),
             "{fx:?}"
         );
-        assert_eq!(h.prefix(&t), 0, "the removal of batch 2 still holds");
+        assert_eq!(h.prefix(&t), 0);
     }
 }
 
 #[test]
-fn an_old_batch_stamped_before_the_stream_is_stale_not_a_restart_with_reordering() {
+fn a_batch_whose_place_was_passed_is_never_applied_with_reordering() {
     let layout = mha(1);
-    let mut h = Harness::connected(reorder(config(layout.clone()), 8));
+    let mut h = Harness::placed(reorder(config(layout.clone()), 8));
     let t = tokens(1);
     let page = page_hashes(&layout, &t)[0];
     let keys: Vec<String> = layout.object_keys(&page).collect();
-    // Batch 1 (never delivered in time) stores A; batches 2 and 3 arrive first, 3 removes A.
-    let old = h.frames(1, store_page(&layout, &page));
-    h.advance(10);
-    let _ = h.batch_at(5, filler(1));
-    let _ = h.batch_at(6, vec![removed(keys[0].clone())]);
-    // Batch 1 arrives late: it must not become a new baseline. It is skipped, which is
-    // reported as a loss even with the index empty (a skipped batch may be one whose stores
-    // are not superseded: see `Session::stale_batch`).
-    let fx = h.feed_frames(&old);
+    // Batch 1 is delayed; batches 2 (stores A) and 3 (removes it) are held behind it.
+    let late = h.frames(1, filler(1));
+    let _ = h.batch_at(2, store_page(&layout, &page));
+    let _ = h.batch_at(3, vec![removed(keys[0].clone())]);
+    // The window gives up: 2 and 3 are dropped (the next key list holds them, R6).
+    h.advance(100);
+    let _ = h.fire_timeout().expect("the window's deadline");
+    let _ = h.answer_fetch(3, &[]);
+    assert_eq!(h.prefix(&t), 0);
+    // Batch 1 arrives after its place was passed (R7): before the status point, in the key
+    // list (R3): never applied, and queries miss until the stream continues the point.
+    let fx = h.feed_frames(&late);
     assert!(
-        fx.iter()
-            .any(|e| matches!(e, Effect::Report(Report::Late { .. }))),
+        fx.contains(&Effect::Report(Report::Skipped {
+            seq: Seq(1),
+            why: Skip::BeforePoint
+        })),
         "{fx:?}"
     );
-    assert_eq!(cleared(&fx), [ClearReason::StaleBatch], "{fx:?}");
+    assert_eq!(h.health(), Health::Recovering);
+    assert_eq!(h.session.last_applied_seq(), None);
+    let _ = h.batch_at(4, filler(1));
+    assert_eq!(h.session.last_applied_seq(), Some(Seq(4)));
+    assert_eq!(h.health(), Health::Live);
     assert_eq!(h.prefix(&t), 0);
 }
 
@@ -133,9 +161,30 @@ fn snapshot_lines_that_are_not_exactly_keys_never_become_keys() {
         Some(Seq(0).into()),
         hicache_index::snapshot_lines(body.as_bytes()),
     );
+    // The lines next to the odd one are asked about: "<A>_0_k " verbatim, and "<A>_0_v".
+    let (confirm, asked) = fx
+        .iter()
+        .find_map(|e| match e {
+            Effect::Command(Command::VerifyKeys { request, keys }) => {
+                Some((*request, keys.clone()))
+            }
+            _ => None,
+        })
+        .expect("the doubted lines are confirmed first");
+    assert_eq!(asked, [format!("{} ", keys[0]), keys[1].clone()]);
+    assert_eq!(h.prefix(&t), 0);
+    // The master holds neither key as such.
+    let results: Vec<(&str, bool)> = asked.iter().map(|k| (k.as_str(), false)).collect();
+    let fx = h.session.handle(
+        h.now,
+        Input::VerifyResult {
+            request: confirm,
+            results: &results,
+        },
+    );
     assert!(
         fx.iter()
-            .any(|e| matches!(e, Effect::Report(Report::Resynced { .. }))),
+            .any(|e| matches!(e, Effect::Report(Report::Resynced { confirmed: 0, .. }))),
         "{fx:?}"
     );
     assert_eq!(h.prefix(&t), 0);
@@ -313,7 +362,7 @@ fn a_jump_forward_whose_event_ids_go_back_is_a_restart() {
     let fx = h.batch_at(9, filler(1));
     assert!(
         fx.iter()
-            .any(|e| matches!(e, Effect::Report(Report::Restart { .. }))),
+            .any(|e| matches!(e, Effect::Report(Report::OtherRun { .. }))),
         "{fx:?}"
     );
     assert_eq!(cleared(&fx), vec![ClearReason::Restart]);

@@ -1,22 +1,33 @@
-//! Histories found by the review of the baseline-after-loss rule (issue 13): each ends in a
-//! false hit through the real `Session` and asserts the miss the rule above all demands.
+//! Histories found by the review of the baseline-after-loss rule (issue 13), through the real
+//! `Session`.
 //!
 //! Both rest on one fact of the master model: under light load every batch of a run has the
 //! same number of events (one object, one medium: one event a batch), so two runs of the master
 //! number their batches and events alike, and an old run's batch `n + 1` runs on, event id for
-//! event id, from the new run's batch `n`. What tells them apart is the stamp: one run's batches
-//! are stamped in order (one publisher thread stamps each batch as it sends it), so a batch
-//! stamped before the newest batch applied is not the next batch of the stream.
+//! event id, from the new run's batch `n`. The old design told them apart by the publisher's
+//! stamp; no safety rule may rest on a publisher's clock (issue 26), so when such a batch
+//! continues the position exactly it is rule R10's class (bounded by verification, asserted
+//! here), and when it does not, it never applies.
 
+use std::time::Duration;
+
+use hicache_index::{Command, Config, Effect, VerifyConfig};
 use hicache_index_tests::{
     config, filler, mha, old_batch_released_after_the_new_run, page_hashes, reorder, store_page,
     tokens, Harness,
 };
 
 #[test]
-fn an_old_runs_late_batch_whose_event_ids_run_on_is_not_applied_after_a_restart() {
+fn an_old_runs_late_batch_whose_event_ids_run_on_after_a_restart_is_bounded_by_verification() {
     let layout = mha(1);
-    let mut h = Harness::connected(reorder(config(layout.clone()), 8));
+    let cfg = Config {
+        verify: Some(VerifyConfig {
+            interval: Duration::from_secs(1),
+            ..VerifyConfig::default()
+        }),
+        ..reorder(config(layout.clone()), 8)
+    };
+    let mut h = Harness::placed(cfg);
     let t = tokens(1);
     let page = page_hashes(&layout, &t)[0];
     // Old master: seq 1 and 2 (event ids 1-4); its seq 3 stores page A (ids 5-6) and is
@@ -24,21 +35,58 @@ fn an_old_runs_late_batch_whose_event_ids_run_on_is_not_applied_after_a_restart(
     let _ = h.batch_at(1, filler(2));
     let _ = h.batch_at(2, filler(2));
     let old_3 = h.frames(3, store_page(&layout, &page));
-    // It restarts (the new master lost A); the new run's seq 1 goes back: a restart, seen.
+    // It restarts (the new master lost A); the new run's seq 1 goes back: another run (R5),
+    // forget; the master's status places the new run's stream at its seq 2.
     h.advance(200);
     h.set_next_event_id(1);
     let _ = h.batch_at(1, filler(2));
     let _ = h.batch_at(2, filler(2));
+    let _ = h.answer_fetch(2, &[]);
     assert_eq!(h.prefix(&t), 0);
-    // The old run's seq 3 arrives now: seq 2 + 1, first id 4 + 1, stamped 200 ms before the
-    // stream's newest batch.
+    // The old run's seq 3 arrives now: seq 2 + 1, first id 4 + 1. It continues the position
+    // exactly (R10): no stream rule can tell it from the new run's seq 3.
     let _ = h.feed_frames(&old_3);
+    assert_eq!(h.prefix(&t), 1, "indistinguishable from a continuation");
+    // Verification finds A absent at the master within a round.
+    let fx = h
+        .fire_timeout()
+        .expect("a verification round within the interval");
+    let (request, keys) = fx
+        .iter()
+        .find_map(|e| match e {
+            Effect::Command(Command::VerifyKeys { request, keys }) => {
+                Some((*request, keys.clone()))
+            }
+            _ => None,
+        })
+        .expect("a verification round");
+    let _ =
+        h.session
+            .handle_verify_result(h.now, request, keys.iter().map(|k| (k.as_str(), false)));
+    assert_eq!(h.prefix(&t), 0, "gone within one verification interval");
+}
+
+#[test]
+fn an_old_runs_late_batch_that_does_not_run_on_after_a_restart_never_applies() {
+    let layout = mha(1);
+    let mut h = Harness::placed(reorder(config(layout.clone()), 8));
+    let t = tokens(1);
+    let page = page_hashes(&layout, &t)[0];
+    let _ = h.batch_at(1, filler(2));
+    let _ = h.batch_at(2, filler(2));
+    let old_3 = h.frames(3, store_page(&layout, &page));
+    // The new run's batches have other sizes: its seq 2 ends at id 3, not 4.
+    h.advance(200);
+    h.set_next_event_id(1);
+    let _ = h.batch_at(1, filler(1));
+    let _ = h.batch_at(2, filler(2));
+    let _ = h.answer_fetch(2, &[]);
+    let fx = h.feed_frames(&old_3);
     assert_eq!(
-        h.prefix(&t),
-        0,
-        "page A is not at the master (the new run never stored it): {:?}",
-        h.log
+        hicache_index_tests::cleared(&fx),
+        [hicache_index::ClearReason::Restart]
     );
+    assert_eq!(h.prefix(&t), 0, "page A is not at the master: {:?}", h.log);
 }
 
 #[test]

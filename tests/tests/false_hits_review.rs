@@ -117,7 +117,7 @@ fn a_new_leaders_removal_is_not_dropped_by_the_old_leaders_fence_while_its_snaps
 #[test]
 fn a_late_batch_stamped_nil_is_not_applied_as_a_restarts_baseline() {
     let layout = mha(1);
-    let mut h = Harness::connected(reorder(config(layout.clone()), 8));
+    let mut h = Harness::placed(reorder(config(layout.clone()), 8));
     let t = tokens(1);
     let page = page_hashes(&layout, &t)[0];
     let keys: Vec<String> = layout.object_keys(&page).collect();
@@ -134,10 +134,13 @@ fn a_late_batch_stamped_nil_is_not_applied_as_a_restarts_baseline() {
     ));
     h.advance(100);
     let _ = h.fire_timeout().expect("the window gives up on the hole");
-    assert_eq!(h.session.last_applied_seq(), Some(Seq(7)));
-    // Batch 6 arrives late.
+    // What the window held is dropped; the master's status places the stream at batch 7.
+    assert_eq!(h.session.last_applied_seq(), None);
+    let _ = h.answer_fetch_at(7, 8, &[]);
+    // Batch 6 arrives late: before the point, in the key list (R3), never applied.
     let fx = h.feed_frames(&late);
     assert_eq!(h.prefix(&t), 0, "batch 7 removed A's object: {fx:?}");
+    assert_eq!(h.session.last_applied_seq(), None);
 }
 
 /// A keyless removal (or unknown keyless event) forgets in the middle of `apply_batch`: the new
@@ -297,7 +300,7 @@ fn a_restarted_master_whose_clock_is_behind_does_not_cost_a_key_list_fetch_per_b
 #[test]
 fn an_old_runs_batch_released_after_a_restarted_masters_batch_is_not_its_baseline() {
     let layout = mha(1);
-    let mut h = Harness::connected(reorder(config(layout.clone()), 8));
+    let mut h = Harness::placed(reorder(config(layout.clone()), 8));
     let t = tokens(1);
     let page = page_hashes(&layout, &t)[0];
     // Old run: seq 1 (ids 1-2) applied; its seq 2 (id 3) and seq 4 (ids 5-6, stores B) are
@@ -326,7 +329,7 @@ fn an_old_runs_batch_released_after_a_restarted_masters_batch_is_not_its_baselin
 #[test]
 fn an_old_runs_late_batch_at_the_next_sequence_is_not_a_baseline() {
     let layout = mha(1);
-    let mut h = Harness::connected(reorder(config(layout.clone()), 8));
+    let mut h = Harness::placed(reorder(config(layout.clone()), 8));
     let t = tokens(1);
     let page = page_hashes(&layout, &t)[0];
     // Old run: seq 1 (ids 1-3), seq 2 (id 4); its last batch, seq 3 (ids 5-6, stores B), is
@@ -339,6 +342,9 @@ fn an_old_runs_late_batch_at_the_next_sequence_is_not_a_baseline() {
     let _ = h.feed_frames(&frames_at(1, T + 5_001, 1, filler(1)));
     let _ = h.feed_frames(&frames_at(2, T + 5_002, 2, filler(1)));
     assert_eq!(h.prefix(&t), 0);
+    // The master's status places the new run's stream at its seq 2 (event id 2).
+    let _ = h.answer_fetch_at(2, 2, &[]);
+    assert_eq!(h.session.last_applied_seq(), Some(Seq(2)));
     // The old run's seq 3 arrives at last.
     let fx = h.feed_frames(&old_3);
     assert_eq!(
@@ -349,50 +355,39 @@ fn an_old_runs_late_batch_at_the_next_sequence_is_not_a_baseline() {
 }
 
 #[test]
-fn a_stale_batch_during_a_fetch_fetches_again_so_that_live_stores_come_back() {
-    // Liveness, found by the simulator: the stale batch forgets what live batches stored since
-    // the fetch was asked for; a key list read before such a store cannot bring it back, so the
-    // session fetches again.
+fn a_forget_during_a_fetch_fetches_again_so_that_live_stores_come_back() {
+    // Liveness: a forget supersedes the fetch under way (its key list may be older than what
+    // was forgotten); a store that arrives while no fetch is under way reaches the index only
+    // through the next key list, so the session fetches again when the superseded one answers.
     let layout = mha(1);
-    let mut h = Harness::connected(reorder(resync(config(layout.clone())), 8));
-    let boot = fetch_request(&h.log).expect("a bootstrap fetch");
-    let _ = h
-        .session
-        .handle_snapshot(h.now, boot, Some(Seq(0).into()), [""; 0]);
+    let mut h = Harness::placed(reorder(resync(config(layout.clone())), 8));
     let t = tokens(1);
     let page = page_hashes(&layout, &t)[0];
-    let old = h.frames(1, filler(1));
+    // An operator's clear: the session fetches.
+    let fx = h.session.clear(h.now);
+    let first = fetch_request(&fx).expect("a clear fetches");
+    // A loss while that fetch is under way: it is superseded (one fetch at a time).
     h.advance(10);
-    // The stream begins past the snapshot's anchor: the session fetches.
-    let fx = h.batch_at(2, filler(1));
-    let first = fetch_request(&fx).expect("a gap fetches");
-    // The index forgets (an operator asks) while that fetch is under way: it is asked for
-    // again once it comes back. Then page A is stored live.
     let fx = h.session.clear(h.now);
     assert_eq!(fetch_request(&fx), None, "one fetch at a time: {fx:?}");
-    h.advance(10);
-    let _ = h.batch_at(3, store_page(&layout, &page));
-    assert_eq!(h.prefix(&t), 1);
-    // A late batch from before: stale, the index forgets, and the fetch under way is to be
-    // asked for again (one fetch at a time: not before it comes back).
-    let fx = h.feed_frames(&old);
-    assert_eq!(fetch_request(&fx), None, "{fx:?}");
+    // Page A is stored meanwhile: no fetch is under way to place it, so it waits for the
+    // next key list.
+    let _ = h.batch_at(1, store_page(&layout, &page));
     assert_eq!(h.prefix(&t), 0);
-    // The first key list was read before A was stored: it is a stale answer now, and the
-    // session fetches again.
+    // The superseded key list is a stale answer; the session fetches again.
     let fx = h
         .session
-        .handle_snapshot(h.now, first, Some(Seq(2).into()), [""; 0]);
+        .handle_snapshot(h.now, first, Some(Seq(0).into()), [""; 0]);
     assert_eq!(h.session.counters().stale_answers, 1);
-    let again = fetch_request(&fx).expect("a stale clear fetches again");
+    let again = fetch_request(&fx).expect("a superseded fetch is asked again");
     assert_ne!(again, first);
     let keys: Vec<String> = layout.object_keys(&page).collect();
     let _ = h.session.handle_snapshot(
         h.now,
         again,
         Some(Watermark {
-            seq: Seq(3),
-            events: None,
+            seq: Seq(1),
+            events: Some(2),
         }),
         keys.iter().map(String::as_str),
     );

@@ -165,8 +165,8 @@ fn sequences_at_u64_max_and_wrapping_restart_the_stream() {
     );
     let fx = h.batch_at(0, vec![stored("b_key")]);
     assert!(
-        fx.contains(&Effect::Report(Report::Restart {
-            last: Seq(u64::MAX),
+        fx.contains(&Effect::Report(Report::OtherRun {
+            position: Some(Seq(u64::MAX)),
             received: Seq(0)
         })),
         "{fx:?}"

@@ -2,11 +2,12 @@
 
 use std::time::Duration;
 
+use hicache_index::sequence::Skip;
 use hicache_index::{
     ClearReason, Command, Config, Effect, EventKind, Health, HitPolicy, IndexConfig, Input,
-    Instant, Layout, Lookup, ModelLayout, Namespace, Pages, Pool, QueryError, ReorderConfig,
-    Report, ResyncConfig, ResyncFailure, Seq, Session, SnapshotRequest, StrayReason, VerifyConfig,
-    VerifyRequest, WorkerInfo, DEFAULT_TENANT,
+    Instant, Layout, Lookup, ModelLayout, Namespace, Pages, Pool, QueryError, Recovering,
+    ReorderConfig, Report, ResyncConfig, ResyncFailure, Seq, Session, SnapshotRequest, StrayReason,
+    VerifyConfig, VerifyRequest, WorkerInfo, DEFAULT_TENANT,
 };
 use hicache_index_sim::encode::OwnedEvent;
 use hicache_index_tests::{
@@ -29,7 +30,7 @@ fn cleared(fx: &[Effect]) -> Vec<ClearReason> {
 /// A harness with TP 2 where the first `n` pages of `tokens(n)` are stored, one batch each.
 fn with_pages(cfg: Config, n: u32) -> (Harness, Vec<u32>) {
     let layout = cfg.layouts[0].layout.clone();
-    let mut h = Harness::connected(cfg);
+    let mut h = Harness::placed(cfg);
     let t = tokens(n);
     for page in page_hashes(&layout, &t) {
         let fx = h.batch(store_page(&layout, &page));
@@ -81,7 +82,10 @@ fn duplicate_keeps_state() {
     let fx = h.feed_frames(&frames);
     assert_eq!(
         fx.to_vec(),
-        vec![Effect::Report(Report::Duplicate { seq: Seq(1) })]
+        vec![Effect::Report(Report::Skipped {
+            seq: Seq(1),
+            why: hicache_index::sequence::Skip::Copy
+        })]
     );
     assert_eq!(h.prefix(&t), 1);
     assert_eq!(h.session.counters().duplicates, 1);
@@ -139,8 +143,8 @@ fn restart_clears() {
     let (mut h, t) = with_pages(config(layout.clone()), 3);
     let fx = h.batch_at(1, vec![stored("unrelated_key")]);
     assert!(
-        fx.contains(&Effect::Report(Report::Restart {
-            last: Seq(3),
+        fx.contains(&Effect::Report(Report::OtherRun {
+            position: Some(Seq(3)),
             received: Seq(1)
         })),
         "{fx:?}"
@@ -155,7 +159,7 @@ fn same_sequence_with_other_content_is_a_restart_not_a_duplicate() {
     let (mut h, t) = with_pages(config(layout.clone()), 1);
     let fx = h.batch_at(1, vec![stored("another_key")]);
     assert!(
-        matches!(fx.first(), Some(Effect::Report(Report::Restart { .. }))),
+        matches!(fx.first(), Some(Effect::Report(Report::OtherRun { .. }))),
         "{fx:?}"
     );
     assert_eq!(h.prefix(&t), 0);
@@ -169,7 +173,8 @@ fn reorder_within_window_applies_in_order() {
         max_held: 4,
         max_delay: Some(Duration::from_millis(50)),
     };
-    let mut h = Harness::connected(cfg);
+    cfg.resync = Some(ResyncConfig::default());
+    let mut h = Harness::placed(cfg);
     let t = tokens(1);
     let page = page_hashes(&layout, &t)[0];
     let key = layout.object_keys(&page).next().unwrap();
@@ -197,6 +202,7 @@ fn window_overflow_declares_loss() {
         max_held: 2,
         max_delay: None,
     };
+    cfg.resync = Some(ResyncConfig::default());
     let (mut h, t) = with_pages(cfg, 1);
     let _ = h.batch_at(3, vec![stored("a_key")]);
     let _ = h.batch_at(4, vec![stored("b_key")]);
@@ -210,11 +216,14 @@ fn window_overflow_declares_loss() {
         "{fx:?}"
     );
     assert_eq!(h.prefix(&t), 0);
-    assert_eq!(
-        h.session.last_applied_seq(),
-        Some(Seq(5)),
-        "held batches applied in order after the loss"
-    );
+    // The window needs resync (R7): the held batches are dropped (the key list of the fetch the
+    // loss asks for holds what they did) and its status point places the stream (R6).
+    assert_eq!(h.session.last_applied_seq(), None);
+    assert_eq!(h.session.counters().held_batches, 0);
+    let _ = h.answer_fetch(5, &["a_key", "b_key", "c_key"]);
+    let _ = h.batch_at(6, vec![stored("d_key")]);
+    assert_eq!(h.session.last_applied_seq(), Some(Seq(6)));
+    assert_eq!(h.health(), Health::Live);
 }
 
 #[test]
@@ -225,6 +234,7 @@ fn reorder_deadline_declares_loss_and_the_deadline_moves_forward() {
         max_held: 8,
         max_delay: Some(Duration::from_millis(20)),
     };
+    cfg.resync = Some(ResyncConfig::default());
     let (mut h, t) = with_pages(cfg, 1);
     let _ = h.batch_at(3, vec![stored("a_key")]);
     let deadline = h
@@ -704,7 +714,8 @@ fn late_join_bootstraps_from_the_snapshot_and_replays_what_came_during_it() {
         // Three keys applied: the fourth was removed by a live batch since the fetch.
         fx.contains(&Effect::Report(Report::Resynced {
             keys: 3,
-            replayed: 2
+            replayed: 2,
+            confirmed: 0
         })),
         "{fx:?}"
     );
@@ -732,7 +743,8 @@ fn gap_with_resync_fetches_and_recovers_pages_stored_before_it() {
     let request = fetch_request(&fx).expect("a gap starts a resync");
     assert_eq!(h.health(), Health::Recovering);
     assert_eq!(h.prefix(&t), 0, "cleared until the snapshot comes");
-    let keys: Vec<String> = layout.object_keys(&pages[0]).collect();
+    // The key list, read after the gap, holds both pages.
+    let keys: Vec<String> = pages.iter().flat_map(|p| layout.object_keys(p)).collect();
     let _ = h
         .session
         .handle_snapshot(h.now, request, None, keys.iter().map(String::as_str));
@@ -777,7 +789,7 @@ fn a_snapshot_taken_before_the_stream_holds_only_if_the_stream_begins_by_the_wat
             );
             assert!(fetch_request(&fx).is_some(), "fetched again");
             assert_eq!(h.prefix(&t), 0, "the snapshot no longer counts");
-            assert_eq!(h.session.counters().unanchored_snapshots, 1);
+            assert_eq!(h.session.counters().gaps, 1);
         }
     }
 }
@@ -819,9 +831,16 @@ fn without_a_watermark_a_snapshot_asked_before_the_stream_is_fetched_again_after
     let fx = h
         .session
         .handle_snapshot(h.now, request, None, keys.iter().map(String::as_str));
-    assert!(fx.is_empty(), "not applied: {fx:?}");
+    assert_eq!(
+        fx.iter().collect::<Vec<_>>(),
+        [&Effect::Report(Report::Recovering {
+            why: Recovering::NoStatus
+        })],
+        "not applied"
+    );
     assert_eq!(h.prefix(&tokens(1)), 0);
     assert_eq!(h.health(), Health::Recovering);
+    assert_eq!(h.session.recovering(), Some(Recovering::NoStatus));
     let fx = h.batch_at(3, vec![stored("a_key")]);
     let again = fetch_request(&fx).expect("the stream began: fetch again");
     let fx = h
@@ -872,7 +891,10 @@ fn a_snapshot_in_chunks_with_live_batches_between_them_ends_exact() {
             watermark: Some(Seq(0).into()),
         },
     );
-    assert!(fx.is_empty(), "{fx:?}");
+    assert_eq!(
+        fx.iter().collect::<Vec<_>>(),
+        [&Effect::Report(Report::Placed { at: Some(Seq(0)) })]
+    );
     let lines: Vec<&[u8]> = all.iter().map(String::as_bytes).collect();
     // The last line of a chunk waits for the next one (it might be next to an odd line).
     let fx = h.session.handle(
@@ -904,7 +926,8 @@ fn a_snapshot_in_chunks_with_live_batches_between_them_ends_exact() {
     assert!(
         fx.contains(&Effect::Report(Report::Resynced {
             keys: 5,
-            replayed: 1
+            replayed: 1,
+            confirmed: 0
         })),
         "{fx:?}"
     );
@@ -962,9 +985,9 @@ fn snapshot_answer_for_an_old_request_is_ignored() {
     let mut h = Harness::connected(resync_config(layout.clone()));
     let first = fetch_request(&h.log).unwrap();
     let _ = h.batch_at(1, vec![stored("a_key")]);
-    // A gap while the first fetch is under way: its answer may be older than what the index
+    // A forget while the first fetch is under way: its answer may be older than what the index
     // forgot, so it is asked for again when it comes back (one fetch at a time).
-    let fx = h.batch_at(5, vec![stored("b_key")]);
+    let fx = h.session.clear(h.now);
     assert_eq!(fetch_request(&fx), None, "{fx:?}");
     assert_eq!(h.session.counters().superseded_fetches, 1);
     let keys: Vec<String> = layout
@@ -1475,16 +1498,23 @@ fn a_completed_resync_confirms_as_of_the_fetch_not_the_finish() {
     h.advance(9_000);
     let fx = h.batch_at(5, store_page(&layout, &pages[1]));
     let request = fetch_request(&fx).expect("a gap fetches");
-    // A live batch during the fetch is not confirmed past the fetch either.
+    // A live batch during the fetch waits for its status point (R6).
     h.advance(1_000);
     let _ = h.batch(store_page(&layout, &pages[2]));
-    assert_eq!(h.session.counters_at(h.now).unconfirmed_ms, 1_000);
+    assert_eq!(
+        h.session.counters_at(h.now).unconfirmed_ms,
+        0,
+        "the index is empty"
+    );
     h.advance(4_000);
-    let keys: Vec<String> = layout.object_keys(&pages[0]).collect();
+    let keys: Vec<String> = pages[..2]
+        .iter()
+        .flat_map(|p| layout.object_keys(p))
+        .collect();
     let fx = h.session.handle_snapshot(
         h.now,
         request,
-        Some(Seq(4).into()),
+        Some(Seq(5).into()),
         keys.iter().map(String::as_str),
     );
     assert!(
@@ -1498,21 +1528,31 @@ fn a_completed_resync_confirms_as_of_the_fetch_not_the_finish() {
 }
 
 #[test]
-fn a_resync_begun_over_held_objects_leaves_their_confirmation() {
+fn batches_while_a_fetch_waits_for_its_retry_reach_the_index_through_the_next_key_list() {
     let layout = mha(1);
     let mut h = Harness::connected(resync_config(layout.clone()));
     let first = fetch_request(&h.log).unwrap();
     let _ = h.session.handle_snapshot_failed(h.now, first);
-    // While the fetch waits for its retry, events fill the index.
+    // While the fetch waits for its retry, no fetch will place the batches that come (R6).
     let pages = page_hashes(&layout, &tokens(2));
     h.advance(100);
-    let _ = h.batch(store_page(&layout, &pages[0]));
+    let fx = h.batch(store_page(&layout, &pages[0]));
+    assert!(
+        fx.iter().any(|e| matches!(
+            e,
+            Effect::Report(Report::Skipped {
+                why: Skip::Unplaced,
+                ..
+            })
+        )),
+        "{fx:?}"
+    );
     let fx = h.fire_timeout().unwrap();
     let retry = fetch_request(&fx).expect("the fetch is retried");
     assert_eq!(h.now, ms(1_000));
     h.advance(1_000);
-    // A snapshot only adds: page 0's objects, learnt at 100 ms, are confirmed no later.
-    let keys: Vec<String> = layout.object_keys(&pages[1]).collect();
+    // The retry's key list, read after it, holds page 0.
+    let keys: Vec<String> = pages.iter().flat_map(|p| layout.object_keys(p)).collect();
     let _ = h.session.handle_snapshot(
         h.now,
         retry,
@@ -1520,7 +1560,8 @@ fn a_resync_begun_over_held_objects_leaves_their_confirmation() {
         keys.iter().map(String::as_str),
     );
     assert_eq!(h.health(), Health::Live);
-    assert_eq!(h.session.confirmed_at(), Some(ms(100)));
+    assert_eq!(h.prefix(&tokens(2)), 2);
+    assert_eq!(h.session.confirmed_at(), Some(ms(1_000)), "as of the retry");
 }
 
 #[test]
@@ -1674,16 +1715,20 @@ fn a_held_batch_is_confirmed_as_of_its_arrival_not_when_it_applies() {
         max_held: 4,
         max_delay: Some(Duration::from_secs(1)),
     };
-    let mut h = Harness::connected(cfg);
+    cfg.resync = Some(ResyncConfig::default());
+    let mut h = Harness::placed(cfg);
     let pages = page_hashes(&layout, &tokens(2));
-    let _ = h.batch_at(1, store_page(&layout, &pages[0]));
     h.advance(5_000);
-    // Batch 3 arrives at 5 s and waits for batch 2, which never comes: at 6 s that is loss.
-    let _ = h.batch_at(3, store_page(&layout, &pages[1]));
-    let fx = h.fire_timeout().unwrap();
-    assert_eq!(cleared(&fx), vec![ClearReason::Gap]);
-    assert_eq!(h.now, ms(6_000));
-    assert_eq!(h.prefix(&tokens(2)), 0, "page 0 was forgotten");
+    // Batch 2 arrives at 5 s and waits for batch 1, which comes at 5.5 s: both apply then.
+    h.set_next_event_id(3);
+    let second = h.frames(2, store_page(&layout, &pages[1]));
+    h.set_next_event_id(1);
+    let first = h.frames(1, store_page(&layout, &pages[0]));
+    let _ = h.feed_frames(&second);
+    h.advance(500);
+    let _ = h.feed_frames(&first);
+    assert_eq!(h.session.last_applied_seq(), Some(Seq(2)));
+    assert_eq!(h.prefix(&tokens(2)), 2);
     assert_eq!(h.session.confirmed_at(), Some(ms(5_000)));
-    assert_eq!(unconfirmed(&h), 1_000);
+    assert_eq!(unconfirmed(&h), 500);
 }

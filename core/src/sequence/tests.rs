@@ -1,463 +1,583 @@
-//! Unit tests of the sequence tracker.
+//! Unit tests of the stream machine: each rule of [`crate::sequence`] on its own.
+
+use alloc::vec::Vec;
 use core::time::Duration;
 
 use super::*;
+use crate::sequence::mark::Print;
 
-fn fp(n: u64) -> Fingerprint {
-    Fingerprint {
-        timestamp: n,
-        millis: Some(n),
-        events: 1,
-        first_event_id: Some(n),
-        last_event_id: Some(n),
-        unreadable: false,
+/// A batch of run `run` numbered `seq`, holding event ids `first..=last`.
+fn mark(run: u64, seq: u64, first: u64, last: u64) -> Mark {
+    Mark {
+        seq: Seq(seq),
+        first: Some(first),
+        last: Some(last),
+        events: (last + 1 - first) as usize,
+        print: Print(run << 48 | seq << 24 | first),
+        undecodable: false,
     }
 }
 
-fn apply(t: &mut SequenceTracker<()>, seq: u64) -> Verdict {
-    let v = t.observe(Instant::ZERO, Seq(seq), fp(seq));
-    if matches!(
-        v,
-        Verdict::Apply | Verdict::Gap { .. } | Verdict::Restart { .. }
-    ) {
-        t.applied(Seq(seq), fp(seq));
-    }
-    v
-}
-
-#[test]
-fn any_first_sequence_is_a_baseline() {
-    let mut t = SequenceTracker::<()>::new(ReorderConfig::default());
-    assert_eq!(apply(&mut t, 9_000), Verdict::Apply);
-    assert_eq!(apply(&mut t, 9_001), Verdict::Apply);
-}
-
-#[test]
-fn same_sequence_same_fingerprint_is_a_duplicate() {
-    let mut t = SequenceTracker::<()>::new(ReorderConfig::default());
-    apply(&mut t, 1);
-    assert_eq!(t.observe(Instant::ZERO, Seq(1), fp(1)), Verdict::Duplicate);
-}
-
-#[test]
-fn same_sequence_other_fingerprint_is_a_restart() {
-    let mut t = SequenceTracker::<()>::new(ReorderConfig::default());
-    apply(&mut t, 1);
-    assert_eq!(
-        t.observe(Instant::ZERO, Seq(1), fp(77)),
-        Verdict::Restart { last: Seq(1) }
-    );
-}
-
-#[test]
-fn jump_forward_is_a_gap_counting_the_missing() {
-    let mut t = SequenceTracker::<()>::new(ReorderConfig::default());
-    apply(&mut t, 1);
-    assert_eq!(
-        apply(&mut t, 5),
-        Verdict::Gap {
-            expected: Seq(2),
-            missing: 3
-        }
-    );
-    assert_eq!(apply(&mut t, 6), Verdict::Apply);
-}
-
-#[test]
-fn next_sequence_with_event_ids_starting_over_is_a_restart() {
-    let mut t = SequenceTracker::<()>::new(ReorderConfig::default());
-    apply(&mut t, 7);
-    let restarted = Fingerprint {
-        timestamp: 1,
-        millis: Some(1),
-        events: 1,
-        first_event_id: Some(1),
-        last_event_id: Some(1),
-        unreadable: false,
-    };
-    assert_eq!(
-        t.observe(Instant::ZERO, Seq(8), restarted),
-        Verdict::Restart { last: Seq(7) }
-    );
-    let continued = Fingerprint {
-        timestamp: 8,
-        millis: Some(8),
-        events: 1,
-        first_event_id: Some(8),
-        last_event_id: Some(8),
-        unreadable: false,
-    };
-    assert_eq!(t.observe(Instant::ZERO, Seq(8), continued), Verdict::Apply);
-}
-
-#[test]
-fn jump_backward_is_a_restart() {
-    let mut t = SequenceTracker::<()>::new(ReorderConfig::default());
-    apply(&mut t, 10);
-    assert_eq!(apply(&mut t, 1), Verdict::Restart { last: Seq(10) });
-    assert_eq!(apply(&mut t, 2), Verdict::Apply);
-}
-
-#[test]
-fn reset_makes_the_next_batch_a_silent_baseline() {
-    let mut t = SequenceTracker::<()>::new(ReorderConfig::default());
-    apply(&mut t, 1);
-    t.reset();
-    assert_eq!(apply(&mut t, 50), Verdict::Apply);
-}
-
-#[test]
-fn sequence_at_u64_max_does_not_wrap_into_a_continuation() {
-    let mut t = SequenceTracker::<()>::new(ReorderConfig::default());
-    apply(&mut t, u64::MAX);
-    assert_eq!(
-        apply(&mut t, 0),
-        Verdict::Restart {
-            last: Seq(u64::MAX)
-        }
-    );
-}
-
-#[test]
-fn reorder_within_window_applies_in_order() {
-    let cfg = ReorderConfig {
-        max_held: 4,
-        max_delay: None,
-    };
-    let mut t = SequenceTracker::<u64>::new(cfg);
-    apply_u(&mut t, 1);
-    assert_eq!(t.observe(Instant::ZERO, Seq(3), fp(3)), Verdict::Hold);
-    assert!(t.hold(Instant::ZERO, Seq(3), fp(3), 3).is_none());
-    assert_eq!(t.observe(Instant::ZERO, Seq(2), fp(2)), Verdict::Apply);
-    t.applied(Seq(2), fp(2));
-    assert_eq!(t.pop_ready(), Some((Seq(3), 3, Verdict::Apply)));
-    t.applied(Seq(3), fp(3));
-    assert_eq!(t.pop_ready(), None);
-}
-
-#[test]
-fn late_copy_within_window_is_skipped() {
-    let cfg = ReorderConfig {
-        max_held: 4,
-        max_delay: None,
-    };
-    let mut t = SequenceTracker::<u64>::new(cfg);
-    for s in 1..=3 {
-        apply_u(&mut t, s);
-    }
-    assert_eq!(t.observe(Instant::ZERO, Seq(2), fp(2)), Verdict::Late);
-    assert_eq!(
-        t.observe(Instant::ZERO, Seq(2), fp(99)),
-        Verdict::Restart { last: Seq(3) }
-    );
-}
-
-#[test]
-fn window_overflow_declares_loss() {
-    let cfg = ReorderConfig {
-        max_held: 2,
-        max_delay: None,
-    };
-    let mut t = SequenceTracker::<u64>::new(cfg);
-    apply_u(&mut t, 1);
-    for s in [3, 4] {
-        assert_eq!(t.observe(Instant::ZERO, Seq(s), fp(s)), Verdict::Hold);
-        assert!(t.hold(Instant::ZERO, Seq(s), fp(s), s).is_none());
-    }
-    assert_eq!(t.observe(Instant::ZERO, Seq(5), fp(5)), Verdict::Hold);
-    let loss = t.hold(Instant::ZERO, Seq(5), fp(5), 5);
-    assert_eq!(
-        loss,
-        Some(Loss {
-            expected: Seq(2),
-            resumed: Seq(3)
-        })
-    );
-    let order: alloc::vec::Vec<u64> = core::iter::from_fn(|| {
-        let (seq, item, _) = t.pop_ready()?;
-        t.applied(seq, fp(seq.0));
-        Some(item)
-    })
-    .collect();
-    assert_eq!(order, [3, 4, 5]);
-}
-
-#[test]
-fn held_batch_deadline_declares_loss_and_moves_forward() {
-    let delay = Duration::from_millis(10);
-    let cfg = ReorderConfig {
-        max_held: 8,
-        max_delay: Some(delay),
-    };
-    let mut t = SequenceTracker::<u64>::new(cfg);
-    apply_u(&mut t, 1);
-    let at = Instant::from_millis(100);
-    assert_eq!(t.observe(Instant::ZERO, Seq(3), fp(3)), Verdict::Hold);
-    assert!(t.hold(at, Seq(3), fp(3), 3).is_none());
-    assert_eq!(t.poll_timeout(), Some(at + delay));
-    assert_eq!(t.handle_timeout(at), None, "an early timeout is a no-op");
-    assert!(t.handle_timeout(at + delay).is_some());
-    assert_eq!(t.pop_ready(), Some((Seq(3), 3, Verdict::Apply)));
-    t.applied(Seq(3), fp(3));
-    assert_eq!(t.poll_timeout(), None);
-}
-
-fn apply_u(t: &mut SequenceTracker<u64>, seq: u64) {
-    let v = t.observe(Instant::ZERO, Seq(seq), fp(seq));
-    assert!(matches!(
-        v,
-        Verdict::Apply | Verdict::Gap { .. } | Verdict::Restart { .. }
-    ));
-    t.applied(Seq(seq), fp(seq));
-}
-
-fn reordering() -> ReorderConfig {
-    ReorderConfig {
-        max_held: 8,
-        max_delay: Some(Duration::from_millis(10)),
-    }
-}
-
-#[test]
-fn unreadable_batch_ahead_of_a_hole_is_held_and_released_after_the_hole() {
-    let mut t = SequenceTracker::<u64>::new(reordering());
-    apply_u(&mut t, 4);
-    assert_eq!(t.observe_unreadable(Instant::ZERO, Seq(7)), Verdict::Hold);
-    assert!(t
-        .hold(Instant::ZERO, Seq(7), Fingerprint::unreadable(), 7)
-        .is_none());
-    assert_eq!(
-        t.observe_unreadable(Instant::ZERO, Seq(7)),
-        Verdict::Duplicate
-    );
-    for seq in [5, 6] {
-        assert_eq!(t.observe(Instant::ZERO, Seq(seq), fp(seq)), Verdict::Apply);
-        t.applied(Seq(seq), fp(seq));
-    }
-    assert_eq!(t.pop_ready(), Some((Seq(7), 7, Verdict::Unreadable)));
-    assert_eq!(t.last_applied(), None, "the stream begins again after it");
-    assert_eq!(t.observe(Instant::ZERO, Seq(8), fp(8)), Verdict::Apply);
-}
-
-#[test]
-fn batches_at_or_before_an_unreadable_one_never_apply_with_reordering() {
-    let mut t = SequenceTracker::<u64>::new(reordering());
-    apply_u(&mut t, 4);
-    assert_eq!(
-        t.observe_unreadable(Instant::ZERO, Seq(5)),
-        Verdict::Unreadable
-    );
-    // A late batch of the same run, stamped and numbered after the last one applied.
-    assert_eq!(t.observe(Instant::ZERO, Seq(5), fp(5)), Verdict::Stale);
-    assert_eq!(
-        t.observe(Instant::ZERO, Seq(4), fp(4)),
-        Verdict::Late,
-        "a copy of one applied"
-    );
-    // The window declares the hole before 7 lost: the stream still runs past 5.
-    assert_eq!(t.observe(Instant::ZERO, Seq(7), fp(7)), Verdict::Hold);
-    assert!(t.hold(Instant::ZERO, Seq(7), fp(7), 7).is_none());
-    assert!(t.handle_timeout(Instant::from_millis(10)).is_some());
-    assert_eq!(t.observe(Instant::ZERO, Seq(5), fp(5)), Verdict::Stale);
-    assert_eq!(t.pop_ready(), Some((Seq(7), 7, Verdict::Apply)));
-    t.applied(Seq(7), fp(7));
-    assert_eq!(t.observe(Instant::ZERO, Seq(8), fp(8)), Verdict::Apply);
-}
-
-#[test]
-fn an_unreadable_first_batch_fences_the_sequences_before_it() {
-    let mut t = SequenceTracker::<u64>::new(reordering());
-    assert_eq!(
-        t.observe_unreadable(Instant::ZERO, Seq(7)),
-        Verdict::Unreadable
-    );
-    assert_eq!(t.observe(Instant::ZERO, Seq(6), fp(6)), Verdict::Stale);
-    assert_eq!(t.observe(Instant::ZERO, Seq(8), fp(8)), Verdict::Apply);
-}
-
-#[test]
-fn without_reordering_an_unreadable_batch_begins_the_stream_again() {
-    let mut t = SequenceTracker::<u64>::new(ReorderConfig::default());
-    apply_u(&mut t, 4);
-    assert_eq!(
-        t.observe_unreadable(Instant::ZERO, Seq(7)),
-        Verdict::Unreadable
-    );
-    assert_eq!(t.last_applied(), None);
-    assert_eq!(
-        t.observe(Instant::ZERO, Seq(9), fp(9)),
-        Verdict::Apply,
-        "a baseline"
-    );
-    t.applied(Seq(9), fp(9));
-    assert_eq!(
-        t.observe_unreadable(Instant::ZERO, Seq(2)),
-        Verdict::Unreadable
-    );
-    assert_eq!(
-        t.observe(Instant::ZERO, Seq(1), fp(1)),
-        Verdict::Apply,
-        "a baseline"
-    );
-}
-
-/// A reordering tracker that applied batches 1..=4 (ids and stamps 1..=4).
-fn four_applied() -> SequenceTracker<u64> {
-    let mut t = SequenceTracker::<u64>::new(reordering());
-    for seq in 1..=4 {
-        apply_u(&mut t, seq);
-    }
-    t
-}
-
-/// A fingerprint with its own first event id and stamp.
-fn stamped(first_id: u64, millis: u64) -> Fingerprint {
-    Fingerprint {
-        timestamp: millis,
-        millis: Some(millis),
-        events: 1,
-        first_event_id: Some(first_id),
-        last_event_id: Some(first_id),
-        unreadable: false,
-    }
-}
-
-#[test]
-fn a_batch_before_an_unreadable_one_is_another_runs_only_with_ids_back_and_a_later_stamp() {
-    // Batches 1..=4 (ids and stamps 1..=4) apply; 5 cannot be read.
-    let mut t = four_applied();
-    let at = Instant::from_millis(1_010);
-    assert_eq!(t.observe_unreadable(at, Seq(5)), Verdict::Unreadable);
-    assert_eq!(
-        t.observe(at, Seq(5), stamped(5, 20)),
-        Verdict::Stale,
-        "its ids run on from batch 4: it may be the run's batch 5"
-    );
-    assert_eq!(
-        t.observe(at, Seq(3), stamped(2, 4)),
-        Verdict::Stale,
-        "stamped no later than batch 4: it may be a batch of the run before it"
-    );
-    assert_eq!(
-        t.observe(at, Seq(5), stamped(4, 21)),
-        Verdict::Restart { last: Seq(5) },
-        "its first id no greater than batch 4's last, stamped after every batch applied"
-    );
-}
-
-#[test]
-fn a_batch_numbered_before_the_last_applied_and_stamped_after_it_is_a_later_runs() {
-    let mut t = four_applied();
-    let at = Instant::from_millis(1_010);
-    assert_eq!(t.observe_unreadable(at, Seq(6)), Verdict::Hold);
-    assert!(t.hold(at, Seq(6), Fingerprint::unreadable(), 6).is_none());
-    assert!(t.handle_timeout(at + Duration::from_millis(10)).is_some());
-    assert_eq!(t.pop_ready(), Some((Seq(6), 6, Verdict::Unreadable)));
-    assert_eq!(
-        t.observe(at, Seq(5), stamped(900, 30)),
-        Verdict::Stale,
-        "numbered after batch 4 with ids past it: it may be the run's batch 5"
-    );
-    assert_eq!(
-        t.observe(at, Seq(3), stamped(900, 30)),
-        Verdict::Restart { last: Seq(6) },
-        "numbered before batch 4 and stamped after it: not of its run, nor an older one"
-    );
-}
-
-#[test]
-fn a_batch_before_an_unreadable_one_long_after_it_begins_the_stream_again() {
-    let mut t = four_applied();
-    let at = Instant::from_millis(1_010);
-    assert_eq!(t.observe_unreadable(at, Seq(5)), Verdict::Unreadable);
-    let almost = at + (BLIND_AT_LEAST - Duration::from_millis(1));
-    assert_eq!(t.observe(almost, Seq(5), stamped(5, 20)), Verdict::Stale);
-    assert_eq!(
-        t.observe(at + BLIND_AT_LEAST, Seq(5), stamped(5, 20)),
-        Verdict::Restart { last: Seq(5) },
-        "no batch of its run comes that late"
-    );
-}
-
-#[test]
-fn a_reset_keeps_the_fence_of_an_unreadable_batch_held() {
-    let mut t = four_applied();
-    let at = Instant::from_millis(10);
-    assert_eq!(t.observe_unreadable(at, Seq(6)), Verdict::Hold);
-    assert!(t.hold(at, Seq(6), Fingerprint::unreadable(), 6).is_none());
-    assert_eq!(t.reset(), 1);
-    assert_eq!(
-        t.observe(at, Seq(5), stamped(5, 5)),
-        Verdict::Stale,
-        "it may store what 6 removed, and remove what a snapshot since holds"
-    );
-    assert_eq!(
-        t.observe(at, Seq(1), stamped(1, 30)),
-        Verdict::Apply,
-        "another run's first batch"
-    );
-    t.applied(Seq(1), stamped(1, 30));
-    assert_eq!(
-        t.observe(at, Seq(2), stamped(2, 31)),
-        Verdict::Apply,
-        "the fence has done its work once another run is shown"
-    );
-}
-
-#[test]
-fn a_restart_keeps_the_batches_held_after_it_that_may_be_the_new_runs() {
-    let mut t = four_applied();
-    // Held: 6 and 7 of the new run (stamped 2_006, 2_007), 8 of the old one (stamped 8).
-    for (seq, fp) in [
-        (6, stamped(11, 2_006)),
-        (7, stamped(12, 2_007)),
-        (8, stamped(8, 8)),
-    ] {
-        assert_eq!(t.observe(Instant::ZERO, Seq(seq), fp), Verdict::Hold);
-        assert!(t.hold(Instant::ZERO, Seq(seq), fp, seq).is_none());
-    }
-    let new_run = stamped(9, 2_005);
-    assert_eq!(
-        t.observe(Instant::ZERO, Seq(5), new_run),
-        Verdict::Restart { last: Seq(4) }
-    );
-    assert_eq!(t.held_count(), 2, "the old run's 8 is dropped");
-    t.applied(
-        Seq(5),
-        Fingerprint {
-            last_event_id: Some(10),
-            ..new_run
-        },
-    );
-    assert_eq!(t.pop_ready(), Some((Seq(6), 6, Verdict::Apply)));
-}
-
-#[test]
-fn after_a_declared_loss_a_copy_of_a_batch_applied_is_late_and_an_older_sequence_no_baseline() {
-    // Fingerprints without event ids (a publisher that sends none): only stamps tell runs apart.
-    let bare = |stamp: u64| Fingerprint {
-        timestamp: stamp,
-        millis: Some(stamp),
+fn undecodable(seq: u64) -> Mark {
+    Mark {
+        seq: Seq(seq),
+        first: None,
+        last: None,
         events: 0,
-        first_event_id: None,
-        last_event_id: None,
-        unreadable: false,
+        print: Print(0xdead_0000 | seq),
+        undecodable: true,
+    }
+}
+
+const T0: Instant = Instant::ZERO;
+
+fn resync_off() -> Stream<u64> {
+    Stream::new(StreamConfig::default())
+}
+
+fn bounds() -> HoldBounds {
+    HoldBounds {
+        batches: 8,
+        bytes: 1 << 20,
+        point_timeout: Duration::from_secs(1),
+    }
+}
+
+fn resync_on(max_held: usize) -> Stream<u64> {
+    Stream::new(StreamConfig {
+        reorder: ReorderConfig {
+            max_held,
+            max_delay: Some(Duration::from_millis(50)),
+        },
+        resync: Some(bounds()),
+    })
+}
+
+fn offer(s: &mut Stream<u64>, m: Mark) -> Ruling {
+    s.offer(T0, m, 10, || m.seq.0)
+}
+
+fn forgot(why: Why, apply: bool, position: Option<u64>) -> Ruling {
+    Ruling::Forget(Forgot {
+        why,
+        apply,
+        position: position.map(Seq),
+    })
+}
+
+fn releases(s: &mut Stream<u64>) -> Vec<(u64, Ruling)> {
+    core::iter::from_fn(|| s.release(T0).map(|(m, _, r)| (m.seq.0, r))).collect()
+}
+
+#[test]
+fn r1_the_next_batch_at_the_next_event_id_applies() {
+    let mut s = resync_off();
+    assert_eq!(offer(&mut s, mark(1, 9, 40, 41)), Ruling::Apply);
+    assert_eq!(offer(&mut s, mark(1, 10, 42, 45)), Ruling::Apply);
+    assert_eq!(s.last_applied(), Some(Seq(10)));
+}
+
+#[test]
+fn r2_a_copy_is_skipped_however_late() {
+    let mut s = resync_off();
+    for seq in 1..=20 {
+        assert_eq!(offer(&mut s, mark(1, seq, seq, seq)), Ruling::Apply);
+    }
+    assert_eq!(offer(&mut s, mark(1, 3, 3, 3)), Ruling::Skip(Skip::Copy));
+    assert_eq!(offer(&mut s, mark(1, 20, 20, 20)), Ruling::Skip(Skip::Copy));
+    assert_eq!(s.last_applied(), Some(Seq(20)));
+}
+
+#[test]
+fn r4_a_later_batch_at_later_ids_is_a_loss_and_begins_the_stream_without_resync() {
+    let mut s = resync_off();
+    offer(&mut s, mark(1, 1, 1, 2));
+    let loss = Why::Loss {
+        expected: Seq(2),
+        received: Seq(5),
     };
-    let cfg = ReorderConfig {
-        max_held: 1,
-        max_delay: None,
-    };
-    let mut t = SequenceTracker::<()>::new(cfg);
-    assert_eq!(t.observe(Instant::ZERO, Seq(4), bare(2)), Verdict::Apply);
-    t.applied(Seq(4), bare(2));
-    assert_eq!(t.observe(Instant::ZERO, Seq(6), bare(3)), Verdict::Hold);
-    assert!(t.hold(Instant::ZERO, Seq(6), bare(3), ()).is_none());
-    assert_eq!(t.observe(Instant::ZERO, Seq(7), bare(3)), Verdict::Hold);
-    assert!(t.hold(Instant::ZERO, Seq(7), bare(3), ()).is_some(), "loss");
-    // Before the held batches are released: a copy of 4, then another run's 4.
-    assert_eq!(t.observe(Instant::ZERO, Seq(4), bare(2)), Verdict::Late);
+    // Sequences 2-4 dropped in the master's queue: no event id skipped.
+    assert_eq!(offer(&mut s, mark(1, 5, 3, 3)), forgot(loss, true, Some(1)));
+    assert_eq!(offer(&mut s, mark(1, 6, 4, 4)), Ruling::Apply);
+}
+
+#[test]
+fn r5_a_batch_numbered_at_or_before_the_position_is_another_run() {
+    let mut s = resync_off();
+    offer(&mut s, mark(1, 7, 20, 21));
+    // The new run of the master (ids from 1): without resync, it begins the stream.
     assert_eq!(
-        t.observe(Instant::ZERO, Seq(3), bare(5)),
-        Verdict::Restart { last: Seq(4) }
+        offer(&mut s, mark(2, 3, 1, 4)),
+        forgot(Why::OtherRun, true, Some(7))
     );
+    assert_eq!(offer(&mut s, mark(2, 4, 5, 5)), Ruling::Apply);
+}
+
+#[test]
+fn r5_the_next_sequence_at_another_event_id_is_another_run() {
+    let mut s = resync_off();
+    offer(&mut s, mark(1, 7, 20, 21));
+    assert_eq!(
+        offer(&mut s, mark(2, 8, 1, 2)),
+        forgot(Why::OtherRun, true, Some(7))
+    );
+    let mut s = resync_off();
+    offer(&mut s, mark(1, 7, 20, 21));
+    // Later sequence, but event ids went back: ids only grow within a run.
+    assert_eq!(
+        offer(&mut s, mark(2, 30, 5, 6)),
+        forgot(Why::OtherRun, true, Some(7))
+    );
+}
+
+#[test]
+fn r8_an_undecodable_batch_forgets_and_the_next_must_run_past_it() {
+    let mut s = resync_off();
+    offer(&mut s, mark(1, 4, 10, 12));
+    assert_eq!(
+        offer(&mut s, undecodable(5)),
+        forgot(Why::Undecodable, false, Some(4))
+    );
+    // Numbered below it over the same connection: another run's (false hit 1 of issue 26).
+    assert_eq!(
+        offer(&mut s, mark(2, 3, 1, 3)),
+        forgot(Why::OtherRun, true, Some(4))
+    );
+
+    let mut s = resync_off();
+    offer(&mut s, mark(1, 4, 10, 12));
+    offer(&mut s, undecodable(5));
+    // After it, any later sequence at a later event id (its own ids are unknown).
+    assert_eq!(offer(&mut s, mark(1, 6, 17, 18)), Ruling::Apply);
+
+    // A garbled sequence far ahead does not fence the stream: the next batch runs past the
+    // point the stream stood at.
+    let mut s = resync_off();
+    offer(&mut s, mark(1, 4, 10, 12));
+    assert_eq!(
+        offer(&mut s, undecodable(u64::MAX)),
+        forgot(Why::Undecodable, false, Some(4))
+    );
+    assert_eq!(offer(&mut s, mark(1, 5, 13, 13)), Ruling::Apply);
+}
+
+#[test]
+fn r9_a_reconnect_keeps_the_position_so_another_runs_first_batch_is_told() {
+    let mut s = resync_off();
+    offer(&mut s, mark(1, 10, 30, 31));
+    s.connected();
+    s.forget();
+    // Not a copy, numbered at or below the last batch seen: another run (false hit 2).
+    assert_eq!(
+        offer(&mut s, mark(2, 10, 28, 31)),
+        forgot(Why::OtherRun, true, Some(10))
+    );
+    let mut s = resync_off();
+    offer(&mut s, mark(1, 10, 30, 31));
+    s.forget();
+    // Batches lost across the reconnect: the stream begins again silently.
+    assert_eq!(offer(&mut s, mark(1, 14, 40, 41)), Ruling::Apply);
+}
+
+#[test]
+fn r6_an_unplaced_stream_drops_batches_until_a_fetch_is_asked_then_holds_them() {
+    let mut s = resync_on(0);
+    assert!(s.is_unplaced());
+    assert_eq!(
+        offer(&mut s, mark(1, 1, 1, 1)),
+        Ruling::Skip(Skip::Unplaced)
+    );
+    s.fetch_asked();
+    assert_eq!(offer(&mut s, mark(1, 2, 2, 2)), Ruling::Hold);
+    assert_eq!(offer(&mut s, mark(1, 3, 3, 4)), Ruling::Hold);
+    assert_eq!(offer(&mut s, mark(1, 3, 3, 4)), Ruling::Skip(Skip::Copy));
+    assert_eq!(releases(&mut s), []);
+    // The status point: sequence 2 at event id 2. Batch 2 is in the key list; 3 continues it.
+    assert_eq!(
+        s.place(
+            T0,
+            Some(Point {
+                seq: Seq(2),
+                last: Some(2)
+            })
+        ),
+        Placed::AtPoint
+    );
+    assert_eq!(
+        releases(&mut s),
+        [(2, Ruling::Skip(Skip::BeforePoint)), (3, Ruling::Apply)]
+    );
+    assert_eq!(s.last_applied(), Some(Seq(3)));
+    // A held batch was before the point: the hold's order cannot show a run change among its
+    // batches, so queries miss until a batch that arrives now continues the stream (R3).
+    assert!(s.is_unproven());
+    assert_eq!(offer(&mut s, mark(1, 4, 5, 5)), Ruling::Apply);
+    assert!(!s.is_unproven());
+}
+
+#[test]
+fn r3_the_batches_before_the_point_are_one_runs_in_order() {
+    let mut s = resync_on(0);
+    s.fetch_asked();
+    s.place(
+        T0,
+        Some(Point {
+            seq: Seq(50),
+            last: Some(300),
+        }),
+    );
+    assert_eq!(
+        offer(&mut s, mark(1, 40, 250, 252)),
+        Ruling::Skip(Skip::BeforePoint)
+    );
+    // A batch of another run, numbered and stamped below the point too, but its ids go back.
+    assert_eq!(
+        offer(&mut s, mark(2, 41, 20, 22)),
+        forgot(Why::OtherRun, false, Some(50))
+    );
+}
+
+#[test]
+fn r3_a_batch_before_the_point_makes_queries_miss_until_the_stream_continues_it() {
+    let mut s = resync_on(0);
+    s.fetch_asked();
+    s.place(
+        T0,
+        Some(Point {
+            seq: Seq(10),
+            last: Some(30),
+        }),
+    );
+    // A batch of another run numbered below the point (the key list may be that run's).
+    assert_eq!(
+        offer(&mut s, mark(2, 3, 5, 6)),
+        Ruling::Skip(Skip::BeforePoint)
+    );
+    assert!(s.is_unproven());
+    assert_eq!(s.poll_timeout(), Some(T0 + Duration::from_secs(1)));
+    // Not continued in time: forget.
+    assert_eq!(
+        s.handle_timeout(T0 + Duration::from_secs(1)),
+        Some(forgot(Why::Unproven, false, Some(10)))
+    );
+    assert!(s.is_unplaced() && !s.is_unproven());
+}
+
+#[test]
+fn r3_the_batch_at_the_point_ending_at_its_event_id_continues_it() {
+    let mut s = resync_on(0);
+    s.fetch_asked();
+    s.place(
+        T0,
+        Some(Point {
+            seq: Seq(10),
+            last: Some(30),
+        }),
+    );
+    offer(&mut s, mark(1, 9, 25, 27));
+    assert!(s.is_unproven());
+    offer(&mut s, mark(1, 10, 28, 30));
+    assert!(!s.is_unproven());
+    assert_eq!(offer(&mut s, mark(1, 11, 31, 31)), Ruling::Apply);
+}
+
+#[test]
+fn r3_a_batch_before_the_point_past_its_event_ids_is_another_run() {
+    let mut s = resync_on(0);
+    s.fetch_asked();
+    s.place(
+        T0,
+        Some(Point {
+            seq: Seq(10),
+            last: Some(30),
+        }),
+    );
+    assert_eq!(
+        offer(&mut s, mark(2, 9, 30, 33)),
+        forgot(Why::OtherRun, false, Some(10))
+    );
+    assert!(s.is_unplaced());
+}
+
+#[test]
+fn r6_without_a_status_the_stream_continues_from_the_last_batch_heard_before_the_fetch() {
+    let mut s = resync_on(0);
+    // Nothing heard on the connection before the fetch: the snapshot cannot be anchored.
+    s.fetch_asked();
+    offer(&mut s, mark(1, 5, 9, 9));
+    assert_eq!(s.place(T0, None), Placed::Unanchored);
+    assert_eq!(releases(&mut s), []);
+    // Batch 5 was heard before the next fetch: the stream continues from it, exactly.
+    s.fetch_asked();
+    offer(&mut s, mark(1, 6, 10, 10));
+    offer(&mut s, mark(1, 7, 11, 12));
+    assert_eq!(s.place(T0, None), Placed::LastHeard);
+    assert_eq!(releases(&mut s), [(6, Ruling::Apply), (7, Ruling::Apply)]);
+    // A gap right after the batch heard last is a loss, even with nothing held.
+    s.forget();
+    s.fetch_asked();
+    assert_eq!(s.place(T0, None), Placed::LastHeard);
+    assert_eq!(
+        offer(&mut s, mark(1, 9, 14, 14)),
+        forgot(
+            Why::Loss {
+                expected: Seq(8),
+                received: Seq(9)
+            },
+            false,
+            Some(7)
+        )
+    );
+}
+
+#[test]
+fn r6_with_resync_every_forget_unplaces_and_drops_the_batch() {
+    let mut s = resync_on(0);
+    s.fetch_asked();
+    s.place(
+        T0,
+        Some(Point {
+            seq: Seq(1),
+            last: Some(1),
+        }),
+    );
+    assert_eq!(offer(&mut s, mark(1, 2, 2, 2)), Ruling::Apply);
+    assert_eq!(
+        offer(&mut s, mark(1, 5, 5, 5)),
+        forgot(
+            Why::Loss {
+                expected: Seq(3),
+                received: Seq(5)
+            },
+            false,
+            Some(2)
+        )
+    );
+    assert!(s.is_unplaced());
+    assert_eq!(
+        offer(&mut s, mark(1, 6, 6, 6)),
+        Ruling::Skip(Skip::Unplaced)
+    );
+}
+
+#[test]
+fn r6_the_hold_for_a_status_point_is_bounded() {
+    let mut s = resync_on(0);
+    s.fetch_asked();
+    for seq in 1..=8 {
+        assert_eq!(offer(&mut s, mark(1, seq, seq, seq)), Ruling::Hold);
+    }
+    assert_eq!(
+        offer(&mut s, mark(1, 9, 9, 9)),
+        forgot(Why::HoldFull, false, None)
+    );
+    assert_eq!(s.held(), 0);
+}
+
+#[test]
+fn r7_the_window_holds_and_releases_in_order() {
+    let mut s = resync_on(4);
+    s.fetch_asked();
+    s.place(
+        T0,
+        Some(Point {
+            seq: Seq(1),
+            last: Some(1),
+        }),
+    );
+    assert_eq!(offer(&mut s, mark(1, 4, 4, 4)), Ruling::Hold);
+    assert_eq!(offer(&mut s, mark(1, 3, 3, 3)), Ruling::Hold);
+    assert_eq!(releases(&mut s), []);
+    assert_eq!(offer(&mut s, mark(1, 2, 2, 2)), Ruling::Apply);
+    assert_eq!(releases(&mut s), [(3, Ruling::Apply), (4, Ruling::Apply)]);
+}
+
+#[test]
+fn r7_the_window_declares_a_loss_on_overflow_or_deadline_and_unplaces() {
+    let mut s = resync_on(2);
+    s.fetch_asked();
+    s.place(
+        T0,
+        Some(Point {
+            seq: Seq(1),
+            last: Some(1),
+        }),
+    );
+    offer(&mut s, mark(1, 3, 3, 3));
+    assert_eq!(s.poll_timeout(), Some(T0 + Duration::from_millis(50)));
+    assert_eq!(s.handle_timeout(T0 + Duration::from_millis(49)), None);
+    assert_eq!(
+        s.handle_timeout(T0 + Duration::from_millis(50)),
+        Some(forgot(
+            Why::Loss {
+                expected: Seq(2),
+                received: Seq(3)
+            },
+            false,
+            Some(1)
+        ))
+    );
+    assert!(s.is_unplaced() && s.held() == 0);
+}
+
+#[test]
+fn r7_a_late_batch_whose_place_was_passed_is_never_applied() {
+    let mut s = resync_on(4);
+    s.fetch_asked();
+    s.place(
+        T0,
+        Some(Point {
+            seq: Seq(1),
+            last: Some(1),
+        }),
+    );
+    for seq in 2..=5 {
+        offer(&mut s, mark(1, seq, seq, seq));
+    }
+    // Batch 3 again, but not a copy (its run restarted?), or a late batch: cannot tell.
+    assert_eq!(
+        offer(&mut s, mark(9, 3, 3, 3)),
+        forgot(Why::OtherRun, false, Some(5))
+    );
+}
+
+#[test]
+fn a_new_endpoint_forgets_the_batches_passed() {
+    let mut s = resync_off();
+    offer(&mut s, mark(1, 1, 1, 1));
+    s.begin_anew();
+    assert_eq!(s.position(), Position::Fresh);
+    assert_eq!(offer(&mut s, mark(1, 1, 1, 1)), Ruling::Apply);
+}
+
+#[test]
+fn prints_tell_payloads_apart() {
+    assert_eq!(Print::of(b"abc"), Print::of(b"abc"));
+    assert_ne!(Print::of(b"abc"), Print::of(b"abd"));
+    assert_ne!(Print::of(b""), Print::of(b"\0"));
+    assert_ne!(Print::of(b"12345678"), Print::of(b"12345678\0"));
+}
+
+/// The migration's differential check: on what neither machine changed on purpose (one
+/// connection in order, no reorder window, no resync, every batch decodable, copies only of
+/// the batch just passed), the old tracker and the stream rule alike: apply, skip a duplicate,
+/// forget and begin anew after a gap or at another run's batch.
+mod against_the_old_tracker {
+    use super::*;
+    use crate::frame::{Batch, Event, EventKind, Timestamp};
+    use crate::sequence::old_tracker::{Fingerprint, SequenceTracker, Verdict};
+    use quickcheck::{Arbitrary, Gen};
+    use quickcheck_macros::quickcheck;
+
+    /// What the master and the wire do next.
+    #[derive(Clone, Copy, Debug)]
+    enum Step {
+        /// The next batch, of `events` events.
+        Send(u8),
+        /// The master's queue drops `n` sequences (no event id).
+        Drop(u8),
+        /// Libzmq loses the next batch after publishing (its sequence and ids).
+        Lose(u8),
+        /// The last batch arrives again.
+        Copy,
+        /// The master starts again (sequences and ids from 1).
+        Restart,
+    }
+
+    impl Arbitrary for Step {
+        fn arbitrary(g: &mut Gen) -> Step {
+            let n = u8::arbitrary(g) % 4 + 1;
+            match u8::arbitrary(g) % 10 {
+                0 => Step::Drop(n),
+                1 => Step::Lose(n),
+                2 => Step::Copy,
+                3 => Step::Restart,
+                _ => Step::Send(n),
+            }
+        }
+    }
+
+    fn batch(seq: u64, first: u64, events: u8, stamp: u64) -> Batch<'static> {
+        Batch {
+            seq: Seq(seq),
+            timestamp: Timestamp::Millis(stamp),
+            dp_rank: None,
+            events: (0..u64::from(events))
+                .map(|i| Event {
+                    kind: EventKind::Stored,
+                    object_key: Some("k"),
+                    tenant_id: None,
+                    group_id: None,
+                    medium: None,
+                    event_id: Some(first + i),
+                })
+                .collect(),
+        }
+    }
+
+    #[quickcheck]
+    fn the_stream_rules_as_the_old_tracker_did(steps: Vec<Step>) -> bool {
+        let mut old = SequenceTracker::<()>::new(ReorderConfig::default());
+        let mut new = resync_off();
+        let (mut seq, mut id, mut stamp, mut run) = (1u64, 1u64, 1_000u64, 0u64);
+        let mut last: Option<(Batch<'static>, Mark)> = None;
+        for step in steps {
+            let sent = match step {
+                Step::Send(events) => {
+                    let b = batch(seq, id, events, stamp);
+                    let m = Mark {
+                        print: Print(run << 40 | seq),
+                        ..Mark::of(&b, &[])
+                    };
+                    seq += 1;
+                    id += u64::from(events);
+                    stamp += 1;
+                    Some((b, m))
+                }
+                Step::Drop(n) => {
+                    seq += u64::from(n);
+                    None
+                }
+                Step::Lose(events) => {
+                    seq += 1;
+                    id += u64::from(events);
+                    None
+                }
+                Step::Copy => last.clone(),
+                Step::Restart => {
+                    (seq, id, run) = (1, 1, run + 1);
+                    None
+                }
+            };
+            let Some((b, m)) = sent else { continue };
+            let fp = Fingerprint::of(&b);
+            let verdict = old.observe(T0, b.seq, fp);
+            if matches!(
+                verdict,
+                Verdict::Apply | Verdict::Gap { .. } | Verdict::Restart { .. }
+            ) {
+                old.applied(b.seq, fp);
+            }
+            let ruling = offer(&mut new, m);
+            let agree = match (verdict, ruling) {
+                (Verdict::Apply, Ruling::Apply)
+                | (Verdict::Duplicate, Ruling::Skip(Skip::Copy)) => true,
+                (Verdict::Gap { expected, .. }, Ruling::Forget(f)) => {
+                    f.apply
+                        && f.why
+                            == Why::Loss {
+                                expected,
+                                received: b.seq,
+                            }
+                }
+                (Verdict::Restart { .. }, Ruling::Forget(f)) => f.apply && f.why == Why::OtherRun,
+                _ => false,
+            };
+            if !agree {
+                return false;
+            }
+            last = Some((b, m));
+        }
+        true
+    }
 }

@@ -31,7 +31,7 @@ impl Session {
                 fx.push(Command::Disconnect);
             }
             self.link = Link::Down { retry_at: None };
-            self.reset_stream();
+            self.stream.begin_anew();
             self.resync = Resync::Idle;
             self.verify = Verify::idle();
             self.events_disabled = false;
@@ -39,7 +39,7 @@ impl Session {
             if self.index.object_count() > 0 {
                 // The new leader restores its objects without events: only a resync from it
                 // once it serves can tell which are there.
-                self.forget(now, ClearReason::LeaderChanged, &mut fx);
+                self.drop_index(now, ClearReason::LeaderChanged, &mut fx);
             }
             if let Some(request) = check {
                 self.check_leader(request, &mut fx);

@@ -121,12 +121,13 @@ impl Session {
         self.see(now);
         let mut fx = Effects::new();
         self.link = Link::Down { retry_at: None };
-        self.reset_stream();
         self.verify = Verify::idle();
+        self.stream.forget();
         if self.index.page_count() > 0 {
-            self.forget(now, ClearReason::Requested, &mut fx);
+            self.drop_index(now, ClearReason::Requested, &mut fx);
         }
         self.resync = Resync::Idle;
+        self.stream.fetch_dropped();
         self.update_health(&mut fx);
         fx
     }
@@ -148,12 +149,12 @@ impl Session {
             return;
         }
         self.link = Link::Up { since: now };
-        // A new connection is a new stream: whatever was applied before it (batches that arrived
-        // while the link was down) must not be continued by the next batch's silent baseline.
-        let had_stream = self.tracker.last_applied().is_some() || self.index.page_count() > 0;
-        self.reset_stream();
-        if had_stream {
-            self.forget(now, ClearReason::Reconnected, fx);
+        // R9: a new connection may bring another run; nothing of the old one's is continued
+        // silently (the position stays, without resync, for its first batch to be placed by).
+        self.stream.connected();
+        self.stream.forget();
+        if self.index.page_count() > 0 {
+            self.drop_index(now, ClearReason::Reconnected, fx);
         }
         self.start_resync(now, fx);
         if self.config.resync.is_none() {
@@ -170,7 +171,6 @@ impl Session {
         }
         self.counters.disconnects += 1;
         self.link = Link::Down { retry_at: None };
-        self.reset_stream();
         self.verify = Verify::idle();
         self.forget(now, ClearReason::Disconnected, fx);
         let delay = self.backoff.delay(&self.config.backoff);

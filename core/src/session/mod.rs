@@ -1,7 +1,7 @@
 //! The session: the sans-IO machine a transport drives.
 //!
-//! A [`Session`] owns the index, the stream's sequence tracker, the connection lifecycle with
-//! its backoff, the worker directory, resynchronisation and verification. It reads no clock and
+//! A [`Session`] owns the index, the stream machine ([`crate::sequence`]), the connection
+//! lifecycle with its backoff, the worker directory, resynchronisation and verification. It reads no clock and
 //! does no IO: the driver hands it [`Input`]s with their times, and executes the [`Command`]s
 //! it returns (the [`Report`]s only tell).
 //!
@@ -34,19 +34,23 @@ use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::time::Duration;
 
-use crate::effect::{ClearReason, Command, Effects, Health, Report, ResyncFailure, StrayReason};
+use crate::effect::{
+    ClearReason, Command, Effects, Health, Recovering, Report, ResyncFailure, StrayReason,
+};
 use crate::error::{ConfigError, QueryError};
 use crate::frame::{decode, Batch, EventKind, FrameError, Seq};
 use crate::index::{Index, IndexConfig, DEFAULT_TENANT};
 use crate::input::{Input, LeaderRequest, SnapshotRequest, VerifyRequest};
-use crate::layout::{Advertised, Layout, LayoutVotes, ModelVerdict};
+use crate::layout::{parse_object_key, Advertised, Layout, LayoutVotes, ModelVerdict};
 use crate::leader::{
     Leader, LeaderConfig, LeaderInfo, LeaderStatus, LeaderView, StatusStep, ViewStep,
 };
 use crate::metrics::Counters;
 use crate::query::{Hits, Lookup, QueryPlan};
 use crate::reader::Reader;
-use crate::sequence::{Fingerprint, Loss, ReorderConfig, SequenceTracker, Verdict};
+use crate::sequence::{
+    HoldBounds, Mark, Placed, Point, ReorderConfig, Ruling, Skip, Stream, StreamConfig, Why,
+};
 use crate::snapshot::LineFilter;
 use crate::time::Instant;
 
@@ -65,7 +69,7 @@ pub use self::config::{
     BackoffConfig, Config, ModelLayout, ResyncConfig, VerifyConfig, WorkerInfo,
 };
 use self::link::{Backoff, Link, LinkDue};
-use self::resync::{key_checksum, Proof, Resync, ResyncDue};
+use self::resync::{key_checksum, Resync, ResyncDue};
 use self::stream::HeldBatch;
 use self::verify::{Verify, VerifyDue};
 
@@ -93,14 +97,8 @@ use self::verify::{Verify, VerifyDue};
 pub struct Session {
     config: Config,
     index: Index,
-    tracker: SequenceTracker<HeldBatch>,
+    stream: Stream<HeldBatch>,
     link: Link,
-    /// The first sequence applied since the stream's baseline was last reset.
-    stream_start: Option<Seq>,
-    /// The latest sequence the stream may begin at for the last snapshot to hold (watermark + 1).
-    anchor: Option<Seq>,
-    /// The last snapshot's status point, until the stream has passed it.
-    proof: Option<Proof>,
     backoff: Backoff,
     endpoint: Option<String>,
     health: Health,
@@ -125,6 +123,8 @@ pub struct Session {
     leader: Option<Leader>,
     /// The last status read said the publisher is off.
     events_disabled: bool,
+    /// Why the index was recovering when it was last reported ([`Report::Recovering`]).
+    recovering: Option<Recovering>,
 }
 
 impl Session {
@@ -146,6 +146,10 @@ impl Session {
         }
         if config.reorder.max_delay.is_some_and(|d| d.is_zero()) {
             return Err(ConfigError::Reorder);
+        }
+        if config.reorder.is_on() && config.resync.is_none() {
+            // R7: after a loss, only the master's status can place a reordering stream.
+            return Err(ConfigError::ReorderWithoutResync);
         }
         if let Some(r) = &config.resync {
             if r.max_buffered_batches == 0 || r.max_buffered_bytes == 0 {
@@ -190,11 +194,15 @@ impl Session {
         let retry_at = endpoint.as_ref().map(|_| Instant::ZERO);
         Ok(Session {
             index,
-            tracker: SequenceTracker::new(config.reorder),
+            stream: Stream::new(StreamConfig {
+                reorder: config.reorder,
+                resync: config.resync.map(|r| HoldBounds {
+                    batches: r.max_buffered_batches,
+                    bytes: r.max_buffered_bytes,
+                    point_timeout: r.fetch_timeout,
+                }),
+            }),
             link: Link::Down { retry_at },
-            stream_start: None,
-            anchor: None,
-            proof: None,
             backoff: Backoff::new(config.seed),
             endpoint,
             health: Health::Disconnected,
@@ -210,6 +218,7 @@ impl Session {
             reader,
             leader: config.leader.map(Leader::new),
             events_disabled: false,
+            recovering: None,
             config,
         })
     }
@@ -232,7 +241,18 @@ impl Session {
     /// Returns the sequence of the last batch applied from the stream (`None` after a clear
     /// until the next batch).
     pub fn last_applied_seq(&self) -> Option<Seq> {
-        self.tracker.last_applied()
+        self.stream.last_applied()
+    }
+
+    /// Returns why the index is [`Health::Recovering`], or `None` when it is not.
+    pub fn recovering(&self) -> Option<Recovering> {
+        if self.health != Health::Recovering {
+            return None;
+        }
+        if self.stream.is_unproven() {
+            return Some(Recovering::Unproven);
+        }
+        Some(self.resync.recovering().unwrap_or(Recovering::Fetching))
     }
 
     /// Returns the session's read view: queries through it never wait for the session's
@@ -265,7 +285,7 @@ impl Session {
         c.suspects_dropped = ic.suspects_dropped;
         c.pages = self.index.page_count() as u64;
         c.objects = self.index.object_count() as u64;
-        c.held_batches = self.tracker.held_count() as u64;
+        c.held_batches = self.stream.held() as u64;
         c.buffered_batches = match &self.resync {
             Resync::Fetching { batches, .. } => *batches as u64,
             _ => 0,
@@ -300,10 +320,9 @@ impl Session {
     pub fn poll_timeout(&self) -> Option<Instant> {
         [
             self.link.poll_timeout(),
-            self.tracker.poll_timeout(),
+            self.stream.poll_timeout(),
             self.resync.poll_timeout(),
             self.verify.poll_timeout(),
-            self.proof.and_then(|p| p.poll_timeout()),
             self.leader.as_ref().and_then(Leader::poll_timeout),
         ]
         .into_iter()
@@ -369,8 +388,8 @@ impl Session {
     fn on_timeout(&mut self, now: Instant) -> Effects {
         self.see(now);
         let mut fx = Effects::new();
-        // Each sub-machine's timer, in this order: the connection, the leader, the reorder
-        // window, the snapshot's status point, the resync, verification.
+        // Each sub-machine's timer, in this order: the connection, the leader, the stream (the
+        // reorder window, a status point to continue), the resync, verification.
         match self.link.handle_timeout(now) {
             Some(LinkDue::Connect) => self.connect(now, &mut fx),
             Some(LinkDue::ConnectTimedOut) => {
@@ -382,18 +401,15 @@ impl Session {
         if let Some(request) = self.leader.as_mut().and_then(|l| l.handle_timeout(now)) {
             self.check_leader(request, &mut fx);
         }
-        while let Some(loss) = self.tracker.handle_timeout(now) {
-            self.reorder_loss(now, loss, &mut fx);
-        }
-        if self.proof.is_some_and(|p| p.handle_timeout(now)) {
-            // The stream did not reach the snapshot's status point in time: the snapshot may be
-            // of another run of the master.
-            self.forget(now, ClearReason::Unproven, &mut fx);
+        if let Some(ruling) = self.stream.handle_timeout(now) {
+            self.act(now, None, None, ruling, &mut fx);
+            self.release_held(now, &mut fx);
         }
         match self.resync.handle_timeout(now) {
             Some(ResyncDue::FetchTimedOut) => {
                 self.resync_failed(now, ResyncFailure::Timeout, &mut fx);
             }
+            Some(ResyncDue::ConfirmTimedOut) => self.confirmation_failed(now, &mut fx),
             Some(ResyncDue::Retry) => self.start_resync(now, &mut fx),
             None => {}
         }
@@ -433,58 +449,37 @@ impl Session {
     fn on_clear(&mut self, now: Instant) -> Effects {
         self.see(now);
         let mut fx = Effects::new();
-        self.reset_stream();
         self.forget(now, ClearReason::Requested, &mut fx);
         self.update_health(&mut fx);
         fx
     }
 
-    /// Forgets what the stream taught the index, and starts a resync when that is on.
+    /// Forgets what the stream taught the index for a reason outside the stream's rulings (a
+    /// connection, a clear, a verification, an unreadable removal): the stream is told first
+    /// (rules R6 and R9 of [`crate::sequence`]), then [`Session::drop_index`].
     fn forget(&mut self, now: Instant, reason: ClearReason, fx: &mut Effects) {
+        self.stream.forget();
+        self.drop_index(now, reason, fx);
+    }
+
+    /// Drops what the stream taught the index, and starts a resync when that is on: the forget
+    /// table is [`ClearReason::resyncs`] and [`Counters::clears_for`]. The stream has placed
+    /// itself already (its own rulings, or [`Session::forget`]).
+    fn drop_index(&mut self, now: Instant, reason: ClearReason, fx: &mut Effects) {
         let (pages, objects) = self.index.clear();
         self.verify.sweep = None;
-        self.proof = None;
-        self.anchor = None;
-        let counter = match reason {
-            ClearReason::Gap => &mut self.counters.clears_gap,
-            ClearReason::Restart => &mut self.counters.clears_restart,
-            ClearReason::Disconnected | ClearReason::Reconnected => {
-                &mut self.counters.clears_disconnected
-            }
-            ClearReason::EndpointChanged | ClearReason::LeaderChanged => {
-                &mut self.counters.clears_endpoint
-            }
-            ClearReason::UnreadableRemoval => &mut self.counters.clears_unreadable_removal,
-            ClearReason::Undecodable => &mut self.counters.clears_undecodable,
-            ClearReason::Unproven => &mut self.counters.clears_unproven,
-            ClearReason::StaleBatch => &mut self.counters.clears_stale_batch,
-            ClearReason::Requested => &mut self.counters.clears_requested,
-            ClearReason::Stale => &mut self.counters.clears_stale,
-            ClearReason::PublisherCleared => &mut self.counters.publisher_clears,
-        };
-        *counter += 1;
+        *self.counters.clears_for(reason) += 1;
         fx.push(Report::Cleared {
             reason,
             pages,
             objects,
         });
         let connected = matches!(self.link, Link::Up { .. });
-        if connected
-            && matches!(
-                reason,
-                ClearReason::Gap
-                    | ClearReason::Restart
-                    | ClearReason::UnreadableRemoval
-                    | ClearReason::Undecodable
-                    | ClearReason::Unproven
-                    | ClearReason::StaleBatch
-                    | ClearReason::Requested
-                    | ClearReason::Stale
-            )
-        {
+        if connected && reason.resyncs() {
             self.start_resync(now, fx);
         } else if !connected {
             self.resync = Resync::Idle;
+            self.stream.fetch_dropped();
         }
     }
 
@@ -499,7 +494,9 @@ impl Session {
             Link::Down { .. } => Health::Disconnected,
             Link::Connecting { .. } => Health::Connecting,
             Link::Up { .. } => match self.resync {
-                Resync::Idle if !self.is_unproven() => Health::Live,
+                Resync::Idle if !self.stream.is_unproven() && !self.stream.is_unplaced() => {
+                    Health::Live
+                }
                 _ => Health::Recovering,
             },
         };
@@ -515,6 +512,13 @@ impl Session {
                 }
             }
         }
+        let why = self.recovering();
+        if why != self.recovering {
+            self.recovering = why;
+            if let Some(why) = why {
+                fx.push(Report::Recovering { why });
+            }
+        }
         self.publish_query_state();
     }
 
@@ -522,6 +526,6 @@ impl Session {
     /// at the end of every input and, where queries must start to miss, before the index
     /// changes that depend on it.
     fn publish_query_state(&self) {
-        self.reader.publish(self.health, self.is_unproven());
+        self.reader.publish(self.health, self.stream.is_unproven());
     }
 }

@@ -1,4 +1,6 @@
-//! Resynchronisation from the master's key list, and the status point that proves a snapshot.
+//! Resynchronisation from the master's key list: the fetch, its status point placing the
+//! stream (rule R6 of [`crate::sequence`]), the key list applied under the live stream, and
+//! doubted lines confirmed with `/batch_query_keys`.
 
 use super::*;
 
@@ -8,57 +10,12 @@ impl From<Seq> for Watermark {
     }
 }
 
-/// A snapshot's status point that the stream has not passed yet: until it does, the snapshot may
-/// be of another run of the master than the stream (a restart nobody saw between the two).
-#[derive(Clone, Copy, Debug)]
-pub(super) struct Proof {
-    /// The master's stream position when the snapshot was read.
-    pub(super) at: Watermark,
-    /// Set once the stream has begun short of the point: queries miss until it is passed, and
-    /// at this time the snapshot counts as unproven.
-    pub(super) deadline: Option<Instant>,
-}
-
-/// What a batch says about a pending [`Proof`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum ProofCheck {
-    /// It is before the status point and consistent with it.
-    Pending,
-    /// It is the first batch after the point and runs on from it.
-    Proven,
-    /// It contradicts the point: the snapshot and the stream are of different runs.
-    Broken,
-}
-
-impl Proof {
-    /// Checks a batch with sequence `seq` and event ids `first..=last` against the point.
-    ///
-    /// Event ids count the master's published events from 1, so the status's `events` is the
-    /// last id it gave: a batch before the point ends at or below it; the batch at the point
-    /// ends exactly at it; the first batch after the point starts right after it.
-    ///
-    /// A batch before the point that ends exactly at `events` proves nothing: the sequences
-    /// after it may have been dropped events (which carry none), but a batch of another run of
-    /// the master can end at the same count by chance (found by a long sweep: restart-heavy
-    /// seed 123619). The proof waits for the batch at or after the point; in the meantime the
-    /// next batch of another run either runs past `events` before the point (broken) or is
-    /// out of step at it.
-    pub(super) fn check(&self, seq: Seq, first: Option<u64>, last: Option<u64>) -> ProofCheck {
-        use core::cmp::Ordering::{Equal, Greater, Less};
-        let events = self.at.events;
-        match seq.cmp(&self.at.seq) {
-            Less => match (events, last) {
-                (Some(e), Some(l)) if l > e => ProofCheck::Broken,
-                _ => ProofCheck::Pending,
-            },
-            Equal => match (events, last) {
-                (Some(e), Some(l)) if l != e => ProofCheck::Broken,
-                _ => ProofCheck::Proven,
-            },
-            Greater => match (events, first) {
-                (Some(e), Some(f)) if e.checked_add(1) != Some(f) => ProofCheck::Broken,
-                _ => ProofCheck::Proven,
-            },
+impl Watermark {
+    /// The stream point it names.
+    fn point(self) -> Point {
+        Point {
+            seq: self.seq,
+            last: self.events,
         }
     }
 }
@@ -77,43 +34,38 @@ pub(super) enum Resync {
         /// What the completed resync confirms: `asked_at`, or the index's confirmation when it
         /// held objects already (a snapshot only adds), lowered by anything older added since.
         confirms: Instant,
-        /// Live batches applied since the fetch was asked for, and their payload bytes (bounded:
-        /// what they touched is remembered in `seen` until the resync ends).
+        /// Live batches applied since the key list began to be handed over, and their payload
+        /// bytes (bounded: what they touched is remembered in `seen` until the resync ends).
         batches: usize,
         bytes: usize,
-        /// The first sequence of the stream when the fetch was asked for, if it had begun.
-        stream_at_request: Option<Seq>,
-        /// Keys applied so far, once the driver began handing the snapshot over.
+        /// Keys applied so far, once the status point placed the stream.
         applied: Option<usize>,
-        /// The last live event of each default-tenant key since the fetch was asked for
-        /// (`true`: stored): a snapshot key whose last live event removed it is not applied,
-        /// so that no query between chunks sees it again.
+        /// The last live event of each default-tenant key since the stream was placed (`true`:
+        /// stored): a snapshot key whose last live event removed it is not applied, and one a
+        /// live event stored is in already.
         ///
         /// Keyed by [`key_checksum`], not by the key: no allocation per live event, and a cheap
         /// drop when the resync ends (under the driver's lock). A removal is sticky (`false`
         /// stays), so two keys with one checksum only keep a snapshot key out: a miss, never a
         /// hit.
         seen: BTreeMap<u64, bool>,
-        /// A live `cleared` of the default tenant came since the fetch was asked for.
+        /// A live `cleared` of the default tenant came since the stream was placed.
         cleared: bool,
-        /// The stream's last sequence and event id when the fetch was asked for.
-        before: Option<(Seq, Option<u64>)>,
-        /// Each batch applied live since the fetch was asked for: its sequence and first and
-        /// last event ids, to check the snapshot's status point against.
-        since: Vec<(Seq, Option<u64>, Option<u64>)>,
         /// Which of the snapshot's lines become keys.
         lines: LineFilter,
         /// The index forgot while the key list was being read, which may be older than what it
         /// forgot: the answer is discarded and the fetch asked for again once it comes back
         /// (one fetch under way at a time, however often the index forgets meanwhile).
         superseded: bool,
+        /// The doubted lines are being confirmed by this request ([`Command::VerifyKeys`]).
+        confirming: Option<VerifyRequest>,
     },
     Waiting {
         retry_at: Instant,
+        failure: ResyncFailure,
     },
-    /// A snapshot could not be anchored to the stream: fetch again once a batch has arrived,
-    /// or at `retry_at` if none has (an idle master whose status read failed once would
-    /// otherwise keep the index recovering until it publishes again).
+    /// A snapshot could not be anchored to the stream (R6: no status, and no batch had arrived
+    /// on the connection): fetch again once a batch arrives, or at `retry_at` if none does.
     AwaitingStream {
         retry_at: Instant,
     },
@@ -124,6 +76,9 @@ pub(super) enum Resync {
 pub(super) enum ResyncDue {
     /// The fetch was not answered within the fetch timeout: it failed.
     FetchTimedOut,
+    /// The confirmation of doubted lines was not answered in time: the resync ends without
+    /// them.
+    ConfirmTimedOut,
     /// The retry time after a failure came: fetch again.
     Retry,
 }
@@ -134,15 +89,25 @@ impl Resync {
         match self {
             Resync::Idle => None,
             Resync::Fetching { deadline, .. } => Some(*deadline),
-            Resync::Waiting { retry_at } | Resync::AwaitingStream { retry_at } => Some(*retry_at),
+            Resync::Waiting { retry_at, .. } | Resync::AwaitingStream { retry_at } => {
+                Some(*retry_at)
+            }
         }
     }
 
     /// Returns what is due at `now`, if anything (the session acts on it).
     pub(super) fn handle_timeout(&self, now: Instant) -> Option<ResyncDue> {
         match *self {
-            Resync::Fetching { deadline, .. } if deadline <= now => Some(ResyncDue::FetchTimedOut),
-            Resync::Waiting { retry_at } | Resync::AwaitingStream { retry_at }
+            Resync::Fetching {
+                deadline,
+                confirming,
+                ..
+            } if deadline <= now => Some(if confirming.is_some() {
+                ResyncDue::ConfirmTimedOut
+            } else {
+                ResyncDue::FetchTimedOut
+            }),
+            Resync::Waiting { retry_at, .. } | Resync::AwaitingStream { retry_at }
                 if retry_at <= now =>
             {
                 Some(ResyncDue::Retry)
@@ -150,24 +115,48 @@ impl Resync {
             _ => None,
         }
     }
-}
 
-impl Proof {
-    /// Returns when [`Proof::handle_timeout`] is next due: once the stream has begun short of
-    /// the point.
-    pub(super) fn poll_timeout(&self) -> Option<Instant> {
-        self.deadline
+    /// Records a live default-tenant event applied while the key list is handed over: the
+    /// event wins over the list for its key.
+    pub(super) fn saw(&mut self, event: &crate::frame::Event<'_>) {
+        let Resync::Fetching {
+            applied: Some(_),
+            seen,
+            cleared,
+            ..
+        } = self
+        else {
+            return;
+        };
+        match (event.kind, event.object_key) {
+            (EventKind::Stored, Some(key)) => {
+                seen.entry(key_checksum(key)).or_insert(true);
+            }
+            (EventKind::Removed | EventKind::Unknown, Some(key)) => {
+                seen.insert(key_checksum(key), false);
+            }
+            (EventKind::Cleared, _) => *cleared = true,
+            _ => {}
+        }
     }
 
-    /// Reports whether the stream failed to pass the point in time at `now`: the snapshot is
-    /// unproven.
-    pub(super) fn handle_timeout(&self, now: Instant) -> bool {
-        self.deadline.is_some_and(|at| at <= now)
+    /// Why the index is recovering, as far as the resync tells.
+    pub(super) fn recovering(&self) -> Option<Recovering> {
+        match self {
+            Resync::Idle => None,
+            Resync::Fetching {
+                confirming: Some(_),
+                ..
+            } => Some(Recovering::Confirming),
+            Resync::Fetching { .. } => Some(Recovering::Fetching),
+            Resync::Waiting { failure, .. } => Some(Recovering::Retrying { failure: *failure }),
+            Resync::AwaitingStream { .. } => Some(Recovering::NoStatus),
+        }
     }
 }
 
-/// Applies one key of a snapshot unless a live batch since the fetch decided its state: removed
-/// (or cleared) keys stay out, stored ones are in already.
+/// Applies one key of a snapshot unless a live batch since the stream was placed decided its
+/// state: removed (or cleared) keys stay out, stored ones are in already.
 pub(super) fn store_snapshot_key(
     index: &mut Index,
     seen: &BTreeMap<u64, bool>,
@@ -199,30 +188,17 @@ impl Session {
     /// line exactly as the master wrote it (see [`crate::snapshot_lines`]), with the
     /// [`Watermark`] read just before it, or `None` when the master does not tell.
     ///
-    /// The snapshot holds only if the live stream covers every batch after it, from the same run
-    /// of the master:
-    /// - the stream must begin at or before `watermark.seq + 1`; a stream that begins later lost
-    ///   batches between the snapshot and the subscription taking effect: that is a gap, and the
-    ///   session fetches again;
-    /// - the status point must agree with the stream: the master's counters only grow within
-    ///   one run, so a stream that was already past the watermark when the fetch was asked for,
-    ///   a batch at or before it with a later event id than `watermark.events`, or a first batch
-    ///   after it that does not start at event id `watermark.events + 1`, is another run: the
-    ///   session forgets and fetches again;
-    /// - the stream passes the status point with the batch at it or the first one after it (a
-    ///   batch before it that ends at `watermark.events` does not count: one of another run
-    ///   can end there by chance);
-    /// - until the stream has passed the status point, the index has not caught up with the
-    ///   snapshot: the health stays [`Health::Recovering`] and queries miss, and if the point is
-    ///   not passed within the fetch timeout the session forgets and fetches again. (With no
-    ///   batch since the connection, an idle master, the snapshot is live at once and its point
-    ///   is checked by the first batch.)
-    ///
-    /// Without a watermark, a snapshot asked for before any batch arrived cannot be anchored; the
-    /// session fetches again once the stream has begun, or, if it has not, after the resync's
-    /// retry delay (backing off up to 64 times it while snapshots stay unanchored). Lines that
-    /// are not exactly keys are never applied (see [`crate::snapshot`]). Shortcut for
-    /// [`Input::Snapshot`] that takes any iterator of lines.
+    /// The watermark is a status point that places the stream (rules R3 and R6 of
+    /// [`crate::sequence`]): the batches that arrived since the fetch was asked for are ruled
+    /// against it, those at or before it are in the key list and skipped, and the stream goes
+    /// on from it. Until the stream continues the point, once a batch before it came, queries
+    /// miss; a point not continued within the fetch timeout forgets and fetches again. Without
+    /// a watermark, the first batch since the fetch begins the stream if a batch had arrived on
+    /// the connection before the fetch was asked; otherwise the snapshot cannot be anchored,
+    /// and the session fetches again once a batch arrives, or after the resync's retry delay
+    /// (backing off up to 64 times it). Lines that are not exactly keys are never applied, and
+    /// lines next to them only once the master confirms them (see [`crate::snapshot`]).
+    /// Shortcut for [`Input::Snapshot`] that takes any iterator of lines.
     pub fn handle_snapshot<I>(
         &mut self,
         now: Instant,
@@ -251,13 +227,15 @@ impl Session {
             Resync::Fetching {
                 request: current,
                 applied: Some(applied),
+                confirming: None,
                 ..
             } if *current == request => Some(*applied),
             _ => None,
         }
     }
 
-    /// Begins handing over the snapshot of `request` in chunks ([`Input::SnapshotBegin`]).
+    /// Begins handing over the snapshot of `request` in chunks ([`Input::SnapshotBegin`]): its
+    /// status point places the stream (R6).
     pub(super) fn begin_snapshot(
         &mut self,
         now: Instant,
@@ -266,59 +244,36 @@ impl Session {
     ) -> Effects {
         self.see(now);
         let mut fx = Effects::new();
-        let (stream_at_request, batches_since) = match &self.resync {
+        let superseded = match &self.resync {
             Resync::Fetching {
                 request: current,
                 applied: None,
-                superseded: true,
+                superseded,
                 ..
-            } if *current == request => {
-                // The index forgot while this key list was read: fetch it again now.
-                self.counters.stale_answers += 1;
-                self.resync = Resync::Idle;
-                self.start_resync(now, &mut fx);
-                self.update_health(&mut fx);
-                return fx;
-            }
-            Resync::Fetching {
-                request: current,
-                stream_at_request,
-                applied: None,
-                since,
-                ..
-            } if *current == request => (*stream_at_request, !since.is_empty()),
+            } if *current == request => *superseded,
             _ => {
                 self.counters.stale_answers += 1;
                 return fx;
             }
         };
-        // The master's status answered and did not say its publisher is off.
-        self.events_disabled = false;
-        let check = watermark.map(|w| (w, self.check_status_point(w)));
-        if let Some((_, ProofCheck::Broken)) = check {
-            // The master's counters went back, or its event ids disagree with the stream's:
-            // the snapshot and the stream are of different runs of the master.
-            self.counters.restarts += 1;
-            self.counters.run_mismatches += 1;
+        if superseded {
+            // The index forgot while this key list was read: fetch it again now.
+            self.counters.stale_answers += 1;
             self.resync = Resync::Idle;
-            self.reset_stream();
-            self.forget(now, ClearReason::Restart, &mut fx);
+            self.start_resync(now, &mut fx);
             self.update_health(&mut fx);
             return fx;
         }
-        let max_first = watermark.map(|w| Seq(w.seq.0.saturating_add(1)));
-        match (max_first, self.stream_start) {
-            (Some(max_first), Some(start)) if start > max_first => {
-                self.counters.unanchored_snapshots += 1;
-                self.note_gap(max_first, start, &mut fx);
-                self.resync = Resync::Idle;
-                // The stream's beginning cannot be anchored to this master's counters (batches
-                // were lost, or they are another run's, an idle restarted master's): the next
-                // batch begins the stream anew, so that the next snapshot can be.
-                self.reset_stream();
-                self.forget(now, ClearReason::Gap, &mut fx);
-            }
-            (None, _) if stream_at_request.is_none() => {
+        // The master's status answered and did not say its publisher is off.
+        self.events_disabled = false;
+        debug_assert!(
+            self.stream.is_unplaced(),
+            "a fetch answers an unplaced stream: {:?} {:?}",
+            self.stream.position(),
+            self.link
+        );
+        match self.stream.place(now, watermark.map(Watermark::point)) {
+            Placed::Unanchored => {
                 self.counters.unanchored_snapshots += 1;
                 // Each unanchored fetch in a row waits about twice as long for the next (a
                 // master that never tells its status costs a key list per 64 retry periods at
@@ -336,61 +291,26 @@ impl Session {
                 self.resync = Resync::AwaitingStream {
                     retry_at: now + delay,
                 };
-                if self.stream_start.is_some() {
-                    // The stream began while this fetch was under way: a new one is anchored.
+                if self.stream.has_heard() && !self.config.reorder.is_on() {
+                    // A batch arrived while this fetch was under way: the subscription took
+                    // effect, so a fetch asked now is anchored by the last batch heard (R6).
                     self.start_resync(now, &mut fx);
                 }
             }
-            (max_first, start) => {
+            Placed::AtPoint | Placed::LastHeard => {
                 self.unanchored.attempts = 0;
-                if let (Some(max_first), None) = (max_first, start) {
-                    self.anchor = Some(max_first);
-                }
-                if let Some((at, ProofCheck::Pending)) = check {
-                    // Queries miss until the stream passes the point, once a batch shows the
-                    // stream short of it; with none since the fetch was asked for (an idle
-                    // master), the next batch checks the point.
-                    let timeout = self
-                        .config
-                        .resync
-                        .map_or(Duration::ZERO, |r| r.fetch_timeout);
-                    self.proof = Some(Proof {
-                        at,
-                        deadline: batches_since.then(|| now + timeout),
-                    });
-                    self.publish_query_state();
-                }
+                self.counters.placements += 1;
+                fx.push(Report::Placed {
+                    at: watermark.map(|w| w.seq),
+                });
                 if let Resync::Fetching { applied, .. } = &mut self.resync {
                     *applied = Some(0);
                 }
+                self.release_held(now, &mut fx);
             }
         }
         self.update_health(&mut fx);
         fx
-    }
-
-    /// Checks a snapshot's status point against the stream as it stood when the fetch was asked
-    /// for and against the batches applied since.
-    pub(super) fn check_status_point(&self, at: Watermark) -> ProofCheck {
-        let Resync::Fetching { before, since, .. } = &self.resync else {
-            return ProofCheck::Pending;
-        };
-        let proof = Proof { at, deadline: None };
-        // The stream when the fetch was asked for: the status was read after it, so a stream
-        // already past the point is another run (the master's counters only grow in one).
-        let before = match *before {
-            Some((seq, _)) if seq > at.seq => return ProofCheck::Broken,
-            Some((seq, last)) => proof.check(seq, None, last),
-            None => ProofCheck::Pending,
-        };
-        if before != ProofCheck::Pending {
-            return before;
-        }
-        since
-            .iter()
-            .map(|&(seq, first, last)| proof.check(seq, first, last))
-            .find(|c| *c != ProofCheck::Pending)
-            .unwrap_or(ProofCheck::Pending)
     }
 
     /// Applies a chunk of the snapshot of `request` ([`Input::SnapshotLines`]). Only lines that
@@ -406,6 +326,7 @@ impl Session {
             Resync::Fetching {
                 request: current,
                 applied: Some(_),
+                confirming: None,
                 asked_at,
                 ..
             } if *current == request => *asked_at,
@@ -432,35 +353,112 @@ impl Session {
         Some(*applied)
     }
 
-    /// Ends the snapshot of `request`: the index is live again (once the stream has passed the
-    /// snapshot's status point). The live batches since the fetch was asked for were applied as
-    /// they came, and the snapshot's keys they touched were left to them: nothing is replayed, so
-    /// the call is short (a driver holds its lock for it). [`Input::SnapshotEnd`].
+    /// Ends the key list of `request` ([`Input::SnapshotEnd`]): the doubted lines go to the
+    /// master for confirmation, or, with none, the resync completes. The live batches since the
+    /// stream was placed were applied as they came, and the snapshot's keys they touched were
+    /// left to them: nothing is replayed, so the call is short (a driver holds its lock for it).
     pub(super) fn finish_snapshot(&mut self, now: Instant, request: SnapshotRequest) -> Effects {
         self.see(now);
         let mut fx = Effects::new();
-        let (batches, applied, confirms, odd, doubted) = match &mut self.resync {
+        let timeout = self
+            .config
+            .resync
+            .map_or(Duration::ZERO, |r| r.fetch_timeout);
+        let confirm = VerifyRequest(self.next_request);
+        let doubted = match &mut self.resync {
             Resync::Fetching {
                 request: current,
-                batches,
                 applied: Some(applied),
-                confirms,
+                confirming: confirming @ None,
                 seen,
                 cleared,
                 lines,
+                deadline,
                 ..
             } if *current == request => {
                 let index = &mut self.index;
                 lines.finish(|key| store_snapshot_key(index, seen, *cleared, applied, key));
-                (*batches, *applied, *confirms, lines.odd, lines.doubted)
+                let doubted = core::mem::take(&mut lines.doubted_keys);
+                if !doubted.is_empty() {
+                    *confirming = Some(confirm);
+                    *deadline = now + timeout;
+                }
+                doubted
             }
             _ => {
                 self.counters.stale_answers += 1;
                 return fx;
             }
         };
-        self.counters.snapshot_odd_lines += odd;
-        self.counters.snapshot_doubted_lines += doubted;
+        if doubted.is_empty() {
+            self.complete_resync(now, 0, &mut fx);
+        } else {
+            self.next_request += 1;
+            fx.push(Command::VerifyKeys {
+                request: confirm,
+                keys: doubted,
+            });
+            self.update_health(&mut fx);
+        }
+        fx
+    }
+
+    /// Reports whether `request` is the confirmation of doubted lines under way.
+    pub(super) fn is_confirmation(&self, request: VerifyRequest) -> bool {
+        matches!(&self.resync, Resync::Fetching { confirming: Some(r), .. } if *r == request)
+    }
+
+    /// Applies the master's answer about the doubted lines: those it holds, unless a live event
+    /// since the stream was placed decided them. Then the resync completes.
+    pub(super) fn confirm_lines<'k>(
+        &mut self,
+        now: Instant,
+        results: impl IntoIterator<Item = (&'k str, bool)>,
+    ) -> Effects {
+        let mut fx = Effects::new();
+        let mut confirmed = 0;
+        if let Resync::Fetching {
+            applied: Some(applied),
+            seen,
+            cleared,
+            ..
+        } = &mut self.resync
+        {
+            let before = *applied;
+            for (key, _) in results.into_iter().filter(|(_, present)| *present) {
+                if parse_object_key(key).is_some() {
+                    store_snapshot_key(&mut self.index, seen, *cleared, applied, key);
+                }
+            }
+            confirmed = *applied - before;
+        }
+        self.counters.snapshot_confirmed_lines += confirmed as u64;
+        self.complete_resync(now, confirmed, &mut fx);
+        fx
+    }
+
+    /// Ends a confirmation of doubted lines that failed or timed out: they stay out (misses).
+    pub(super) fn confirmation_failed(&mut self, now: Instant, fx: &mut Effects) {
+        self.counters.confirm_failures += 1;
+        self.complete_resync(now, 0, fx);
+    }
+
+    /// Ends the resync under way: the index is live again (once the stream has continued the
+    /// status point).
+    fn complete_resync(&mut self, now: Instant, confirmed: usize, fx: &mut Effects) {
+        let Resync::Fetching {
+            batches,
+            applied: Some(applied),
+            confirms,
+            lines,
+            ..
+        } = &self.resync
+        else {
+            return;
+        };
+        let (batches, applied, confirms) = (*batches, *applied, *confirms);
+        self.counters.snapshot_odd_lines += lines.odd;
+        self.counters.snapshot_doubted_lines += lines.doubted;
         self.resync = Resync::Idle;
         // Every object is from the snapshot (read after the fetch was asked for) or from a batch
         // since, unless the index held objects before: then `confirms` is their confirmation.
@@ -470,11 +468,11 @@ impl Session {
         fx.push(Report::Resynced {
             keys: applied,
             replayed: batches,
+            confirmed,
         });
-        self.emit_deltas(&mut fx);
+        self.emit_deltas(fx);
         self.schedule_verify(now);
-        self.update_health(&mut fx);
-        fx
+        self.update_health(fx);
     }
 
     /// Reports that the fetch `request` failed; it is retried later (shortcut for
@@ -509,57 +507,18 @@ impl Session {
         fx
     }
 
-    /// Checks a live batch about to apply against the pending status point of the last
-    /// snapshot, and records it for the status point of the snapshot being fetched. A batch that
-    /// contradicts the point starts the stream anew: the index forgets first.
-    pub(super) fn check_proof(
-        &mut self,
-        now: Instant,
-        seq: Seq,
-        fp: Fingerprint,
-        fx: &mut Effects,
-    ) {
-        let (first, last) = (fp.first_event_id(), fp.last_event_id());
-        if let Some(proof) = &mut self.proof {
-            match proof.check(seq, first, last) {
-                ProofCheck::Proven => self.proof = None,
-                ProofCheck::Pending => {
-                    if proof.deadline.is_none() {
-                        let timeout = self
-                            .config
-                            .resync
-                            .map_or(Duration::ZERO, |r| r.fetch_timeout);
-                        proof.deadline = Some(now + timeout);
-                        // Queries miss from now on, before this batch changes a page.
-                        self.publish_query_state();
-                    }
-                }
-                ProofCheck::Broken => {
-                    self.counters.restarts += 1;
-                    self.counters.run_mismatches += 1;
-                    self.reset_stream();
-                    self.begin_stream(now, seq, fx);
-                    self.forget(now, ClearReason::Restart, fx);
-                }
-            }
-        }
-        if let Resync::Fetching { since, .. } = &mut self.resync {
-            since.push((seq, first, last));
-        }
-    }
-
-    /// Reports whether the last snapshot is not yet proven to be of the stream's run while the
-    /// stream has begun short of its status point: queries miss then.
-    pub(super) fn is_unproven(&self) -> bool {
-        self.proof.is_some_and(|p| p.deadline.is_some())
-    }
-
-    /// Counts a live batch applied while a snapshot is fetched; too many fail the resync.
+    /// Counts a live batch applied while a snapshot is handed over; too many fail the resync.
     pub(super) fn count_for_resync(&mut self, now: Instant, payload_len: usize, fx: &mut Effects) {
         let Some(limits) = self.config.resync else {
             return;
         };
-        let Resync::Fetching { batches, bytes, .. } = &mut self.resync else {
+        let Resync::Fetching {
+            batches,
+            bytes,
+            applied: Some(_),
+            ..
+        } = &mut self.resync
+        else {
             return;
         };
         if *batches >= limits.max_buffered_batches
@@ -572,6 +531,8 @@ impl Session {
         *batches += 1;
     }
 
+    /// Asks for a key list (one fetch under way at a time: a fetch still being read is marked
+    /// superseded instead, and asked for again when it comes back).
     pub(super) fn start_resync(&mut self, now: Instant, fx: &mut Effects) {
         let Some(limits) = self.config.resync else {
             return;
@@ -583,14 +544,20 @@ impl Session {
         } = &mut self.resync
         {
             // The key list is still being read: asking for another now would read the master's
-            // whole key list once more per loss (a storm of them while a fence skips batch
-            // after batch). This one's answer is discarded and asked for again when it comes.
+            // whole key list once more per loss (a storm of them while the stream cannot be
+            // placed). This one's answer is discarded and asked for again when it comes.
             if !*superseded {
                 *superseded = true;
                 self.counters.superseded_fetches += 1;
             }
+            self.stream.fetch_dropped();
             return;
         }
+        debug_assert!(
+            self.stream.is_unplaced(),
+            "a fetch is asked for a placed stream: {:?}",
+            self.stream.position()
+        );
         let request = SnapshotRequest(self.next_request);
         self.next_request += 1;
         self.counters.resyncs_started += 1;
@@ -607,18 +574,14 @@ impl Session {
             confirms,
             batches: 0,
             bytes: 0,
-            stream_at_request: self.stream_start,
             applied: None,
             seen: BTreeMap::new(),
             cleared: false,
-            before: self
-                .tracker
-                .last_applied()
-                .map(|seq| (seq, self.tracker.last_event_id())),
-            since: Vec::new(),
             lines: LineFilter::default(),
             superseded: false,
+            confirming: None,
         };
+        self.stream.fetch_asked();
         fx.push(Command::FetchSnapshot { request });
     }
 
@@ -630,7 +593,22 @@ impl Session {
         self.counters.resyncs_failed += 1;
         self.resync = Resync::Waiting {
             retry_at: now + retry,
+            failure: reason,
         };
+        // What the stream held for this fetch's status point, and what it applied under it, is
+        // reflected in the next key list (R6): the stream is placed again by that one.
+        if !self.stream.is_unplaced() {
+            self.stream.forget();
+            let (pages, objects) = self.index.clear();
+            if pages > 0 {
+                fx.push(Report::Cleared {
+                    reason: ClearReason::Gap,
+                    pages,
+                    objects,
+                });
+            }
+        }
+        self.stream.fetch_dropped();
         fx.push(Report::ResyncFailed { reason });
     }
 }

@@ -1,18 +1,19 @@
-//! The stream: batches in order, held, late or stale, applied to the index; gaps and restarts.
+//! The stream: every ruling of [`crate::sequence`] turned into what the session does, in one
+//! place ([`Session::act`]), and a batch's events applied to the index.
 
 use super::*;
 
 /// A batch kept for later: its sequence frame and payload, and when it arrived.
 #[derive(Clone, Debug)]
 pub(super) struct HeldBatch {
-    pub(super) seq: [u8; 8],
-    pub(super) payload: Vec<u8>,
+    seq: [u8; 8],
+    payload: Vec<u8>,
     /// When the session received it: what it stores was present at the master then.
-    pub(super) arrived: Instant,
+    arrived: Instant,
 }
 
 impl HeldBatch {
-    pub(super) fn copy(arrived: Instant, frames: &[&[u8]]) -> HeldBatch {
+    fn copy(arrived: Instant, frames: &[&[u8]]) -> HeldBatch {
         let mut seq = [0u8; 8];
         seq.copy_from_slice(frames[1]);
         HeldBatch {
@@ -22,10 +23,14 @@ impl HeldBatch {
         }
     }
 
-    pub(super) fn decode(&self) -> Batch<'_> {
-        decode(&[&[], &self.seq, &self.payload]).expect("a kept batch decoded when it arrived")
+    /// Decodes it again (an undecodable one fails again: its mark says so).
+    fn decode(&self) -> Result<Batch<'_>, FrameError> {
+        decode(&[&[], &self.seq, &self.payload])
     }
 }
+
+/// A batch the session acts on: decoded, its payload's size, and when it arrived.
+type Decoded<'b, 'a> = Option<(&'b Batch<'a>, usize, Instant)>;
 
 impl Session {
     /// Feeds one multipart message (`[topic, seq, payload]`). Nothing of `frames` is kept
@@ -57,201 +62,128 @@ impl Session {
             self.counters.fenced_batches += 1;
             return fx;
         }
-        let batch = match decode(frames) {
-            Ok(batch) => batch,
+        let decoded = decode(frames);
+        let mark = match &decoded {
+            Ok(batch) => Mark::of(batch, frames[2]),
             Err(error @ FrameError::SeqLength { .. }) => {
                 // No sequence to place it by: count it and drop it, as a stray.
                 self.counters.malformed_seq += 1;
-                fx.push(Report::Malformed { error });
+                fx.push(Report::Malformed {
+                    error: error.clone(),
+                });
                 return fx;
             }
             Err(error) => {
-                // A batch of this stream (right topic, readable sequence) whose events cannot
-                // be read: its sequence was consumed and what it changed is unknown. That is
-                // loss: forget, and start the stream over from the next batch.
+                // A batch of this stream whose events cannot be read (R8).
                 self.counters.malformed_payload += 1;
-                fx.push(Report::Malformed { error });
-                let mut raw = [0u8; 8];
-                raw.copy_from_slice(frames[1]);
-                let seq = Seq(u64::from_be_bytes(raw));
-                match self.tracker.observe_unreadable(now, seq) {
-                    Verdict::Hold => {
-                        // Ahead of a hole: the batches before it apply first, then it forgets.
-                        self.counters.held += 1;
-                        let held = HeldBatch::copy(now, frames);
-                        if let Some(loss) =
-                            self.tracker.hold(now, seq, Fingerprint::unreadable(), held)
-                        {
-                            self.reorder_loss(now, loss, &mut fx);
-                        }
-                    }
-                    Verdict::Stale => self.stale_batch(now, seq, &mut fx),
-                    Verdict::Duplicate => {
-                        self.counters.duplicates += 1;
-                        fx.push(Report::Duplicate { seq });
-                    }
-                    _ => {
-                        self.pass_unreadable(now, &mut fx);
-                        // It may have filled the hole before batches held behind it.
-                        self.drain_held(now, &mut fx);
-                    }
-                }
-                self.update_health(&mut fx);
-                return fx;
+                fx.push(Report::Malformed {
+                    error: error.clone(),
+                });
+                let seq = u64::from_be_bytes(frames[1].try_into().expect("an 8-byte sequence"));
+                Mark::undecodable(Seq(seq), frames[2])
             }
         };
         if let Link::Connecting { .. } = self.link {
             self.link_up(now, &mut fx);
         }
-        let seq = batch.seq;
-        let fingerprint = Fingerprint::of(&batch);
-        let continuing = self.tracker.last_applied().is_some();
-        match self.tracker.observe(now, seq, fingerprint) {
-            Verdict::Apply => {
-                if !continuing {
-                    self.begin_stream(now, seq, &mut fx);
-                }
-                self.apply_in_order(now, &batch, fingerprint, frames[2], &mut fx);
-            }
-            Verdict::Duplicate => {
-                self.counters.duplicates += 1;
-                fx.push(Report::Duplicate { seq });
-            }
-            Verdict::Late => {
-                self.counters.late += 1;
-                fx.push(Report::Late { seq });
-            }
-            Verdict::Stale => self.stale_batch(now, seq, &mut fx),
-            // Only unreadable batches are ruled so; were one, forgetting is the safe reading.
-            Verdict::Unreadable => self.pass_unreadable(now, &mut fx),
-            Verdict::Hold => {
-                self.counters.held += 1;
-                if let Some(loss) =
-                    self.tracker
-                        .hold(now, seq, fingerprint, HeldBatch::copy(now, frames))
-                {
-                    self.reorder_loss(now, loss, &mut fx);
-                }
-            }
-            Verdict::Gap { expected, .. } => {
-                self.note_gap(expected, seq, &mut fx);
-                self.begin_stream(now, seq, &mut fx);
-                self.forget(now, ClearReason::Gap, &mut fx);
-                self.apply_in_order(now, &batch, fingerprint, frames[2], &mut fx);
-            }
-            Verdict::Restart { last } => {
-                self.counters.restarts += 1;
-                fx.push(Report::Restart {
-                    last,
-                    received: seq,
-                });
-                // The old run's position means nothing to the new one (its resync must not be
-                // checked against it); the tracker fenced what it applied against its late
-                // batches, and kept the held batches that may be the new run's.
-                self.forget_stream_position();
-                self.begin_stream(now, seq, &mut fx);
-                self.forget(now, ClearReason::Restart, &mut fx);
-                self.apply_in_order(now, &batch, fingerprint, frames[2], &mut fx);
-            }
-        }
+        let ruling = self
+            .stream
+            .offer(now, mark, frames[2].len(), || HeldBatch::copy(now, frames));
+        let batch = decoded.as_ref().ok().map(|b| (b, frames[2].len(), now));
+        self.act(now, Some(&mark), batch, ruling, &mut fx);
+        self.release_held(now, &mut fx);
         self.update_health(&mut fx);
         fx
     }
 
-    pub(super) fn apply_in_order(
+    /// Does what a ruling asks (module [`crate::sequence`]), for the batch marked `mark`
+    /// (`None`: a ruling of the stream's timers), decoded as `batch` unless undecodable.
+    pub(super) fn act(
         &mut self,
         now: Instant,
-        batch: &Batch<'_>,
-        fp: Fingerprint,
-        payload: &[u8],
+        mark: Option<&Mark>,
+        batch: Decoded<'_, '_>,
+        ruling: Ruling,
         fx: &mut Effects,
     ) {
-        self.check_proof(now, batch.seq, fp, fx);
-        self.apply_batch(now, now, batch, fp, payload.len(), fx);
-        self.tracker.applied(batch.seq, fp);
-        self.drain_held(now, fx);
-        if matches!(self.resync, Resync::AwaitingStream { .. }) {
-            self.start_resync(now, fx);
+        let seq = mark.map(|m| m.seq);
+        match ruling {
+            Ruling::Apply => {
+                let (batch, len, arrived) = batch.expect("only a decoded batch applies");
+                self.apply_batch(now, arrived, batch, len, fx);
+            }
+            Ruling::Skip(why) => {
+                *match why {
+                    Skip::Copy => &mut self.counters.duplicates,
+                    Skip::BeforePoint => &mut self.counters.before_point,
+                    Skip::Unplaced => &mut self.counters.unplaced_dropped,
+                } += 1;
+                if let Some(seq) = seq {
+                    fx.push(Report::Skipped { seq, why });
+                }
+                if why == Skip::Unplaced
+                    && matches!(self.resync, Resync::AwaitingStream { .. })
+                    && !self.config.reorder.is_on()
+                {
+                    // A batch arrived: the subscription took effect, so a fetch asked now is
+                    // anchored by the last batch heard before it (R6). (A reordering stream
+                    // cannot be anchored without a status: it retries on its timer only.)
+                    self.start_resync(now, fx);
+                }
+            }
+            Ruling::Hold => self.counters.held += 1,
+            Ruling::Forget(forgot) => {
+                let reason = match forgot.why {
+                    Why::Loss { expected, received } => {
+                        self.note_gap(expected, received, fx);
+                        ClearReason::Gap
+                    }
+                    Why::OtherRun => {
+                        self.counters.restarts += 1;
+                        fx.push(Report::OtherRun {
+                            position: forgot.position,
+                            received: seq.unwrap_or(Seq(0)),
+                        });
+                        ClearReason::Restart
+                    }
+                    Why::Undecodable => ClearReason::Undecodable,
+                    Why::Unproven => ClearReason::Unproven,
+                    Why::HoldFull => {
+                        self.counters.resyncs_failed += 1;
+                        fx.push(Report::ResyncFailed {
+                            reason: ResyncFailure::BufferFull,
+                        });
+                        ClearReason::Gap
+                    }
+                };
+                self.drop_index(now, reason, fx);
+                if forgot.apply {
+                    let (batch, len, arrived) = batch.expect("only a decoded batch begins");
+                    self.apply_batch(now, arrived, batch, len, fx);
+                }
+            }
         }
     }
 
-    pub(super) fn drain_held(&mut self, now: Instant, fx: &mut Effects) {
-        while let Some((seq, held, verdict)) = self.tracker.pop_ready() {
-            if verdict == Verdict::Unreadable {
-                self.pass_unreadable(now, fx);
-                continue;
-            }
-            if verdict == Verdict::Stale {
-                self.stale_batch(now, seq, fx);
-                continue;
-            }
-            if let Verdict::Restart { last } = verdict {
-                // Released from the window, yet its event ids do not run on from the batch
-                // before it: another run of the publisher.
-                self.counters.restarts += 1;
-                fx.push(Report::Restart {
-                    last,
-                    received: seq,
-                });
-                self.begin_stream(now, seq, fx);
-                self.forget(now, ClearReason::Restart, fx);
-            } else if self.tracker.last_applied().is_none() {
-                self.begin_stream(now, seq, fx);
-            }
-            let batch = held.decode();
-            let fp = Fingerprint::of(&batch);
-            self.check_proof(now, seq, fp, fx);
-            self.apply_batch(now, held.arrived, &batch, fp, held.payload.len(), fx);
-            self.tracker.applied(seq, fp);
-        }
-    }
-
-    /// Moves past an unreadable batch ([`Verdict::Unreadable`]): it consumed its sequence and
-    /// what it changed is unknown, which is loss. The stream begins again with the next
-    /// readable batch after it (the tracker rules anything at or before it stale, since any of
-    /// those may store what it removed).
-    pub(super) fn pass_unreadable(&mut self, now: Instant, fx: &mut Effects) {
-        self.stream_start = None;
-        self.forget(now, ClearReason::Undecodable, fx);
-    }
-
-    /// Skips an old batch that is no copy of one applied ([`Verdict::Stale`]): late, or from a
-    /// restarted publisher whose clock went back, or of the current run but fenced by an
-    /// unreadable batch. Whatever the index holds (a snapshot, say) may be contradicted by it:
-    /// forget, and fetch again (the keys live batches stored after a fetch's key list was read
-    /// come back only so), and so is a fetch under way. With the index empty and nothing to
-    /// contradict, it forgets too (what the batch stored is lost: that is reported, and a
-    /// fetch brings it back), unless a resync is waiting for its retry (or for the stream):
-    /// that fetch brings it back, and a restarted master whose clock is behind costs one
-    /// fetch a retry period, not one a batch.
-    pub(super) fn stale_batch(&mut self, now: Instant, seq: Seq, fx: &mut Effects) {
-        self.counters.late += 1;
-        fx.push(Report::Late { seq });
-        // A fetch under way is contradicted too (the key list may be read before or after what
-        // the skipped batch removed, and a batch skipped now is never applied again): only a
-        // resync waiting for its retry, with nothing held, lets the skip pass unforgotten.
-        let retrying = matches!(
-            self.resync,
-            Resync::Waiting { .. } | Resync::AwaitingStream { .. }
-        );
-        if !retrying
-            || self.index.object_count() > 0
-            || self.proof.is_some()
-            || self.anchor.is_some()
-        {
-            self.forget(now, ClearReason::StaleBatch, fx);
+    /// Acts on every held batch whose place has come.
+    pub(super) fn release_held(&mut self, now: Instant, fx: &mut Effects) {
+        while let Some((mark, held, ruling)) = self.stream.release(now) {
+            let decoded = held.decode();
+            let batch = decoded
+                .as_ref()
+                .ok()
+                .map(|b| (b, held.payload.len(), held.arrived));
+            self.act(now, Some(&mark), batch, ruling, fx);
         }
     }
 
     /// Applies a live batch's events; `arrived` is when the session received it. An event that
-    /// may have removed objects it does not name forgets once the whole batch is applied, and
-    /// the batch then counts as seen by the resync that starts (not as a live batch of it).
-    pub(super) fn apply_batch(
+    /// may have removed objects it does not name forgets once the whole batch is applied.
+    fn apply_batch(
         &mut self,
         now: Instant,
         arrived: Instant,
         batch: &Batch<'_>,
-        fp: Fingerprint,
         payload_len: usize,
         fx: &mut Effects,
     ) {
@@ -314,29 +246,13 @@ impl Session {
                 }
             }
             if tenant == DEFAULT_TENANT {
-                if let Resync::Fetching { seen, cleared, .. } = &mut self.resync {
-                    match (event.kind, event.object_key) {
-                        (EventKind::Stored, Some(key)) => {
-                            seen.entry(key_checksum(key)).or_insert(true);
-                        }
-                        (EventKind::Removed | EventKind::Unknown, Some(key)) => {
-                            seen.insert(key_checksum(key), false);
-                        }
-                        (EventKind::Cleared, _) => *cleared = true,
-                        _ => {}
-                    }
-                }
+                self.resync.saw(event);
             }
         }
         self.counters.batches += 1;
         self.counters.events += batch.events.len() as u64;
         if lossy {
             self.forget(now, ClearReason::UnreadableRemoval, fx);
-            // The resync this starts reads the key list after this batch: it is where the
-            // stream stood then.
-            if let Resync::Fetching { since, .. } = &mut self.resync {
-                since.push((batch.seq, fp.first_event_id(), fp.last_event_id()));
-            }
         } else {
             self.count_for_resync(now, payload_len, fx);
         }
@@ -362,42 +278,10 @@ impl Session {
         }
     }
 
-    pub(super) fn reorder_loss(&mut self, now: Instant, loss: Loss, fx: &mut Effects) {
-        self.note_gap(loss.expected, loss.resumed, fx);
-        self.forget(now, ClearReason::Gap, fx);
-        self.drain_held(now, fx);
-    }
-
     /// Counts and reports a gap from `expected` to `received`.
     pub(super) fn note_gap(&mut self, expected: Seq, received: Seq, fx: &mut Effects) {
         self.counters.gaps += 1;
         self.counters.missing_sequences += received.0.saturating_sub(expected.0);
         fx.push(Report::Gap { expected, received });
-    }
-
-    /// Records that a stream begins at `seq`: the batch about to apply is a baseline. A snapshot
-    /// applied before the stream began holds only if the stream begins at or before its anchor.
-    pub(super) fn begin_stream(&mut self, now: Instant, seq: Seq, fx: &mut Effects) {
-        self.stream_start = Some(seq);
-        if let Some(max_first) = self.anchor.take() {
-            if seq > max_first {
-                self.counters.unanchored_snapshots += 1;
-                self.note_gap(max_first, seq, fx);
-                self.forget(now, ClearReason::Gap, fx);
-            }
-        }
-    }
-
-    /// Forgets the stream's continuity: the next batch is a silent baseline.
-    pub(super) fn reset_stream(&mut self) {
-        self.tracker.reset();
-        self.forget_stream_position();
-    }
-
-    /// Forgets where the stream began and what anchors or proves a snapshot against it.
-    fn forget_stream_position(&mut self) {
-        self.stream_start = None;
-        self.anchor = None;
-        self.proof = None;
     }
 }

@@ -92,6 +92,11 @@ impl Session {
 
     pub(super) fn on_verify_failed(&mut self, now: Instant, request: VerifyRequest) -> Effects {
         self.see(now);
+        if self.is_confirmation(request) {
+            let mut fx = Effects::new();
+            self.confirmation_failed(now, &mut fx);
+            return fx;
+        }
         match &self.verify.in_flight {
             Some(round) if round.request == request => {
                 self.verify.in_flight = None;
@@ -122,6 +127,11 @@ impl Session {
         I: IntoIterator<Item = (&'k str, bool)>,
     {
         self.see(now);
+        if self.is_confirmation(request) {
+            let fx = self.confirm_lines(now, results);
+            self.index.settle();
+            return fx;
+        }
         let mut fx = Effects::new();
         let round = match self.verify.in_flight.take() {
             Some(round) if round.request == request => round,
@@ -289,7 +299,7 @@ impl Session {
     /// (a held batch's arrival, the snapshot being fetched): the confirmation is not moved past
     /// what they will add, so that it does not move back when they do.
     pub(super) fn before_pending(&self, at: Instant) -> Instant {
-        let held = self.tracker.held_since().unwrap_or(at);
+        let held = self.stream.held_since().unwrap_or(at);
         let snapshot = match &self.resync {
             Resync::Fetching { asked_at, .. } => *asked_at,
             _ => at,

@@ -126,8 +126,8 @@ impl Session {
         let had = self.endpoint.replace(chosen);
         if had.is_some() {
             fx.push(Command::Disconnect);
-            self.reset_stream();
-            self.forget(now, ClearReason::EndpointChanged, fx);
+            self.stream.begin_anew();
+            self.drop_index(now, ClearReason::EndpointChanged, fx);
             self.resync = Resync::Idle;
             self.verify = Verify::idle();
         }

@@ -275,6 +275,9 @@ impl Options {
         if !matches!(o.preset, Preset::Pristine | Preset::Hostile) {
             o.master.per_medium_removals = r.chance(0.5);
         }
+        // A reorder window needs resync (rule R7 of the core's sequence module): only the
+        // master's status places a reordering stream after a loss.
+        o.session.resync |= o.session.reorder.is_on();
         o
     }
 

@@ -321,6 +321,18 @@ impl<S: System> World<S> {
 
     pub(super) fn final_checks(&mut self) {
         let health = self.sut.health();
+        if health == Health::Recovering
+            && self.recovering == Some(hicache_index::Recovering::NoStatus)
+            && !self.http_opts.watermark
+        {
+            // A master that gives no status counters: a reordering stream can never be placed,
+            // and a snapshot asked before any batch came cannot be anchored (an idle master).
+            // No safe rule makes it live: an expected, visible stall (issue 26), neither a pass
+            // of the liveness check nor a failure.
+            self.stats.expected_stall = true;
+            self.stats.liveness_skipped = true;
+            return;
+        }
         if health != Health::Live {
             self.fail(
                 FailureKind::NotLive,

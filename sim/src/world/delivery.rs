@@ -267,6 +267,23 @@ impl<S: System> World<S> {
             *r = f;
         }
         let fx = self.sut.handle(self.now, Input::Message(&refs[..n]));
+        if let Origin::Master(m) = msg.origin {
+            // A batch the session skipped for a key list (waiting for a status point, or at or
+            // before one) reaches the index through that list, which holds the default tenant
+            // only: what it stored for the other tenants is lost, as at a loss.
+            let skipped = fx.iter().any(|e| {
+                matches!(
+                    e,
+                    Effect::Report(CoreReport::Skipped {
+                        why: Skip::Unplaced | Skip::BeforePoint,
+                        ..
+                    })
+                )
+            });
+            if skipped {
+                self.p_loss = self.p_loss.max(m.last_pos);
+            }
+        }
         self.absorb(fx, None);
         if self.opts.exact {
             if let Origin::Master(m) = msg.origin {

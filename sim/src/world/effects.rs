@@ -71,6 +71,12 @@ impl<S: System> World<S> {
                     self.p_loss = self.p_loss.max(self.master.position());
                     self.baseline_pending = true;
                 }
+                Effect::Report(CoreReport::Recovering { why }) => self.recovering = Some(why),
+                Effect::Report(CoreReport::HealthChanged { to, .. })
+                    if to != Health::Recovering =>
+                {
+                    self.recovering = None;
+                }
                 Effect::Report(CoreReport::Resynced { .. }) => {
                     if let Some(pos) = snapshot {
                         self.snapshots.push(pos);
@@ -105,13 +111,17 @@ impl<S: System> World<S> {
                 format!("{} pages held, cap {}", c.pages, s.index_cap),
             );
         }
-        if c.held_batches > s.reorder.max_held as u64 {
+        // The window holds up to `max_held`; with resync, an unplaced stream holds up to the
+        // resync buffer for the next status point.
+        let max_held = if s.resync {
+            s.reorder.max_held.max(s.max_buffered_batches)
+        } else {
+            s.reorder.max_held
+        };
+        if c.held_batches > max_held as u64 {
             self.fail(
                 FailureKind::Bounds,
-                format!(
-                    "{} batches held, max {}",
-                    c.held_batches, s.reorder.max_held
-                ),
+                format!("{} batches held, max {max_held}", c.held_batches),
             );
         }
         if s.resync && c.buffered_batches > s.max_buffered_batches as u64 {

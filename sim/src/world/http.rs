@@ -19,10 +19,14 @@ pub(super) enum HttpItem {
         status: Option<Status>,
         /// Batches the master had sent when the status was read.
         batches: u64,
+        /// The master's position when the status was read.
+        status_pos: u64,
     },
     SnapshotAnswer {
         request: SnapshotRequest,
         status: Option<Status>,
+        /// The master's position when the status was read.
+        status_pos: u64,
         body: Vec<u8>,
         pos: u64,
         odd: bool,
@@ -125,6 +129,7 @@ impl<S: System> World<S> {
                         request,
                         status,
                         batches,
+                        status_pos: self.master.position(),
                     };
                     self.http_at(at, item);
                 }
@@ -133,6 +138,7 @@ impl<S: System> World<S> {
                 request,
                 status,
                 batches,
+                status_pos,
             } => {
                 if self.master.stats().batches >= batches + 10 {
                     self.stats.resyncs_under_load += 1;
@@ -162,6 +168,7 @@ impl<S: System> World<S> {
                     HttpItem::SnapshotAnswer {
                         request,
                         status,
+                        status_pos,
                         body,
                         pos,
                         odd,
@@ -172,6 +179,7 @@ impl<S: System> World<S> {
             HttpItem::SnapshotAnswer {
                 request,
                 status,
+                status_pos,
                 body,
                 pos,
                 odd,
@@ -187,6 +195,7 @@ impl<S: System> World<S> {
                     let item = HttpItem::SnapshotAnswer {
                         request,
                         status,
+                        status_pos,
                         body,
                         pos,
                         odd,
@@ -205,6 +214,17 @@ impl<S: System> World<S> {
                         lines: &lines,
                     },
                 );
+                // A status point that placed the stream skips the batches at or before it: their
+                // stores of other tenants than the key list's are lost (misses), as at a loss.
+                let placed = fx.iter().find_map(|e| match e {
+                    Effect::Report(CoreReport::Placed { at }) => Some(at.is_some()),
+                    _ => None,
+                });
+                match placed {
+                    Some(true) => self.p_loss = self.p_loss.max(status_pos),
+                    Some(false) => self.baseline_pending = true,
+                    None => {}
+                }
                 self.absorb(fx, Some(pos));
             }
             HttpItem::SnapshotFailed { request } => {

@@ -122,6 +122,9 @@ pub struct RunStats {
     pub unknown_keyless: u64,
     /// Liveness was skipped (the index evicted).
     pub liveness_skipped: bool,
+    /// The run ended in an expected, visible stall: recovering because the master gives no
+    /// status counters (a reordering stream cannot be placed without them).
+    pub expected_stall: bool,
     /// Index evictions.
     pub evictions: u64,
     /// Virtual time simulated.
@@ -202,7 +205,7 @@ impl<S: System> World<S> {
         s.resyncs_failed = c.resyncs_failed;
         s.verify_rounds = c.verify_rounds;
         s.stale_keys_found = c.stale_keys_found;
-        s.duplicates = c.duplicates + c.late;
+        s.duplicates = c.duplicates + c.before_point;
         s.held = c.held;
         s.disconnects = c.disconnects;
         s.unreadable_removal_clears = c.clears_unreadable_removal;

@@ -169,7 +169,6 @@ pub fn clears(c: &Counters) -> u64 {
         + c.clears_unreadable_removal
         + c.clears_undecodable
         + c.clears_unproven
-        + c.clears_stale_batch
         + c.clears_stale
         + c.clears_requested
 }

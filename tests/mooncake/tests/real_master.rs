@@ -679,10 +679,13 @@ fn restart_scenario(via: Via, hide_disconnects: bool) {
             .effects()
             .iter()
             .find_map(|(_, e)| match e {
-                Effect::Report(Report::Restart { last, received }) => Some((last.0, received.0)),
+                Effect::Report(Report::OtherRun {
+                    position: Some(last),
+                    received,
+                }) => Some((last.0, received.0)),
                 _ => None,
             })
-            .expect("a Restart effect");
+            .expect("an OtherRun effect");
         assert_eq!(last, last_seq);
         assert!(
             first < last,

@@ -79,6 +79,8 @@ pub struct Driver<O = ()> {
     pub(crate) observer: O,
     /// Set once the observer asked the loop to stop: no more calls into the session.
     pub(crate) stopped: bool,
+    /// Logs the reports, once per episode where they repeat.
+    pub(crate) log: report::ReportLog,
 }
 
 impl Handover {
@@ -534,7 +536,7 @@ impl<O: Observer> Driver<O> {
         for effect in fx {
             match effect {
                 Effect::Command(command) => self.command(command),
-                Effect::Report(report) => report::log_report(&report),
+                Effect::Report(report) => self.log.log(&report),
             }
         }
     }

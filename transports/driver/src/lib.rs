@@ -148,6 +148,7 @@ pub fn prepare_observed<O: Observer>(
         handover: None,
         observer,
         stopped: false,
+        log: report::ReportLog::default(),
     };
     if let Some(locator) = ha {
         etcd::spawn(locator, control.clone()).map_err(|e| Error::Etcd(e.to_string()))?;

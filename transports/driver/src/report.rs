@@ -9,6 +9,7 @@
 //! The calls go nowhere until the program installs a recorder (`hicache-index serve` installs
 //! `metrics-exporter-prometheus` and renders `/metrics` from it).
 
+use hicache_index::sequence::Skip;
 use hicache_index::{ClearReason, Counters, Health, Kind, Report};
 
 /// The histogram of query latencies, labelled `transport` (`http`, `nng`), in seconds.
@@ -114,7 +115,51 @@ pub fn export_running(running: bool) {
     metrics::gauge!("hicache_index_subscriber_running").set(f64::from(u8::from(running)));
 }
 
-/// Logs a report (the driver executes commands; reports ask nothing of it).
+/// Logs reports (the driver executes commands; reports ask nothing of it), each kind of skipped
+/// batch and each reason for recovering at INFO once per episode (until the index is live
+/// again), and every further one at DEBUG, so that a stream that skips batch after batch logs
+/// one line, not one a batch.
+#[derive(Debug, Default)]
+pub struct ReportLog {
+    /// The kinds of skip logged at INFO in this episode.
+    skips: Vec<Skip>,
+}
+
+impl ReportLog {
+    /// Logs one report.
+    pub fn log(&mut self, report: &Report) {
+        match report {
+            Report::Skipped { seq, why } if !self.skips.contains(why) => {
+                self.skips.push(*why);
+                tracing::info!(
+                    seq = seq.0,
+                    why = skip_name(*why),
+                    "batch skipped (further ones at DEBUG until the index is live)"
+                );
+            }
+            Report::Skipped { seq, why } => {
+                tracing::debug!(seq = seq.0, why = skip_name(*why), "batch skipped")
+            }
+            Report::HealthChanged {
+                to: Health::Live, ..
+            } => {
+                self.skips.clear();
+                log_report(report);
+            }
+            other => log_report(other),
+        }
+    }
+}
+
+fn skip_name(why: Skip) -> &'static str {
+    match why {
+        Skip::Copy => "a copy of a batch passed",
+        Skip::BeforePoint => "at or before the key list's status point",
+        Skip::Unplaced => "the stream waits for a key list to place it",
+    }
+}
+
+/// Logs a report on its own (see [`ReportLog`] for the episodes).
 pub fn log_report(report: &Report) {
     match report {
         Report::Cleared {
@@ -124,22 +169,42 @@ pub fn log_report(report: &Report) {
         } => tracing::info!(reason = reason.as_str(), pages, objects, "index cleared"),
         Report::Cleared {
             reason,
+            pages: 0,
+            objects: 0,
+        } => tracing::info!(reason = reason.as_str(), "index forgot (it was empty)"),
+        Report::Cleared {
+            reason,
             pages,
             objects,
         } => tracing::warn!(reason = reason.as_str(), pages, objects, "index cleared"),
         Report::Gap { expected, received } => {
             tracing::warn!(expected = expected.0, received = received.0, "sequence gap")
         }
-        Report::Restart { last, received } => {
-            tracing::warn!(last = last.0, received = received.0, "publisher restarted")
+        Report::OtherRun { position, received } => tracing::warn!(
+            position = position.map(|s| s.0),
+            received = received.0,
+            "a batch of another run of the master (a restart), or a late one"
+        ),
+        Report::Skipped { seq, why } => {
+            tracing::debug!(seq = seq.0, why = skip_name(*why), "batch skipped")
         }
-        Report::Duplicate { seq } => tracing::debug!(seq = seq.0, "duplicate batch skipped"),
-        Report::Late { seq } => tracing::debug!(seq = seq.0, "late batch skipped"),
+        Report::Placed { at } => tracing::info!(
+            at = at.map(|s| s.0),
+            "the key list's status point placed the stream"
+        ),
+        Report::Recovering { why } => tracing::info!(why = why.describe(), "recovering"),
         Report::Malformed { error } => tracing::debug!(?error, "malformed message dropped"),
         Report::Stray { reason } => tracing::debug!(?reason, "stray message ignored"),
-        Report::Resynced { keys, replayed } => {
-            tracing::info!(keys, replayed, "resynchronised from the master's key list")
-        }
+        Report::Resynced {
+            keys,
+            replayed,
+            confirmed,
+        } => tracing::info!(
+            keys,
+            replayed,
+            confirmed,
+            "resynchronised from the master's key list"
+        ),
         Report::ResyncFailed { reason } => tracing::warn!(?reason, "resynchronisation failed"),
         Report::StaleFound { keys, checked } => {
             tracing::info!(keys, checked, "verification removed stale objects")

@@ -1,0 +1,490 @@
+//! The stream machine: the position, the batches it passed (to tell copies) and the batches it
+//! holds, and the one ruling that turns a batch's place into what the session does.
+
+use alloc::collections::VecDeque;
+use core::time::Duration;
+
+use super::hold::Hold;
+use super::mark::{Mark, Print};
+use super::place::{Place, Point, Position};
+use super::ReorderConfig;
+use crate::frame::Seq;
+use crate::time::Instant;
+
+/// How many batches the stream remembers to tell copies (R2), at least.
+const PASSED_AT_LEAST: usize = 256;
+
+/// What the session does with a batch (or, from a timer, without one).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ruling {
+    /// Apply it (R1).
+    Apply,
+    /// Skip it.
+    Skip(Skip),
+    /// The stream holds it (R6, R7).
+    Hold,
+    /// Forget; then apply the batch as the stream's beginning when `apply` says so.
+    Forget(Forgot),
+}
+
+/// Why a batch is skipped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Skip {
+    /// A copy of a batch the stream passed or holds (R2).
+    Copy,
+    /// At or before the status point: the key list holds what it did (R3).
+    BeforePoint,
+    /// The stream is unplaced and no fetch is under way to place it: the next key list, read
+    /// after it came, holds what it did (R6).
+    Unplaced,
+}
+
+/// Why the stream forgot, and what becomes of the batch that showed it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Forgot {
+    /// Why.
+    pub why: Why,
+    /// The batch begins the stream: the session applies it after forgetting (R6, without
+    /// resync).
+    pub apply: bool,
+    /// The sequence of the position before, if it had one.
+    pub position: Option<Seq>,
+}
+
+/// Why the stream forgot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Why {
+    /// Batches were lost before this one (R4), or the reorder window gave up on a hole (R7).
+    Loss {
+        /// The sequence that was expected.
+        expected: Seq,
+        /// The sequence that arrived (or the first one the window held).
+        received: Seq,
+    },
+    /// The batch cannot be of the position's run after it (R5).
+    OtherRun,
+    /// The batch could not be decoded, at its place (R8).
+    Undecodable,
+    /// The stream did not continue the status point within the fetch timeout (R3).
+    Unproven,
+    /// The batches held for the status point outgrew the resync's buffer: the point could no
+    /// longer place all of them.
+    HoldFull,
+}
+
+/// How the stream is set up.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StreamConfig {
+    /// The reorder window.
+    pub reorder: ReorderConfig,
+    /// With resync on, the bounds of what waits for a status point and how long a point may
+    /// stay uncontinued; `None`: resync off.
+    pub resync: Option<HoldBounds>,
+}
+
+/// What the stream holds while unplaced, at most, and how long a status point may wait.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HoldBounds {
+    /// The most batches held for a status point.
+    pub batches: usize,
+    /// The most payload bytes held for a status point.
+    pub bytes: usize,
+    /// How long after a batch came before the status point the stream must continue it.
+    pub point_timeout: Duration,
+}
+
+/// What a status point did to an unplaced stream ([`Stream::place`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Placed {
+    /// The stream stands at the point; the held batches are released against it.
+    AtPoint,
+    /// Without a status, the stream continues exactly from the last batch heard on the
+    /// connection before the fetch was asked (R6).
+    LastHeard,
+    /// Without a status, the stream cannot be placed: the fetch must be asked again (R6).
+    Unanchored,
+}
+
+/// One publisher stream's rules ([`crate::sequence`]); `T` is what the caller keeps of a held
+/// batch.
+#[derive(Debug)]
+pub struct Stream<T> {
+    config: StreamConfig,
+    position: Position,
+    /// The batches passed, newest last: what a copy is told by (R2).
+    passed: VecDeque<(Seq, Print)>,
+    hold: Hold<T>,
+    /// While unplaced: a fetch is under way whose status will place the stream, so batches are
+    /// held for it (R6).
+    holding: bool,
+    /// The last batch that arrived on the current connection (no copy), if one did: its
+    /// subscription took effect, and the stream stood there.
+    heard: Option<Point>,
+    /// `heard` when the fetch under way was asked for.
+    heard_before_fetch: Option<Point>,
+    /// At a status point: when a batch came before it while the stream had not continued it.
+    unproven_since: Option<Instant>,
+    /// Since the last placement, a held batch was skipped before its point.
+    placed_with_before: bool,
+}
+
+impl<T> Stream<T> {
+    /// Makes the stream of a new connection's endpoint: fresh, or unplaced with resync on.
+    pub fn new(config: StreamConfig) -> Stream<T> {
+        Stream {
+            position: Self::start(&config),
+            config,
+            passed: VecDeque::new(),
+            hold: Hold::new(config.reorder.is_on()),
+            holding: false,
+            heard: None,
+            heard_before_fetch: None,
+            unproven_since: None,
+            placed_with_before: false,
+        }
+    }
+
+    fn start(config: &StreamConfig) -> Position {
+        if config.resync.is_some() {
+            Position::Unplaced
+        } else {
+            Position::Fresh
+        }
+    }
+
+    /// Returns the position.
+    pub fn position(&self) -> Position {
+        self.position
+    }
+
+    /// Returns the sequence of the last batch applied, if the stream stands at one.
+    pub fn last_applied(&self) -> Option<Seq> {
+        match self.position {
+            Position::Batch(p) => Some(p.seq),
+            _ => None,
+        }
+    }
+
+    /// Returns how many batches are held.
+    pub fn held(&self) -> usize {
+        self.hold.len()
+    }
+
+    /// Returns when the batch held longest began its wait.
+    pub fn held_since(&self) -> Option<Instant> {
+        self.hold.oldest()
+    }
+
+    /// Reports whether queries must miss: at a status point, a batch came before it and the
+    /// stream has not continued it yet (R3).
+    pub fn is_unproven(&self) -> bool {
+        self.unproven_since.is_some()
+    }
+
+    /// Reports whether the stream waits for a status point to place it (R6).
+    pub fn is_unplaced(&self) -> bool {
+        self.position == Position::Unplaced
+    }
+
+    /// Rules on a batch that arrived at `now` (`bytes`: its payload's size; `keep` makes what
+    /// is held of it, called only when the stream holds it). After [`Ruling::Apply`], or
+    /// [`Ruling::Forget`] with `apply`, the caller MUST apply it; then it takes what
+    /// [`Stream::release`] releases until `None`.
+    pub fn offer(
+        &mut self,
+        now: Instant,
+        mark: Mark,
+        bytes: usize,
+        keep: impl FnOnce() -> T,
+    ) -> Ruling {
+        let ruling = self.rule(now, &mark, true);
+        if ruling != Ruling::Skip(Skip::Copy) {
+            let last = if mark.undecodable {
+                None
+            } else if mark.events == 0 {
+                self.heard.and_then(|p| p.last)
+            } else {
+                mark.last
+            };
+            self.heard = Some(Point {
+                seq: mark.seq,
+                last,
+            });
+        }
+        match ruling {
+            Ruling::Hold => self.keep(now, mark, bytes, keep()),
+            ruling => ruling,
+        }
+    }
+
+    /// The rules (module [`crate::sequence`]): the batch's place, then what the session does.
+    /// `arriving`: it just arrived (a held batch released is never held again).
+    fn rule(&mut self, now: Instant, m: &Mark, arriving: bool) -> Ruling {
+        if self.passed.contains(&(m.seq, m.print)) {
+            return Ruling::Skip(Skip::Copy); // R2
+        }
+        let reorder = self.config.reorder.is_on();
+        let ruling = match self.position.place(m) {
+            Place::Ahead { .. } if reorder && arriving => return Ruling::Hold, // R7
+            Place::Wait if self.holding && arriving => return Ruling::Hold,    // R6
+            Place::Next | Place::Ahead { .. } | Place::Other if m.undecodable => {
+                self.forgot(Why::Undecodable, m) // R8
+            }
+            Place::Next => {
+                self.position = Position::Batch(self.position.after(m)); // R1
+                self.continued(now, arriving);
+                Ruling::Apply
+            }
+            Place::Before { proves } => {
+                // R3: skipped (in the key list); at the point's own batch the stream continues
+                // it and stands there; before, queries miss until it continues.
+                self.placed_with_before |= !arriving;
+                if proves {
+                    self.position = Position::Batch(self.position.after(m));
+                    self.continued(now, arriving);
+                } else {
+                    self.position = self.position.skipped_before(m);
+                    self.unproven_since.get_or_insert(now);
+                }
+                Ruling::Skip(Skip::BeforePoint)
+            }
+            Place::Ahead { expected } => {
+                let received = m.seq;
+                self.forgot(Why::Loss { expected, received }, m) // R4
+            }
+            Place::Other => self.forgot(Why::OtherRun, m), // R5
+            Place::Wait => Ruling::Skip(Skip::Unplaced),   // R6
+        };
+        self.remember(m);
+        ruling
+    }
+
+    /// The stream continued its position with the batch just ruled: if a batch came before a
+    /// status point, queries trust the point again only once a batch that arrived after the
+    /// placement continues it (R3: the held batches' order cannot show a run change among them).
+    fn continued(&mut self, now: Instant, arriving: bool) {
+        if arriving {
+            self.unproven_since = None;
+        } else if self.placed_with_before {
+            self.unproven_since.get_or_insert(now);
+        }
+    }
+
+    /// Forgets because of the batch `m`: with resync on the stream is unplaced and `m` dropped;
+    /// without, `m` begins the stream (R6), or, undecodable, the next batch must run past the
+    /// point the stream stood at (R8: its own sequence may be as garbled as its payload).
+    fn forgot(&mut self, why: Why, m: &Mark) -> Ruling {
+        let before = self.position;
+        let position = before.point().map(|p| p.seq);
+        self.unplace();
+        if self.config.resync.is_some() {
+            return Ruling::Forget(Forgot {
+                why,
+                apply: false,
+                position,
+            });
+        }
+        self.position = match before.point() {
+            _ if !m.undecodable => Position::Batch(Position::Fresh.after(m)),
+            Some(point) => Position::Loss(point),
+            None => Position::Fresh,
+        };
+        Ruling::Forget(Forgot {
+            why,
+            apply: !m.undecodable,
+            position,
+        })
+    }
+
+    /// Holds `item` (marked `mark`); the window or the hold may overflow into a forget.
+    fn keep(&mut self, now: Instant, mark: Mark, bytes: usize, item: T) -> Ruling {
+        if !self.hold.insert(now, mark, bytes, item) {
+            return Ruling::Skip(Skip::Copy); // R2: a copy of a batch held
+        }
+        if self.position == Position::Unplaced {
+            let bounds = self
+                .config
+                .resync
+                .expect("only a resyncing stream holds unplaced");
+            if self.hold.len() > bounds.batches || self.hold.bytes() > bounds.bytes {
+                self.unplace();
+                return Ruling::Forget(Forgot {
+                    why: Why::HoldFull,
+                    apply: false,
+                    position: None,
+                });
+            }
+        } else if self.hold.len() > self.config.reorder.max_held {
+            return self.declare_loss(); // R7
+        }
+        Ruling::Hold
+    }
+
+    /// R7: the window gives up on its hole: forget (the window needs resync: the stream is
+    /// unplaced, and what it held came before the next fetch is asked, R6).
+    fn declare_loss(&mut self) -> Ruling {
+        let position = self.position.point().map(|p| p.seq);
+        let expected = position.map_or(Seq(0), |p| Seq(p.0.saturating_add(1)));
+        let received = self.hold.first().map_or(expected, |m| m.seq);
+        self.unplace();
+        Ruling::Forget(Forgot {
+            why: Why::Loss { expected, received },
+            apply: false,
+            position,
+        })
+    }
+
+    /// Takes the next held batch whose place has come, with its ruling (as in
+    /// [`Stream::offer`]); `None` when none has.
+    pub fn release(&mut self, now: Instant) -> Option<(Mark, T, Ruling)> {
+        let first = *self.hold.first()?;
+        match self.position.place(&first) {
+            Place::Wait => return None,
+            Place::Ahead { .. } if self.config.reorder.is_on() => return None,
+            _ => {}
+        }
+        let held = self.hold.take_first().expect("a first held batch");
+        let ruling = self.rule(now, &held.mark, false);
+        Some((held.mark, held.item, ruling))
+    }
+
+    /// Records a batch passed, to tell its copies (R2).
+    fn remember(&mut self, m: &Mark) {
+        let cap = PASSED_AT_LEAST.max(self.config.reorder.max_held.saturating_mul(4));
+        if self.passed.len() >= cap {
+            self.passed.pop_front();
+        }
+        self.passed.push_back((m.seq, m.print));
+    }
+
+    /// Drops what is held and unplaces the stream (resync on).
+    fn unplace(&mut self) {
+        self.hold.clear();
+        self.holding = false;
+        self.unproven_since = None;
+        self.placed_with_before = false;
+        if self.config.resync.is_some() {
+            self.position = Position::Unplaced;
+        }
+    }
+
+    /// The index forgot for a reason outside the stream (a lost or new connection, a clear, a
+    /// verification, a stopped driver): R6 with resync on; without, the position stays, as a
+    /// point the next batch must run past (R9).
+    pub fn forget(&mut self) {
+        self.unplace();
+        if let Position::Batch(p) | Position::Status { point: p, .. } = self.position {
+            self.position = Position::Loss(p);
+        }
+    }
+
+    /// A new endpoint or leader: a new stream, of which nothing is known (R9).
+    pub fn begin_anew(&mut self) {
+        self.unplace();
+        self.passed.clear();
+        self.position = Self::start(&self.config);
+    }
+
+    /// Reports whether a batch arrived on the current connection (its subscription took effect).
+    pub fn has_heard(&self) -> bool {
+        self.heard.is_some()
+    }
+
+    /// The subscriber connected again: no batch has arrived on this connection yet.
+    pub fn connected(&mut self) {
+        self.heard = None;
+    }
+
+    /// A fetch whose status will place the stream was asked for: while unplaced, the batches
+    /// that arrive from now on are held for it (R6).
+    pub fn fetch_asked(&mut self) {
+        self.hold_for_fetch(self.position == Position::Unplaced);
+        self.heard_before_fetch = self.heard;
+    }
+
+    /// The fetch under way will not place the stream (it failed, or it was superseded): what
+    /// is held for it is dropped (the next fetch's key list holds it).
+    pub fn fetch_dropped(&mut self) {
+        if self.position == Position::Unplaced {
+            self.hold_for_fetch(false);
+        }
+    }
+
+    fn hold_for_fetch(&mut self, on: bool) {
+        self.hold.clear();
+        self.holding = on;
+    }
+
+    /// Places an unplaced stream at a fetch's status point (`None`: the master did not tell),
+    /// at `now` (R6). Then the caller takes what [`Stream::release`] releases.
+    pub fn place(&mut self, now: Instant, at: Option<Point>) -> Placed {
+        self.holding = false;
+        self.unproven_since = None;
+        self.placed_with_before = false;
+        self.hold.restart_waits(now);
+        match at {
+            Some(point) => {
+                self.position = Position::Status {
+                    point,
+                    before: None,
+                };
+                Placed::AtPoint
+            }
+            None => match self
+                .heard_before_fetch
+                .filter(|_| !self.config.reorder.is_on())
+            {
+                // The key list was read after the last batch heard before the fetch: the stream
+                // continues from that batch, exactly.
+                Some(point) => {
+                    self.position = Position::Batch(point);
+                    Placed::LastHeard
+                }
+                None => {
+                    self.hold.clear();
+                    Placed::Unanchored
+                }
+            },
+        }
+    }
+
+    /// Returns when [`Stream::handle_timeout`] is next due: the reorder window's oldest batch
+    /// giving up, or a status point that must be continued.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let window = match (self.position, self.config.reorder.max_delay) {
+            (Position::Unplaced, _) | (_, None) => None,
+            (_, Some(delay)) => self.hold.oldest().map(|at| at + delay),
+        };
+        let point = self
+            .unproven_since
+            .zip(self.config.resync)
+            .map(|(since, b)| since + b.point_timeout);
+        window.into_iter().chain(point).min()
+    }
+
+    /// Does what is due at `now`: a forget ruling, or `None`.
+    pub fn handle_timeout(&mut self, now: Instant) -> Option<Ruling> {
+        let due = self.poll_timeout()?;
+        if now < due {
+            return None;
+        }
+        if self.unproven_since.is_some_and(|since| {
+            self.config
+                .resync
+                .is_some_and(|b| since + b.point_timeout <= now)
+        }) {
+            let position = self.position.point().map(|p| p.seq);
+            self.unplace();
+            return Some(Ruling::Forget(Forgot {
+                why: Why::Unproven,
+                apply: false,
+                position,
+            }));
+        }
+        Some(self.declare_loss())
+    }
+}
+
+#[cfg(test)]
+#[path = "tests.rs"]
+mod tests;
