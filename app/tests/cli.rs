@@ -152,6 +152,29 @@ fn hash_prints_the_page_hashes_of_the_shared_vectors() {
 }
 
 #[test]
+fn hash_with_an_empty_cache_salt_or_extra_key_prints_the_plain_chain() {
+    let plain = run(&["hash", "--page-size", "4", "1,2,3,4,5,6,7,8"], "");
+    assert!(plain.status.success(), "{}", stderr(&plain));
+    for flag in ["--cache-salt", "--extra-key"] {
+        let empty = run(
+            &["hash", "--page-size", "4", flag, "", "1,2,3,4,5,6,7,8"],
+            "",
+        );
+        assert!(empty.status.success(), "{}", stderr(&empty));
+        assert_eq!(
+            stdout(&empty),
+            stdout(&plain),
+            "{flag} \"\" is no namespace"
+        );
+        let salted = run(
+            &["hash", "--page-size", "4", flag, "s", "1,2,3,4,5,6,7,8"],
+            "",
+        );
+        assert_ne!(stdout(&salted), stdout(&plain), "{flag} s is a namespace");
+    }
+}
+
+#[test]
 fn hash_accepts_comma_lists_and_refuses_bad_tokens() {
     let spaced = run(&["hash", "--page-size", "4", "1", "2", "3", "4"], "");
     let commas = run(&["hash", "--page-size", "4", "1,2,3,4"], "");
@@ -746,6 +769,13 @@ fn serve_answers_queries_over_http_and_refuses_bad_requests_with_json() {
         &json!({ "tokens": tokens(1, 5), "cache_salt": "s", "extra_key": null }),
     );
     assert_eq!(salted["prefix_pages"], 0);
+    // Issue 28: an empty cache_salt or extra_key is no namespace (SGLang turns "" into None
+    // before hashing), so such a request hits the plain pages.
+    let empty = query(
+        addr,
+        &json!({ "tokens": tokens(1, 5), "cache_salt": "", "extra_key": "" }),
+    );
+    assert_eq!(empty["prefix_pages"], 3, "{empty}");
 
     for (method, path, body, status, says) in [
         ("POST", "/v1/query", b"{".to_vec(), 400, "malformed"),

@@ -45,10 +45,10 @@ pub struct QueryRequest {
     /// The model whose layout applies; the one configured layout when absent.
     #[serde(default)]
     pub model: Option<String>,
-    /// SGLang's `extra_key` of the request (namespaced requests).
+    /// SGLang's `extra_key` of the request (namespaced requests; `""` is none, as in SGLang).
     #[serde(default)]
     pub extra_key: Option<String>,
-    /// SGLang's `cache_salt` of the request (namespaced requests).
+    /// SGLang's `cache_salt` of the request (namespaced requests; `""` is none, as in SGLang).
     #[serde(default)]
     pub cache_salt: Option<String>,
 }
@@ -343,10 +343,10 @@ impl Query {
     }
 
     fn namespace(&self) -> Namespace<'_> {
-        Namespace {
-            extra_key: self.request.extra_key.as_deref(),
-            cache_salt: self.request.cache_salt.as_deref(),
-        }
+        Namespace::new(
+            self.request.extra_key.as_deref(),
+            self.request.cache_salt.as_deref(),
+        )
     }
 
     /// Returns the request as it arrived.
