@@ -247,6 +247,78 @@ fn keys_prints_the_object_keys_of_the_shared_layouts() {
 }
 
 #[test]
+fn keys_describes_dcp_with_pp_and_attention_cp_and_deepseek_v4_pools_by_flags() {
+    // Launches SGLang 0.5.23 advertises no layout for (its layout builder raises under DCP).
+    let h = "cf97adeedb59e05bfd73a2b4c2a8885708c4f4f70c84c64b27120e72ab733b72";
+    let out = run(
+        &[
+            "keys",
+            "--page-hash",
+            h,
+            "--page-size",
+            "8",
+            "--tp",
+            "2",
+            "--pp",
+            "2",
+            "--mla",
+            "--dcp",
+            "2",
+            "--cp",
+            "2",
+            "--pool",
+            "indexer",
+        ],
+        "",
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let prefix = "tp2_dcp2_page16_pp2_cp2";
+    let mut expected = Vec::new();
+    for object in ["k", "indexer"] {
+        for p in 0..2 {
+            for c in 0..2 {
+                for d in 0..2 {
+                    expected.push(format!("{prefix}_{h}_dcp{d}_cp{c}_{p}_{object}"));
+                }
+            }
+        }
+    }
+    let mut got: Vec<String> = stdout(&out).lines().map(str::to_owned).collect();
+    got.sort();
+    expected.sort();
+    assert_eq!(got, expected);
+    let out = run(
+        &[
+            "keys",
+            "--page-hash",
+            h,
+            "--page-size",
+            "64",
+            "--tp",
+            "4",
+            "--mla",
+            "--pool",
+            "deepseek_v4_c1",
+            "--pool",
+            "deepseek_v4_c2_indexer_scale",
+            "--pool",
+            "deepseek_v4_c128_rope,trailing=2",
+            "--logical-kv",
+        ],
+        "",
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        stdout(&out).lines().collect::<Vec<_>>(),
+        [
+            format!("{h}__deepseek_v4_c1"),
+            format!("{h}__deepseek_v4_c2_indexer_scale"),
+            format!("{h}__deepseek_v4_c128_rope"),
+        ]
+    );
+}
+
+#[test]
 fn keys_refuses_a_bad_hash_and_a_missing_layout_in_one_line() {
     let h = "cf97adeedb59e05bfd73a2b4c2a8885708c4f4f70c84c64b27120e72ab733b72";
     assert_fails(

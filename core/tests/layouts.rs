@@ -401,18 +401,55 @@ fn dcp_names_its_shards_and_widens_the_page() {
         Layout::from_sglang(&params),
         Err(LayoutError::ZeroParallelism)
     );
+    params.dcp = Some(DcpParams { dcp: 3, cp: 1 });
+    assert!(
+        matches!(
+            Layout::from_sglang(&params),
+            Err(LayoutError::Unsupported(_))
+        ),
+        "SGLang refuses a DCP size that does not divide TP"
+    );
     params.dcp = Some(DcpParams { dcp: 2, cp: 1 });
-    params.pp = 2;
-    assert!(matches!(
-        Layout::from_sglang(&params),
-        Err(LayoutError::Unsupported(_))
-    ));
-    params.pp = 1;
     params.mla = false;
     assert!(matches!(
         Layout::from_sglang(&params),
         Err(LayoutError::Unsupported(_))
     ));
+}
+
+#[test]
+fn dcp_with_pp_names_the_stage_after_the_shard() {
+    // SGLang 0.5.23's mla_suffix under DCP: `dcp{d}_cp{c}` and, with PP, `_{pp_rank}` last.
+    let mut params = SglangParams::new(16, 4);
+    params.mla = true;
+    params.pp = 2;
+    params.dcp = Some(DcpParams { dcp: 2, cp: 2 });
+    let layout = Layout::from_sglang(&params).unwrap();
+    assert_eq!(
+        layout.key_prefix.as_deref(),
+        Some("tp4_dcp2_page32_pp2_cp2")
+    );
+    let mut suffixes: Vec<&str> = layout.suffixes().map(|(s, _)| s).collect();
+    suffixes.sort_unstable();
+    let mut expected = Vec::new();
+    for p in 0..2 {
+        for c in 0..2 {
+            for d in 0..2 {
+                expected.push(format!("_dcp{d}_cp{c}_{p}_k"));
+            }
+        }
+    }
+    expected.sort_unstable();
+    assert_eq!(suffixes, expected);
+}
+
+#[test]
+fn attention_cp_without_dcp_changes_no_key() {
+    let mut params = SglangParams::new(16, 4);
+    params.mla = true;
+    let plain = Layout::from_sglang(&params).unwrap();
+    params.dcp = Some(DcpParams { dcp: 1, cp: 2 });
+    assert_eq!(Layout::from_sglang(&params).unwrap(), plain);
 }
 
 #[test]
@@ -538,9 +575,11 @@ impl Arbitrary for Params {
         if bool::arbitrary(g) {
             params.tp_lcm = Some(tp * (u32::from(u8::arbitrary(g) % 4) + 1));
         }
-        if params.mla && params.pp == 1 && bool::arbitrary(g) {
+        if params.mla && bool::arbitrary(g) {
+            // SGLang launches DCP only with a size that divides TP.
+            let sizes: Vec<u32> = (1..=8).filter(|d| tp % d == 0).collect();
             params.dcp = Some(DcpParams {
-                dcp: u32::from(u8::arbitrary(g) % 8) + 1,
+                dcp: *g.choose(&sizes).expect("1 divides every TP size"),
                 cp: u32::from(u8::arbitrary(g) % 2) + 1,
             });
         }
