@@ -594,9 +594,9 @@ impl Layout {
     }
 }
 
-/// Returns the MLA rank parts `m` of a launch, PP stages outer: `""` (PP 1) or `"{p}"`; with DCP
-/// > 1, `"dcp{d}_cp{c}"` or `"dcp{d}_cp{c}_{p}"` for each CP rank `c` and DCP rank `d` (SGLang
-/// 0.5.23's `MooncakeStore.mla_suffix`, one per rank that writes a distinct object).
+/// Returns the MLA rank parts `m` of a launch, PP stages outer: `""` (PP 1) or `"{p}"`; with a
+/// DCP size above 1, `"dcp{d}_cp{c}"` or `"dcp{d}_cp{c}_{p}"` for each CP rank `c` and DCP rank
+/// `d` (SGLang 0.5.23's `MooncakeStore.mla_suffix`, one per rank that writes a distinct object).
 pub(crate) fn mla_rank_parts(pp: u32, dcp: Option<DcpParams>) -> Result<Vec<String>, LayoutError> {
     let (dcp_size, cp) = dcp.filter(|d| d.dcp > 1).map_or((1, 1), |d| (d.dcp, d.cp));
     check_count(u64::from(pp) * u64::from(dcp_size) * u64::from(cp))?;
