@@ -1,6 +1,6 @@
 //! What `serve` knows of each worker's and each model's layout, and why not: the `workers` and
-//! `models` of `/readyz`, the per-worker and per-model gauges of `/metrics`, and a WARN line the
-//! first time a worker or a model is seen and on every change.
+//! `models` of `/readyz`, the per-worker and per-model gauges of `/metrics`, and a log line the
+//! first time a worker or a model is seen and on every change (WARN unless it is fine).
 //!
 //! ```text
 //! worker   advertised   its layout takes part in its model's (or the layout given wins)
@@ -265,8 +265,9 @@ pub(crate) fn export(workers: &[WorkerReport], models: &[ModelReport]) {
     }
 }
 
-/// The line logged for a worker and for a model, which is logged again when it changes.
-fn lines(workers: &[WorkerReport], models: &[ModelReport]) -> BTreeMap<String, String> {
+/// The line logged for a worker and for a model, which is logged again when it changes, and
+/// whether it is fine (a worker whose layout is learned, a ready model).
+fn lines(workers: &[WorkerReport], models: &[ModelReport]) -> BTreeMap<String, (String, bool)> {
     let mut out = BTreeMap::new();
     for w in workers.iter().filter(|w| w.state != "pending") {
         let model = w
@@ -276,7 +277,10 @@ fn lines(workers: &[WorkerReport], models: &[ModelReport]) -> BTreeMap<String, S
             .unwrap_or_default();
         out.insert(
             format!("worker {}", w.url),
-            format!("worker {}{model}: {}: {}", w.url, w.state, w.reason),
+            (
+                format!("worker {}{model}: {}: {}", w.url, w.state, w.reason),
+                w.state == "advertised",
+            ),
         );
     }
     for m in models {
@@ -288,14 +292,18 @@ fn lines(workers: &[WorkerReport], models: &[ModelReport]) -> BTreeMap<String, S
             .unwrap_or_default();
         out.insert(
             format!("model {}", m.model),
-            format!("model {}: layout {}, {ready}{reason}", m.model, m.layout),
+            (
+                format!("model {}: layout {}, {ready}{reason}", m.model, m.layout),
+                m.ready,
+            ),
         );
     }
     out
 }
 
-/// Logs at WARN what each worker and model is, the first time and on every change, reading the
-/// session every `period` until the task is dropped. `period` SHOULD be under half the worker
+/// Logs what each worker and model is, the first time and on every change (at WARN, or at INFO
+/// for a worker whose layout is learned and a ready model), reading the session every `period`
+/// until the task is dropped. `period` SHOULD be under half the worker
 /// poll interval: a worker's state lasts at least one interval, so no change is missed.
 pub(crate) async fn log_changes(
     index: QueryHandle,
@@ -303,14 +311,19 @@ pub(crate) async fn log_changes(
     polls: LastPolls,
     period: Duration,
 ) {
-    let mut said: BTreeMap<String, String> = BTreeMap::new();
+    let mut said: BTreeMap<String, (String, bool)> = BTreeMap::new();
     loop {
         if let Some((workers, models)) = index.read(|s| snapshot(s, &urls, &polls)) {
-            for (key, line) in lines(&workers, &models) {
-                if said.get(&key) != Some(&line) {
-                    tracing::warn!(target: "hicache_index_serve", "{line}");
-                    said.insert(key, line);
+            for (key, (line, fine)) in lines(&workers, &models) {
+                if said.get(&key).map(|(l, _)| l) == Some(&line) {
+                    continue;
                 }
+                if fine {
+                    tracing::info!(target: "hicache_index_serve", "{line}");
+                } else {
+                    tracing::warn!(target: "hicache_index_serve", "{line}");
+                }
+                said.insert(key, (line, fine));
             }
         }
         tokio::time::sleep(period).await;

@@ -374,7 +374,7 @@ impl LoggedServe {
             .args(["serve", "--events", &events, "--master-http", &base])
             .args(["--listen", "127.0.0.1:0"])
             .args(extra)
-            .env("RUST_LOG", "warn")
+            .env("RUST_LOG", "info")
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::piped())
             .stderr(std::fs::File::create(&log).unwrap())
@@ -516,17 +516,20 @@ fn workers_playing_sglangs_documents_end_in_the_state_the_readme_describes_with_
     ] {
         assert!(metrics.contains(&line), "{line} in\n{metrics}");
     }
-    // A WARN line for each worker, the first time (and none for a worker not polled yet).
-    for (url, says) in [
-        (&mha, "MHA workers do not"),
-        (&old, "404"),
-        (&pp, "2 objects a page"),
+    // A line for each worker, the first time: WARN unless its layout is learned (and none for
+    // a worker not polled yet).
+    for (url, level, says) in [
+        (&mha, "WARN", "MHA workers do not"),
+        (&old, "WARN", "404"),
+        (&pp, "INFO", "2 objects a page"),
     ] {
-        let logged = |l: &str| l.contains("WARN") && l.contains(url.as_str()) && l.contains(says);
+        let logged = |l: &str| l.contains(level) && l.contains(url.as_str()) && l.contains(says);
         wait_for(&format!("{url}: {says} logged"), || {
             serve.log().lines().any(logged)
         });
     }
+    let model_line = |l: &str| l.contains("WARN") && l.contains("model Qwen/Qwen3-8B: layout none");
+    assert!(serve.log().lines().any(model_line), "{}", serve.log());
     assert!(!serve.log().contains("not polled yet"), "{}", serve.log());
 }
 
