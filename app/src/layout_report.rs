@@ -279,7 +279,8 @@ fn lines(workers: &[WorkerReport], models: &[ModelReport]) -> BTreeMap<String, (
             format!("worker {}", w.url),
             (
                 format!("worker {}{model}: {}: {}", w.url, w.state, w.reason),
-                w.state == "advertised",
+                // Learned, or nothing learned beside the layout given for its model.
+                w.state == "advertised" || (w.state == "no_layout" && !w.used),
             ),
         );
     }
