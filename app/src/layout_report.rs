@@ -110,30 +110,23 @@ pub(crate) fn snapshot(
                 };
             };
             let given = info.model.as_deref().and_then(configured);
-            let (state, reason) = match (&info.layout, &info.layout_problem) {
+            let (state, why) = match (&info.layout, &info.layout_problem) {
                 (_, Some(problem)) => ("unusable", problem.clone()),
                 (Some(layout), None) => ("advertised", describe(layout)),
-                (None, None) => {
-                    let why = info
-                        .no_layout
+                (None, None) => (
+                    "no_layout",
+                    info.no_layout
                         .clone()
-                        .unwrap_or_else(|| "advertises no layout".into());
-                    let next = if given.is_some() {
-                        "; the layout given for its model is used".to_owned()
-                    } else {
-                        format!(": {GIVE_A_LAYOUT}")
-                    };
-                    ("no_layout", format!("{why}{next}"))
-                }
-            };
-            let reason = match (state, given, &info.layout) {
-                ("advertised", Some(g), Some(l)) if !l.same_keys(g) => format!(
-                    "{reason}; other keys than the layout given for its model, which is used"
+                        .unwrap_or_else(|| "advertises no layout".into()),
                 ),
-                ("advertised", Some(_), _) => {
-                    format!("{reason}; the layout given for its model is used")
+            };
+            let reason = match (given, &info.layout) {
+                (Some(g), Some(l)) if !l.same_keys(g) => {
+                    format!("{why}; other keys than the layout given for its model, which is used")
                 }
-                _ => reason,
+                (Some(_), _) => format!("{why}; the layout given for its model is used"),
+                (None, _) if state == "no_layout" => format!("{why}: {GIVE_A_LAYOUT}"),
+                (None, _) => why,
             };
             WorkerReport {
                 url: url.clone(),

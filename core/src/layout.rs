@@ -419,8 +419,7 @@ impl Layout {
     /// `tp{tp}_dcp{dcp}_page{page_size×dcp}_pp{pp}_cp{cp}`; no prefix when the list is empty.
     /// [`KeyRule::TagOnly`]: the tag alone.
     ///
-    /// DCP is refused without MLA (SGLang refuses it too) and with a TP size it does not divide
-    /// (SGLang's `HiCacheStorageConfig` refuses that launch).
+    /// DCP is refused without MLA (SGLang refuses it too).
     pub fn from_sglang(params: &SglangParams) -> Result<Layout, LayoutError> {
         let SglangParams {
             page_size,
@@ -453,11 +452,6 @@ impl Layout {
 
         let suffixes = match dcp {
             Some(_) if !mla => return Err(LayoutError::Unsupported("DCP without MLA")),
-            Some(d) if tp % d.dcp != 0 => {
-                return Err(LayoutError::Unsupported(
-                    "a TP size that DCP does not divide",
-                ))
-            }
             _ if mla => {
                 let parts = mla_rank_parts(pp, dcp)?;
                 parts.iter().map(|m| format!("_{m}_k")).collect()
