@@ -34,9 +34,14 @@ pub(crate) struct LayoutArgs {
     /// The served model name, part of the key prefix since SGLang 0.5.17.
     #[arg(long, value_name = "NAME")]
     pub(crate) model: Option<String>,
-    /// Decode-context-parallel size (MLA only).
+    /// Decode-context-parallel size (MLA only; with --pp, --cp and --pool too). SGLang 0.5.23
+    /// advertises no layout for such launches: these flags are how to describe one.
     #[arg(long, value_name = "N")]
     pub(crate) dcp: Option<u32>,
+    /// The attention context-parallel size (SGLang's attn_cp_size): with --dcp, every CP rank
+    /// writes its own shard; without DCP it changes no key.
+    #[arg(long, value_name = "N")]
+    pub(crate) cp: Option<u32>,
     /// Keys as SGLang <= 0.5.16 wrote them (the tag alone as prefix).
     #[arg(long)]
     pub(crate) tag_only_prefix: bool,
@@ -47,8 +52,10 @@ pub(crate) struct LayoutArgs {
     #[arg(long)]
     pub(crate) eagle: bool,
     /// A side pool of a hybrid model, after the KV pool, in SGLang's order (repeatable):
-    /// NAME[,conv=N][,temporal=BOOL][,mla=BOOL][,trailing=W]. NAME is SGLang's pool name
-    /// (mamba, draft, draft_swa, swa, indexer, draft_indexer, deepseek_v4_c4, ...); conv and
+    /// NAME[,conv=N][,temporal=BOOL][,mla=BOOL][,trailing=W]. NAME is SGLang's pool name:
+    /// mamba, draft, draft_swa, swa, indexer, draft_indexer, and DeepSeek-V4's deepseek_v4_ c1,
+    /// c1_indexer, c1_indexer_scale, c2, c2_indexer, c2_indexer_scale, c4, c4_rope, c4_indexer,
+    /// c4_indexer_scale, c4_state, c4_indexer_state, c128, c128_rope, c128_state. conv and
     /// temporal are mamba's, mla is draft's and draft_swa's; trailing=W makes the pool needed
     /// only on the last W pages of a hit (all pages without it).
     #[arg(long = "pool", value_name = "SPEC", value_parser = parse_side_pool)]
@@ -59,7 +66,7 @@ pub(crate) struct LayoutArgs {
     /// SGLang's layout document (JSON, as GET /get_hicache_l3_cache_layout returns it) instead of
     /// the flags above. Repeatable as MODEL=FILE, one document per served model name; a lone
     /// FILE is the layout of requests that name no model.
-    #[arg(long, value_name = "[MODEL=]FILE", conflicts_with_all = ["page_size", "tp", "mla", "tp_lcm", "tag", "model", "dcp", "pools"])]
+    #[arg(long, value_name = "[MODEL=]FILE", conflicts_with_all = ["page_size", "tp", "mla", "tp_lcm", "tag", "model", "dcp", "cp", "pools"])]
     pub(crate) layout: Vec<String>,
 }
 
@@ -180,7 +187,13 @@ impl LayoutArgs {
             tp_lcm: self.tp_lcm,
             extra_backend_tag: self.tag.clone(),
             model: self.model.clone(),
-            dcp: self.dcp.map(|dcp| DcpParams { dcp, cp: 1 }),
+            dcp: match (self.dcp, self.cp) {
+                (None, None) => None,
+                (dcp, cp) => Some(DcpParams {
+                    dcp: dcp.unwrap_or(1),
+                    cp: cp.unwrap_or(1),
+                }),
+            },
             key_rule: if self.tag_only_prefix {
                 KeyRule::TagOnly
             } else {

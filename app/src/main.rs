@@ -12,6 +12,7 @@
 mod demo;
 mod latency;
 mod layout_args;
+mod layout_report;
 mod plumbing;
 mod serve;
 mod tools;

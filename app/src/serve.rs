@@ -25,6 +25,7 @@ use hicache_index_api::{answer_with, known_models, ApiError, Limits, QueryReques
 use hicache_index_driver::report::{
     self, HTTP_REJECTED_TOTAL, QUERY_DURATION_BUCKETS, QUERY_DURATION_SECONDS,
 };
+use hicache_index_driver::workers::LastPolls;
 use hicache_index_driver::WorkerPoller;
 use hicache_index_tokio::{HaLocator, HttpConfig, QueryHandle, Subscriber, SubscriberConfig};
 use http_body_util::{BodyExt, Limited};
@@ -33,6 +34,7 @@ use hyper_util::service::TowerToHyperService;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 use crate::layout_args::LayoutArgs;
+use crate::layout_report;
 use crate::{parse_duration, Outcome};
 
 /// `serve --events URL [--master-http URL] LAYOUT... [--workers URL,...] [--listen ADDR]
@@ -81,7 +83,10 @@ pub(crate) struct ServeArgs {
     /// SGLang workers to learn each model's layout from (repeatable, or comma-separated):
     /// their served model name (GET /v1/models) and layout (GET /get_hicache_l3_cache_layout),
     /// polled every --worker-poll-interval. Layouts given with the flags above win for their
-    /// model; workers of one model that disagree make that model answer misses.
+    /// model; workers of one model that disagree make that model answer misses. SGLang 0.5.23
+    /// advertises layouts for MLA, DSA and DeepSeek-V4 models only: give MHA models (and DCP
+    /// launches) --layout MODEL=FILE or the layout flags with --model. /readyz, /metrics and a
+    /// WARN line say per worker what it advertises or why not, and per model whether it is ready.
     #[arg(long, value_name = "URL[,URL...]", value_delimiter = ',')]
     workers: Vec<String>,
     /// Time between two polls of the workers (a change is seen within one).
@@ -131,6 +136,10 @@ struct App {
     rejected: metrics::Counter,
     /// Renders `/metrics` from the process's recorder.
     prometheus: PrometheusHandle,
+    /// The URLs of `--workers`.
+    workers: Vec<String>,
+    /// What the last poll of each worker found.
+    polls: LastPolls,
 }
 
 /// Runs the service until SIGINT or SIGTERM.
@@ -246,6 +255,23 @@ async fn serve(args: ServeArgs, config: SubscriberConfig, limits: Limits) -> Out
         http_latency: metrics::histogram!(QUERY_DURATION_SECONDS, "transport" => "http"),
         rejected: metrics::counter!(HTTP_REJECTED_TOTAL),
         prometheus,
+        workers: args.workers.clone(),
+        polls: _workers
+            .as_ref()
+            .map(WorkerPoller::last_polls)
+            .unwrap_or_default(),
+    });
+    // What each worker and model is, logged the first time and on every change (aborted when
+    // this function returns).
+    let _layout_log = (!args.workers.is_empty()).then(|| {
+        let period = (args.worker_poll_interval / 4)
+            .clamp(Duration::from_millis(10), Duration::from_millis(500));
+        AbortOnDrop(tokio::spawn(layout_report::log_changes(
+            index.clone(),
+            args.workers.clone(),
+            app.polls.clone(),
+            period,
+        )))
     });
     // Closed when this function returns, after the subscriber stopped.
     let _nng = start_nng(&args, &app)?;
@@ -280,6 +306,15 @@ async fn serve(args: ServeArgs, config: SubscriberConfig, limits: Limits) -> Out
     };
     task.shutdown().await;
     outcome
+}
+
+/// Aborts a task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 #[cfg(feature = "nng")]
@@ -458,6 +493,14 @@ fn install_recorder() -> Result<PrometheusHandle, String> {
         MODEL_WORKERS,
         "the workers advertising the model's layout at the last poll"
     );
+    metrics::describe_gauge!(
+        layout_report::MODEL_READY,
+        "1 while the model has a layout to answer with (given, or agreed by its workers)"
+    );
+    metrics::describe_gauge!(
+        layout_report::WORKER_LAYOUT,
+        "1 for the state of the worker's layout (advertised, no_layout, unusable, unreachable)"
+    );
     Ok(handle)
 }
 
@@ -472,7 +515,7 @@ fn prometheus_builder() -> PrometheusBuilder {
 }
 
 /// Exports the index's counters and health as they are now, through the `metrics` facade.
-fn export_now(index: &QueryHandle) {
+fn export_now(index: &QueryHandle, workers: &[String], polls: &LastPolls) {
     report::export_counters(&index.counters());
     report::export_health(index.health());
     report::export_running(index.is_running());
@@ -480,6 +523,9 @@ fn export_now(index: &QueryHandle) {
     let leader = index.read(|s| s.leader()).flatten();
     report::export_leader(leader.as_ref().and_then(|l| l.address.as_deref()));
     export_models(index);
+    if let Some((workers, models)) = index.read(|s| layout_report::snapshot(s, workers, polls)) {
+        layout_report::export(&workers, &models);
+    }
 }
 
 /// The models whose layout the workers advertise: 1 while a model's workers disagree.
@@ -513,39 +559,10 @@ fn export_models(index: &QueryHandle) {
     }
 }
 
-/// The models of `/readyz`: each configured or advertised model, where its layout comes from,
-/// and for an advertised one whether its workers agree (with the reason when not).
-fn models_json(index: &QueryHandle) -> serde_json::Value {
-    index
-        .read(|s| {
-            let mut out = serde_json::Map::new();
-            for name in s.config().layouts.iter().filter_map(|ml| ml.model.clone()) {
-                out.insert(name, serde_json::json!({ "layout": "configured" }));
-            }
-            let votes = s.layout_votes();
-            for (model, verdict) in votes.verdicts() {
-                if out.contains_key(model) {
-                    continue;
-                }
-                let entry = match verdict {
-                    ModelVerdict::Agreed(_) => serde_json::json!({
-                        "layout": "agreed", "workers": votes.voters(model),
-                    }),
-                    ModelVerdict::Conflict { reason } => serde_json::json!({
-                        "layout": "conflict", "workers": votes.voters(model), "reason": reason,
-                    }),
-                };
-                out.insert(model.to_owned(), entry);
-            }
-            serde_json::Value::Object(out)
-        })
-        .unwrap_or_default()
-}
-
 /// `GET /metrics`: every core counter and gauge, the connection gauges, query latencies, all
 /// rendered by the Prometheus exporter.
 async fn metrics(State(app): State<Arc<App>>) -> Response {
-    export_now(&app.index);
+    export_now(&app.index, &app.workers, &app.polls);
     (
         [(
             header::CONTENT_TYPE,
@@ -570,9 +587,15 @@ async fn readyz(State(app): State<Arc<App>>) -> Response {
         StatusCode::SERVICE_UNAVAILABLE
     };
     let mut body = serde_json::json!({ "health": health.as_str() });
-    let models = models_json(&app.index);
-    if models.as_object().is_some_and(|m| !m.is_empty()) {
-        body["models"] = models;
+    let (workers, models) = app
+        .index
+        .read(|s| layout_report::snapshot(s, &app.workers, &app.polls))
+        .unwrap_or_default();
+    if !models.is_empty() {
+        body["models"] = layout_report::models_json(&models);
+    }
+    if !workers.is_empty() {
+        body["workers"] = layout_report::workers_json(&workers);
     }
     if let Some(leader) = app.index.read(|s| s.leader()).flatten() {
         let ms = |d: Option<Duration>| d.map(|d| d.as_millis() as u64);

@@ -22,10 +22,10 @@ pub(crate) struct HashArgs {
     /// EAGLE speculative decoding: pages of token bigrams.
     #[arg(long)]
     eagle: bool,
-    /// The request's extra_key (namespaced requests).
+    /// The request's extra_key (namespaced requests; an empty one is none, as in SGLang).
     #[arg(long, value_name = "K")]
     extra_key: Option<String>,
-    /// The request's cache_salt (namespaced requests).
+    /// The request's cache_salt (namespaced requests; an empty one is none, as in SGLang).
     #[arg(long, value_name = "S")]
     cache_salt: Option<String>,
     /// Token ids (up to 2^64-1), as separate arguments or separated by commas.
@@ -49,10 +49,7 @@ pub(crate) fn hash(args: HashArgs) -> Outcome {
             .map_err(|_| format!("{word:?} is not a token id (0 to 2^64-1)"))?;
         tokens.push(token);
     }
-    let namespace = Namespace {
-        extra_key: args.extra_key.as_deref(),
-        cache_salt: args.cache_salt.as_deref(),
-    };
+    let namespace = Namespace::new(args.extra_key.as_deref(), args.cache_salt.as_deref());
     let hashes = page_hashes_hex(&tokens, args.page_size, args.eagle, namespace);
     if hashes.is_empty() {
         eprintln!(

@@ -152,6 +152,29 @@ fn hash_prints_the_page_hashes_of_the_shared_vectors() {
 }
 
 #[test]
+fn hash_with_an_empty_cache_salt_or_extra_key_prints_the_plain_chain() {
+    let plain = run(&["hash", "--page-size", "4", "1,2,3,4,5,6,7,8"], "");
+    assert!(plain.status.success(), "{}", stderr(&plain));
+    for flag in ["--cache-salt", "--extra-key"] {
+        let empty = run(
+            &["hash", "--page-size", "4", flag, "", "1,2,3,4,5,6,7,8"],
+            "",
+        );
+        assert!(empty.status.success(), "{}", stderr(&empty));
+        assert_eq!(
+            stdout(&empty),
+            stdout(&plain),
+            "{flag} \"\" is no namespace"
+        );
+        let salted = run(
+            &["hash", "--page-size", "4", flag, "s", "1,2,3,4,5,6,7,8"],
+            "",
+        );
+        assert_ne!(stdout(&salted), stdout(&plain), "{flag} s is a namespace");
+    }
+}
+
+#[test]
 fn hash_accepts_comma_lists_and_refuses_bad_tokens() {
     let spaced = run(&["hash", "--page-size", "4", "1", "2", "3", "4"], "");
     let commas = run(&["hash", "--page-size", "4", "1,2,3,4"], "");
@@ -221,6 +244,78 @@ fn keys_prints_the_object_keys_of_the_shared_layouts() {
             v["name"]
         );
     }
+}
+
+#[test]
+fn keys_describes_dcp_with_pp_and_attention_cp_and_deepseek_v4_pools_by_flags() {
+    // Launches SGLang 0.5.23 advertises no layout for (its layout builder raises under DCP).
+    let h = "cf97adeedb59e05bfd73a2b4c2a8885708c4f4f70c84c64b27120e72ab733b72";
+    let out = run(
+        &[
+            "keys",
+            "--page-hash",
+            h,
+            "--page-size",
+            "8",
+            "--tp",
+            "2",
+            "--pp",
+            "2",
+            "--mla",
+            "--dcp",
+            "2",
+            "--cp",
+            "2",
+            "--pool",
+            "indexer",
+        ],
+        "",
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let prefix = "tp2_dcp2_page16_pp2_cp2";
+    let mut expected = Vec::new();
+    for object in ["k", "indexer"] {
+        for p in 0..2 {
+            for c in 0..2 {
+                for d in 0..2 {
+                    expected.push(format!("{prefix}_{h}_dcp{d}_cp{c}_{p}_{object}"));
+                }
+            }
+        }
+    }
+    let mut got: Vec<String> = stdout(&out).lines().map(str::to_owned).collect();
+    got.sort();
+    expected.sort();
+    assert_eq!(got, expected);
+    let out = run(
+        &[
+            "keys",
+            "--page-hash",
+            h,
+            "--page-size",
+            "64",
+            "--tp",
+            "4",
+            "--mla",
+            "--pool",
+            "deepseek_v4_c1",
+            "--pool",
+            "deepseek_v4_c2_indexer_scale",
+            "--pool",
+            "deepseek_v4_c128_rope,trailing=2",
+            "--logical-kv",
+        ],
+        "",
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        stdout(&out).lines().collect::<Vec<_>>(),
+        [
+            format!("{h}__deepseek_v4_c1"),
+            format!("{h}__deepseek_v4_c2_indexer_scale"),
+            format!("{h}__deepseek_v4_c128_rope"),
+        ]
+    );
 }
 
 #[test]
@@ -746,6 +841,13 @@ fn serve_answers_queries_over_http_and_refuses_bad_requests_with_json() {
         &json!({ "tokens": tokens(1, 5), "cache_salt": "s", "extra_key": null }),
     );
     assert_eq!(salted["prefix_pages"], 0);
+    // Issue 28: an empty cache_salt or extra_key is no namespace (SGLang turns "" into None
+    // before hashing), so such a request hits the plain pages.
+    let empty = query(
+        addr,
+        &json!({ "tokens": tokens(1, 5), "cache_salt": "", "extra_key": "" }),
+    );
+    assert_eq!(empty["prefix_pages"], 3, "{empty}");
 
     for (method, path, body, status, says) in [
         ("POST", "/v1/query", b"{".to_vec(), 400, "malformed"),

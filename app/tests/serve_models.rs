@@ -129,13 +129,13 @@ fn prefix(serve: &Serve, model: &str, tokens: &[u32]) -> u64 {
         .expect("a prefix")
 }
 
-/// What a fake SGLang worker answers: its model list and layout bodies; `None`: it is gone
-/// (connections are closed unanswered).
-type WorkerState = Arc<Mutex<Option<(String, String)>>>;
+/// What a fake SGLang worker answers: its model list and layout bodies (no layout body: a 404,
+/// as an SGLang without the endpoint); `None`: it is gone (connections are closed unanswered).
+type WorkerState = Arc<Mutex<Option<(String, Option<String>)>>>;
 
 /// An SGLang worker played on 127.0.0.1: `GET /v1/models` and `GET /get_hicache_l3_cache_layout`
 /// answer what its state holds; anything else is a 404.
-fn fake_worker(model: &str, layout: String) -> (String, WorkerState) {
+fn fake_worker(model: &str, layout: Option<String>) -> (String, WorkerState) {
     let models = json!({"object": "list", "data": [
         {"id": model, "object": "model", "owned_by": "sglang", "root": model, "max_model_len": 4096}
     ]})
@@ -163,9 +163,9 @@ fn fake_worker(model: &str, layout: String) -> (String, WorkerState) {
             let Some((models, layout)) = shared.lock().unwrap().clone() else {
                 continue; // gone: the connection closes unanswered
             };
-            let (status, body) = match target.as_str() {
-                "/v1/models" => ("200 OK", models),
-                "/get_hicache_l3_cache_layout" => ("200 OK", layout),
+            let (status, body) = match (target.as_str(), layout) {
+                ("/v1/models", _) => ("200 OK", models),
+                ("/get_hicache_l3_cache_layout", Some(layout)) => ("200 OK", layout),
                 _ => ("404 Not Found", String::from("{}")),
             };
             let _ = stream.write_all(
@@ -254,9 +254,9 @@ fn workers_teach_each_models_layout_and_a_disagreeing_worker_makes_its_model_mis
     let emulator = Emulator::start(EmulatorConfig::default()).expect("the emulator starts");
     // Two workers serve my-model, one serves other (answering per PP rank).
     let dsv4_ranks = format!("[{DSV4}]");
-    let (a1, _a1_state) = fake_worker("my-model", dsv4_ranks.clone());
-    let (a2, a2_state) = fake_worker("my-model", dsv4_ranks.clone());
-    let (b, _b_state) = fake_worker("other", json!([mha_rank(1), mha_rank(0)]).to_string());
+    let (a1, _a1_state) = fake_worker("my-model", Some(dsv4_ranks.clone()));
+    let (a2, a2_state) = fake_worker("my-model", Some(dsv4_ranks.clone()));
+    let (b, _b_state) = fake_worker("other", Some(json!([mha_rank(1), mha_rank(0)]).to_string()));
     let workers = format!("{a1},{a2},{b}");
     let serve = Serve::start(
         &emulator,
@@ -287,7 +287,7 @@ fn workers_teach_each_models_layout_and_a_disagreeing_worker_makes_its_model_mis
     // a2 changes its layout (another trailing window: other hits, same keys): my-model is in
     // doubt, other is not.
     let changed = DSV4.replace(r#""trailing_pages": 2"#, r#""trailing_pages": 4"#);
-    a2_state.lock().unwrap().as_mut().unwrap().1 = format!("[{changed}]");
+    a2_state.lock().unwrap().as_mut().unwrap().1 = Some(format!("[{changed}]"));
     wait_for("my-model in doubt", || {
         serve.readyz()["models"]["my-model"]["layout"] == "conflict"
     });
@@ -305,11 +305,11 @@ fn workers_teach_each_models_layout_and_a_disagreeing_worker_makes_its_model_mis
     );
 
     // a2 agrees again: my-model hits again.
-    a2_state.lock().unwrap().as_mut().unwrap().1 = dsv4_ranks;
+    a2_state.lock().unwrap().as_mut().unwrap().1 = Some(dsv4_ranks);
     wait_for("my-model agreed", || prefix(&serve, "my-model", &ta) == 3);
 
     // a2 is unreadable (half its PP ranks): in doubt; a2 goes away: consistent again.
-    a2_state.lock().unwrap().as_mut().unwrap().1 = json!([mha_rank(0)]).to_string();
+    a2_state.lock().unwrap().as_mut().unwrap().1 = Some(json!([mha_rank(0)]).to_string());
     wait_for("my-model in doubt", || {
         serve.ask(&json!({ "tokens": ta, "model": "my-model" }))["trust"] == "layout_conflict"
     });
@@ -318,4 +318,294 @@ fn workers_teach_each_models_layout_and_a_disagreeing_worker_makes_its_model_mis
         serve.readyz()["models"]["my-model"]["workers"] == 1
     });
     wait_for("my-model agreed", || prefix(&serve, "my-model", &ta) == 3);
+}
+
+/// SGLang 0.5.23's answer for an MHA model (`describe_l3_object_layout` in `mooncake_store.py`:
+/// every non-MLA model is disabled, with no pools), here Qwen/Qwen3-8B at TP 2.
+const MHA_DISABLED: &str = r#"{"enabled": false, "backend": "mooncake", "page_size": 64,
+  "hicache_object_layout": {"pools": [], "key_prefix": "Qwen-Qwen3-8B", "is_mla_backend": false,
+                            "pp_rank": 0, "pp_size": 1},
+  "reason": "External L3 lookup requires rank-replicated/MLA pools"}"#;
+
+/// SGLang 0.5.23's answer for an MLA model (DeepSeek-V3, any TP): one replicated K object.
+const MLA: &str = r#"{"enabled": true, "backend": "mooncake", "page_size": 64,
+  "hicache_object_layout": {
+    "pools": [{"pool": "kv", "suffixes": ["__k"], "hit_policy": "all_pages"}],
+    "key_prefix": "deepseek-ai-DeepSeek-V3", "is_mla_backend": true, "pp_rank": 0, "pp_size": 1}}"#;
+
+/// SGLang 0.5.23's answer for an MLA model at PP 2: its two stages' documents merged by
+/// `merge_l3_layouts` (`hicache_storage.py`), every stage's pools in turn and `"pp_rank": null`.
+const MLA_PP2_MERGED: &str = r#"{"enabled": true, "backend": "mooncake", "page_size": 64,
+  "hicache_object_layout": {
+    "pools": [{"pool": "kv", "suffixes": ["_0_k"], "hit_policy": "all_pages"},
+              {"pool": "kv", "suffixes": ["_1_k"], "hit_policy": "all_pages"}],
+    "key_prefix": "deepseek-ai-DeepSeek-V3-pp", "is_mla_backend": true, "pp_rank": null,
+    "pp_size": 2}}"#;
+
+/// SGLang 0.5.23's answer for DeepSeek-V4 (a logical KV anchor, so no `kv` pool), with the pools
+/// of an fp8 launch: compressed pools and their rope halves on every page, SWA-fed states on the
+/// last two.
+const DSV4_POOLS: &str = r#"{"enabled": true, "backend": "mooncake", "page_size": 64,
+  "hicache_object_layout": {
+    "pools": [
+      {"pool": "swa", "suffixes": ["__swa"], "hit_policy": "trailing_pages", "trailing_pages": 2},
+      {"pool": "deepseek_v4_c4", "suffixes": ["__deepseek_v4_c4"], "hit_policy": "all_pages"},
+      {"pool": "deepseek_v4_c4_rope", "suffixes": ["__deepseek_v4_c4_rope"],
+       "hit_policy": "all_pages"},
+      {"pool": "deepseek_v4_c128_rope", "suffixes": ["__deepseek_v4_c128_rope"],
+       "hit_policy": "all_pages"},
+      {"pool": "deepseek_v4_c4_state", "suffixes": ["__deepseek_v4_c4_state"],
+       "hit_policy": "trailing_pages", "trailing_pages": 2}],
+    "key_prefix": "deepseek-ai-DeepSeek-V4", "is_mla_backend": true, "pp_rank": 0, "pp_size": 1}}"#;
+
+/// `serve` with its log (stderr) in a file: running until dropped.
+struct LoggedServe {
+    child: std::process::Child,
+    addr: SocketAddr,
+    log: PathBuf,
+}
+
+impl LoggedServe {
+    fn start(emulator: &Emulator, dir: &TempDir, extra: &[&str]) -> LoggedServe {
+        use std::io::BufRead;
+        let log = dir.0.join("serve.log");
+        let (events, base) = (emulator.event_endpoint(), emulator.http_base());
+        let mut child = Command::new(BIN)
+            .args(["serve", "--events", &events, "--master-http", &base])
+            .args(["--listen", "127.0.0.1:0"])
+            .args(extra)
+            .env("RUST_LOG", "info")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("the binary starts");
+        let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        let addr = line
+            .rsplit("http://")
+            .next()
+            .and_then(|a| a.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no address in {line:?}"));
+        LoggedServe { child, addr, log }
+    }
+
+    fn readyz(&self) -> (u16, Value) {
+        let (status, text) = http(self.addr, "GET", "/readyz", b"");
+        (status, serde_json::from_str(&text).unwrap())
+    }
+
+    fn ask(&self, model: &str, tokens: &[u32]) -> Value {
+        let body = json!({ "tokens": tokens, "model": model }).to_string();
+        let (status, text) = http(self.addr, "POST", "/v1/query", body.as_bytes());
+        assert_eq!(status, 200, "{text}");
+        serde_json::from_str(&text).unwrap()
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for LoggedServe {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn workers_playing_sglangs_documents_end_in_the_state_the_readme_describes_with_the_reason() {
+    let emulator = Emulator::start(EmulatorConfig::default()).expect("the emulator starts");
+    let dir = TempDir::new("sglang-documents");
+    let (mha, _mha) = fake_worker("Qwen/Qwen3-8B", Some(MHA_DISABLED.into()));
+    let (mla, _mla) = fake_worker("deepseek-ai/DeepSeek-V3", Some(MLA.into()));
+    let (pp, _pp) = fake_worker("deepseek-ai/DeepSeek-V3-pp", Some(MLA_PP2_MERGED.into()));
+    let (dsv4, _dsv4) = fake_worker("deepseek-ai/DeepSeek-V4", Some(DSV4_POOLS.into()));
+    let (old, _old) = fake_worker("old-sglang", None);
+    let workers = [&mha, &mla, &pp, &dsv4, &old].map(String::as_str).join(",");
+    let serve = LoggedServe::start(
+        &emulator,
+        &dir,
+        &["--workers", &workers, "--worker-poll-interval", "100ms"],
+    );
+    wait_for("every model reported", || {
+        serve.readyz().1["models"].as_object().map(|m| m.len()) == Some(5)
+    });
+    let (status, ready) = serve.readyz();
+    // The overall answer is the index's health, as without workers; each model says its own.
+    wait_for("live", || serve.readyz().0 == 200);
+    let models = &ready["models"];
+    let expect = |model: &str, layout: &str, is_ready: bool| {
+        let m = &models[model];
+        assert_eq!(
+            (m["layout"].as_str(), m["ready"].as_bool()),
+            (Some(layout), Some(is_ready)),
+            "{model}: {ready}"
+        );
+    };
+    expect("Qwen/Qwen3-8B", "none", false);
+    expect("old-sglang", "none", false);
+    expect("deepseek-ai/DeepSeek-V3", "agreed", true);
+    expect("deepseek-ai/DeepSeek-V3-pp", "agreed", true);
+    expect("deepseek-ai/DeepSeek-V4", "agreed", true);
+    let reason = |v: &Value| v["reason"].as_str().unwrap_or_default().to_owned();
+    let mha_reason = reason(&models["Qwen/Qwen3-8B"]);
+    assert!(
+        mha_reason.contains("advertises no layout (MHA workers do not in SGLang 0.5.23)")
+            && mha_reason.contains("give --layout MODEL=FILE or the layout flags")
+            && mha_reason.contains(&mha),
+        "{mha_reason}"
+    );
+    assert!(
+        reason(&models["old-sglang"]).contains("404 on /get_hicache_l3_cache_layout"),
+        "{ready}"
+    );
+    // Per worker: what it learned, or why not.
+    let w = &ready["workers"];
+    assert_eq!(w[&mha]["layout"], "no_layout", "{ready}");
+    assert_eq!(w[&old]["layout"], "no_layout", "{ready}");
+    assert_eq!(
+        (w[&mla]["layout"].as_str(), w[&mla]["objects"].as_u64()),
+        (Some("advertised"), Some(1)),
+        "{ready}"
+    );
+    assert_eq!(w[&pp]["objects"], 2, "the merged stages' objects: {ready}");
+    assert_eq!(
+        w[&pp]["key_prefix"], "deepseek-ai-DeepSeek-V3-pp",
+        "{ready}"
+    );
+    assert_eq!(w[&dsv4]["objects"], 5, "{ready}");
+    let _ = status;
+
+    // A model without a layout answers misses with the reason (it used to be 400 "unknown").
+    let t = tokens(5, 2);
+    let miss = serve.ask("Qwen/Qwen3-8B", &t);
+    assert_eq!(
+        (miss["trust"].as_str(), miss["prefix_pages"].as_u64()),
+        (Some("no_layout"), Some(0)),
+        "{miss}"
+    );
+    assert!(
+        miss["reason"]
+            .as_str()
+            .unwrap()
+            .contains("MHA workers do not"),
+        "{miss}"
+    );
+    // The merged PP layout is the one in force: a page is a hit only with both stages' objects.
+    let merged = layout_of(MLA_PP2_MERGED);
+    emulator.store(keys(&merged, &t));
+    wait_for("the PP model's pages", || {
+        serve.ask("deepseek-ai/DeepSeek-V3-pp", &t)["prefix_pages"] == 2
+    });
+    let dsv4_layout = layout_of(DSV4_POOLS);
+    let t4 = tokens(6, 3);
+    emulator.store(keys(&dsv4_layout, &t4));
+    wait_for("the DeepSeek-V4 model's pages", || {
+        serve.ask("deepseek-ai/DeepSeek-V4", &t4)["prefix_pages"] == 3
+    });
+
+    let (_, metrics) = http(serve.addr, "GET", "/metrics", b"");
+    for line in [
+        r#"hicache_index_model_ready{model="Qwen/Qwen3-8B"} 0"#.to_owned(),
+        r#"hicache_index_model_ready{model="deepseek-ai/DeepSeek-V3-pp"} 1"#.to_owned(),
+        format!(r#"hicache_index_worker_layout{{worker="{mha}",state="no_layout"}} 1"#),
+        format!(r#"hicache_index_worker_layout{{worker="{pp}",state="advertised"}} 1"#),
+    ] {
+        assert!(metrics.contains(&line), "{line} in\n{metrics}");
+    }
+    // A line for each worker, the first time: WARN unless its layout is learned (and none for
+    // a worker not polled yet).
+    for (url, level, says) in [
+        (&mha, "WARN", "MHA workers do not"),
+        (&old, "WARN", "404"),
+        (&pp, "INFO", "2 objects a page"),
+    ] {
+        let logged = |l: &str| l.contains(level) && l.contains(url.as_str()) && l.contains(says);
+        wait_for(&format!("{url}: {says} logged"), || {
+            serve.log().lines().any(logged)
+        });
+    }
+    let model_line = |l: &str| l.contains("WARN") && l.contains("model Qwen/Qwen3-8B: layout none");
+    assert!(serve.log().lines().any(model_line), "{}", serve.log());
+    assert!(!serve.log().contains("not polled yet"), "{}", serve.log());
+}
+
+#[test]
+fn a_layout_given_for_an_mha_model_is_used_while_its_workers_advertise_none() {
+    let emulator = Emulator::start(EmulatorConfig::default()).expect("the emulator starts");
+    let dir = TempDir::new("mha-given");
+    let (mha, mha_state) = fake_worker("Qwen/Qwen3-8B", Some(MHA_DISABLED.into()));
+    let serve = LoggedServe::start(
+        &emulator,
+        &dir,
+        &[
+            "--workers",
+            &mha,
+            "--worker-poll-interval",
+            "100ms",
+            "--page-size",
+            "64",
+            "--tp",
+            "2",
+            "--model",
+            "Qwen/Qwen3-8B",
+        ],
+    );
+    wait_for("the worker reported", || {
+        serve.readyz().1["workers"][&mha]["layout"] == "no_layout"
+    });
+    let ready = serve.readyz().1;
+    let model = &ready["models"]["Qwen/Qwen3-8B"];
+    assert_eq!(
+        (model["layout"].as_str(), model["ready"].as_bool()),
+        (Some("configured"), Some(true)),
+        "{ready}"
+    );
+    assert!(
+        model["reason"]
+            .as_str()
+            .unwrap()
+            .contains("the layout given for it is used"),
+        "{ready}"
+    );
+    let worker = ready["workers"][&mha]["reason"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        worker.contains("MHA workers do not")
+            && worker.contains("is used")
+            && !worker.contains("give --layout"),
+        "{worker}"
+    );
+    let layout = hicache_index::Layout::from_sglang(&{
+        let mut p = hicache_index::SglangParams::new(64, 2);
+        p.model = Some("Qwen/Qwen3-8B".into());
+        p
+    })
+    .unwrap();
+    let t = tokens(7, 2);
+    emulator.store(keys(&layout, &t));
+    wait_for("the given layout's pages", || {
+        serve.ask("Qwen/Qwen3-8B", &t)["prefix_pages"] == 2
+    });
+    // The worker stops answering: reported as unreachable, and logged on the change.
+    *mha_state.lock().unwrap() = None;
+    wait_for("unreachable", || {
+        serve.readyz().1["workers"][&mha]["layout"] == "unreachable"
+    });
+    wait_for("the change logged", || {
+        serve
+            .log()
+            .lines()
+            .any(|l| l.contains("WARN") && l.contains("unreachable"))
+    });
+    assert_eq!(
+        serve.ask("Qwen/Qwen3-8B", &t)["prefix_pages"],
+        2,
+        "the given layout stays"
+    );
 }

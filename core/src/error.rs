@@ -21,6 +21,12 @@ pub enum QueryError {
         /// Why, for a person.
         reason: alloc::string::String,
     },
+    /// No worker of the model advertises a layout (SGLang 0.5.23's MHA workers never do) and
+    /// none is configured for it: nothing can be claimed for it. Answer a miss.
+    NoLayout {
+        /// Why, for a person (it names a worker and what it said).
+        reason: alloc::string::String,
+    },
     /// The session's writer kept changing what a lock-free query reads (a clear, a removal, a
     /// new layout) while it read: ask again under the session's lock, whose
     /// [`crate::Session::query`] always answers. Only a [`crate::Reader`] returns it.
@@ -39,6 +45,9 @@ impl fmt::Display for QueryError {
             }
             QueryError::LayoutConflict { reason } => {
                 write!(f, "the model's layout is in doubt: {reason}")
+            }
+            QueryError::NoLayout { reason } => {
+                write!(f, "no layout is known for the model: {reason}")
             }
             QueryError::Busy => f.write_str("the index kept changing under the query"),
         }

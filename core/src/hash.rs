@@ -144,6 +144,13 @@ impl Token for u64 {
 /// The cache namespace of a request: SGLang 0.5.23 seeds the page-hash chain of a request that
 /// has either field.
 ///
+/// An empty string is no value: SGLang's request parsing turns `""` into None before hashing
+/// (`GenerateReqInput._normalize_single_inputs` and `Req.__init__`'s `cache_salt or None` in
+/// SGLang 0.5.23's `managers/io_struct.py` and `managers/schedule_batch.py`), so
+/// `cache_salt: Some("")` hashes as no namespace. This type is where that rule lives:
+/// [`Namespace::is_none`] and [`namespace_seed`] read the fields through it, however the value
+/// was built.
+///
 /// A router that does not know a request's namespace MUST hash with [`Namespace::NONE`] and claim
 /// hits only for un-namespaced requests.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
@@ -154,23 +161,45 @@ pub struct Namespace<'a> {
     pub cache_salt: Option<&'a str>,
 }
 
-impl Namespace<'_> {
+impl<'a> Namespace<'a> {
     /// No namespace: the plain chain, page 0 hashed without a prior.
     pub const NONE: Namespace<'static> = Namespace {
         extra_key: None,
         cache_salt: None,
     };
 
-    /// Returns whether neither field is set (an empty string is set).
+    /// Returns the namespace of a request's two fields, an empty string read as none.
+    pub fn new(extra_key: Option<&'a str>, cache_salt: Option<&'a str>) -> Namespace<'a> {
+        Namespace {
+            extra_key,
+            cache_salt,
+        }
+        .normalized()
+    }
+
+    /// Returns the namespace with every empty field read as none (SGLang's `""` to None).
+    pub fn normalized(self) -> Self {
+        fn value(part: Option<&str>) -> Option<&str> {
+            part.filter(|text| !text.is_empty())
+        }
+        Namespace {
+            extra_key: value(self.extra_key),
+            cache_salt: value(self.cache_salt),
+        }
+    }
+
+    /// Returns whether neither field has a value (an empty string has none).
     pub fn is_none(&self) -> bool {
-        self.extra_key.is_none() && self.cache_salt.is_none()
+        let normalized = self.normalized();
+        normalized.extra_key.is_none() && normalized.cache_salt.is_none()
     }
 }
 
 /// The domain tag that opens every namespace seed.
 const NAMESPACE_TAG: &[u8] = b"sglang-cache-namespace-v1";
 
-/// Returns the prior of page 0 for `namespace`: `None` for [`Namespace::NONE`].
+/// Returns the prior of page 0 for `namespace`: `None` for [`Namespace::NONE`] (and for empty
+/// strings, which are no value).
 ///
 /// ```
 /// use hicache_index::hash::{namespace_seed, Namespace};
@@ -183,6 +212,7 @@ const NAMESPACE_TAG: &[u8] = b"sglang-cache-namespace-v1";
 /// );
 /// ```
 pub fn namespace_seed(namespace: Namespace<'_>) -> Option<PageHash> {
+    let namespace = namespace.normalized();
     if namespace.is_none() {
         return None;
     }

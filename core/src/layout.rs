@@ -24,19 +24,20 @@
 //! every object its pools demand is present. The key is `{P}_{H}{suffix}`; in the suffixes,
 //! `r` is the MHA rank part (`{tp_rank}`, or `{tp_rank}_{pp_rank}` with PP > 1; one object per
 //! TP rank and stage) and `m` the MLA rank part (empty, or `{pp_rank}` with PP > 1; one object
-//! per stage, written alike by every TP rank). SGLang's pool names:
+//! per stage, written alike by every TP rank; with DCP > 1 `dcp{d}_cp{c}`, or
+//! `dcp{d}_cp{c}_{pp_rank}`, one per DCP and attention-CP rank). SGLang's pool names:
 //!
 //! | pool | suffixes |
 //! |---|---|
 //! | `kv`, MHA | `_{r}_k`, `_{r}_v` (ranks over `tp_lcm` with split heads) |
-//! | `kv`, MLA | `_{m}_k` (`__k`); with DCP, `_dcp{d}_cp{c}_k` |
+//! | `kv`, MLA | `_{m}_k` (`__k`; with DCP, `_dcp{d}_cp{c}_k`) |
 //! | `kv`, logical anchor (DeepSeek-V4) | none: it stores no object and demands none |
 //! | `mamba` | `_{r}_temporal` (omitted when the temporal state is empty), `_{r}_conv_{i}` |
 //! | `draft` | MLA draft pool: `_{m}_draft_k`; MHA: `_{r}_draft_k`, `_{r}_draft_v` |
 //! | `swa` | MLA: `_{m}_swa`; MHA: `_{r}_swa_k`, `_{r}_swa_v` |
 //! | `draft_swa` | MLA or DeepSeek-V4 pool: `_{m}_draft_swa`; MHA: `_{r}_draft_swa_k`, `_{r}_draft_swa_v` |
 //! | `indexer`, `draft_indexer` | `_{m}_{pool}` |
-//! | `deepseek_v4_c4`, `_c4_indexer`, `_c4_indexer_scale`, `_c128`, `_c4_state`, `_c4_indexer_state`, `_c128_state` | `_{m}_{pool}` (`__deepseek_v4_c4`) |
+//! | `deepseek_v4_c1`, `_c1_indexer`, `_c1_indexer_scale`, `_c2`, `_c2_indexer`, `_c2_indexer_scale`, `_c4`, `_c4_rope`, `_c4_indexer`, `_c4_indexer_scale`, `_c128`, `_c128_rope`, `_c4_state`, `_c4_indexer_state`, `_c128_state` | `_{m}_{pool}` (`__deepseek_v4_c4`) |
 //!
 //! Which pools are all-pages and which trailing (and `W`) is SGLang's choice per model (Mamba
 //! and SWA states are typically trailing); the document says it, [`SidePool`] takes it. The
@@ -409,14 +410,16 @@ impl Layout {
     /// - MHA: for each PP stage `p`, for each rank `r` in `0..tp` (`0..tp_lcm` when
     ///   `tp_lcm > tp`, heads split): `_{s}_k`, `_{s}_v` with `s = r` (PP 1) or `s = r_p`.
     /// - MLA: `__k` (PP 1), else `_{p}_k` for each stage.
-    /// - MLA with DCP > 1: `_dcp{d}_cp{c}_k` for each CP rank `c` in `0..cp` and DCP rank `d`.
+    /// - MLA with DCP > 1: `_dcp{d}_cp{c}_k` (PP 1) or `_dcp{d}_cp{c}_{p}_k` for each stage `p`,
+    ///   attention-CP rank `c` in `0..cp` and DCP rank `d` in `0..dcp`. Attention CP without
+    ///   DCP adds nothing to any key.
     ///
     /// Key prefix ([`KeyRule::Sglang0517`]): the `_`-joined tag (if set, even empty), model name
     /// with `/` replaced by `-` (if set and not empty) and, with DCP > 1,
     /// `tp{tp}_dcp{dcp}_page{page_size×dcp}_pp{pp}_cp{cp}`; no prefix when the list is empty.
     /// [`KeyRule::TagOnly`]: the tag alone.
     ///
-    /// DCP is refused without MLA or with PP > 1: this crate does not know those key schemes.
+    /// DCP is refused without MLA (SGLang refuses it too).
     pub fn from_sglang(params: &SglangParams) -> Result<Layout, LayoutError> {
         let SglangParams {
             page_size,
@@ -449,38 +452,18 @@ impl Layout {
 
         let suffixes = match dcp {
             Some(_) if !mla => return Err(LayoutError::Unsupported("DCP without MLA")),
-            Some(_) if pp > 1 => return Err(LayoutError::Unsupported("DCP with PP > 1")),
-            Some(d) => {
-                let count = u64::from(d.dcp) * u64::from(d.cp);
-                check_count(count)?;
-                let mut out = Vec::with_capacity(count as usize);
-                for c in 0..d.cp {
-                    for r in 0..d.dcp {
-                        out.push(format!("_dcp{r}_cp{c}_k"));
-                    }
-                }
-                out
+            _ if mla => {
+                let parts = mla_rank_parts(pp, dcp)?;
+                parts.iter().map(|m| format!("_{m}_k")).collect()
             }
-            None if mla && pp == 1 => alloc::vec!["__k".to_owned()],
-            None if mla => {
-                check_count(u64::from(pp))?;
-                (0..pp).map(|p| format!("_{p}_k")).collect()
-            }
-            None => {
+            _ => {
                 let ranks = tp_lcm.map_or(tp, |lcm| lcm.max(tp));
-                let count = u64::from(ranks) * u64::from(pp) * 2;
-                check_count(count)?;
-                let mut out = Vec::with_capacity(count as usize);
-                for p in 0..pp {
-                    for r in 0..ranks {
-                        if pp == 1 {
-                            out.push(format!("_{r}_k"));
-                            out.push(format!("_{r}_v"));
-                        } else {
-                            out.push(format!("_{r}_{p}_k"));
-                            out.push(format!("_{r}_{p}_v"));
-                        }
-                    }
+                check_count(u64::from(ranks) * u64::from(pp) * 2)?;
+                let parts = mha_rank_parts(ranks, pp)?;
+                let mut out = Vec::with_capacity(parts.len() * 2);
+                for r in &parts {
+                    out.push(format!("_{r}_k"));
+                    out.push(format!("_{r}_v"));
                 }
                 out
             }
@@ -603,6 +586,51 @@ impl Layout {
             out
         })
     }
+}
+
+/// Returns the MLA rank parts `m` of a launch, PP stages outer: `""` (PP 1) or `"{p}"`; with a
+/// DCP size above 1, `"dcp{d}_cp{c}"` or `"dcp{d}_cp{c}_{p}"` for each CP rank `c` and DCP rank
+/// `d` (SGLang 0.5.23's `MooncakeStore.mla_suffix`, one per rank that writes a distinct object).
+pub(crate) fn mla_rank_parts(pp: u32, dcp: Option<DcpParams>) -> Result<Vec<String>, LayoutError> {
+    let (dcp_size, cp) = dcp.filter(|d| d.dcp > 1).map_or((1, 1), |d| (d.dcp, d.cp));
+    check_count(u64::from(pp) * u64::from(dcp_size) * u64::from(cp))?;
+    let mut out = Vec::new();
+    for p in 0..pp {
+        let stage = if pp > 1 {
+            format!("{p}")
+        } else {
+            String::new()
+        };
+        if dcp_size == 1 {
+            out.push(stage);
+            continue;
+        }
+        for c in 0..cp {
+            for d in 0..dcp_size {
+                out.push(match pp {
+                    1 => format!("dcp{d}_cp{c}"),
+                    _ => format!("dcp{d}_cp{c}_{stage}"),
+                });
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Returns the MHA rank parts `r` of `ranks` TP ranks, PP stages outer: `"{rank}"` (PP 1) or
+/// `"{rank}_{p}"` (SGLang 0.5.23's `MooncakeStore.mha_suffix`).
+pub(crate) fn mha_rank_parts(ranks: u32, pp: u32) -> Result<Vec<String>, LayoutError> {
+    check_count(u64::from(ranks) * u64::from(pp))?;
+    let mut out = Vec::new();
+    for p in 0..pp {
+        for r in 0..ranks {
+            out.push(match pp {
+                1 => format!("{r}"),
+                _ => format!("{r}_{p}"),
+            });
+        }
+    }
+    Ok(out)
 }
 
 /// Refuses a per-page object count above [`MAX_OBJECTS_PER_PAGE`] before building it.

@@ -90,6 +90,9 @@ pub(crate) fn resolve<'a>(
         Some(ModelVerdict::Conflict { reason }) => Err(QueryError::LayoutConflict {
             reason: reason.clone(),
         }),
+        Some(ModelVerdict::NoLayout { reason }) => Err(QueryError::NoLayout {
+            reason: reason.clone(),
+        }),
         None => Err(QueryError::UnknownModel),
     };
     match model {

@@ -189,9 +189,20 @@ fn hybrid_layouts_refuse_what_this_crate_does_not_know() {
     let mut dcp = SglangParams::new(16, 2);
     dcp.mla = true;
     dcp.dcp = Some(hicache_index::layout::DcpParams { dcp: 2, cp: 1 });
+    // With DCP, a pool keyed by the MLA rank part has one object per DCP shard, a pool keyed
+    // by rank one per TP rank (SGLang 0.5.23's mla_suffix and mha_suffix).
+    let layout = Layout::from_hybrid(&with(dcp, false, vec![indexer, mamba(1, false)])).unwrap();
+    let suffixes: Vec<&str> = layout.suffixes().map(|(s, _)| s).collect();
     assert_eq!(
-        Layout::from_hybrid(&with(dcp, false, vec![indexer])),
-        Err(LayoutError::Unsupported("side pools with DCP"))
+        suffixes,
+        [
+            "_dcp0_cp0_k",
+            "_dcp1_cp0_k",
+            "_dcp0_cp0_indexer",
+            "_dcp1_cp0_indexer",
+            "_0_conv_0",
+            "_1_conv_0"
+        ]
     );
     // Nothing to store: SGLang refuses the pool too.
     assert_eq!(

@@ -402,17 +402,46 @@ fn dcp_names_its_shards_and_widens_the_page() {
         Err(LayoutError::ZeroParallelism)
     );
     params.dcp = Some(DcpParams { dcp: 2, cp: 1 });
-    params.pp = 2;
-    assert!(matches!(
-        Layout::from_sglang(&params),
-        Err(LayoutError::Unsupported(_))
-    ));
-    params.pp = 1;
     params.mla = false;
     assert!(matches!(
         Layout::from_sglang(&params),
         Err(LayoutError::Unsupported(_))
     ));
+}
+
+#[test]
+fn dcp_with_pp_names_the_stage_after_the_shard() {
+    // SGLang 0.5.23's mla_suffix under DCP: `dcp{d}_cp{c}` and, with PP, `_{pp_rank}` last.
+    let mut params = SglangParams::new(16, 4);
+    params.mla = true;
+    params.pp = 2;
+    params.dcp = Some(DcpParams { dcp: 2, cp: 2 });
+    let layout = Layout::from_sglang(&params).unwrap();
+    assert_eq!(
+        layout.key_prefix.as_deref(),
+        Some("tp4_dcp2_page32_pp2_cp2")
+    );
+    let mut suffixes: Vec<&str> = layout.suffixes().map(|(s, _)| s).collect();
+    suffixes.sort_unstable();
+    let mut expected = Vec::new();
+    for p in 0..2 {
+        for c in 0..2 {
+            for d in 0..2 {
+                expected.push(format!("_dcp{d}_cp{c}_{p}_k"));
+            }
+        }
+    }
+    expected.sort_unstable();
+    assert_eq!(suffixes, expected);
+}
+
+#[test]
+fn attention_cp_without_dcp_changes_no_key() {
+    let mut params = SglangParams::new(16, 4);
+    params.mla = true;
+    let plain = Layout::from_sglang(&params).unwrap();
+    params.dcp = Some(DcpParams { dcp: 1, cp: 2 });
+    assert_eq!(Layout::from_sglang(&params).unwrap(), plain);
 }
 
 #[test]
@@ -538,7 +567,7 @@ impl Arbitrary for Params {
         if bool::arbitrary(g) {
             params.tp_lcm = Some(tp * (u32::from(u8::arbitrary(g) % 4) + 1));
         }
-        if params.mla && params.pp == 1 && bool::arbitrary(g) {
+        if params.mla && bool::arbitrary(g) {
             params.dcp = Some(DcpParams {
                 dcp: u32::from(u8::arbitrary(g) % 8) + 1,
                 cp: u32::from(u8::arbitrary(g) % 2) + 1,
@@ -675,4 +704,69 @@ fn a_disabled_document_without_a_page_size_is_refused_as_disabled() {
         Layout::from_document(&document),
         Err(LayoutError::Disabled { reason: Some(r) }) if r.contains("Inconsistent")
     ));
+}
+
+/// One PP stage's document of an MLA model at PP 2 with a DSA indexer, as SGLang 0.5.23's
+/// `describe_l3_object_layout` writes it (`mooncake_store.py`).
+fn mla_stage(pp_rank: u32) -> Value {
+    serde_json::json!({
+        "enabled": true, "backend": "mooncake", "page_size": 64,
+        "hicache_object_layout": {
+            "pools": [
+                {"pool": "kv", "suffixes": [format!("_{pp_rank}_k")], "hit_policy": "all_pages"},
+                {"pool": "indexer", "suffixes": [format!("_{pp_rank}_indexer")],
+                 "hit_policy": "all_pages"}
+            ],
+            "key_prefix": "m", "is_mla_backend": true, "pp_rank": pp_rank, "pp_size": 2
+        }
+    })
+}
+
+/// What SGLang 0.5.23's `merge_l3_layouts` (`hicache_storage.py`) makes of the stages, and what
+/// the worker's `/get_hicache_l3_cache_layout` answers: every stage's pools one after another
+/// and `"pp_rank": null`.
+fn mla_merged() -> Value {
+    let mut merged = mla_stage(0);
+    let pools: Vec<Value> = [mla_stage(0), mla_stage(1)]
+        .iter()
+        .flat_map(|s| {
+            s["hicache_object_layout"]["pools"]
+                .as_array()
+                .unwrap()
+                .clone()
+        })
+        .collect();
+    merged["hicache_object_layout"]["pools"] = Value::Array(pools);
+    merged["hicache_object_layout"]["pp_rank"] = Value::Null;
+    merged
+}
+
+fn document(value: Value) -> LayoutDocument {
+    serde_json::from_value(value).expect("a layout document")
+}
+
+#[test]
+fn a_document_already_merged_over_its_pp_stages_is_the_instances_layout() {
+    let merged = LayoutDocument::merge_ranks(&[document(mla_merged())]).expect("accepted");
+    let by_stage =
+        LayoutDocument::merge_ranks(&[document(mla_stage(1)), document(mla_stage(0))]).unwrap();
+    assert_eq!(merged, by_stage);
+    let layout = Layout::from_document(&merged).unwrap();
+    let mut suffixes: Vec<&str> = layout.suffixes().map(|(s, _)| s).collect();
+    suffixes.sort_unstable();
+    assert_eq!(suffixes, ["_0_indexer", "_0_k", "_1_indexer", "_1_k"]);
+    // Read directly, the merged document is the same layout.
+    assert!(Layout::from_document(&document(mla_merged()))
+        .unwrap()
+        .same_keys(&layout));
+}
+
+#[test]
+fn a_merged_pp_document_beside_another_document_is_refused() {
+    let err =
+        LayoutDocument::merge_ranks(&[document(mla_merged()), document(mla_stage(0))]).unwrap_err();
+    assert!(err.contains("merged over its PP stages"), "{err}");
+    // A stage's own document still needs every other stage.
+    let err = LayoutDocument::merge_ranks(&[document(mla_stage(0))]).unwrap_err();
+    assert!(err.contains("PP rank 1 of 2"), "{err}");
 }

@@ -103,7 +103,7 @@ fn namespace_seed_encodes_presence_and_length() {
     assert!(Namespace::NONE.is_none());
     let both = Namespace {
         extra_key: Some("k"),
-        cache_salt: Some(""),
+        cache_salt: Some("s"),
     };
     let expected = digest(&[
         b"sglang-cache-namespace-v1",
@@ -111,20 +111,48 @@ fn namespace_seed_encodes_presence_and_length() {
         &1u64.to_le_bytes(),
         b"k",
         &[1],
-        &0u64.to_le_bytes(),
+        &1u64.to_le_bytes(),
+        b"s",
     ]);
     assert_eq!(namespace_seed(both), Some(PageHash(expected)));
-    // An empty string is a namespace, distinct from none and from the other field.
-    let empty_salt = Namespace {
-        extra_key: None,
+    let key_only = Namespace::new(Some("k"), None);
+    let expected = digest(&[
+        b"sglang-cache-namespace-v1",
+        &[1],
+        &1u64.to_le_bytes(),
+        b"k",
+        &[0],
+    ]);
+    assert_eq!(namespace_seed(key_only), Some(PageHash(expected)));
+}
+
+#[test]
+fn an_empty_cache_salt_or_extra_key_hashes_as_no_namespace() {
+    // SGLang 0.5.23 turns "" into None before hashing (io_struct.py, schedule_batch.py).
+    for (extra_key, cache_salt) in [(None, Some("")), (Some(""), None), (Some(""), Some(""))] {
+        let ns = Namespace {
+            extra_key,
+            cache_salt,
+        };
+        assert!(ns.is_none(), "{ns:?}");
+        assert_eq!(namespace_seed(ns), None, "{ns:?}");
+        let tokens = [1u32, 2, 3, 4, 5, 6, 7, 8];
+        let plain: Vec<PageHash> = PageHashes::new(&tokens, 4, false, Namespace::NONE).collect();
+        assert_eq!(
+            PageHashes::new(&tokens, 4, false, ns).collect::<Vec<_>>(),
+            plain
+        );
+        assert_eq!(Namespace::new(extra_key, cache_salt), Namespace::NONE);
+    }
+    // An empty field beside a set one is that field absent.
+    let half = Namespace {
+        extra_key: Some("k"),
         cache_salt: Some(""),
     };
-    let empty_key = Namespace {
-        extra_key: Some(""),
-        cache_salt: None,
-    };
-    assert!(namespace_seed(empty_salt).is_some());
-    assert_ne!(namespace_seed(empty_salt), namespace_seed(empty_key));
+    assert_eq!(
+        namespace_seed(half),
+        namespace_seed(Namespace::new(Some("k"), None))
+    );
 }
 
 #[test]
@@ -349,6 +377,9 @@ fn namespaced_chain_is_the_plain_chain_after_a_seed(tokens: Vec<u32>, salt: Stri
     };
     let seeded: Vec<PageHash> = PageHashes::new(&tokens, 3, false, ns).collect();
     let plain: Vec<PageHash> = PageHashes::new(&tokens, 3, false, Namespace::NONE).collect();
-    // Same page count, and no namespaced page equals its plain twin.
+    // Same page count, and no namespaced page equals its plain twin; an empty salt is none.
+    if salt.is_empty() {
+        return seeded == plain;
+    }
     seeded.len() == plain.len() && seeded.iter().zip(&plain).all(|(a, b)| a != b)
 }

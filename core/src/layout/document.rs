@@ -129,6 +129,12 @@ impl LayoutDocument {
     /// every PP stage `0..pp_size` MUST have sent a document. Anything else is refused with a
     /// reason for a person: a layout built from part of the ranks would demand too few objects
     /// (false hits).
+    ///
+    /// A document with PP size above 1 and `"pp_rank": null` is one already merged over its
+    /// stages (SGLang 0.5.23's `merge_l3_layouts`, which the worker's endpoint answers: every
+    /// stage's pools one after another, a pool name once per stage). It MUST come alone; its
+    /// pools of one name are joined as the ranks' are. SGLang only writes it when every stage
+    /// answered (else it says `"enabled": false`).
     pub fn merge_ranks(documents: &[LayoutDocument]) -> Result<LayoutDocument, String> {
         let Some(first) = documents.first() else {
             return Err("no rank sent a layout".into());
@@ -139,7 +145,17 @@ impl LayoutDocument {
         if pp_size == 0 || pp_size > MAX_PP_SIZE {
             return Err(format!("pp_size {pp_size} is out of range"));
         }
-        let mut seen_stage = alloc::vec![false; pp_size as usize];
+        let merged_stages = pp_size > 1
+            && documents
+                .iter()
+                .any(|d| d.hicache_object_layout.pp_rank.is_none());
+        if merged_stages && documents.len() > 1 {
+            return Err(
+                "a document merged over its PP stages (pp_rank null) came with other documents"
+                    .into(),
+            );
+        }
+        let mut seen_stage = alloc::vec![merged_stages; pp_size as usize];
         let mut order: Vec<(u32, usize)> = Vec::with_capacity(documents.len());
         for (i, doc) in documents.iter().enumerate() {
             let layout = &doc.hicache_object_layout;
@@ -157,8 +173,8 @@ impl LayoutDocument {
             }
             let stage = match (layout.pp_rank, pp_size) {
                 (Some(r), _) if r < pp_size => r,
-                (None, 1) => 0,
-                (None, _) => return Err("a rank of a PP instance names no pp_rank".into()),
+                // Every stage at once (checked above), or the only stage.
+                (None, _) => 0,
                 (Some(r), _) => return Err(format!("pp_rank {r} is not below pp_size {pp_size}")),
             };
             seen_stage[stage as usize] = true;
@@ -193,7 +209,7 @@ impl LayoutDocument {
         }
         let pool_count = pools.len();
         for &(_, i) in &order {
-            if documents[i].hicache_object_layout.pools.len() != pool_count {
+            if !merged_stages && documents[i].hicache_object_layout.pools.len() != pool_count {
                 return Err("ranks disagree on the pools".into());
             }
         }

@@ -16,7 +16,10 @@ use alloc::string::String;
 use alloc::vec::Vec;
 use serde::{Deserialize, Serialize};
 
-use super::{HitPolicy, Layout, LayoutError, Pool, SglangParams, MAX_OBJECTS_PER_PAGE};
+use super::{
+    mha_rank_parts, mla_rank_parts, HitPolicy, Layout, LayoutError, Pool, SglangParams,
+    MAX_OBJECTS_PER_PAGE,
+};
 
 /// A side pool SGLang registers next to the KV pool, named as SGLang's `PoolName`.
 ///
@@ -52,14 +55,30 @@ pub enum PoolKind {
     Indexer,
     /// `draft_indexer`: `_{m}_draft_indexer`.
     DraftIndexer,
+    /// `deepseek_v4_c1`: `_{m}_deepseek_v4_c1`.
+    DeepseekV4C1,
+    /// `deepseek_v4_c1_indexer`: `_{m}_deepseek_v4_c1_indexer`.
+    DeepseekV4C1Indexer,
+    /// `deepseek_v4_c1_indexer_scale`: `_{m}_deepseek_v4_c1_indexer_scale`.
+    DeepseekV4C1IndexerScale,
+    /// `deepseek_v4_c2`: `_{m}_deepseek_v4_c2`.
+    DeepseekV4C2,
+    /// `deepseek_v4_c2_indexer`: `_{m}_deepseek_v4_c2_indexer`.
+    DeepseekV4C2Indexer,
+    /// `deepseek_v4_c2_indexer_scale`: `_{m}_deepseek_v4_c2_indexer_scale`.
+    DeepseekV4C2IndexerScale,
     /// `deepseek_v4_c4`: `_{m}_deepseek_v4_c4`.
     DeepseekV4C4,
+    /// `deepseek_v4_c4_rope`: `_{m}_deepseek_v4_c4_rope` (the bf16 rope half of an fp8 row).
+    DeepseekV4C4Rope,
     /// `deepseek_v4_c4_indexer`: `_{m}_deepseek_v4_c4_indexer`.
     DeepseekV4C4Indexer,
     /// `deepseek_v4_c4_indexer_scale`: `_{m}_deepseek_v4_c4_indexer_scale`.
     DeepseekV4C4IndexerScale,
     /// `deepseek_v4_c128`: `_{m}_deepseek_v4_c128`.
     DeepseekV4C128,
+    /// `deepseek_v4_c128_rope`: `_{m}_deepseek_v4_c128_rope`.
+    DeepseekV4C128Rope,
     /// `deepseek_v4_c4_state`: `_{m}_deepseek_v4_c4_state`.
     DeepseekV4C4State,
     /// `deepseek_v4_c4_indexer_state`: `_{m}_deepseek_v4_c4_indexer_state`.
@@ -108,10 +127,18 @@ impl PoolKind {
             PoolKind::Swa => "swa",
             PoolKind::Indexer => "indexer",
             PoolKind::DraftIndexer => "draft_indexer",
+            PoolKind::DeepseekV4C1 => "deepseek_v4_c1",
+            PoolKind::DeepseekV4C1Indexer => "deepseek_v4_c1_indexer",
+            PoolKind::DeepseekV4C1IndexerScale => "deepseek_v4_c1_indexer_scale",
+            PoolKind::DeepseekV4C2 => "deepseek_v4_c2",
+            PoolKind::DeepseekV4C2Indexer => "deepseek_v4_c2_indexer",
+            PoolKind::DeepseekV4C2IndexerScale => "deepseek_v4_c2_indexer_scale",
             PoolKind::DeepseekV4C4 => "deepseek_v4_c4",
+            PoolKind::DeepseekV4C4Rope => "deepseek_v4_c4_rope",
             PoolKind::DeepseekV4C4Indexer => "deepseek_v4_c4_indexer",
             PoolKind::DeepseekV4C4IndexerScale => "deepseek_v4_c4_indexer_scale",
             PoolKind::DeepseekV4C128 => "deepseek_v4_c128",
+            PoolKind::DeepseekV4C128Rope => "deepseek_v4_c128_rope",
             PoolKind::DeepseekV4C4State => "deepseek_v4_c4_state",
             PoolKind::DeepseekV4C4IndexerState => "deepseek_v4_c4_indexer_state",
             PoolKind::DeepseekV4C128State => "deepseek_v4_c128_state",
@@ -151,9 +178,10 @@ impl Layout {
     ///
     /// Each side pool's suffixes run over the PP stages `p` (outer) and, for the pools keyed by
     /// the MHA rank part, the TP ranks `r` (inner): `_{r}{s}` with `r` = `{rank}` (PP 1) or
-    /// `{rank}_{p}`, else `_{m}{s}` with `m` empty (PP 1) or `{p}`. Refused: side pools keyed by
-    /// rank with split heads (SGLang writes a list there) and side pools with DCP > 1 (this crate
-    /// does not know their keys); a logical anchor whose side pools have no all-pages pool
+    /// `{rank}_{p}`, else `_{m}{s}` with `m` the MLA rank part of the KV pool: empty (PP 1) or
+    /// `{p}`, and with DCP > 1 `dcp{d}_cp{c}` (or `dcp{d}_cp{c}_{p}`) for every DCP and
+    /// attention-CP rank. Refused: side pools keyed by rank with split heads (SGLang writes a
+    /// list there); a logical anchor whose side pools have no all-pages pool
     /// ([`LayoutError::NoAllPagesPool`]).
     ///
     /// ```
@@ -185,39 +213,29 @@ impl Layout {
             ..
         } = params.kv;
         let split = tp_lcm.is_some_and(|lcm| lcm > tp);
-        let dcp = dcp.is_some_and(|d| d.dcp > 1);
         let mut pools = if params.logical_kv {
             Vec::new()
         } else {
             base.pools
         };
+        let mla_parts = mla_rank_parts(pp, dcp)?;
+        let mha_parts = mha_rank_parts(tp, pp)?;
         for side in &params.pools {
             let (rank_suffixes, by_rank) = side.kind.rank_suffixes(mla);
-            if dcp {
-                return Err(LayoutError::Unsupported("side pools with DCP"));
-            }
             if by_rank && split {
                 return Err(LayoutError::Unsupported(
                     "side pools keyed by rank with split heads",
                 ));
             }
-            let ranks = if by_rank { tp } else { 1 };
-            let count = u64::from(pp) * u64::from(ranks) * rank_suffixes.len() as u64;
+            let parts = if by_rank { &mha_parts } else { &mla_parts };
+            let count = parts.len() as u64 * rank_suffixes.len() as u64;
             if count > MAX_OBJECTS_PER_PAGE as u64 {
                 return Err(LayoutError::TooManyObjects);
             }
             let mut suffixes = Vec::with_capacity(count as usize);
-            for p in 0..pp {
-                for r in 0..ranks {
-                    let part = match (by_rank, pp > 1) {
-                        (true, false) => format!("{r}"),
-                        (true, true) => format!("{r}_{p}"),
-                        (false, false) => String::new(),
-                        (false, true) => format!("{p}"),
-                    };
-                    for s in &rank_suffixes {
-                        suffixes.push(format!("_{part}{s}"));
-                    }
+            for part in parts {
+                for s in &rank_suffixes {
+                    suffixes.push(format!("_{part}{s}"));
                 }
             }
             pools.push(Pool {

@@ -2,11 +2,13 @@
 //! verdict when they disagree.
 //!
 //! Every worker votes for the model it serves with the layout it advertises (or with why its
-//! advertisement could not be read). A model's verdict is [`ModelVerdict::Agreed`] when every
-//! worker that votes for it advertises the same keys ([`Layout::same_keys`]: fields that do not
-//! change the keys, such as pool names and the order of suffixes, take no part), and
-//! [`ModelVerdict::Conflict`] otherwise: a model whose workers disagree answers misses, the
-//! other models are untouched. When the last worker of a model goes away, the model keeps its
+//! advertisement could not be read, or why it advertises none). A model's verdict is
+//! [`ModelVerdict::Agreed`] when every worker that votes for it advertises the same keys
+//! ([`Layout::same_keys`]: fields that do not change the keys, such as pool names and the order
+//! of suffixes, take no part), [`ModelVerdict::NoLayout`] when none advertises a layout (SGLang
+//! 0.5.23's MHA workers never do), and [`ModelVerdict::Conflict`] otherwise (a worker that
+//! advertises none beside one that does too: its keys are unknown). A model without an agreed
+//! layout answers misses; the other models are untouched. When the last worker of a model goes away, the model keeps its
 //! last verdict (its pages keep their key form); the next worker to vote decides again.
 //!
 //! Every change of a verdict (a new layout in force, a conflict, a conflict resolved) bumps
@@ -27,6 +29,10 @@ pub enum Advertised {
     Layout(Layout),
     /// Its advertisement could not be used (why, for a person): it counts as a disagreement.
     Unusable(String),
+    /// It advertises no layout (why, for a person: SGLang 0.5.23's MHA workers never do). Its
+    /// keys are unknown: beside workers that advertise a layout it counts as a disagreement,
+    /// and a model none of whose workers advertises one has no layout.
+    Nothing(String),
 }
 
 /// The verdict on one model.
@@ -37,6 +43,11 @@ pub enum ModelVerdict {
     /// The workers disagree (or one cannot be read): the model answers misses.
     Conflict {
         /// Why, for a person (it names the workers).
+        reason: String,
+    },
+    /// No worker advertises a layout: the model answers misses until one does.
+    NoLayout {
+        /// Why, for a person (it names a worker and what it said).
         reason: String,
     },
 }
@@ -66,6 +77,62 @@ impl Layout {
             && self.key_prefix == other.key_prefix
             && keys(self) == keys(other)
     }
+}
+
+/// Returns the verdict on the votes of one model's workers (at least one).
+///
+/// One rule: every worker advertises a layout, all with the same keys (agreed), or none
+/// advertises one (no layout); anything else is a conflict, named by the first worker that
+/// breaks the rule.
+fn verdict_of(voters: &[(&String, &Advertised)]) -> ModelVerdict {
+    let layout = voters.iter().find_map(|(w, a)| match a {
+        Advertised::Layout(layout) => Some((*w, layout)),
+        _ => None,
+    });
+    let Some((first_worker, layout)) = layout else {
+        if let Some((worker, Advertised::Unusable(why))) = voters
+            .iter()
+            .find(|(_, a)| matches!(a, Advertised::Unusable(_)))
+        {
+            return ModelVerdict::Conflict {
+                reason: format!("worker {worker}: {why}"),
+            };
+        }
+        let (worker, advertised) = voters[0];
+        let why = match advertised {
+            Advertised::Nothing(why) => why.as_str(),
+            _ => "advertises no layout",
+        };
+        return ModelVerdict::NoLayout {
+            reason: format!("worker {worker}: {why}"),
+        };
+    };
+    for (worker, advertised) in voters {
+        match advertised {
+            Advertised::Layout(other) if other.same_keys(layout) => {}
+            Advertised::Layout(_) => {
+                return ModelVerdict::Conflict {
+                    reason: format!(
+                        "workers {first_worker} and {worker} advertise layouts with different keys"
+                    ),
+                }
+            }
+            Advertised::Unusable(why) => {
+                return ModelVerdict::Conflict {
+                    reason: format!("worker {worker}: {why}"),
+                }
+            }
+            Advertised::Nothing(why) => {
+                return ModelVerdict::Conflict {
+                    reason: format!(
+                        "worker {worker}: {why}, while worker {first_worker} advertises one \
+                         (the keys of {worker} are unknown)"
+                    ),
+                }
+            }
+        }
+    }
+    ModelVerdict::Agreed(layout.clone())
 }
 
 impl LayoutVotes {
@@ -99,40 +166,17 @@ impl LayoutVotes {
 
     /// Recomputes the verdict on `model`; returns whether it changed.
     fn decide(&mut self, model: &str) -> bool {
-        let mut voters = self.votes.iter().filter(|(_, (m, _))| m == model);
-        let Some((first_worker, (_, first))) = voters.next() else {
+        let voters: Vec<(&String, &Advertised)> = self
+            .votes
+            .iter()
+            .filter(|(_, (m, _))| m == model)
+            .map(|(w, (_, advertised))| (w, advertised))
+            .collect();
+        if voters.is_empty() {
             // No worker left: the last verdict stays.
             return false;
-        };
-        let verdict = match first {
-            Advertised::Unusable(why) => ModelVerdict::Conflict {
-                reason: format!("worker {first_worker}: {why}"),
-            },
-            Advertised::Layout(layout) => {
-                let mut verdict = ModelVerdict::Agreed(layout.clone());
-                for (worker, (_, advertised)) in voters {
-                    match advertised {
-                        Advertised::Layout(other) if other.same_keys(layout) => {}
-                        Advertised::Layout(_) => {
-                            verdict = ModelVerdict::Conflict {
-                                reason: format!(
-                                    "workers {first_worker} and {worker} advertise layouts \
-                                     with different keys"
-                                ),
-                            };
-                            break;
-                        }
-                        Advertised::Unusable(why) => {
-                            verdict = ModelVerdict::Conflict {
-                                reason: format!("worker {worker}: {why}"),
-                            };
-                            break;
-                        }
-                    }
-                }
-                verdict
-            }
-        };
+        }
+        let verdict = verdict_of(&voters);
         let changed = match (self.verdicts.get(model), &verdict) {
             (Some(ModelVerdict::Agreed(old)), ModelVerdict::Agreed(new)) => !old.same_keys(new),
             (Some(old), new) => old != new,
@@ -176,7 +220,7 @@ mod tests {
     fn agreed(votes: &LayoutVotes, model: &str) -> Option<Layout> {
         match votes.verdict(model)? {
             ModelVerdict::Agreed(l) => Some(l.clone()),
-            ModelVerdict::Conflict { .. } => None,
+            ModelVerdict::Conflict { .. } | ModelVerdict::NoLayout { .. } => None,
         }
     }
 
@@ -235,6 +279,33 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn a_model_whose_workers_all_advertise_nothing_has_no_layout_with_the_reason() {
+        let mut v = LayoutVotes::new();
+        assert!(v.set("w1", Some(("m", Advertised::Nothing("MHA".into())))));
+        assert!(!v.set("w2", Some(("m", Advertised::Nothing("MHA".into())))));
+        match v.verdict("m") {
+            Some(ModelVerdict::NoLayout { reason }) => {
+                assert!(reason.contains("w1") && reason.contains("MHA"), "{reason}")
+            }
+            other => panic!("{other:?}"),
+        }
+        // One worker learns to advertise a layout: the other's keys are unknown.
+        assert!(v.set("w2", Some(("m", Advertised::Layout(mha(2))))));
+        match v.verdict("m") {
+            Some(ModelVerdict::Conflict { reason }) => {
+                assert!(
+                    reason.contains("w1") && reason.contains("unknown"),
+                    "{reason}"
+                )
+            }
+            other => panic!("{other:?}"),
+        }
+        // Both do: agreed.
+        assert!(v.set("w1", Some(("m", Advertised::Layout(mha(2))))));
+        assert_eq!(agreed(&v, "m"), Some(mha(2)));
     }
 
     #[test]

@@ -145,4 +145,8 @@ pub struct WorkerInfo {
     /// Why its layout could not be read, when it advertises one that cannot be used (its
     /// ranks disagree, a PP rank is missing): its model then answers misses.
     pub layout_problem: Option<String>,
+    /// Why it advertises no layout, when it serves a model but neither a layout nor a problem
+    /// is known (SGLang's reason for a disabled document, no layout endpoint); `None` reads as
+    /// "advertises no layout". A model none of whose workers advertises a layout has none.
+    pub no_layout: Option<String>,
 }

@@ -6,8 +6,9 @@ impl Session {
     /// Reports what a worker advertises (`None`: the worker is gone). A configured endpoint and
     /// configured layouts always win. Workers of one model that disagree on its layout (or
     /// whose layout cannot be read) make that model answer [`QueryError::LayoutConflict`]
-    /// until they agree again (see [`LayoutVotes`]); a change of the layout in force makes
-    /// every query planned before it plan again ([`QueryPlan::layouts`]). Shortcut for
+    /// until they agree again (see [`LayoutVotes`]); a model none of whose workers advertises
+    /// a layout answers [`QueryError::NoLayout`]; a change of the layout in force makes every
+    /// query planned before it plan again ([`QueryPlan::layouts`]). Shortcut for
     /// [`Input::Worker`].
     pub fn handle_worker(
         &mut self,
@@ -53,6 +54,12 @@ impl Session {
         &self.layout_votes
     }
 
+    /// Returns every worker that answered its last report, with what it advertised, in name
+    /// order.
+    pub fn workers(&self) -> impl Iterator<Item = (&str, &WorkerInfo)> + '_ {
+        self.workers.iter().map(|(w, info)| (w.as_str(), info))
+    }
+
     pub(super) fn note_layout(&mut self, worker: &str, info: &WorkerInfo, fx: &mut Effects) {
         let Some(model) = info.model.as_deref() else {
             self.layout_votes.set(worker, None);
@@ -73,10 +80,11 @@ impl Session {
                 Ok(()) => Advertised::Layout(layout.clone()),
                 Err(e) => Advertised::Unusable(alloc::format!("invalid layout: {e}")),
             },
-            (None, None) => {
-                self.layout_votes.set(worker, None);
-                return;
-            }
+            (None, None) => Advertised::Nothing(
+                info.no_layout
+                    .clone()
+                    .unwrap_or_else(|| "advertises no layout".into()),
+            ),
         };
         if !self.layout_votes.set(worker, Some((model, advertised))) {
             return;
@@ -89,7 +97,7 @@ impl Session {
             Some(ModelVerdict::Agreed(layout)) if self.config.page_deltas => {
                 self.index.watch_layout(layout);
             }
-            Some(ModelVerdict::Agreed(_)) | None => {}
+            Some(ModelVerdict::Agreed(_) | ModelVerdict::NoLayout { .. }) | None => {}
         }
     }
 

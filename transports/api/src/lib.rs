@@ -11,5 +11,5 @@ pub mod request;
 pub use layout_document::layout_from_document_json;
 pub use request::{
     answer, answer_with, known_models, ApiError, Limits, Query, QueryAnswer, QueryRequest,
-    TRUST_LAYOUT_CONFLICT,
+    TRUST_LAYOUT_CONFLICT, TRUST_NO_LAYOUT,
 };

@@ -45,10 +45,10 @@ pub struct QueryRequest {
     /// The model whose layout applies; the one configured layout when absent.
     #[serde(default)]
     pub model: Option<String>,
-    /// SGLang's `extra_key` of the request (namespaced requests).
+    /// SGLang's `extra_key` of the request (namespaced requests; `""` is none, as in SGLang).
     #[serde(default)]
     pub extra_key: Option<String>,
-    /// SGLang's `cache_salt` of the request (namespaced requests).
+    /// SGLang's `cache_salt` of the request (namespaced requests; `""` is none, as in SGLang).
     #[serde(default)]
     pub cache_salt: Option<String>,
 }
@@ -343,10 +343,10 @@ impl Query {
     }
 
     fn namespace(&self) -> Namespace<'_> {
-        Namespace {
-            extra_key: self.request.extra_key.as_deref(),
-            cache_salt: self.request.cache_salt.as_deref(),
-        }
+        Namespace::new(
+            self.request.extra_key.as_deref(),
+            self.request.cache_salt.as_deref(),
+        )
     }
 
     /// Returns the request as it arrived.
@@ -364,7 +364,8 @@ pub struct QueryAnswer {
     pub pages: Vec<bool>,
     /// The index's health when it answered: `"live"`, `"recovering"`, `"connecting"`,
     /// `"disconnected"` or `"events_disabled"`; `"layout_conflict"` when the model's workers
-    /// disagree on its layout (nothing is claimed, see `reason`).
+    /// disagree on its layout, `"no_layout"` when none of them advertises one (nothing is
+    /// claimed, see `reason`).
     pub trust: String,
     /// Full pages in the request.
     pub total_pages: usize,
@@ -372,8 +373,8 @@ pub struct QueryAnswer {
     pub memory_pages: usize,
     /// Of the prefix pages, how many were seen only on disk.
     pub disk_only_pages: usize,
-    /// Why nothing could be claimed, when the model's layout is in doubt (its workers
-    /// disagree; `trust` is then `"layout_conflict"`). Absent otherwise.
+    /// Why nothing could be claimed, when the model's layout is in doubt or unknown (`trust` is
+    /// then `"layout_conflict"` or `"no_layout"`). Absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
 }
@@ -406,6 +407,15 @@ impl QueryAnswer {
         }
     }
 
+    /// The answer for a model none of whose workers advertises a layout: no page claimed,
+    /// trust `"no_layout"`, and the reason. The page map is empty (the page size is unknown).
+    pub fn no_layout(reason: String) -> QueryAnswer {
+        QueryAnswer {
+            trust: TRUST_NO_LAYOUT.to_owned(),
+            ..QueryAnswer::layout_conflict(reason)
+        }
+    }
+
     /// Encodes the answer as JSON.
     pub fn to_json(&self) -> String {
         serde_json::to_string(self).expect("an answer always serialises")
@@ -419,6 +429,9 @@ impl QueryAnswer {
 
 /// The `trust` of an answer for a model whose workers disagree on its layout.
 pub const TRUST_LAYOUT_CONFLICT: &str = "layout_conflict";
+
+/// The `trust` of an answer for a model none of whose workers advertises a layout.
+pub const TRUST_NO_LAYOUT: &str = "no_layout";
 
 /// Asks `session` the query, with the per-page map; an unknown model's error lists the known
 /// ones ([`known_models`]).
@@ -449,8 +462,9 @@ pub fn known_models(session: &Session) -> Vec<String> {
 /// Asks the query through any index front, for example a driver's query handle (which hashes
 /// outside the index's lock): `page_shape` returns the page size and EAGLE mode of the layout
 /// of a model (`None`: the default layout), which size the per-page map; `query_map` answers.
-/// A model whose layout is in doubt ([`QueryError::LayoutConflict`]) is answered as a miss
-/// ([`QueryAnswer::layout_conflict`]), not as an error.
+/// A model whose layout is in doubt ([`QueryError::LayoutConflict`]) or unknown
+/// ([`QueryError::NoLayout`]) is answered as a miss ([`QueryAnswer::layout_conflict`],
+/// [`QueryAnswer::no_layout`]), not as an error.
 pub fn answer_with(
     query: &Query,
     page_shape: impl FnOnce(Option<&str>) -> Result<(u32, bool), QueryError>,
@@ -462,6 +476,7 @@ pub fn answer_with(
         Err(QueryError::LayoutConflict { reason }) => {
             return Ok(QueryAnswer::layout_conflict(reason))
         }
+        Err(QueryError::NoLayout { reason }) => return Ok(QueryAnswer::no_layout(reason)),
         Err(e) => return Err(ApiError::Query(e)),
     };
     let total = match lookup.pages {
@@ -475,6 +490,7 @@ pub fn answer_with(
         Ok(hits) => Ok(QueryAnswer::new(hits, map)),
         // The workers fell out between the two calls.
         Err(QueryError::LayoutConflict { reason }) => Ok(QueryAnswer::layout_conflict(reason)),
+        Err(QueryError::NoLayout { reason }) => Ok(QueryAnswer::no_layout(reason)),
         Err(e) => Err(ApiError::Query(e)),
     }
 }

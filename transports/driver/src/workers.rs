@@ -5,14 +5,16 @@
 //! every interval, for each worker URL:
 //!   GET {url}/v1/models                      -> {"data": [{"id": "<served model name>"}]}
 //!   GET {url}/get_hicache_l3_cache_layout    -> one layout document per rank (a list), or one
-//!   -> Control::report_worker(url, Some(WorkerInfo { model, layout, layout_problem }))
+//!   -> Control::report_worker(url, Some(WorkerInfo { model, layout, layout_problem, no_layout }))
 //!   a worker that does not answer /v1/models -> Control::report_worker(url, None): gone
+//!   what each poll found                    -> LastPolls (why a worker is gone, for a person)
 //! ```
 //! The rank documents are merged by [`LayoutDocument::merge_ranks`]; whether the workers of a
 //! model agree, and which layout is in force, is the session's decision
 //! ([`hicache_index::layout::LayoutVotes`]): this file only does IO and parsing.
 
-use std::sync::mpsc;
+use std::collections::BTreeMap;
+use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -43,10 +45,28 @@ pub fn parse_served_model(body: &[u8]) -> Result<String, String> {
         .ok_or_else(|| format!("{MODELS_PATH} names no model (data[0].id)"))
 }
 
-/// Reads a `/get_hicache_l3_cache_layout` answer: a list of rank documents (or one document),
-/// merged into the instance's layout. `Ok(None)`: the worker has no Mooncake L3 layout
-/// (`"enabled": false` on every rank).
-pub fn parse_layout_answer(body: &[u8], eagle: bool) -> Result<Option<Layout>, String> {
+/// What a worker's `/get_hicache_l3_cache_layout` answer says it writes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LayoutAnswer {
+    /// The layout of the instance (its ranks' documents merged).
+    Layout(Layout),
+    /// It advertises no layout, and why (for a person): SGLang 0.5.23's MHA workers never do,
+    /// and other launches say `"enabled": false` with a reason.
+    NoLayout(String),
+}
+
+/// Why an MHA worker of SGLang 0.5.23 advertises no layout (its `describe_l3_object_layout`
+/// answers `"enabled": false` for every model that is not MLA).
+pub const MHA_NO_LAYOUT: &str = "advertises no layout (MHA workers do not in SGLang 0.5.23)";
+
+/// Why a worker without the layout endpoint advertises none.
+pub const NO_LAYOUT_ENDPOINT: &str = "404 on /get_hicache_l3_cache_layout";
+
+/// Reads a `/get_hicache_l3_cache_layout` answer: one document (SGLang 0.5.23 answers one, merged
+/// over its PP stages) or a list of rank documents, merged into the instance's layout. Every
+/// rank disabled (`"enabled": false`) is no layout, with SGLang's reason ([`MHA_NO_LAYOUT`] for
+/// an MHA worker); some ranks disabled and others not is an error.
+pub fn parse_layout_answer(body: &[u8], eagle: bool) -> Result<LayoutAnswer, String> {
     let value: serde_json::Value =
         serde_json::from_slice(body).map_err(|e| format!("{LAYOUT_PATH} is not JSON: {e}"))?;
     let ranks = match value {
@@ -56,8 +76,8 @@ pub fn parse_layout_answer(body: &[u8], eagle: bool) -> Result<Option<Layout>, S
     let disabled =
         |r: &serde_json::Value| r.get("enabled") == Some(&serde_json::Value::Bool(false));
     let off = ranks.iter().filter(|r| disabled(r)).count();
-    if off == ranks.len() {
-        return Ok(None);
+    if off > 0 && off == ranks.len() {
+        return Ok(LayoutAnswer::NoLayout(why_disabled(&ranks[0])));
     }
     if off > 0 {
         return Err(format!("{off} of {} ranks have no L3 layout", ranks.len()));
@@ -69,36 +89,73 @@ pub fn parse_layout_answer(body: &[u8], eagle: bool) -> Result<Option<Layout>, S
         .map_err(|e| format!("a rank's layout document cannot be read: {e}"))?;
     let merged = LayoutDocument::merge_ranks(&documents)?;
     Layout::from_document(&merged)
-        .map(|l| Some(l.with_eagle(eagle)))
+        .map(|l| LayoutAnswer::Layout(l.with_eagle(eagle)))
         .map_err(|e| format!("invalid layout: {e}"))
 }
 
+/// Says why a disabled document advertises no layout: [`MHA_NO_LAYOUT`] for an MHA worker's,
+/// else `disabled: <SGLang's reason>`.
+fn why_disabled(document: &serde_json::Value) -> String {
+    let mla = document
+        .get("hicache_object_layout")
+        .and_then(|l| l.get("is_mla_backend"))
+        .and_then(serde_json::Value::as_bool);
+    let reason = document.get("reason").and_then(serde_json::Value::as_str);
+    match (mla, reason) {
+        (Some(false), _) => MHA_NO_LAYOUT.to_owned(),
+        (_, Some(reason)) => format!("disabled: {reason}"),
+        (_, None) => "disabled (no reason given)".to_owned(),
+    }
+}
+
 /// What one poll of a worker found: `None` when the worker did not answer its model list (it
-/// is gone); otherwise its model and layout, or why the layout cannot be used. A worker
-/// without the layout endpoint (404: an SGLang before it) advertises its model only.
+/// is gone); otherwise its model and layout, why the layout cannot be used, or why it
+/// advertises none (a worker without the layout endpoint, 404: [`NO_LAYOUT_ENDPOINT`]).
 pub fn worker_info(
     models: Result<Vec<u8>, HttpError>,
     layout: impl FnOnce() -> Result<Vec<u8>, HttpError>,
     eagle: bool,
-) -> Option<WorkerInfo> {
+) -> Result<WorkerInfo, String> {
     let model = match models.map(|body| parse_served_model(&body)) {
         Ok(Ok(model)) => model,
-        Ok(Err(_)) | Err(_) => return None,
+        Ok(Err(why)) => return Err(why),
+        Err(e) => return Err(format!("GET {MODELS_PATH}: {e}")),
     };
-    let (layout, layout_problem) = match layout() {
+    let (layout, layout_problem, no_layout) = match layout() {
         Ok(body) => match parse_layout_answer(&body, eagle) {
-            Ok(layout) => (layout, None),
-            Err(why) => (None, Some(why)),
+            Ok(LayoutAnswer::Layout(layout)) => (Some(layout), None, None),
+            Ok(LayoutAnswer::NoLayout(why)) => (None, None, Some(why)),
+            Err(why) => (None, Some(why), None),
         },
-        Err(HttpError::Status(404)) => (None, None),
-        Err(e) => (None, Some(format!("GET {LAYOUT_PATH}: {e}"))),
+        Err(HttpError::Status(404)) => (None, None, Some(NO_LAYOUT_ENDPOINT.to_owned())),
+        Err(e) => (None, Some(format!("GET {LAYOUT_PATH}: {e}")), None),
     };
-    Some(WorkerInfo {
+    Ok(WorkerInfo {
         event_endpoint: None,
         model: Some(model),
         layout,
         layout_problem,
+        no_layout,
     })
+}
+
+/// What the last poll of each worker found, shared with whoever reports on the workers: for
+/// each URL polled so far, `None` when it answered its model list, or why it did not.
+#[derive(Clone, Debug, Default)]
+pub struct LastPolls(Arc<Mutex<BTreeMap<String, Option<String>>>>);
+
+impl LastPolls {
+    /// Returns why `url` did not answer its model list at its last poll (`Some(None)`: it did;
+    /// `None`: it was not polled yet).
+    pub fn get(&self, url: &str) -> Option<Option<String>> {
+        self.0.lock().ok()?.get(url).cloned()
+    }
+
+    fn set(&self, url: &str, outcome: Option<String>) {
+        if let Ok(mut polls) = self.0.lock() {
+            polls.insert(url.to_owned(), outcome);
+        }
+    }
 }
 
 /// Polls SGLang workers on a thread of its own until dropped.
@@ -106,6 +163,7 @@ pub fn worker_info(
 pub struct WorkerPoller {
     stop: Option<mpsc::Sender<()>>,
     thread: Option<JoinHandle<()>>,
+    last: LastPolls,
 }
 
 impl WorkerPoller {
@@ -131,13 +189,16 @@ impl WorkerPoller {
             })
             .collect::<Result<Vec<_>, Error>>()?;
         let (stop, stopped) = mpsc::channel::<()>();
+        let last = LastPolls::default();
+        let polls = last.clone();
         let thread = std::thread::Builder::new()
             .name("hicache-workers".into())
             .spawn(move || loop {
                 for (url, client) in &workers {
                     let info =
                         worker_info(client.get(MODELS_PATH), || client.get(LAYOUT_PATH), eagle);
-                    if !control.report_worker(url, info) {
+                    polls.set(url, info.as_ref().err().cloned());
+                    if !control.report_worker(url, info.ok()) {
                         return;
                     }
                 }
@@ -150,7 +211,13 @@ impl WorkerPoller {
         Ok(WorkerPoller {
             stop: Some(stop),
             thread: Some(thread),
+            last,
         })
+    }
+
+    /// Returns what the last poll of each worker found (a handle that follows the polls).
+    pub fn last_polls(&self) -> LastPolls {
+        self.last.clone()
     }
 }
 
@@ -192,9 +259,10 @@ mod tests {
     #[test]
     fn a_list_of_rank_documents_is_merged_and_a_lone_document_read() {
         let both = serde_json::json!([rank(1), rank(0)]).to_string();
-        let layout = parse_layout_answer(both.as_bytes(), false)
-            .unwrap()
-            .unwrap();
+        let LayoutAnswer::Layout(layout) = parse_layout_answer(both.as_bytes(), false).unwrap()
+        else {
+            panic!("a layout")
+        };
         let suffixes: Vec<&str> = layout.suffixes().map(|(s, _)| s).collect();
         assert_eq!(suffixes, ["_0_0_k", "_0_0_v", "_0_1_k", "_0_1_v"]);
         let half = serde_json::json!([rank(0)]).to_string();
@@ -202,19 +270,34 @@ mod tests {
         assert!(err.contains("PP rank 1"), "{err}");
         let mut lone = rank(0);
         lone["hicache_object_layout"]["pp_size"] = 1.into();
-        assert!(
-            parse_layout_answer(lone.to_string().as_bytes(), true)
-                .unwrap()
-                .unwrap()
-                .eagle
-        );
+        assert!(matches!(
+            parse_layout_answer(lone.to_string().as_bytes(), true),
+            Ok(LayoutAnswer::Layout(l)) if l.eagle
+        ));
     }
 
     #[test]
-    fn a_worker_without_l3_advertises_no_layout() {
+    fn a_worker_without_l3_advertises_no_layout_and_says_why() {
         assert_eq!(
             parse_layout_answer(br#"{"enabled": false}"#, false),
-            Ok(None)
+            Ok(LayoutAnswer::NoLayout("disabled (no reason given)".into()))
+        );
+        // SGLang 0.5.23's MHA answer (describe_l3_object_layout, mooncake_store.py).
+        let mha = br#"{"enabled": false, "backend": "mooncake", "page_size": 64,
+            "hicache_object_layout": {"pools": [], "key_prefix": "m", "is_mla_backend": false,
+                                      "pp_rank": 0, "pp_size": 1},
+            "reason": "External L3 lookup requires rank-replicated/MLA pools"}"#;
+        assert_eq!(
+            parse_layout_answer(mha, false),
+            Ok(LayoutAnswer::NoLayout(MHA_NO_LAYOUT.into()))
+        );
+        let other = br#"{"enabled": false, "page_size": null, "backend": null,
+            "hicache_object_layout": {"pools": []}, "reason": "Hierarchical cache is disabled"}"#;
+        assert_eq!(
+            parse_layout_answer(other, false),
+            Ok(LayoutAnswer::NoLayout(
+                "disabled: Hierarchical cache is disabled".into()
+            ))
         );
         let mixed = serde_json::json!([{"enabled": false}, rank(0)]).to_string();
         assert!(parse_layout_answer(mixed.as_bytes(), false).is_err());
@@ -223,15 +306,17 @@ mod tests {
     #[test]
     fn a_poll_reports_gone_model_only_or_a_problem() {
         let models = || Ok(br#"{"data":[{"id":"m"}]}"#.to_vec());
-        assert_eq!(
-            worker_info(Err(HttpError::Timeout), || unreachable!(), false),
-            None
+        let gone = worker_info(Err(HttpError::Timeout), || unreachable!(), false).unwrap_err();
+        assert!(
+            gone.contains("/v1/models") && gone.contains("timed out"),
+            "{gone}"
         );
         let old = worker_info(models(), || Err(HttpError::Status(404)), false).unwrap();
         assert_eq!(
             (old.model.as_deref(), &old.layout, &old.layout_problem),
             (Some("m"), &None, &None)
         );
+        assert_eq!(old.no_layout.as_deref(), Some(NO_LAYOUT_ENDPOINT));
         let slow = worker_info(models(), || Err(HttpError::Timeout), false).unwrap();
         assert!(slow.layout_problem.unwrap().contains("timed out"));
         let both = serde_json::json!([rank(0), rank(1)])
