@@ -71,14 +71,14 @@ use core::time::Duration;
 
 mod hold;
 mod mark;
-#[cfg(test)]
-mod old_tracker;
 mod place;
+mod ruling;
 pub mod stream;
 
 pub use self::mark::{Mark, Print};
 pub use self::place::{Place, Point, Position};
-pub use self::stream::{Forgot, HoldBounds, Placed, Ruling, Skip, Stream, StreamConfig, Why};
+pub use self::ruling::{Forgot, HoldBounds, Placed, Ruling, Skip, StreamConfig, Why};
+pub use self::stream::Stream;
 
 /// How much reordering the transport can produce.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

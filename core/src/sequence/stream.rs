@@ -2,108 +2,16 @@
 //! holds, and the one ruling that turns a batch's place into what the session does.
 
 use alloc::collections::VecDeque;
-use core::time::Duration;
 
 use super::hold::Hold;
 use super::mark::{Mark, Print};
 use super::place::{Place, Point, Position};
-use super::ReorderConfig;
+use super::ruling::{Forgot, Placed, Ruling, Skip, StreamConfig, Why};
 use crate::frame::Seq;
 use crate::time::Instant;
 
 /// How many batches the stream remembers to tell copies (R2), at least.
 const PASSED_AT_LEAST: usize = 256;
-
-/// What the session does with a batch (or, from a timer, without one).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Ruling {
-    /// Apply it (R1).
-    Apply,
-    /// Skip it.
-    Skip(Skip),
-    /// The stream holds it (R6, R7).
-    Hold,
-    /// Forget; then apply the batch as the stream's beginning when `apply` says so.
-    Forget(Forgot),
-}
-
-/// Why a batch is skipped.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Skip {
-    /// A copy of a batch the stream passed or holds (R2).
-    Copy,
-    /// At or before the status point: the key list holds what it did (R3).
-    BeforePoint,
-    /// The stream is unplaced and no fetch is under way to place it: the next key list, read
-    /// after it came, holds what it did (R6).
-    Unplaced,
-}
-
-/// Why the stream forgot, and what becomes of the batch that showed it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Forgot {
-    /// Why.
-    pub why: Why,
-    /// The batch begins the stream: the session applies it after forgetting (R6, without
-    /// resync).
-    pub apply: bool,
-    /// The sequence of the position before, if it had one.
-    pub position: Option<Seq>,
-}
-
-/// Why the stream forgot.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Why {
-    /// Batches were lost before this one (R4), or the reorder window gave up on a hole (R7).
-    Loss {
-        /// The sequence that was expected.
-        expected: Seq,
-        /// The sequence that arrived (or the first one the window held).
-        received: Seq,
-    },
-    /// The batch cannot be of the position's run after it (R5).
-    OtherRun,
-    /// The batch could not be decoded, at its place (R8).
-    Undecodable,
-    /// The stream did not continue the status point within the fetch timeout (R3).
-    Unproven,
-    /// The batches held for the status point outgrew the resync's buffer: the point could no
-    /// longer place all of them.
-    HoldFull,
-}
-
-/// How the stream is set up.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct StreamConfig {
-    /// The reorder window.
-    pub reorder: ReorderConfig,
-    /// With resync on, the bounds of what waits for a status point and how long a point may
-    /// stay uncontinued; `None`: resync off.
-    pub resync: Option<HoldBounds>,
-}
-
-/// What the stream holds while unplaced, at most, and how long a status point may wait.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct HoldBounds {
-    /// The most batches held for a status point.
-    pub batches: usize,
-    /// The most payload bytes held for a status point.
-    pub bytes: usize,
-    /// How long after a batch came before the status point the stream must continue it.
-    pub point_timeout: Duration,
-}
-
-/// What a status point did to an unplaced stream ([`Stream::place`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Placed {
-    /// The stream stands at the point; the held batches are released against it.
-    AtPoint,
-    /// Without a status, the stream continues exactly from the last batch heard on the
-    /// connection before the fetch was asked (R6).
-    LastHeard,
-    /// Without a status, the stream cannot be placed: the fetch must be asked again (R6).
-    Unanchored,
-}
 
 /// One publisher stream's rules ([`crate::sequence`]); `T` is what the caller keeps of a held
 /// batch.
