@@ -587,6 +587,10 @@ async fn readyz(State(app): State<Arc<App>>) -> Response {
         StatusCode::SERVICE_UNAVAILABLE
     };
     let mut body = serde_json::json!({ "health": health.as_str() });
+    if let Some(why) = app.index.read(|s| s.recovering()).flatten() {
+        // Why the index is recovering (issue 26): fetching, retrying, unproven, no status...
+        body["recovering"] = serde_json::Value::from(why.describe());
+    }
     let (workers, models) = app
         .index
         .read(|s| layout_report::snapshot(s, &app.workers, &app.polls))

@@ -938,8 +938,29 @@ fn readyz_follows_the_index_health() {
     let (_, body) = http(addr, "GET", "/readyz", b"");
     assert!(!body.contains("live"), "{body}");
     assert_eq!(http(addr, "GET", "/healthz", b"").0, 200, "alive all along");
+    wait_for("the reason", || {
+        http(addr, "GET", "/readyz", b"")
+            .1
+            .contains(r#""recovering":"the key-list fetch failed; retrying""#)
+    });
     emulator.set_http_available(true);
     wait_for("ready again", || http(addr, "GET", "/readyz", b"").0 == 200);
+}
+
+#[test]
+fn readyz_says_why_an_idle_master_without_status_counters_keeps_the_index_recovering() {
+    // An old master gives no `/kv_events/status`; idle after the connect, no batch anchors the
+    // key list to the stream: recovering, visibly (issue 26), never live on a guess.
+    let emulator = emulator();
+    emulator.set_status_available(false);
+    let (_service, addr) = serve(&emulator, &[]);
+    wait_for("the reason", || {
+        let (status, body) = http(addr, "GET", "/readyz", b"");
+        status == 503 && body.contains("snapshot unanchored: the master gives no status counters")
+    });
+    // The master publishes: the stream anchors the next key list, and the index is live.
+    emulator.store(object_keys(&tokens(1, 1)));
+    wait_for("ready", || http(addr, "GET", "/readyz", b"").0 == 200);
 }
 
 #[test]

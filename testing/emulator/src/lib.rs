@@ -103,6 +103,8 @@ impl std::fmt::Debug for Emulator {
 struct Inner {
     master: Mutex<Master>,
     http_available: AtomicBool,
+    /// Whether `GET /kv_events/status` exists (an old master has none: 404).
+    status_available: AtomicBool,
 }
 
 struct Master {
@@ -151,6 +153,7 @@ impl Emulator {
                 payload: Vec::new(),
             }),
             http_available: AtomicBool::new(true),
+            status_available: AtomicBool::new(true),
         });
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let app = Router::new()
@@ -351,6 +354,14 @@ impl Emulator {
             .store(available, Ordering::Release);
     }
 
+    /// Makes `/kv_events/status` exist (true) or answer 404 (false), as a master older than
+    /// its KV event publisher's counters does.
+    pub fn set_status_available(&self, available: bool) {
+        self.inner
+            .status_available
+            .store(available, Ordering::Release);
+    }
+
     fn master(&self) -> MutexGuard<'_, Master> {
         self.inner
             .master
@@ -520,6 +531,9 @@ async fn batch_query(State(inner): Shared, Query(q): Query<KeysQuery>) -> Respon
 }
 
 async fn status(State(inner): Shared) -> Response {
+    if !inner.status_available.load(Ordering::Acquire) {
+        return StatusCode::NOT_FOUND.into_response();
+    }
     let master = inner
         .master
         .lock()
