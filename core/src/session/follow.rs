@@ -27,15 +27,16 @@ impl Session {
             return fx;
         };
         if let ViewStep::Changed { check } = leader.handle_view(now, view) {
-            if self.endpoint.take().is_some() || !matches!(self.link, Link::Down { .. }) {
+            if self.link.endpoint.take().is_some() || !matches!(self.link.state, Link::Down { .. })
+            {
                 fx.push(Command::Disconnect);
             }
-            self.link = Link::Down { retry_at: None };
+            self.link.state = Link::Down { retry_at: None };
             self.stream.begin_anew();
-            self.resync = Resync::Idle;
-            self.verify = Verify::idle();
-            self.events_disabled = false;
-            self.backoff.attempts = 0;
+            self.resync.state = ResyncState::Idle;
+            self.verify.reset();
+            self.health.events_disabled = false;
+            self.link.backoff.attempts = 0;
             if self.index.object_count() > 0 {
                 // The new leader restores its objects without events: only a resync from it
                 // once it serves can tell which are there.
@@ -80,17 +81,17 @@ impl Session {
             StatusStep::NotYet => {}
             StatusStep::Disabled => {
                 self.counters.events_disabled += 1;
-                self.events_disabled = true;
+                self.health.events_disabled = true;
             }
             StatusStep::Follow { host } => {
-                self.events_disabled = false;
-                self.endpoint = self
+                self.health.events_disabled = false;
+                self.link.endpoint = self
                     .config
                     .endpoint
                     .as_deref()
                     .and_then(|e| crate::leader::replace_host(e, &host));
                 fx.push(Command::UseMaster { host });
-                self.backoff.attempts = 0;
+                self.link.backoff.attempts = 0;
                 self.connect(now, &mut fx);
             }
         }

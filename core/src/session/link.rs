@@ -6,6 +6,32 @@ use rand_xoshiro::SplitMix64;
 use super::*;
 
 /// The connection's state.
+/// The connection to the event endpoint: where it stands, the reconnects' backoff, and the
+/// endpoint in use (configured, chosen from worker metadata, or the HA leader's).
+#[derive(Debug)]
+pub(super) struct Connection {
+    pub(super) state: Link,
+    pub(super) backoff: Backoff,
+    pub(super) endpoint: Option<String>,
+}
+
+impl Connection {
+    /// Returns when [`Connection::handle_timeout`] is next due.
+    pub(super) fn poll_timeout(&self) -> Option<Instant> {
+        self.state.poll_timeout()
+    }
+
+    /// Returns what is due at `now`, if anything.
+    pub(super) fn handle_timeout(&self, now: Instant) -> Option<LinkDue> {
+        self.state.handle_timeout(now)
+    }
+
+    /// Reports whether the subscriber is connected.
+    pub(super) fn is_up(&self) -> bool {
+        matches!(self.state, Link::Up { .. })
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Link {
     /// Not connected; connect at the given time (never, without an endpoint).
@@ -103,7 +129,7 @@ impl Session {
     pub(super) fn on_disconnected(&mut self, now: Instant) -> Effects {
         self.see(now);
         let mut fx = Effects::new();
-        if !matches!(self.link, Link::Down { .. }) || self.index.page_count() > 0 {
+        if !matches!(self.link.state, Link::Down { .. }) || self.index.page_count() > 0 {
             self.link_lost(now, &mut fx);
         }
         self.update_health(&mut fx);
@@ -120,35 +146,35 @@ impl Session {
     pub(super) fn on_stopped(&mut self, now: Instant) -> Effects {
         self.see(now);
         let mut fx = Effects::new();
-        self.link = Link::Down { retry_at: None };
-        self.verify = Verify::idle();
+        self.link.state = Link::Down { retry_at: None };
+        self.verify.reset();
         self.stream.forget();
         if self.index.page_count() > 0 {
             self.drop_index(now, ClearReason::Requested, &mut fx);
         }
-        self.resync = Resync::Idle;
+        self.resync.state = ResyncState::Idle;
         self.stream.fetch_dropped();
         self.update_health(&mut fx);
         fx
     }
 
     pub(super) fn connect(&mut self, now: Instant, fx: &mut Effects) {
-        let Some(endpoint) = self.endpoint.clone() else {
-            self.link = Link::Down { retry_at: None };
+        let Some(endpoint) = self.link.endpoint.clone() else {
+            self.link.state = Link::Down { retry_at: None };
             return;
         };
         self.counters.connects += 1;
-        self.link = Link::Connecting {
+        self.link.state = Link::Connecting {
             deadline: now + self.config.backoff.connect_timeout,
         };
         fx.push(Command::Connect { endpoint });
     }
 
     pub(super) fn link_up(&mut self, now: Instant, fx: &mut Effects) {
-        if matches!(self.link, Link::Up { .. }) {
+        if matches!(self.link.state, Link::Up { .. }) {
             return;
         }
-        self.link = Link::Up { since: now };
+        self.link.state = Link::Up { since: now };
         // R9: a new connection may bring another run; nothing of the old one's is continued
         // silently (the position stays, without resync, for its first batch to be placed by).
         self.stream.connected();
@@ -164,25 +190,25 @@ impl Session {
 
     /// The connection is gone (or never came): forget, and schedule a reconnect with backoff.
     pub(super) fn link_lost(&mut self, now: Instant, fx: &mut Effects) {
-        if let Link::Up { since } = self.link {
+        if let Link::Up { since } = self.link.state {
             if now.saturating_duration_since(since) >= self.config.backoff.reset_after {
-                self.backoff.attempts = 0;
+                self.link.backoff.attempts = 0;
             }
         }
         self.counters.disconnects += 1;
-        self.link = Link::Down { retry_at: None };
-        self.verify = Verify::idle();
+        self.link.state = Link::Down { retry_at: None };
+        self.verify.reset();
         self.forget(now, ClearReason::Disconnected, fx);
-        let delay = self.backoff.delay(&self.config.backoff);
-        let retry_at = self.endpoint.as_ref().map(|_| now + delay);
+        let delay = self.link.backoff.delay(&self.config.backoff);
+        let retry_at = self.link.endpoint.as_ref().map(|_| now + delay);
         if let Some(at) = retry_at {
             fx.push(Report::ReconnectScheduled {
                 at,
-                attempt: self.backoff.attempts,
+                attempt: self.link.backoff.attempts,
             });
         }
-        self.backoff.attempts = self.backoff.attempts.saturating_add(1);
-        self.link = Link::Down { retry_at };
+        self.link.backoff.attempts = self.link.backoff.attempts.saturating_add(1);
+        self.link.state = Link::Down { retry_at };
     }
 }
 

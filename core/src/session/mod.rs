@@ -22,6 +22,8 @@
 mod answer;
 mod config;
 mod follow;
+mod health;
+mod ledger;
 mod link;
 mod resync;
 mod stream;
@@ -68,10 +70,13 @@ pub struct Watermark {
 pub use self::config::{
     BackoffConfig, Config, ModelLayout, ResyncConfig, VerifyConfig, WorkerInfo,
 };
-use self::link::{Backoff, Link, LinkDue};
-use self::resync::{key_checksum, Resync, ResyncDue};
+use self::health::HealthState;
+use self::ledger::Ledger;
+use self::link::{Backoff, Connection, Link, LinkDue};
+use self::resync::{key_checksum, Resync, ResyncDue, ResyncState};
 use self::stream::HeldBatch;
 use self::verify::{Verify, VerifyDue};
+use self::workers::Workers;
 
 /// The sans-IO machine a transport drives (see the module docs for the loop).
 ///
@@ -98,33 +103,18 @@ pub struct Session {
     config: Config,
     index: Index,
     stream: Stream<HeldBatch>,
-    link: Link,
-    backoff: Backoff,
-    endpoint: Option<String>,
-    health: Health,
+    link: Connection,
+    health: HealthState,
     resync: Resync,
     verify: Verify,
-    workers: BTreeMap<String, WorkerInfo>,
-    /// What the workers advertise for their models, and the layout in force for each.
-    layout_votes: LayoutVotes,
-    next_request: u64,
-    /// The backoff of fetches whose snapshots could not be anchored, in a row (`attempts` is
-    /// zero once one is anchored).
-    unanchored: Backoff,
+    workers: Workers,
     counters: Counters,
-    /// A time at or after which every object the index holds was present at the master (see
-    /// [`Counters::unconfirmed_ms`]); meaningless while the index is empty.
-    confirmed_at: Instant,
-    /// The latest time an input carried.
-    latest: Instant,
+    /// How long the index has gone without confirmation, and the latest time an input carried.
+    ledger: Ledger,
     /// What queries read, shared with query threads (see [`crate::reader`]).
     reader: Arc<Reader>,
     /// The HA leader machine, when the session follows a cluster's leader.
     leader: Option<Leader>,
-    /// The last status read said the publisher is off.
-    events_disabled: bool,
-    /// Why the index was recovering when it was last reported ([`Report::Recovering`]).
-    recovering: Option<Recovering>,
 }
 
 impl Session {
@@ -202,23 +192,20 @@ impl Session {
                     point_timeout: r.fetch_timeout,
                 }),
             }),
-            link: Link::Down { retry_at },
-            backoff: Backoff::new(config.seed),
-            endpoint,
-            health: Health::Disconnected,
-            resync: Resync::Idle,
-            verify: Verify::idle(),
-            workers: BTreeMap::new(),
-            layout_votes: LayoutVotes::new(),
-            next_request: 1,
-            unanchored: Backoff::new(config.seed ^ 0x5bd1_e995),
+            link: Connection {
+                state: Link::Down { retry_at },
+                backoff: Backoff::new(config.seed),
+                endpoint,
+            },
+            health: HealthState::new(),
+            resync: Resync::new(config.seed),
+            verify: Verify::new(),
+            workers: Workers::new(),
             counters: Counters::default(),
-            confirmed_at: Instant::ZERO,
-            latest: Instant::ZERO,
+            ledger: Ledger::new(),
             reader,
             leader: config.leader.map(Leader::new),
-            events_disabled: false,
-            recovering: None,
+
             config,
         })
     }
@@ -230,12 +217,12 @@ impl Session {
 
     /// Returns the health.
     pub fn health(&self) -> Health {
-        self.health
+        self.health.health
     }
 
     /// Returns the event endpoint in use (configured, or chosen from worker metadata).
     pub fn endpoint(&self) -> Option<&str> {
-        self.endpoint.as_deref()
+        self.link.endpoint.as_deref()
     }
 
     /// Returns the sequence of the last batch applied from the stream (`None` after a clear
@@ -246,13 +233,18 @@ impl Session {
 
     /// Returns why the index is [`Health::Recovering`], or `None` when it is not.
     pub fn recovering(&self) -> Option<Recovering> {
-        if self.health != Health::Recovering {
+        if self.health.health != Health::Recovering {
             return None;
         }
         if self.stream.is_unproven() {
             return Some(Recovering::Unproven);
         }
-        Some(self.resync.recovering().unwrap_or(Recovering::Fetching))
+        Some(
+            self.resync
+                .state
+                .recovering()
+                .unwrap_or(Recovering::Fetching),
+        )
     }
 
     /// Returns the session's read view: queries through it never wait for the session's
@@ -269,7 +261,7 @@ impl Session {
     /// Returns every counter and gauge, with [`Counters::unconfirmed_ms`] as of the latest time
     /// any input carried (see [`Session::counters_at`] for another time).
     pub fn counters(&self) -> Counters {
-        self.counters_at(self.latest)
+        self.counters_at(self.ledger.latest())
     }
 
     /// Returns every counter and gauge, with [`Counters::unconfirmed_ms`] as of `now`.
@@ -286,8 +278,8 @@ impl Session {
         c.pages = self.index.page_count() as u64;
         c.objects = self.index.object_count() as u64;
         c.held_batches = self.stream.held() as u64;
-        c.buffered_batches = match &self.resync {
-            Resync::Fetching { batches, .. } => *batches as u64,
+        c.buffered_batches = match &self.resync.state {
+            ResyncState::Fetching { batches, .. } => *batches as u64,
             _ => 0,
         };
         c.unconfirmed_ms = self.confirmed_at().map_or(0, |at| {
@@ -312,7 +304,7 @@ impl Session {
     /// present at the master; `None` while the index is empty (trivially confirmed). See
     /// [`Counters::unconfirmed_ms`] for what confirms an object.
     pub fn confirmed_at(&self) -> Option<Instant> {
-        (self.index.object_count() > 0).then_some(self.confirmed_at)
+        self.ledger.confirmed_at(self.index.object_count() > 0)
     }
 
     /// Returns when [`Session::handle_timeout`] must next be called; `None` when nothing timed is
@@ -321,7 +313,7 @@ impl Session {
         [
             self.link.poll_timeout(),
             self.stream.poll_timeout(),
-            self.resync.poll_timeout(),
+            self.resync.state.poll_timeout(),
             self.verify.poll_timeout(),
             self.leader.as_ref().and_then(Leader::poll_timeout),
         ]
@@ -405,7 +397,7 @@ impl Session {
             self.act(now, None, None, ruling, &mut fx);
             self.release_held(now, &mut fx);
         }
-        match self.resync.handle_timeout(now) {
+        match self.resync.state.handle_timeout(now) {
             Some(ResyncDue::FetchTimedOut) => {
                 self.resync_failed(now, ResyncFailure::Timeout, &mut fx);
             }
@@ -431,9 +423,9 @@ impl Session {
 
     fn on_restart(&mut self, now: Instant) {
         self.see(now);
-        self.backoff.attempts = 0;
-        if self.endpoint.is_some() {
-            self.link = Link::Down {
+        self.link.backoff.attempts = 0;
+        if self.link.endpoint.is_some() {
+            self.link.state = Link::Down {
                 retry_at: Some(now),
             };
         }
@@ -474,58 +466,12 @@ impl Session {
             pages,
             objects,
         });
-        let connected = matches!(self.link, Link::Up { .. });
+        let connected = self.link.is_up();
         if connected && reason.resyncs() {
             self.start_resync(now, fx);
         } else if !connected {
-            self.resync = Resync::Idle;
+            self.resync.state = ResyncState::Idle;
             self.stream.fetch_dropped();
         }
-    }
-
-    /// Notes the time an input carried.
-    fn see(&mut self, now: Instant) {
-        self.latest = self.latest.max(now);
-    }
-
-    fn update_health(&mut self, fx: &mut Effects) {
-        let health = match self.link {
-            _ if self.events_disabled => Health::EventsDisabled,
-            Link::Down { .. } => Health::Disconnected,
-            Link::Connecting { .. } => Health::Connecting,
-            Link::Up { .. } => match self.resync {
-                Resync::Idle if !self.stream.is_unproven() && !self.stream.is_unplaced() => {
-                    Health::Live
-                }
-                _ => Health::Recovering,
-            },
-        };
-        if health != self.health {
-            fx.push(Report::HealthChanged {
-                from: self.health,
-                to: health,
-            });
-            self.health = health;
-            if health == Health::Live {
-                if let Some(leader) = &mut self.leader {
-                    leader.note_live(self.latest);
-                }
-            }
-        }
-        let why = self.recovering();
-        if why != self.recovering {
-            self.recovering = why;
-            if let Some(why) = why {
-                fx.push(Report::Recovering { why });
-            }
-        }
-        self.publish_query_state();
-    }
-
-    /// Publishes the health and whether the last snapshot is unproven to the reader. Called
-    /// at the end of every input and, where queries must start to miss, before the index
-    /// changes that depend on it.
-    fn publish_query_state(&self) {
-        self.reader.publish(self.health, self.stream.is_unproven());
     }
 }

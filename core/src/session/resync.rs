@@ -20,11 +20,33 @@ impl Watermark {
     }
 }
 
-/// The resynchronisation's state.
+/// The resynchronisation: where it stands, the numbering of its fetches, and the backoff of
+/// fetches that could not be anchored.
+#[derive(Debug)]
+pub(super) struct Resync {
+    pub(super) state: ResyncState,
+    /// The number of the next fetch ([`SnapshotRequest`]).
+    pub(super) next_request: u64,
+    /// The backoff of fetches whose snapshots could not be anchored, in a row (`attempts` is
+    /// zero once one is anchored).
+    pub(super) unanchored: Backoff,
+}
+
+impl Resync {
+    pub(super) fn new(seed: u64) -> Resync {
+        Resync {
+            state: ResyncState::Idle,
+            next_request: 1,
+            unanchored: Backoff::new(seed ^ 0x5bd1_e995),
+        }
+    }
+}
+
+/// Where the resynchronisation stands.
 // One per session, moved only when a resync begins or ends: the size of `Fetching` costs nothing.
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
-pub(super) enum Resync {
+pub(super) enum ResyncState {
     Idle,
     Fetching {
         request: SnapshotRequest,
@@ -83,13 +105,13 @@ pub(super) enum ResyncDue {
     Retry,
 }
 
-impl Resync {
-    /// Returns when [`Resync::handle_timeout`] is next due.
+impl ResyncState {
+    /// Returns when [`ResyncState::handle_timeout`] is next due.
     pub(super) fn poll_timeout(&self) -> Option<Instant> {
         match self {
-            Resync::Idle => None,
-            Resync::Fetching { deadline, .. } => Some(*deadline),
-            Resync::Waiting { retry_at, .. } | Resync::AwaitingStream { retry_at } => {
+            ResyncState::Idle => None,
+            ResyncState::Fetching { deadline, .. } => Some(*deadline),
+            ResyncState::Waiting { retry_at, .. } | ResyncState::AwaitingStream { retry_at } => {
                 Some(*retry_at)
             }
         }
@@ -98,7 +120,7 @@ impl Resync {
     /// Returns what is due at `now`, if anything (the session acts on it).
     pub(super) fn handle_timeout(&self, now: Instant) -> Option<ResyncDue> {
         match *self {
-            Resync::Fetching {
+            ResyncState::Fetching {
                 deadline,
                 confirming,
                 ..
@@ -107,7 +129,7 @@ impl Resync {
             } else {
                 ResyncDue::FetchTimedOut
             }),
-            Resync::Waiting { retry_at, .. } | Resync::AwaitingStream { retry_at }
+            ResyncState::Waiting { retry_at, .. } | ResyncState::AwaitingStream { retry_at }
                 if retry_at <= now =>
             {
                 Some(ResyncDue::Retry)
@@ -119,7 +141,7 @@ impl Resync {
     /// Records a live default-tenant event applied while the key list is handed over: the
     /// event wins over the list for its key.
     pub(super) fn saw(&mut self, event: &crate::frame::Event<'_>) {
-        let Resync::Fetching {
+        let ResyncState::Fetching {
             applied: Some(_),
             seen,
             cleared,
@@ -143,14 +165,16 @@ impl Resync {
     /// Why the index is recovering, as far as the resync tells.
     pub(super) fn recovering(&self) -> Option<Recovering> {
         match self {
-            Resync::Idle => None,
-            Resync::Fetching {
+            ResyncState::Idle => None,
+            ResyncState::Fetching {
                 confirming: Some(_),
                 ..
             } => Some(Recovering::Confirming),
-            Resync::Fetching { .. } => Some(Recovering::Fetching),
-            Resync::Waiting { failure, .. } => Some(Recovering::Retrying { failure: *failure }),
-            Resync::AwaitingStream { .. } => Some(Recovering::NoStatus),
+            ResyncState::Fetching { .. } => Some(Recovering::Fetching),
+            ResyncState::Waiting { failure, .. } => {
+                Some(Recovering::Retrying { failure: *failure })
+            }
+            ResyncState::AwaitingStream { .. } => Some(Recovering::NoStatus),
         }
     }
 }
@@ -223,8 +247,8 @@ impl Session {
     /// its lines (not begun, stale, refused by [`Input::SnapshotBegin`], or finished). A driver
     /// SHOULD drop a handover the session no longer takes.
     pub fn snapshot_progress(&self, request: SnapshotRequest) -> Option<usize> {
-        match &self.resync {
-            Resync::Fetching {
+        match &self.resync.state {
+            ResyncState::Fetching {
                 request: current,
                 applied: Some(applied),
                 confirming: None,
@@ -244,8 +268,8 @@ impl Session {
     ) -> Effects {
         self.see(now);
         let mut fx = Effects::new();
-        let superseded = match &self.resync {
-            Resync::Fetching {
+        let superseded = match &self.resync.state {
+            ResyncState::Fetching {
                 request: current,
                 applied: None,
                 superseded,
@@ -259,18 +283,18 @@ impl Session {
         if superseded {
             // The index forgot while this key list was read: fetch it again now.
             self.counters.stale_answers += 1;
-            self.resync = Resync::Idle;
+            self.resync.state = ResyncState::Idle;
             self.start_resync(now, &mut fx);
             self.update_health(&mut fx);
             return fx;
         }
         // The master's status answered and did not say its publisher is off.
-        self.events_disabled = false;
+        self.health.events_disabled = false;
         debug_assert!(
             self.stream.is_unplaced(),
             "a fetch answers an unplaced stream: {:?} {:?}",
             self.stream.position(),
-            self.link
+            self.link.state
         );
         match self.stream.place(now, watermark.map(Watermark::point)) {
             Placed::Unanchored => {
@@ -282,13 +306,13 @@ impl Session {
                     .config
                     .resync
                     .map_or(Duration::from_secs(1), |r| r.retry_after);
-                let delay = self.unanchored.delay(&BackoffConfig {
+                let delay = self.resync.unanchored.delay(&BackoffConfig {
                     initial: first,
                     max: first.saturating_mul(64),
                     ..BackoffConfig::default()
                 });
-                self.unanchored.attempts = self.unanchored.attempts.saturating_add(1);
-                self.resync = Resync::AwaitingStream {
+                self.resync.unanchored.attempts = self.resync.unanchored.attempts.saturating_add(1);
+                self.resync.state = ResyncState::AwaitingStream {
                     retry_at: now + delay,
                 };
                 if self.stream.has_heard() && !self.config.reorder.is_on() {
@@ -298,12 +322,12 @@ impl Session {
                 }
             }
             Placed::AtPoint | Placed::LastHeard => {
-                self.unanchored.attempts = 0;
+                self.resync.unanchored.attempts = 0;
                 self.counters.placements += 1;
                 fx.push(Report::Placed {
                     at: watermark.map(|w| w.seq),
                 });
-                if let Resync::Fetching { applied, .. } = &mut self.resync {
+                if let ResyncState::Fetching { applied, .. } = &mut self.resync.state {
                     *applied = Some(0);
                 }
                 self.release_held(now, &mut fx);
@@ -322,8 +346,8 @@ impl Session {
         I: IntoIterator,
         I::Item: AsRef<[u8]>,
     {
-        let asked_at = match &self.resync {
-            Resync::Fetching {
+        let asked_at = match &self.resync.state {
+            ResyncState::Fetching {
                 request: current,
                 applied: Some(_),
                 confirming: None,
@@ -334,13 +358,13 @@ impl Session {
         };
         // The master's key list was read after the fetch was asked for.
         self.note_evidence(asked_at);
-        let Resync::Fetching {
+        let ResyncState::Fetching {
             applied: Some(applied),
             seen,
             cleared,
             lines: filter,
             ..
-        } = &mut self.resync
+        } = &mut self.resync.state
         else {
             return None;
         };
@@ -364,9 +388,9 @@ impl Session {
             .config
             .resync
             .map_or(Duration::ZERO, |r| r.fetch_timeout);
-        let confirm = VerifyRequest(self.next_request);
-        let doubted = match &mut self.resync {
-            Resync::Fetching {
+        let confirm = self.verify.reserve_request();
+        let doubted = match &mut self.resync.state {
+            ResyncState::Fetching {
                 request: current,
                 applied: Some(applied),
                 confirming: confirming @ None,
@@ -393,7 +417,6 @@ impl Session {
         if doubted.is_empty() {
             self.complete_resync(now, 0, &mut fx);
         } else {
-            self.next_request += 1;
             fx.push(Command::VerifyKeys {
                 request: confirm,
                 keys: doubted,
@@ -405,7 +428,7 @@ impl Session {
 
     /// Reports whether `request` is the confirmation of doubted lines under way.
     pub(super) fn is_confirmation(&self, request: VerifyRequest) -> bool {
-        matches!(&self.resync, Resync::Fetching { confirming: Some(r), .. } if *r == request)
+        matches!(&self.resync.state, ResyncState::Fetching { confirming: Some(r), .. } if *r == request)
     }
 
     /// Applies the master's answer about the doubted lines: those it holds, unless a live event
@@ -417,12 +440,12 @@ impl Session {
     ) -> Effects {
         let mut fx = Effects::new();
         let mut confirmed = 0;
-        if let Resync::Fetching {
+        if let ResyncState::Fetching {
             applied: Some(applied),
             seen,
             cleared,
             ..
-        } = &mut self.resync
+        } = &mut self.resync.state
         {
             let before = *applied;
             for (key, _) in results.into_iter().filter(|(_, present)| *present) {
@@ -446,20 +469,20 @@ impl Session {
     /// Ends the resync under way: the index is live again (once the stream has continued the
     /// status point).
     fn complete_resync(&mut self, now: Instant, confirmed: usize, fx: &mut Effects) {
-        let Resync::Fetching {
+        let ResyncState::Fetching {
             batches,
             applied: Some(applied),
             confirms,
             lines,
             ..
-        } = &self.resync
+        } = &self.resync.state
         else {
             return;
         };
         let (batches, applied, confirms) = (*batches, *applied, *confirms);
         self.counters.snapshot_odd_lines += lines.odd;
         self.counters.snapshot_doubted_lines += lines.doubted;
-        self.resync = Resync::Idle;
+        self.resync.state = ResyncState::Idle;
         // Every object is from the snapshot (read after the fetch was asked for) or from a batch
         // since, unless the index held objects before: then `confirms` is their confirmation.
         self.confirm(confirms);
@@ -491,13 +514,13 @@ impl Session {
     ) -> Effects {
         self.see(now);
         let mut fx = Effects::new();
-        match &self.resync {
-            Resync::Fetching {
+        match &self.resync.state {
+            ResyncState::Fetching {
                 request: current, ..
             } if *current == request => {
                 if failure == ResyncFailure::EventsDisabled {
                     self.counters.events_disabled += 1;
-                    self.events_disabled = true;
+                    self.health.events_disabled = true;
                 }
                 self.resync_failed(now, failure, &mut fx);
             }
@@ -512,12 +535,12 @@ impl Session {
         let Some(limits) = self.config.resync else {
             return;
         };
-        let Resync::Fetching {
+        let ResyncState::Fetching {
             batches,
             bytes,
             applied: Some(_),
             ..
-        } = &mut self.resync
+        } = &mut self.resync.state
         else {
             return;
         };
@@ -537,11 +560,11 @@ impl Session {
         let Some(limits) = self.config.resync else {
             return;
         };
-        if let Resync::Fetching {
+        if let ResyncState::Fetching {
             applied: None,
             superseded,
             ..
-        } = &mut self.resync
+        } = &mut self.resync.state
         {
             // The key list is still being read: asking for another now would read the master's
             // whole key list once more per loss (a storm of them while the stream cannot be
@@ -558,16 +581,12 @@ impl Session {
             "a fetch is asked for a placed stream: {:?}",
             self.stream.position()
         );
-        let request = SnapshotRequest(self.next_request);
-        self.next_request += 1;
+        let request = SnapshotRequest(self.resync.next_request);
+        self.resync.next_request += 1;
         self.counters.resyncs_started += 1;
         // A snapshot only adds: objects held already stay as confirmed as they were.
-        let confirms = if self.index.object_count() == 0 {
-            now
-        } else {
-            self.confirmed_at.min(now)
-        };
-        self.resync = Resync::Fetching {
+        let confirms = self.confirmed_at().map_or(now, |at| at.min(now));
+        self.resync.state = ResyncState::Fetching {
             request,
             deadline: now + limits.fetch_timeout,
             asked_at: now,
@@ -591,7 +610,7 @@ impl Session {
             .resync
             .map_or(Duration::from_secs(1), |r| r.retry_after);
         self.counters.resyncs_failed += 1;
-        self.resync = Resync::Waiting {
+        self.resync.state = ResyncState::Waiting {
             retry_at: now + retry,
             failure: reason,
         };

@@ -83,7 +83,7 @@ impl Session {
                 Mark::undecodable(Seq(seq), frames[2])
             }
         };
-        if let Link::Connecting { .. } = self.link {
+        if let Link::Connecting { .. } = self.link.state {
             self.link_up(now, &mut fx);
         }
         let ruling = self
@@ -122,7 +122,7 @@ impl Session {
                     fx.push(Report::Skipped { seq, why });
                 }
                 if why == Skip::Unplaced
-                    && matches!(self.resync, Resync::AwaitingStream { .. })
+                    && matches!(self.resync.state, ResyncState::AwaitingStream { .. })
                     && !self.config.reorder.is_on()
                 {
                     // A batch arrived: the subscription took effect, so a fetch asked now is
@@ -246,7 +246,7 @@ impl Session {
                 }
             }
             if tenant == DEFAULT_TENANT {
-                self.resync.saw(event);
+                self.resync.state.saw(event);
             }
         }
         self.counters.batches += 1;

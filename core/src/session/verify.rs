@@ -9,6 +9,9 @@ pub(super) struct Verify {
     pub(super) in_flight: Option<Round>,
     /// The sweep in progress, if every round of it so far was answered in full.
     pub(super) sweep: Option<Sweep>,
+    /// The number of the next `/batch_query_keys` request (a round, or a confirmation of
+    /// doubted key-list lines).
+    next_request: u64,
 }
 
 /// A verification sweep in progress (see `Sampled` in the index).
@@ -32,12 +35,27 @@ pub(super) enum VerifyDue {
 }
 
 impl Verify {
-    pub(super) fn idle() -> Verify {
+    pub(super) fn new() -> Verify {
         Verify {
             next_at: None,
             in_flight: None,
             sweep: None,
+            next_request: 1,
         }
+    }
+
+    /// Drops the round under way and the sweep, and schedules nothing (the numbering goes on).
+    pub(super) fn reset(&mut self) {
+        self.next_at = None;
+        self.in_flight = None;
+        self.sweep = None;
+    }
+
+    /// Numbers a `/batch_query_keys` request.
+    pub(super) fn reserve_request(&mut self) -> VerifyRequest {
+        let request = VerifyRequest(self.next_request);
+        self.next_request += 1;
+        request
     }
 
     /// Returns when [`Verify::handle_timeout`] is next due.
@@ -200,7 +218,7 @@ impl Session {
 
     pub(super) fn start_verify(&mut self, now: Instant, fx: &mut Effects) {
         let Some(v) = self.config.verify else { return };
-        if self.health != Health::Live {
+        if self.health.health != Health::Live {
             self.schedule_verify(now);
             return;
         }
@@ -221,8 +239,7 @@ impl Session {
                 other_tenants: false,
             });
         }
-        let request = VerifyRequest(self.next_request);
-        self.next_request += 1;
+        let request = self.verify.reserve_request();
         self.verify.next_at = None;
         self.verify.in_flight = Some(Round {
             request,
@@ -267,43 +284,5 @@ impl Session {
             began: round.sampled_at,
             other_tenants: round.other_tenants,
         });
-    }
-
-    /// Records that objects the master held at `at` join the index: the index's confirmation,
-    /// and every confirmation pending (resync, sweep, round), is no later than `at`.
-    pub(super) fn note_evidence(&mut self, at: Instant) {
-        self.confirmed_at = if self.index.object_count() == 0 {
-            // Nothing older is left: the new objects set the figure, capped by what is pending.
-            self.before_pending(at)
-        } else {
-            self.confirmed_at.min(at)
-        };
-        if let Some(sweep) = &mut self.verify.sweep {
-            sweep.began = sweep.began.min(at);
-        }
-        if let Some(round) = &mut self.verify.in_flight {
-            round.sampled_at = round.sampled_at.min(at);
-        }
-        if let Resync::Fetching { confirms, .. } = &mut self.resync {
-            *confirms = (*confirms).min(at);
-        }
-    }
-
-    /// Moves the index's confirmation forward to `at`, when every object it holds is known to
-    /// have been present at the master at or after `at`.
-    pub(super) fn confirm(&mut self, at: Instant) {
-        self.confirmed_at = self.confirmed_at.max(self.before_pending(at));
-    }
-
-    /// Returns `at`, or the oldest evidence still waiting to join the index if that is earlier
-    /// (a held batch's arrival, the snapshot being fetched): the confirmation is not moved past
-    /// what they will add, so that it does not move back when they do.
-    pub(super) fn before_pending(&self, at: Instant) -> Instant {
-        let held = self.stream.held_since().unwrap_or(at);
-        let snapshot = match &self.resync {
-            Resync::Fetching { asked_at, .. } => *asked_at,
-            _ => at,
-        };
-        at.min(held).min(snapshot)
     }
 }

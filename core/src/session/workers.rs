@@ -2,6 +2,24 @@
 
 use super::*;
 
+/// The SGLang workers: what each advertised last, and what they advertise for each model.
+#[derive(Debug)]
+pub(super) struct Workers {
+    /// Every worker that answered its last report, by name.
+    pub(super) directory: BTreeMap<String, WorkerInfo>,
+    /// What the workers advertise for their models, and the layout in force for each.
+    pub(super) votes: LayoutVotes,
+}
+
+impl Workers {
+    pub(super) fn new() -> Workers {
+        Workers {
+            directory: BTreeMap::new(),
+            votes: LayoutVotes::new(),
+        }
+    }
+}
+
 impl Session {
     /// Reports what a worker advertises (`None`: the worker is gone). A configured endpoint and
     /// configured layouts always win. Workers of one model that disagree on its layout (or
@@ -30,15 +48,15 @@ impl Session {
         match info {
             Some(info) => {
                 self.note_layout(worker, &info, &mut fx);
-                self.workers.insert(worker.into(), info);
+                self.workers.directory.insert(worker.into(), info);
             }
             None => {
-                self.workers.remove(worker);
-                self.layout_votes.set(worker, None);
+                self.workers.directory.remove(worker);
+                self.workers.votes.set(worker, None);
             }
         }
         self.reader
-            .publish_layouts(&self.config.layouts, &self.layout_votes);
+            .publish_layouts(&self.config.layouts, &self.workers.votes);
         self.choose_endpoint(now, &mut fx);
         self.update_health(&mut fx);
         fx
@@ -46,23 +64,26 @@ impl Session {
 
     /// Returns the layout a lookup uses: a configured one, else the one its workers agree on.
     pub fn layout_for(&self, model: Option<&str>) -> Result<&Layout, QueryError> {
-        crate::reader::resolve(&self.config.layouts, &self.layout_votes, model)
+        crate::reader::resolve(&self.config.layouts, &self.workers.votes, model)
     }
 
     /// Returns what the workers advertise for their models and the verdict on each.
     pub fn layout_votes(&self) -> &LayoutVotes {
-        &self.layout_votes
+        &self.workers.votes
     }
 
     /// Returns every worker that answered its last report, with what it advertised, in name
     /// order.
     pub fn workers(&self) -> impl Iterator<Item = (&str, &WorkerInfo)> + '_ {
-        self.workers.iter().map(|(w, info)| (w.as_str(), info))
+        self.workers
+            .directory
+            .iter()
+            .map(|(w, info)| (w.as_str(), info))
     }
 
     pub(super) fn note_layout(&mut self, worker: &str, info: &WorkerInfo, fx: &mut Effects) {
         let Some(model) = info.model.as_deref() else {
-            self.layout_votes.set(worker, None);
+            self.workers.votes.set(worker, None);
             return;
         };
         if self
@@ -71,7 +92,7 @@ impl Session {
             .iter()
             .any(|ml| ml.model.as_deref() == Some(model))
         {
-            self.layout_votes.set(worker, None);
+            self.workers.votes.set(worker, None);
             return;
         }
         let advertised = match (&info.layout_problem, &info.layout) {
@@ -86,10 +107,10 @@ impl Session {
                     .unwrap_or_else(|| "advertises no layout".into()),
             ),
         };
-        if !self.layout_votes.set(worker, Some((model, advertised))) {
+        if !self.workers.votes.set(worker, Some((model, advertised))) {
             return;
         }
-        match self.layout_votes.verdict(model) {
+        match self.workers.votes.verdict(model) {
             Some(ModelVerdict::Conflict { .. }) => fx.push(Report::LayoutDisagreement {
                 model: model.into(),
                 worker: worker.into(),
@@ -106,12 +127,12 @@ impl Session {
             return;
         }
         let mut votes: BTreeMap<&str, usize> = BTreeMap::new();
-        for info in self.workers.values() {
+        for info in self.workers.directory.values() {
             if let Some(e) = info.event_endpoint.as_deref() {
                 *votes.entry(e).or_default() += 1;
             }
         }
-        let current = self.endpoint.as_deref();
+        let current = self.link.endpoint.as_deref();
         let chosen = match current {
             Some(c) if votes.contains_key(c) => Some(c),
             _ => votes
@@ -131,15 +152,15 @@ impl Session {
         if current == Some(chosen.as_str()) {
             return;
         }
-        let had = self.endpoint.replace(chosen);
+        let had = self.link.endpoint.replace(chosen);
         if had.is_some() {
             fx.push(Command::Disconnect);
             self.stream.begin_anew();
             self.drop_index(now, ClearReason::EndpointChanged, fx);
-            self.resync = Resync::Idle;
-            self.verify = Verify::idle();
+            self.resync.state = ResyncState::Idle;
+            self.verify.reset();
         }
-        self.backoff.attempts = 0;
+        self.link.backoff.attempts = 0;
         self.connect(now, fx);
     }
 }

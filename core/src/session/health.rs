@@ -1,0 +1,70 @@
+//! The health every answer carries, why the index is recovering, and their publication to the
+//! lock-free readers.
+
+use super::*;
+
+/// The session's health, and what it last reported of it.
+#[derive(Debug)]
+pub(super) struct HealthState {
+    pub(super) health: Health,
+    /// Why the index was recovering when it was last reported ([`Report::Recovering`]).
+    recovering: Option<Recovering>,
+    /// The last status read said the publisher is off.
+    pub(super) events_disabled: bool,
+}
+
+impl HealthState {
+    pub(super) fn new() -> HealthState {
+        HealthState {
+            health: Health::Disconnected,
+            recovering: None,
+            events_disabled: false,
+        }
+    }
+}
+
+impl Session {
+    /// Works out the health from the sub-machines, and reports what changed: the health, why
+    /// it is recovering. Called at the end of every input.
+    pub(super) fn update_health(&mut self, fx: &mut Effects) {
+        let health = match self.link.state {
+            _ if self.health.events_disabled => Health::EventsDisabled,
+            Link::Down { .. } => Health::Disconnected,
+            Link::Connecting { .. } => Health::Connecting,
+            Link::Up { .. } => match self.resync.state {
+                ResyncState::Idle if !self.stream.is_unproven() && !self.stream.is_unplaced() => {
+                    Health::Live
+                }
+                _ => Health::Recovering,
+            },
+        };
+        if health != self.health.health {
+            fx.push(Report::HealthChanged {
+                from: self.health.health,
+                to: health,
+            });
+            self.health.health = health;
+            if health == Health::Live {
+                if let Some(leader) = &mut self.leader {
+                    leader.note_live(self.ledger.latest());
+                }
+            }
+        }
+        let why = self.recovering();
+        if why != self.health.recovering {
+            self.health.recovering = why;
+            if let Some(why) = why {
+                fx.push(Report::Recovering { why });
+            }
+        }
+        self.publish_query_state();
+    }
+
+    /// Publishes the health and whether the last snapshot is unproven to the reader. Called
+    /// at the end of every input and, where queries must start to miss, before the index
+    /// changes that depend on it.
+    pub(super) fn publish_query_state(&self) {
+        self.reader
+            .publish(self.health.health, self.stream.is_unproven());
+    }
+}
