@@ -47,7 +47,8 @@ pub struct Counters {
     pub placements: u64,
     /// Batches held out of order (reorder window).
     pub held: u64,
-    /// Gaps seen.
+    /// Holes the stream showed: without a reorder window, every batch numbered past the one
+    /// that arrived before it; with one, each hole the window gave up on.
     pub gaps: u64,
     /// Sequence numbers skipped across all gaps.
     pub missing_sequences: u64,

@@ -34,6 +34,10 @@ pub struct Stream<T> {
     unproven_since: Option<Instant>,
     /// Since the last placement, a held batch was skipped before its point.
     placed_with_before: bool,
+    /// The holes the stream showed: how many, and how many sequences they skipped.
+    holes: (u64, u64),
+    /// The batch being offered showed a hole as it arrived, counted already.
+    hole_counted: bool,
 }
 
 impl<T> Stream<T> {
@@ -49,6 +53,8 @@ impl<T> Stream<T> {
             heard_before_fetch: None,
             unproven_since: None,
             placed_with_before: false,
+            holes: (0, 0),
+            hole_counted: false,
         }
     }
 
@@ -83,6 +89,13 @@ impl<T> Stream<T> {
         self.hold.oldest()
     }
 
+    /// Returns the holes the stream showed: how many, and how many sequences they skipped
+    /// (without a reorder window, every batch numbered past the one heard before it; with one,
+    /// each hole the window gave up on).
+    pub fn holes(&self) -> (u64, u64) {
+        self.holes
+    }
+
     /// Reports whether queries must miss: at a status point, a batch came before it and the
     /// stream has not continued it yet (R3).
     pub fn is_unproven(&self) -> bool {
@@ -105,7 +118,16 @@ impl<T> Stream<T> {
         bytes: usize,
         keep: impl FnOnce() -> T,
     ) -> Ruling {
+        // Without a window, the order batches arrive in is the publisher's: a batch numbered past
+        // the one heard before it shows a hole, whatever it is ruled.
+        let arrival_hole = self
+            .heard
+            .filter(|_| !self.config.reorder.is_on())
+            .map_or(0, |h| mark.seq.0.saturating_sub(h.seq.0.saturating_add(1)));
+        self.count_hole(arrival_hole);
+        self.hole_counted = arrival_hole > 0;
         let ruling = self.rule(now, &mark, true);
+        self.hole_counted = false;
         if ruling != Ruling::Skip(Skip::Copy) {
             let last = if mark.undecodable {
                 None
@@ -158,6 +180,9 @@ impl<T> Stream<T> {
             }
             Place::Ahead { expected } => {
                 let received = m.seq;
+                if !self.hole_counted {
+                    self.count_hole(received.0.saturating_sub(expected.0));
+                }
                 self.forgot(Why::Loss { expected, received }, m) // R4
             }
             Place::Other => self.forgot(Why::OtherRun, m), // R5
@@ -234,6 +259,8 @@ impl<T> Stream<T> {
         let position = self.position.point().map(|p| p.seq);
         let expected = position.map_or(Seq(0), |p| Seq(p.0.saturating_add(1)));
         let received = self.hold.first().map_or(expected, |m| m.seq);
+        // With a window, a hole is one it gave up on.
+        self.count_hole(received.0.saturating_sub(expected.0).max(1));
         self.unplace();
         Ruling::Forget(Forgot {
             why: Why::Loss { expected, received },
@@ -254,6 +281,14 @@ impl<T> Stream<T> {
         let held = self.hold.take_first().expect("a first held batch");
         let ruling = self.rule(now, &held.mark, false);
         Some((held.mark, held.item, ruling))
+    }
+
+    /// Counts a hole of `missing` sequences (none: no hole).
+    fn count_hole(&mut self, missing: u64) {
+        if missing > 0 {
+            self.holes.0 += 1;
+            self.holes.1 += missing;
+        }
     }
 
     /// Records a batch passed, to tell its copies (R2).

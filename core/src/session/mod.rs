@@ -278,6 +278,7 @@ impl Session {
         c.pages = self.index.page_count() as u64;
         c.objects = self.index.object_count() as u64;
         c.held_batches = self.stream.held() as u64;
+        (c.gaps, c.missing_sequences) = self.stream.holes();
         c.buffered_batches = match &self.resync.state {
             ResyncState::Fetching { batches, .. } => *batches as u64,
             _ => 0,

@@ -278,10 +278,8 @@ impl Session {
         }
     }
 
-    /// Counts and reports a gap from `expected` to `received`.
+    /// Reports a gap from `expected` to `received` (the stream counts them: [`Stream::holes`]).
     pub(super) fn note_gap(&mut self, expected: Seq, received: Seq, fx: &mut Effects) {
-        self.counters.gaps += 1;
-        self.counters.missing_sequences += received.0.saturating_sub(expected.0);
         fx.push(Report::Gap { expected, received });
     }
 }

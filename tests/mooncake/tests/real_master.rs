@@ -457,7 +457,8 @@ fn late_join_bootstraps_from_get_all_keys_without_losing_concurrent_events(via: 
         .collect();
 
     // The master's key list is read at once but handed over only when the test says so: what
-    // happens in between arrives as live batches the index must buffer and replay.
+    // happens in between arrives as live batches, which the index holds for the key list's
+    // status point and applies after it (rule R6 of the core's sequence module).
     let proxy = HttpProxy::start(w.master.http_addr());
     proxy.hold_snapshots(true);
     let mut index = w.index(
@@ -475,7 +476,8 @@ fn late_join_bootstraps_from_get_all_keys_without_losing_concurrent_events(via: 
     assert_eq!(index.health(), Health::Recovering);
     w.settle(&mut [&mut index]);
     let messages_at_fetch = w.observer.messages();
-    let events_at_fetch = index.counters()["events"];
+    let events_at_fetch = w.observer.stats().events;
+    let held_at_fetch = index.counters()["held"];
 
     // While the index waits for the snapshot: new pages, and a removal of an early object.
     let late: Vec<Vec<u32>> = (0..2).map(|i| tokens(40 + i, 12)).collect();
@@ -488,13 +490,25 @@ fn late_join_bootstraps_from_get_all_keys_without_losing_concurrent_events(via: 
     // One event per put and one removal; a busy master may put several in one batch, so the
     // batches to expect are those the observer saw.
     let live_events = late_keys.len() as u64 + 1;
-    run_until(&mut [&mut index], "every live event to arrive", WAIT, |i| {
-        i[0].counters()["events"] - events_at_fetch >= live_events
-    });
+    run_until(
+        &mut [&mut index],
+        "every live batch to be held",
+        WAIT,
+        |i| {
+            let batches = w.observer.messages() - messages_at_fetch;
+            w.observer.stats().events - events_at_fetch >= live_events
+                && i[0].counters()["held"] - held_at_fetch >= batches
+        },
+    );
     w.settle(&mut [&mut index]);
     let live_batches = w.observer.messages() - messages_at_fetch;
     assert!(live_batches >= 1 && live_batches <= live_events);
-    assert_eq!(index.counters()["buffered_batches"], live_batches);
+    assert_eq!(index.counters()["held_batches"], live_batches);
+    assert_eq!(
+        index.counters()["events"],
+        0,
+        "nothing applied before the point"
+    );
     assert_eq!(index.health(), Health::Recovering, "still waiting");
     proxy.hold_snapshots(false);
 
@@ -518,14 +532,14 @@ fn late_join_bootstraps_from_get_all_keys_without_losing_concurrent_events(via: 
         assert_eq!(
             replayed,
             Some(live_batches),
-            "every buffered batch replayed"
+            "every held batch applied after the status point"
         );
     }
     report(
         &name,
         format!(
             "snapshot: {} keys ({} objects put before the index started); {live_batches} live \
-             batches buffered while it was held and replayed after it",
+             batches held for its status point and applied after it",
             snapshot.len(),
             early_keys.len()
         ),
@@ -546,7 +560,7 @@ fn late_join_bootstraps_from_get_all_keys_without_losing_concurrent_events(via: 
         (
             c["resyncs_completed"],
             c["gaps"],
-            c["buffered_batches"],
+            c["held_batches"],
             c["objects"]
         ),
         (1, 0, 0, 36 + 24 - 1)
