@@ -40,6 +40,7 @@
 pub mod config;
 pub mod driver;
 pub mod etcd;
+pub mod front;
 pub mod handle;
 pub mod http;
 pub mod leader;
