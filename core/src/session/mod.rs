@@ -113,6 +113,9 @@ pub struct Session {
     /// The backoff of fetches whose snapshots could not be anchored, in a row (`attempts` is
     /// zero once one is anchored).
     unanchored: Backoff,
+    /// The backoff of the master's HTTP side failing in a row (fetches and verification rounds
+    /// that failed or timed out); `attempts` is zero once it answers.
+    http_backoff: Backoff,
     counters: Counters,
     /// A time at or after which every object the index holds was present at the master (see
     /// [`Counters::unconfirmed_ms`]); meaningless while the index is empty.
@@ -204,6 +207,7 @@ impl Session {
             layout_votes: LayoutVotes::new(),
             next_request: 1,
             unanchored: Backoff::new(config.seed ^ 0x5bd1_e995),
+            http_backoff: Backoff::new(config.seed ^ 0x6874_7470),
             counters: Counters::default(),
             confirmed_at: Instant::ZERO,
             latest: Instant::ZERO,
@@ -398,7 +402,7 @@ impl Session {
             None => {}
         }
         match self.verify.handle_timeout(now) {
-            Some(VerifyDue::RoundTimedOut) => self.schedule_verify(now),
+            Some(VerifyDue::RoundTimedOut) => self.schedule_verify_after_failure(now),
             Some(VerifyDue::Round) => self.start_verify(now, &mut fx),
             None => {}
         }

@@ -194,6 +194,10 @@ pub(super) fn key_checksum(key: &str) -> u64 {
     h ^ (h >> 33)
 }
 
+/// How many times the retry delay (or the verification interval) the backoff of the master's
+/// HTTP side grows to at most.
+pub(super) const RETRY_BACKOFF_CAP: u32 = 8;
+
 impl Session {
     /// Hands over the master's key list (default tenant) for the fetch `request`, one item per
     /// line exactly as the master wrote it (see [`crate::snapshot_lines`]), with the
@@ -294,6 +298,7 @@ impl Session {
         };
         // The master's status answered and did not say its publisher is off.
         self.events_disabled = false;
+        self.http_backoff.attempts = 0;
         let check = watermark.map(|w| (w, self.check_status_point(w)));
         if let Some((_, ProofCheck::Broken)) = check {
             // The master's counters went back, or its event ids disagree with the stream's:
@@ -622,14 +627,25 @@ impl Session {
         fx.push(Command::FetchSnapshot { request });
     }
 
+    /// Ends the fetch under way as failed; the next is asked for after the retry delay, twice
+    /// as long (jittered, in the upper half) for each failure of the master's HTTP side in a
+    /// row, up to 8 times it: an unreachable master costs a request every 4-8 s, not every
+    /// second, and one that comes back is fetched from within 8 retry delays (the simulator's
+    /// liveness check, a quiet period of 10 retry delays, holds the cap to that).
     pub(super) fn resync_failed(&mut self, now: Instant, reason: ResyncFailure, fx: &mut Effects) {
         let retry = self
             .config
             .resync
             .map_or(Duration::from_secs(1), |r| r.retry_after);
+        let delay = self.http_backoff.delay(&BackoffConfig {
+            initial: retry,
+            max: retry.saturating_mul(RETRY_BACKOFF_CAP),
+            ..BackoffConfig::default()
+        });
+        self.http_backoff.attempts = self.http_backoff.attempts.saturating_add(1);
         self.counters.resyncs_failed += 1;
         self.resync = Resync::Waiting {
-            retry_at: now + retry,
+            retry_at: now + delay,
         };
         fx.push(Report::ResyncFailed { reason });
     }

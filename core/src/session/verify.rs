@@ -96,7 +96,7 @@ impl Session {
             Some(round) if round.request == request => {
                 self.verify.in_flight = None;
                 self.counters.verify_failures += 1;
-                self.schedule_verify(now);
+                self.schedule_verify_after_failure(now);
             }
             _ => self.counters.stale_answers += 1,
         }
@@ -124,7 +124,10 @@ impl Session {
         self.see(now);
         let mut fx = Effects::new();
         let round = match self.verify.in_flight.take() {
-            Some(round) if round.request == request => round,
+            Some(round) if round.request == request => {
+                self.http_backoff.attempts = 0;
+                round
+            }
             other => {
                 self.verify.in_flight = other;
                 self.verify.sweep = None;
@@ -186,6 +189,22 @@ impl Session {
 
     pub(super) fn schedule_verify(&mut self, now: Instant) {
         self.verify.next_at = self.config.verify.map(|v| now + v.interval);
+    }
+
+    /// Schedules the next round after one that failed or timed out: the interval, or longer
+    /// while the master's HTTP side keeps failing (its backoff: doubling, jittered, up to 8
+    /// intervals); an answered round resets it.
+    pub(super) fn schedule_verify_after_failure(&mut self, now: Instant) {
+        let Some(v) = self.config.verify else {
+            return;
+        };
+        let delay = self.http_backoff.delay(&BackoffConfig {
+            initial: v.interval,
+            max: v.interval.saturating_mul(super::resync::RETRY_BACKOFF_CAP),
+            ..BackoffConfig::default()
+        });
+        self.http_backoff.attempts = self.http_backoff.attempts.saturating_add(1);
+        self.verify.next_at = Some(now + delay.max(v.interval));
     }
 
     pub(super) fn start_verify(&mut self, now: Instant, fx: &mut Effects) {
