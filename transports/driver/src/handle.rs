@@ -33,6 +33,8 @@ pub(crate) struct Shared {
     pub(crate) locks: LockMaxima,
     /// Page digests already computed, shared by every query.
     pub(crate) memo: PrefixMemo,
+    /// The failures under way (the key list, verification, the event endpoint).
+    pub(crate) episodes: crate::episode::Episodes,
 }
 
 /// The session behind a reader-writer lock whose writer hands over fairly: each write hold is
@@ -244,6 +246,12 @@ impl QueryHandle {
     /// Returns how often the prefix memo answered a page, and what it holds.
     pub fn memo_stats(&self) -> MemoStats {
         self.shared.memo.stats()
+    }
+
+    /// Returns the failures under way, one line each (`key list unreachable at URL: CAUSE, N
+    /// tries`): why the index is not live, when something keeps failing.
+    pub fn failures(&self) -> Vec<String> {
+        self.shared.episodes.describe()
     }
 
     fn answer(
@@ -566,6 +574,7 @@ mod tests {
             start,
             locks: LockMaxima::default(),
             memo: PrefixMemo::new(crate::DEFAULT_MEMO_BYTES),
+            episodes: Default::default(),
         });
         (QueryHandle::new(shared), tokens)
     }

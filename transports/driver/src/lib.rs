@@ -39,6 +39,7 @@
 
 pub mod config;
 pub mod driver;
+pub mod episode;
 pub mod etcd;
 pub mod front;
 pub mod handle;
@@ -130,6 +131,7 @@ pub fn prepare_observed<O: Observer>(
         start,
         locks: handle::LockMaxima::default(),
         memo: PrefixMemo::new(prefix_memo_bytes),
+        episodes: episode::Episodes::default(),
     });
     let (tx, inbox) = async_channel::unbounded();
     let control = Control::new(tx);
@@ -149,6 +151,7 @@ pub fn prepare_observed<O: Observer>(
         handover: None,
         observer,
         stopped: false,
+        connecting: None,
     };
     if let Some(locator) = ha {
         etcd::spawn(locator, control.clone()).map_err(|e| Error::Etcd(e.to_string()))?;
