@@ -96,7 +96,7 @@ pub(crate) fn run(args: WatchArgs) -> Outcome {
         });
     }
     if let Some(error) = watch.failed {
-        return Err(error);
+        return Err(error.into());
     }
     eprintln!(
         "hicache-index: {}",

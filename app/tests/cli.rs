@@ -726,7 +726,9 @@ fn serve_answers_queries_over_http_and_refuses_bad_requests_with_json() {
     emulator.store(keys);
     let ask = json!({ "tokens": tokens(1, 5) });
     wait_for("three pages", || query(addr, &ask)["prefix_pages"] == 3);
-    let answer = query(addr, &ask);
+    // Issue 29: by default `pages` ends at the first miss; `page_map` asks for every page.
+    assert_eq!(query(addr, &ask)["pages"], json!([true, true, true, false]));
+    let answer = query(addr, &json!({ "tokens": tokens(1, 5), "page_map": true }));
     assert_eq!(answer["pages"], json!([true, true, true, false, false]));
     assert_eq!(
         (answer["total_pages"].as_u64(), answer["trust"].as_str()),
@@ -738,7 +740,7 @@ fn serve_answers_queries_over_http_and_refuses_bad_requests_with_json() {
         .collect();
     let by_hash = query(
         addr,
-        &json!({ "page_hashes": hashes, "model": "Qwen/Qwen3-8B", "tenant": "default" }),
+        &json!({ "page_hashes": hashes, "model": "Qwen/Qwen3-8B", "tenant": "default", "page_map": true }),
     );
     assert_eq!(by_hash["pages"], answer["pages"]);
     let salted = query(
@@ -795,7 +797,7 @@ fn serve_answers_queries_over_http_and_refuses_bad_requests_with_json() {
     for line in [
         "# TYPE hicache_index_batches_total counter",
         "# TYPE hicache_index_pages gauge",
-        "# TYPE hicache_index_unconfirmed_ms gauge",
+        "# TYPE hicache_index_unconfirmed_seconds gauge",
         "hicache_index_connected 1",
         "hicache_index_healthy 1",
         "hicache_index_health{state=\"live\"} 1",
@@ -815,7 +817,10 @@ fn serve_answers_queries_over_http_and_refuses_bad_requests_with_json() {
     assert!(figure("hicache_index_batches_total") > 0);
     assert!(figure("hicache_index_resyncs_completed_total") >= 1);
     assert!(figure("hicache_index_pages") >= 3);
-    let _ = figure("hicache_index_unconfirmed_ms");
+    assert!(
+        metrics.contains("\nhicache_index_unconfirmed_seconds "),
+        "{metrics}"
+    );
     assert_eq!(http(addr, "GET", "/healthz", b"").0, 200);
 
     // SIGTERM stops the service cleanly.
@@ -931,10 +936,11 @@ fn serve_refuses_bad_configurations_in_one_line() {
         args.extend_from_slice(&layout);
         run(&args, "")
     };
-    assert_fails(&with(&["--events", "127.0.0.1:5557"]), 1, "tcp://HOST:PORT");
+    // Issue 29: the app's own usage errors exit 2, as clap's do (they exited 1).
+    assert_fails(&with(&["--events", "127.0.0.1:5557"]), 2, "tcp://HOST:PORT");
     assert_fails(
         &with(&["--events", "tcp://127.0.0.1:0"]),
-        1,
+        2,
         "tcp://HOST:PORT",
     );
     assert_fails(
@@ -951,7 +957,7 @@ fn serve_refuses_bad_configurations_in_one_line() {
             "--listen",
             "127.0.0.1:0",
         ]),
-        1,
+        2,
         "master HTTP URL",
     );
     assert_fails(
@@ -973,7 +979,7 @@ fn serve_refuses_bad_configurations_in_one_line() {
             "--ha-locator",
             "redis://127.0.0.1:6379",
         ]),
-        1,
+        2,
         "etcd://host:port",
     );
     let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -988,7 +994,7 @@ fn serve_refuses_bad_configurations_in_one_line() {
             &["serve", "--events", "tcp://127.0.0.1:1", "--page-size", "4"],
             "",
         ),
-        1,
+        2,
         "--tp is required",
     );
     #[cfg(not(feature = "nng"))]
@@ -999,7 +1005,7 @@ fn serve_refuses_bad_configurations_in_one_line() {
             "--nng-listen",
             "tcp://127.0.0.1:9101",
         ]),
-        1,
+        2,
         "built without nng support",
     );
 }
@@ -1058,7 +1064,7 @@ fn serve_answers_pynng_clients_on_nng_like_http() {
     let path = std::env::temp_dir().join(format!("hicache-cli-{}.ipc", std::process::id()));
     let url = format!("ipc://{}", path.display());
     let (mut service, addr) = serve(&emulator, &["--nng-listen", &url]);
-    service.line("the nng URL", |l| l.contains("nng listening on ipc://"));
+    service.log_line("the nng URL", |l| l.contains("nng listening on ipc://"));
     wait_for("ready", || http(addr, "GET", "/readyz", b"").0 == 200);
     emulator.store(object_keys(&tokens(1, 3)));
     let ask = json!({ "tokens": tokens(1, 5) });
@@ -1080,7 +1086,8 @@ fn serve_answers_pynng_clients_on_nng_like_http() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("python starts");
-    let requests = json!([ask, { "tokens": [1, 2], "model": "nope" }]);
+    // Issue 29: a batch over nng too (a map with "queries").
+    let requests = json!([ask, { "tokens": [1, 2], "model": "nope" }, { "queries": [ask, { "page_hashes": ["zz"] }] }]);
     child
         .stdin
         .take()
@@ -1099,9 +1106,11 @@ fn serve_answers_pynng_clients_on_nng_like_http() {
         "{}",
         lines[1]
     );
+    assert_eq!(lines[2]["answers"][0], over_http, "{}", lines[2]);
+    assert_eq!(lines[2]["answers"][1]["status"], 400, "{}", lines[2]);
     println!(
         "[nng] pynng round trip through the binary: {:.1} µs",
-        lines[2]["round_trip_us"]
+        lines[3]["round_trip_us"]
     );
     let (_, metrics) = http(addr, "GET", "/metrics", b"");
     assert!(

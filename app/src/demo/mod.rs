@@ -262,7 +262,7 @@ pub(crate) fn run(args: DemoArgs) -> Outcome {
     let report = report(&world, &counters, health, elapsed, &args);
     say(&report.text);
     if let Some(failure) = report.failure {
-        return Err(failure);
+        return Err(failure.into());
     }
     Ok(ExitCode::SUCCESS)
 }
