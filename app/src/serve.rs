@@ -41,7 +41,7 @@ use hicache_index_tokio::{HaLocator, HttpConfig, QueryHandle, Subscriber, Subscr
 use http_body_util::{BodyExt, Limited};
 use metrics_exporter_prometheus::PrometheusHandle;
 
-use self::telemetry::{MODEL_LAYOUT_CONFLICT, MODEL_WORKERS, STOPPING};
+use self::telemetry::STOPPING;
 use crate::layout_args::LayoutArgs;
 use crate::{parse_duration, Failure, Outcome};
 
@@ -737,6 +737,12 @@ fn export_now(index: &QueryHandle) {
     report::export_leader(leader.as_ref().and_then(|l| l.address.as_deref()));
     export_models(index);
 }
+
+/// The models whose layout the workers advertise: 1 while a model's workers disagree.
+const MODEL_LAYOUT_CONFLICT: &str = "hicache_index_model_layout_conflict";
+
+/// The workers advertising each model's layout now.
+const MODEL_WORKERS: &str = "hicache_index_model_workers";
 
 /// Exports, per model its workers advertise, whether its layout is in doubt and how many
 /// workers vote for it.

@@ -245,7 +245,8 @@ fn two_documents_for_one_model_are_a_startup_error() {
         .output()
         .expect("the binary runs");
     let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
+    // A usage error: exit 2 (issue 29; it was 1).
+    assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("two documents for model m"), "{err}");
 }
 

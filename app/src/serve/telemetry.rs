@@ -7,6 +7,8 @@ use std::time::Duration;
 use hicache_index_driver::report::{self, QUERY_DURATION_BUCKETS, QUERY_DURATION_SECONDS};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
+use super::{MODEL_LAYOUT_CONFLICT, MODEL_WORKERS};
+
 /// HTTP requests answered, by `route` and `status`.
 pub(crate) const HTTP_REQUESTS_TOTAL: &str = "hicache_index_http_requests_total";
 /// The time to answer an HTTP request, by `route`, from its head read to its response made.
@@ -22,10 +24,6 @@ pub(crate) const HTTP_CONNECTIONS_CLOSED_IDLE_TOTAL: &str =
     "hicache_index_http_connections_closed_idle_total";
 /// 1, labelled with the version and the optional features built in.
 pub(crate) const BUILD_INFO: &str = "hicache_index_build_info";
-/// The models whose layout the workers advertise: 1 while a model's workers disagree.
-pub(crate) const MODEL_LAYOUT_CONFLICT: &str = "hicache_index_model_layout_conflict";
-/// The workers advertising each model's layout now.
-pub(crate) const MODEL_WORKERS: &str = "hicache_index_model_workers";
 /// 1 while the service is stopping (SIGTERM): `/readyz` answers 503.
 pub(crate) const STOPPING: &str = "hicache_index_stopping";
 
