@@ -159,12 +159,12 @@ fn hash_accepts_comma_lists_and_refuses_bad_tokens() {
     assert_eq!(stdout(&spaced), stdout(&commas));
     assert_fails(
         &run(&["hash", "--page-size", "4", "1", "x"], ""),
-        1,
+        2,
         "\"x\" is not a token id",
     );
     assert_fails(
         &run(&["hash", "--page-size", "0", "1"], ""),
-        1,
+        2,
         "--page-size must be at least 1",
     );
     assert_fails(
@@ -225,18 +225,19 @@ fn keys_prints_the_object_keys_of_the_shared_layouts() {
 
 #[test]
 fn keys_refuses_a_bad_hash_and_a_missing_layout_in_one_line() {
+    // Issue 29: usage errors the app checks exit 2, as clap's do (they exited 1).
     let h = "cf97adeedb59e05bfd73a2b4c2a8885708c4f4f70c84c64b27120e72ab733b72";
     assert_fails(
         &run(
             &["keys", "--page-hash", "zz", "--page-size", "4", "--tp", "2"],
             "",
         ),
-        1,
+        2,
         "64 lowercase hex",
     );
     assert_fails(
         &run(&["keys", "--page-hash", h], ""),
-        1,
+        2,
         "--page-size is required",
     );
     assert_fails(
@@ -244,7 +245,7 @@ fn keys_refuses_a_bad_hash_and_a_missing_layout_in_one_line() {
             &["keys", "--page-hash", h, "--page-size", "4", "--tp", "0"],
             "",
         ),
-        1,
+        2,
         "invalid layout",
     );
     assert_fails(
@@ -252,7 +253,7 @@ fn keys_refuses_a_bad_hash_and_a_missing_layout_in_one_line() {
             &["keys", "--page-hash", h, "--layout", "/nonexistent.json"],
             "",
         ),
-        1,
+        2,
         "cannot read",
     );
 }
@@ -274,7 +275,7 @@ fn keys_and_serve_refuse_a_disabled_layout_document() {
     let h = "cf97adeedb59e05bfd73a2b4c2a8885708c4f4f70c84c64b27120e72ab733b72";
     assert_fails(
         &run(&["keys", "--page-hash", h, "--layout", &file], ""),
-        1,
+        2,
         "Auxiliary L3 pools are not rank-replicated/MLA",
     );
     let serve = run(
@@ -671,7 +672,7 @@ fn watch_stops_after_count_with_a_summary() {
 fn watch_refuses_a_bad_endpoint_in_one_line() {
     assert_fails(
         &run(&["watch", "--events", "localhost:5557"], ""),
-        1,
+        2,
         "tcp://HOST:PORT",
     );
 }
@@ -1048,7 +1049,7 @@ fn demo_ends_with_a_report_and_zero_false_hits() {
         "{}",
         stderr(&out)
     );
-    assert_fails(&run(&["demo", "--routers", "0"], ""), 1, "--routers");
+    assert_fails(&run(&["demo", "--routers", "0"], ""), 2, "--routers");
 }
 
 #[test]
