@@ -1121,4 +1121,21 @@ fn serve_answers_pynng_clients_on_nng_like_http() {
     // SIGTERM closes the socket, which removes the socket file.
     assert!(service.terminate().success());
     let _ = std::fs::remove_file(&path);
+    // Issue 29: nng carries no token, so a non-loopback nng address is refused unless allowed.
+    let base = [
+        "serve",
+        "--events",
+        "tcp://127.0.0.1:5557",
+        "--page-size",
+        "4",
+        "--tp",
+        "2",
+        "--nng-listen",
+        "tcp://0.0.0.0:9101",
+        "--check",
+    ];
+    assert_fails(&run(&base, ""), 2, "refusing a non-loopback nng address");
+    let mut allowed = base.to_vec();
+    allowed.push("--allow-unauthenticated");
+    assert!(run(&allowed, "").status.success());
 }

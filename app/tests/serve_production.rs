@@ -904,3 +904,36 @@ fn the_default_build_follows_an_ha_cluster() {
     );
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
 }
+
+#[test]
+fn an_event_host_that_does_not_resolve_is_named_in_the_log() {
+    // In a network namespace of its own with only loopback up, so that the resolver's query
+    // goes nowhere (no packet leaves this machine): the lookup fails at once.
+    let script = format!(
+        "ip link set lo up && exec {BIN} serve --events tcp://mooncake-master.invalid:5557 \
+         --page-size 4 --tp 2 --listen 127.0.0.1:0 --shutdown-grace 100ms"
+    );
+    let mut service = Running::start_with(
+        "unshare",
+        &["--net", "sh", "-c", &script],
+        &[("RUST_LOG", "info")],
+    );
+    let line = service.log_line("the unresolvable host named", |l| {
+        l.contains("does not resolve")
+    });
+    assert!(
+        line.contains("WARN") && line.contains("mooncake-master.invalid"),
+        "{line}"
+    );
+    let warnings = service.logs().iter().filter(|l| l.contains("WARN")).count();
+    assert!(
+        warnings <= 2,
+        "the episode's two lines at most: {:#?}",
+        service.logs()
+    );
+    assert!(
+        !service.logs().iter().any(|l| l.contains("index cleared")),
+        "no clear of an empty index: {:#?}",
+        service.logs()
+    );
+}
