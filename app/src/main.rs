@@ -8,6 +8,7 @@
 //!   as JSON.
 //!
 //! Errors are one line on stderr and a non-zero exit: 1 for a failure, 2 for a usage error.
+//! Every log line goes to stderr; stdout carries only what a command prints as its output.
 
 mod demo;
 mod latency;
@@ -22,12 +23,12 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::error::ErrorKind;
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 /// An index of the SGLang HiCache pages present in a Mooncake store, fed by the Mooncake
 /// master's KV events, for routers.
 #[derive(Parser, Debug)]
-#[command(name = "hicache-index", version)]
+#[command(name = "hicache-index")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -50,11 +51,56 @@ enum Command {
     Decode(tools::DecodeArgs),
 }
 
-/// What a subcommand returns: its exit code, or the one line that says why it failed.
-type Outcome = Result<ExitCode, String>;
+/// Why a subcommand failed, in one line: a usage error (exit 2: the command line, a variable
+/// or a configuration file is wrong) or a failure (exit 1).
+#[derive(Debug)]
+enum Failure {
+    /// The invocation is wrong: exit 2.
+    Usage(String),
+    /// Something failed: exit 1.
+    Failed(String),
+}
+
+impl From<String> for Failure {
+    fn from(message: String) -> Failure {
+        Failure::Failed(message)
+    }
+}
+
+impl From<&str> for Failure {
+    fn from(message: &str) -> Failure {
+        Failure::Failed(message.to_owned())
+    }
+}
+
+/// What a subcommand returns: its exit code, or why it failed.
+type Outcome = Result<ExitCode, Failure>;
+
+/// The version line: the version and the optional features built in.
+fn version() -> &'static str {
+    let features = serve::features();
+    let features = if features.is_empty() {
+        "none".to_owned()
+    } else {
+        features
+    };
+    Box::leak(format!("{} (features: {features})", env!("CARGO_PKG_VERSION")).into_boxed_str())
+}
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let command = match serve::configure(Cli::command().version(version()), &argv) {
+        Ok(command) => command,
+        Err(message) => {
+            eprintln!("hicache-index: error: {message}");
+            return ExitCode::from(2);
+        }
+    };
+    let matches = match command.try_get_matches_from(&argv) {
+        Ok(matches) => matches,
+        Err(e) => return usage_error(&e),
+    };
+    let cli = match Cli::from_arg_matches(&matches) {
         Ok(cli) => cli,
         Err(e) => return usage_error(&e),
     };
@@ -64,8 +110,10 @@ fn main() -> ExitCode {
             demo::run(args)
         }
         Command::Serve(args) => {
-            init_logging("info");
-            serve::run(args)
+            let serve_matches = matches
+                .subcommand_matches("serve")
+                .expect("the serve subcommand was parsed");
+            serve::run(args, serve_matches)
         }
         Command::Watch(args) => {
             // The driver's warnings are about what watch prints itself (gaps, restarts, clears,
@@ -79,7 +127,11 @@ fn main() -> ExitCode {
     };
     match outcome {
         Ok(code) => code,
-        Err(message) => {
+        Err(Failure::Usage(message)) => {
+            eprintln!("hicache-index: error: {message}");
+            ExitCode::from(2)
+        }
+        Err(Failure::Failed(message)) => {
             eprintln!("hicache-index: error: {message}");
             ExitCode::FAILURE
         }
@@ -162,7 +214,9 @@ mod tests {
 
     #[test]
     fn the_command_line_is_consistent() {
-        use clap::CommandFactory;
-        Cli::command().debug_assert();
+        let argv = ["hicache-index".into(), "serve".into()];
+        serve::configure(Cli::command().version(version()), &argv)
+            .expect("no configuration file")
+            .debug_assert();
     }
 }

@@ -1,14 +1,27 @@
 //! `serve`: the sidecar. Subscribes to a master's KV events and answers routers over HTTP
-//! (`POST /v1/query`, `GET /metrics`, `GET /healthz`, `GET /readyz`) and, when built with the
-//! `nng` feature, over an nng REP socket.
+//! (`POST /v1/query`, `POST /v1/query_batch`, `GET /metrics`, `GET /healthz`, `GET /readyz`,
+//! `GET /openapi.json`) and, when built with the `nng` feature, over an nng REP socket.
 //!
-//! Clients are served by hyper on tokio: every connection is its own task, request headers
-//! must arrive within `--client-timeout` and bodies within it too, bodies are bounded, and at
-//! most `--max-connections` are open at once. Query latency is measured from the decoded body
-//! to the encoded answer, so a slow client never shows in it.
+//! Clients are served by hyper on tokio, over TCP or TLS: every connection is its own task,
+//! request headers must arrive within `--client-timeout` and bodies within it too, bodies are
+//! bounded, and at most `--max-connections` are open at once (past it an idle one is closed to
+//! make room, else the new one gets a fast 503). With `--auth-token-file` the query routes need
+//! a bearer token. Query latency is measured from the decoded body to the encoded answer, so a
+//! slow client never shows in it. SIGTERM stops gracefully (see [`serve`]); SIGHUP is ignored.
+//!
+//! Settings come from the flags, `HICACHE_INDEX_<FLAG>` variables and a TOML file, in that order
+//! ([`config`]).
 
-use std::net::SocketAddr;
+mod config;
+mod listen;
+mod openapi;
+mod telemetry;
+
+pub(crate) use config::configure;
+
+use std::net::{SocketAddr, ToSocketAddrs};
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -18,29 +31,44 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
-use clap::Args;
+use clap::{ArgMatches, Args, ValueEnum};
 use hicache_index::layout::ModelVerdict;
 use hicache_index::{Config, Health, IndexConfig, LeaderConfig, ResyncConfig, VerifyConfig};
-use hicache_index_api::{answer_with, known_models, ApiError, Limits, QueryRequest};
-use hicache_index_driver::report::{
-    self, HTTP_REJECTED_TOTAL, QUERY_DURATION_BUCKETS, QUERY_DURATION_SECONDS,
-};
+use hicache_index_api::{respond_batch_json, respond_json, ApiError, Limits};
+use hicache_index_driver::report::{self, HTTP_REJECTED_TOTAL, QUERY_DURATION_SECONDS};
 use hicache_index_driver::workers::LastPolls;
 use hicache_index_driver::WorkerPoller;
 use hicache_index_tokio::{HaLocator, HttpConfig, QueryHandle, Subscriber, SubscriberConfig};
 use http_body_util::{BodyExt, Limited};
-use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::service::TowerToHyperService;
-use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use metrics_exporter_prometheus::PrometheusHandle;
 
+use self::telemetry::STOPPING;
 use crate::layout_args::LayoutArgs;
 use crate::layout_report;
-use crate::{parse_duration, Outcome};
+use crate::{parse_duration, Failure, Outcome};
+
+/// How log lines are written (on stderr).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum LogFormat {
+    /// One line of text a line.
+    Text,
+    /// One JSON object a line.
+    Json,
+}
 
 /// `serve --events URL [--master-http URL] LAYOUT... [--workers URL,...] [--listen ADDR]
 /// [--nng-listen URL]`
 #[derive(Args, Debug)]
 pub(crate) struct ServeArgs {
+    /// A TOML file of settings: each key is a flag's name (`master-http = "http://..."`,
+    /// `layout = ["a=a.json"]`, `no-verify = true`). Flags and HICACHE_INDEX_* variables win
+    /// over it.
+    #[arg(long, value_name = "FILE")]
+    config: Option<String>,
+    /// Check the configuration (flags, variables, file, the files they name) and exit: 0 and
+    /// the effective configuration on stderr if it is valid, 2 and the reason if not.
+    #[arg(long)]
+    check: bool,
     /// The master's KV event endpoint (its --kv_events_bind_endpoint), e.g. tcp://10.0.0.5:5557.
     #[arg(long, value_name = "URL")]
     events: String,
@@ -98,9 +126,10 @@ pub(crate) struct ServeArgs {
     /// The most pages the index holds; a full index evicts the least recently useful.
     #[arg(long, value_name = "N", default_value_t = 1 << 20)]
     max_pages: usize,
-    /// The HTTP address to listen on.
-    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9100")]
-    listen: SocketAddr,
+    /// The HTTP address to listen on, HOST:PORT (a host name resolves; every address it
+    /// resolves to must be loopback unless a token or --allow-unauthenticated is given).
+    #[arg(long, value_name = "HOST:PORT", default_value = "127.0.0.1:9100")]
+    listen: String,
     /// Also answer over nng on this URL (e.g. tcp://127.0.0.1:9101 or ipc:///run/hicache.ipc).
     #[arg(long, value_name = "URL")]
     nng_listen: Option<String>,
@@ -113,6 +142,9 @@ pub(crate) struct ServeArgs {
     /// The most page hashes in one request.
     #[arg(long, value_name = "N", default_value_t = Limits::default().max_page_hashes)]
     max_page_hashes: usize,
+    /// The most queries in one batch (POST /v1/query_batch, or a batch over nng).
+    #[arg(long, value_name = "N", default_value_t = Limits::default().max_batch_queries)]
+    max_batch_queries: usize,
     /// The prefix memo's budget in bytes: page digests of repeated prefixes, so that a token
     /// query over a known prefix costs no SHA-256 (0 turns it off).
     #[arg(long, value_name = "BYTES", default_value_t = hicache_index_tokio::DEFAULT_MEMO_BYTES)]
@@ -120,9 +152,41 @@ pub(crate) struct ServeArgs {
     /// Time a client has to send a request's headers, and then its body.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "10s")]
     client_timeout: Duration,
-    /// The most HTTP connections open at once.
+    /// The most HTTP connections open at once; past it the connection idle longest is closed
+    /// to make room, and with none idle a new one is answered 503.
     #[arg(long, value_name = "N", default_value_t = 1024)]
     max_connections: usize,
+    /// A file holding the bearer token the query routes need (`Authorization: Bearer TOKEN`;
+    /// /healthz, /readyz and /openapi.json stay open).
+    #[arg(long, value_name = "FILE")]
+    auth_token_file: Option<String>,
+    /// /metrics needs the token too.
+    #[arg(long, requires = "auth_token_file")]
+    metrics_auth: bool,
+    /// Listen on a non-loopback address (HTTP or nng) without a token: anyone who reaches the
+    /// port learns which prompt prefixes are cached (see the README's threat model).
+    #[arg(long)]
+    allow_unauthenticated: bool,
+    /// Serve HTTPS with this PEM certificate chain (with --tls-key).
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    tls_cert: Option<String>,
+    /// The PEM private key of --tls-cert.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<String>,
+    /// On SIGTERM, the time given to finish: /readyz answers 503 at once, new connections are
+    /// still accepted for the first half of it (so that load balancers see the 503), then the
+    /// listener closes, requests in flight finish, and the process exits 0 at the latest when
+    /// it ends.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "5s")]
+    shutdown_grace: Duration,
+    /// Log lines as text or JSON (on stderr).
+    #[arg(long, value_name = "FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+    /// The log filter: a level (error, warn, info, debug, trace) or tracing directives
+    /// (`info,hicache_index_access=debug` for the access log). Unset, RUST_LOG is read, else
+    /// `info`.
+    #[arg(long, value_name = "FILTER")]
+    log_level: Option<String>,
 }
 
 /// What the handlers share.
@@ -140,10 +204,34 @@ struct App {
     workers: Vec<String>,
     /// What the last poll of each worker found.
     polls: LastPolls,
+    /// The process metrics, collected at each scrape.
+    process: metrics_process::Collector,
+    /// Set once SIGTERM came: `/readyz` answers 503.
+    stopping: AtomicBool,
 }
 
-/// Runs the service until SIGINT or SIGTERM.
-pub(crate) fn run(args: ServeArgs) -> Outcome {
+/// The optional features built in, comma-separated (`--version`, `build_info`).
+pub(crate) fn features() -> String {
+    let mut on = Vec::new();
+    if cfg!(feature = "ha") {
+        on.push("ha");
+    }
+    if cfg!(feature = "nng") {
+        on.push("nng");
+    }
+    on.join(",")
+}
+
+/// Everything checked before the service starts.
+struct Plan {
+    config: SubscriberConfig,
+    limits: Limits,
+    listen: SocketAddr,
+    settings: listen::Settings,
+}
+
+/// Checks the arguments and everything they name (files, addresses); a usage error otherwise.
+fn plan(args: &ServeArgs) -> Result<Plan, String> {
     check_endpoint(&args.events)?;
     if args.max_connections == 0 || args.max_body_bytes == 0 || args.client_timeout.is_zero() {
         return Err(
@@ -156,6 +244,40 @@ pub(crate) fn run(args: ServeArgs) -> Outcome {
     if args.worker_poll_interval.is_zero() || args.worker_timeout.is_zero() {
         return Err("--worker-poll-interval and --worker-timeout must be positive".into());
     }
+    if args.shutdown_grace.is_zero() {
+        return Err("--shutdown-grace must be positive".into());
+    }
+    if let Some(filter) = &args.log_level {
+        tracing_subscriber::EnvFilter::try_new(filter)
+            .map_err(|e| format!("--log-level {filter:?}: {e}"))?;
+    }
+    let token = args
+        .auth_token_file
+        .as_deref()
+        .map(read_token)
+        .transpose()?;
+    let listen = resolve_listen(&args.listen)?;
+    let open = token.is_none() && !args.allow_unauthenticated;
+    if open && !listen.ip().is_loopback() {
+        return Err(format!(
+            "--listen {}: refusing a non-loopback address without --auth-token-file (anyone who \
+             reaches it learns which prompt prefixes are cached); give a token, or \
+             --allow-unauthenticated",
+            args.listen
+        ));
+    }
+    if let Some(url) = &args.nng_listen {
+        if !args.allow_unauthenticated && !nng_is_local(url) {
+            return Err(format!(
+                "--nng-listen {url}: refusing a non-loopback nng address (nng carries no \
+                 token); listen on ipc:// or 127.0.0.1, or give --allow-unauthenticated"
+            ));
+        }
+    }
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some(listen::tls_acceptor(cert, key)?),
+        _ => None,
+    };
     let layouts = if args.layout.is_given() || args.workers.is_empty() {
         args.layout.to_model_layouts()?
     } else {
@@ -189,6 +311,9 @@ pub(crate) fn run(args: ServeArgs) -> Outcome {
             http.request_timeout = http.request_timeout.min(verify.timeout);
             session.verify = Some(verify);
         }
+        if let Some(url) = &args.master_http {
+            hicache_index_driver::MasterHttp::new(url, http).map_err(|e| e.to_string())?;
+        }
     }
     let ha = args
         .ha_locator
@@ -197,6 +322,13 @@ pub(crate) fn run(args: ServeArgs) -> Outcome {
         .transpose()
         .map_err(|e| format!("--ha-locator: {e}"))?;
     if ha.is_some() {
+        if cfg!(not(feature = "ha")) {
+            return Err(
+                "--ha-locator: this hicache-index was built without HA support (the \
+                        `ha` feature, a default one)"
+                    .into(),
+            );
+        }
         session.leader = Some(LeaderConfig::default());
     }
     let config = SubscriberConfig {
@@ -210,24 +342,126 @@ pub(crate) fn run(args: ServeArgs) -> Outcome {
         max_body_bytes: args.max_body_bytes,
         max_tokens: args.max_tokens,
         max_page_hashes: args.max_page_hashes,
+        max_batch_queries: args.max_batch_queries,
     };
+    let settings = listen::Settings {
+        client_timeout: args.client_timeout,
+        max_connections: args.max_connections,
+        tls,
+        gate: Arc::new(listen::Gate {
+            token,
+            metrics: args.metrics_auth,
+        }),
+    };
+    Ok(Plan {
+        config,
+        limits,
+        listen,
+        settings,
+    })
+}
+
+/// Reads the bearer token of `--auth-token-file` (surrounding whitespace dropped).
+fn read_token(path: &str) -> Result<String, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("--auth-token-file {path}: cannot read it: {e}"))?;
+    let token = text.trim();
+    if token.is_empty() || token.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(format!(
+            "--auth-token-file {path}: the token must be one word, without spaces"
+        ));
+    }
+    Ok(token.to_owned())
+}
+
+/// Resolves `--listen` (an address or a host name) to its first address.
+fn resolve_listen(listen: &str) -> Result<SocketAddr, String> {
+    let mut addrs = listen
+        .to_socket_addrs()
+        .map_err(|e| format!("--listen {listen:?} is not HOST:PORT that resolves: {e}"))?;
+    addrs
+        .next()
+        .ok_or_else(|| format!("--listen {listen:?} resolves to no address"))
+}
+
+/// Reports whether an nng URL can only be reached from this machine (`ipc://`, `inproc://`, or
+/// TCP on a loopback address).
+fn nng_is_local(url: &str) -> bool {
+    if url.starts_with("ipc://") || url.starts_with("inproc://") {
+        return true;
+    }
+    let Some(rest) = url
+        .strip_prefix("tcp://")
+        .or_else(|| url.strip_prefix("tcp4://"))
+    else {
+        return false;
+    };
+    rest.to_socket_addrs()
+        .map(|mut a| {
+            let all: Vec<SocketAddr> = a.by_ref().collect();
+            !all.is_empty() && all.iter().all(|a| a.ip().is_loopback())
+        })
+        .unwrap_or(false)
+}
+
+/// Installs the log subscriber on stderr: `--log-level`, else `RUST_LOG`, else `info`.
+fn init_logging(args: &ServeArgs) {
+    let filter = match &args.log_level {
+        Some(filter) => tracing_subscriber::EnvFilter::new(filter),
+        None => tracing_subscriber::EnvFilter::try_from_default_env()
+            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+    };
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(false);
+    let _ = match args.log_format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder.json().try_init(),
+    };
+}
+
+/// Runs the service until SIGINT or SIGTERM (or, with `--check`, checks it and exits).
+pub(crate) fn run(args: ServeArgs, matches: &ArgMatches) -> Outcome {
+    let plan = plan(&args).map_err(Failure::Usage)?;
+    let effective = config::effective(matches);
+    if args.check {
+        eprintln!("hicache-index: configuration ok: {effective}");
+        return Ok(ExitCode::SUCCESS);
+    }
+    // Bound before the first log line: a failure is then the one line on stderr.
+    let listener = std::net::TcpListener::bind(plan.listen)
+        .and_then(|l| l.set_nonblocking(true).map(|()| l))
+        .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
+    init_logging(&args);
+    tracing::info!(
+        target: "hicache_index_serve",
+        version = env!("CARGO_PKG_VERSION"),
+        features = %features(),
+        configuration = %effective,
+        "hicache-index {} starting", env!("CARGO_PKG_VERSION")
+    );
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start the runtime: {e}"))?;
-    runtime.block_on(serve(args, config, limits))
+    runtime.block_on(serve(args, plan, listener))
 }
 
-async fn serve(args: ServeArgs, config: SubscriberConfig, limits: Limits) -> Outcome {
-    let listener = tokio::net::TcpListener::bind(args.listen)
-        .await
+/// Serves until a signal. On SIGTERM (or SIGINT): `/readyz` answers 503 at once; new
+/// connections are still accepted for half of `--shutdown-grace`; then the listener closes and
+/// every connection finishes its request in flight and closes; the process exits 0 once none is
+/// left, or when the grace ends. A second signal exits at once. SIGHUP is logged and ignored.
+async fn serve(args: ServeArgs, plan: Plan, listener: std::net::TcpListener) -> Outcome {
+    let mut signals = Signals::install();
+    let listener = tokio::net::TcpListener::from_std(listener)
         .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
     let local = listener
         .local_addr()
         .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
-    let prometheus = install_recorder()?;
-    let (index, task) = Subscriber::spawn(config).map_err(|e| e.to_string())?;
+    let (prometheus, process) = telemetry::install(&features())?;
+    let (index, task) = Subscriber::spawn(plan.config).map_err(|e| e.to_string())?;
     // Stopped (and joined) when this function returns.
     let _workers = match args.workers.is_empty() {
         true => None,
@@ -250,7 +484,7 @@ async fn serve(args: ServeArgs, config: SubscriberConfig, limits: Limits) -> Out
     };
     let app = Arc::new(App {
         index: index.clone(),
-        limits,
+        limits: plan.limits,
         client_timeout: args.client_timeout,
         http_latency: metrics::histogram!(QUERY_DURATION_SECONDS, "transport" => "http"),
         rejected: metrics::counter!(HTTP_REJECTED_TOTAL),
@@ -260,6 +494,8 @@ async fn serve(args: ServeArgs, config: SubscriberConfig, limits: Limits) -> Out
             .as_ref()
             .map(WorkerPoller::last_polls)
             .unwrap_or_default(),
+        process,
+        stopping: AtomicBool::new(false),
     });
     // What each worker and model is, logged the first time and on every change (aborted when
     // this function returns).
@@ -275,9 +511,14 @@ async fn serve(args: ServeArgs, config: SubscriberConfig, limits: Limits) -> Out
     });
     // Closed when this function returns, after the subscriber stopped.
     let _nng = start_nng(&args, &app)?;
-    crate::say(&format!("hicache-index: http listening on http://{local}"));
+    let scheme = if plan.settings.tls.is_some() {
+        "https"
+    } else {
+        "http"
+    };
+    tracing::info!(target: "hicache_index_serve", "http listening on {scheme}://{local}");
     if let Some(url) = &args.nng_listen {
-        crate::say(&format!("hicache-index: nng listening on {url}"));
+        tracing::info!(target: "hicache_index_serve", "nng listening on {url}");
     }
     tracing::info!(
         target: "hicache_index_serve",
@@ -290,20 +531,53 @@ async fn serve(args: ServeArgs, config: SubscriberConfig, limits: Limits) -> Out
     if let Some(locator) = &args.ha_locator {
         tracing::info!(target: "hicache_index_serve", "following the HA leader named in {locator}");
     }
-    let router = router(app);
+    let router = router(app.clone());
+    let conns = listen::Connections::new();
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let accepting = tokio::spawn(listen::accept_loop(
+        listener,
+        router,
+        plan.settings,
+        conns.clone(),
+        stop_rx,
+    ));
     let outcome = tokio::select! {
-        () = accept_loop(listener, router, args.client_timeout, args.max_connections) => Ok(ExitCode::SUCCESS),
-        () = shutdown_signal() => {
-            tracing::info!(target: "hicache_index_serve", "stopping");
-            Ok(ExitCode::SUCCESS)
-        }
-        () = events_disabled(&index) => Err(
+        () = signals.stop() => Ok(ExitCode::SUCCESS),
+        () = events_disabled(&index) => Err(Failure::Failed(
             "the master's KV event publisher is off (\"enabled\":false in /kv_events/status): \
              it was built without it, and the index would stay empty; run a master with the \
              publisher (e.g. PyPI mooncake-transfer-engine-cuda13 0.3.14)"
                 .to_owned(),
-        ),
+        )),
     };
+    if outcome.is_ok() {
+        let grace = args.shutdown_grace;
+        let deadline = tokio::time::Instant::now() + grace;
+        app.stopping.store(true, Ordering::Release);
+        metrics::gauge!(STOPPING).set(1.0);
+        tracing::info!(
+            target: "hicache_index_serve",
+            open = conns.len(),
+            "stopping: /readyz answers 503; accepting for {:?} more, then finishing the \
+             requests in flight (at most {grace:?} in all)",
+            grace / 2
+        );
+        let drained = async {
+            tokio::time::sleep(grace / 2).await;
+            let _ = stop_tx.send(true);
+            let _ = accepting.await;
+            conns.drained(deadline).await
+        };
+        tokio::select! {
+            left = drained => match left {
+                0 => tracing::info!(target: "hicache_index_serve", "stopped: every request answered"),
+                n => tracing::warn!(target: "hicache_index_serve", "stopped with {n} connections still open (--shutdown-grace ran out)"),
+            },
+            () = signals.stop() => {
+                tracing::warn!(target: "hicache_index_serve", "a second signal: stopping at once");
+            }
+        }
+    }
     task.shutdown().await;
     outcome
 }
@@ -345,40 +619,6 @@ fn start_nng(_args: &ServeArgs, _app: &Arc<App>) -> Result<Option<NoNng>, String
     Ok(None)
 }
 
-/// Accepts connections forever, each served on its own task under the limits.
-async fn accept_loop(
-    listener: tokio::net::TcpListener,
-    router: Router,
-    client_timeout: Duration,
-    max_connections: usize,
-) {
-    let slots = Arc::new(tokio::sync::Semaphore::new(max_connections));
-    loop {
-        let Ok(slot) = slots.clone().acquire_owned().await else {
-            return;
-        };
-        let stream = match listener.accept().await {
-            Ok((stream, _)) => stream,
-            Err(e) => {
-                // Out of file descriptors and the like: wait a moment rather than spin.
-                tracing::warn!(target: "hicache_index_serve", "accepting a connection failed: {e}");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-        };
-        let _ = stream.set_nodelay(true);
-        let service = TowerToHyperService::new(router.clone());
-        tokio::spawn(async move {
-            let connection = hyper::server::conn::http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(client_timeout)
-                .serve_connection(TokioIo::new(stream), service);
-            let _ = connection.await;
-            drop(slot);
-        });
-    }
-}
-
 /// Returns once the master (or HA leader) said its publisher is off: an error of the
 /// deployment, which `serve` reports and exits on rather than serve an empty index.
 async fn events_disabled(index: &QueryHandle) {
@@ -387,33 +627,77 @@ async fn events_disabled(index: &QueryHandle) {
     }
 }
 
-async fn shutdown_signal() {
-    let interrupt = tokio::signal::ctrl_c();
+/// The signals `serve` handles, installed before it says it listens (a signal before that would
+/// take its default action: SIGHUP would kill it).
+struct Signals {
     #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => tokio::select! {
-                _ = interrupt => {}
-                _ = term.recv() => {}
-            },
-            Err(_) => {
-                let _ = interrupt.await;
+    terminate: Option<tokio::signal::unix::Signal>,
+    #[cfg(unix)]
+    hangup: Option<tokio::signal::unix::Signal>,
+}
+
+impl Signals {
+    fn install() -> Signals {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            Signals {
+                terminate: signal(SignalKind::terminate()).ok(),
+                hangup: signal(SignalKind::hangup()).ok(),
             }
         }
+        #[cfg(not(unix))]
+        Signals {}
     }
-    #[cfg(not(unix))]
-    {
-        let _ = interrupt.await;
+
+    /// Returns at SIGINT or SIGTERM. SIGHUP is logged and ignored (the configuration and the
+    /// layouts are read at start: restart to change them).
+    async fn stop(&mut self) {
+        #[cfg(unix)]
+        {
+            let terminate = async {
+                match &mut self.terminate {
+                    Some(term) => {
+                        term.recv().await;
+                    }
+                    None => std::future::pending::<()>().await,
+                }
+            };
+            let hangup = async {
+                match &mut self.hangup {
+                    Some(hup) => loop {
+                        if hup.recv().await.is_none() {
+                            std::future::pending::<()>().await;
+                        }
+                        tracing::info!(
+                            target: "hicache_index_serve",
+                            "SIGHUP ignored: the configuration and layouts are read at start (restart to change them)"
+                        );
+                    },
+                    None => std::future::pending::<()>().await,
+                }
+            };
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                () = terminate => {}
+                () = hangup => {}
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+        }
     }
 }
 
 fn router(app: Arc<App>) -> Router {
     Router::new()
         .route("/v1/query", post(query))
+        .route("/v1/query_batch", post(query_batch))
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
+        .route("/openapi.json", get(openapi_json))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(app)
@@ -421,7 +705,21 @@ fn router(app: Arc<App>) -> Router {
 
 /// `POST /v1/query`: the JSON query of `hicache_index_api`.
 async fn query(State(app): State<Arc<App>>, body: Body) -> Response {
-    let body = match read_body(body, &app).await {
+    answer(&app, body, respond_json).await
+}
+
+/// `POST /v1/query_batch`: several queries in one body (`{"queries": [...]}`).
+async fn query_batch(State(app): State<Arc<App>>, body: Body) -> Response {
+    answer(&app, body, respond_batch_json).await
+}
+
+/// Reads a body and answers it with `respond` (timed from the read body to the encoded answer).
+async fn answer(
+    app: &App,
+    body: Body,
+    respond: fn(&QueryHandle, &[u8], &Limits) -> (u16, String),
+) -> Response {
+    let body = match read_body(body, app).await {
         Ok(body) => body,
         Err(response) => {
             app.rejected.increment(1);
@@ -429,33 +727,19 @@ async fn query(State(app): State<Arc<App>>, body: Body) -> Response {
         }
     };
     let start = Instant::now();
-    let answer = QueryRequest::from_json(&body, &app.limits).and_then(|query| {
-        answer_with(
-            &query,
-            |model| {
-                // `None`: the subscriber died while changing the index; the handle then
-                // answers a miss for no page, which this shape matches.
-                app.index
-                    .read(|s| s.layout_for(model).map(|l| (l.page_size, l.eagle)))
-                    .unwrap_or(Ok((u32::MAX, false)))
-            },
-            |lookup, map| app.index.query_map(lookup, map),
-        )
-        .map_err(|e| {
-            e.listing_models(query.request().model.as_deref(), || {
-                app.index.read(known_models).unwrap_or_default()
-            })
-        })
-    });
-    let response = match answer {
-        Ok(answer) => json(StatusCode::OK, answer.to_json()),
-        Err(error) => {
-            app.rejected.increment(1);
-            api_error(&error)
-        }
-    };
+    let (status, text) = respond(&app.index, &body, &app.limits);
+    if status != 200 {
+        app.rejected.increment(1);
+    }
+    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST);
+    let response = json(status, text);
     app.http_latency.record(start.elapsed());
     response
+}
+
+/// `GET /openapi.json`: the API document.
+async fn openapi_json() -> Response {
+    json(StatusCode::OK, openapi::document())
 }
 
 /// Reads a body within the size limit and the client timeout.
@@ -476,42 +760,6 @@ async fn read_body(body: Body, app: &App) -> Result<Bytes, Response> {
             "the request body did not arrive in time",
         )),
     }
-}
-
-/// Installs `metrics-exporter-prometheus` as the process's recorder, with the query latency
-/// buckets, and describes the metrics.
-fn install_recorder() -> Result<PrometheusHandle, String> {
-    let handle = prometheus_builder()
-        .install_recorder()
-        .map_err(|e| format!("cannot install the metrics recorder: {e}"))?;
-    report::describe();
-    metrics::describe_gauge!(
-        MODEL_LAYOUT_CONFLICT,
-        "1 while the workers of the model disagree on its layout (it answers misses)"
-    );
-    metrics::describe_gauge!(
-        MODEL_WORKERS,
-        "the workers advertising the model's layout at the last poll"
-    );
-    metrics::describe_gauge!(
-        layout_report::MODEL_READY,
-        "1 while the model has a layout to answer with (given, or agreed by its workers)"
-    );
-    metrics::describe_gauge!(
-        layout_report::WORKER_LAYOUT,
-        "1 for the state of the worker's layout (advertised, no_layout, unusable, unreachable)"
-    );
-    Ok(handle)
-}
-
-/// The exporter's configuration: the buckets of the query latency histogram.
-fn prometheus_builder() -> PrometheusBuilder {
-    PrometheusBuilder::new()
-        .set_buckets_for_metric(
-            Matcher::Full(QUERY_DURATION_SECONDS.into()),
-            &QUERY_DURATION_BUCKETS,
-        )
-        .expect("the bucket list is not empty")
 }
 
 /// Exports the index's counters and health as they are now, through the `metrics` facade.
@@ -568,7 +816,7 @@ async fn metrics(State(app): State<Arc<App>>) -> Response {
             header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
-        app.prometheus.render(),
+        telemetry::render(&app.prometheus, &app.process),
     )
         .into_response()
 }
@@ -578,18 +826,28 @@ async fn healthz() -> Response {
     json(StatusCode::OK, r#"{"status":"alive"}"#.to_owned())
 }
 
-/// `GET /readyz`: 200 only while the index is live.
+/// `GET /readyz`: 200 only while the index is live and the service is not stopping.
 async fn readyz(State(app): State<Arc<App>>) -> Response {
     let health = app.index.health();
-    let status = if health == Health::Live {
+    let stopping = app.stopping.load(Ordering::Acquire);
+    let status = if health == Health::Live && !stopping {
         StatusCode::OK
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
-    let mut body = serde_json::json!({ "health": health.as_str() });
+    let shown = if stopping {
+        "stopping"
+    } else {
+        health.as_str()
+    };
+    let mut body = serde_json::json!({ "health": shown });
     if let Some(why) = app.index.read(|s| s.recovering()).flatten() {
         // Why the index is recovering (issue 26): fetching, retrying, unproven, no status...
         body["recovering"] = serde_json::Value::from(why.describe());
+    }
+    let failures = app.index.failures();
+    if !failures.is_empty() {
+        body["reason"] = format!("{shown}: {}", failures.join("; ")).into();
     }
     let (workers, models) = app
         .index
@@ -619,14 +877,14 @@ async fn readyz(State(app): State<Arc<App>>) -> Response {
 async fn not_found() -> Response {
     error_json(
         StatusCode::NOT_FOUND,
-        "no such endpoint (POST /v1/query, GET /metrics, /healthz, /readyz)",
+        "no such endpoint (POST /v1/query, /v1/query_batch; GET /metrics, /healthz, /readyz, /openapi.json)",
     )
 }
 
 async fn method_not_allowed() -> Response {
     error_json(
         StatusCode::METHOD_NOT_ALLOWED,
-        "method not allowed (POST /v1/query, GET /metrics, /healthz, /readyz)",
+        "method not allowed (POST /v1/query, /v1/query_batch; GET /metrics, /healthz, /readyz, /openapi.json)",
     )
 }
 
@@ -635,6 +893,7 @@ fn api_error(error: &ApiError) -> Response {
     json(status, error.to_json())
 }
 
+/// A JSON error body `{"error": message}` with `status`.
 fn error_json(status: StatusCode, message: &str) -> Response {
     json(status, serde_json::json!({ "error": message }).to_string())
 }
@@ -660,32 +919,24 @@ pub(crate) fn check_endpoint(url: &str) -> Result<(), String> {
 }
 
 #[cfg(test)]
-mod metrics_tests {
-    //! The Prometheus histogram's text (moved from the hand-written writer's test, with its
-    //! assertions, onto the exporter's configuration).
-
+mod tests {
     use super::*;
 
     #[test]
-    fn prometheus_buckets_are_cumulative_and_end_with_the_count() {
-        let recorder = prometheus_builder().build_recorder();
-        let handle = recorder.handle();
-        metrics::with_local_recorder(&recorder, || {
-            let h = metrics::histogram!(QUERY_DURATION_SECONDS, "transport" => "http");
-            h.record(Duration::from_nanos(500));
-            h.record(Duration::from_micros(30));
-            h.record(Duration::from_secs(100));
-        });
-        let out = handle.render();
-        let q = QUERY_DURATION_SECONDS;
-        for line in [
-            format!("{q}_bucket{{transport=\"http\",le=\"0.000001\"}} 1"),
-            format!("{q}_bucket{{transport=\"http\",le=\"0.00005\"}} 2"),
-            format!("{q}_bucket{{transport=\"http\",le=\"10\"}} 2"),
-            format!("{q}_bucket{{transport=\"http\",le=\"+Inf\"}} 3"),
-            format!("{q}_count{{transport=\"http\"}} 3"),
+    fn only_ipc_and_loopback_nng_urls_are_local() {
+        for local in [
+            "ipc:///tmp/x.ipc",
+            "tcp://127.0.0.1:9101",
+            "tcp://localhost:9101",
         ] {
-            assert!(out.contains(&line), "{line} in\n{out}");
+            assert!(nng_is_local(local), "{local}");
+        }
+        for open in [
+            "tcp://0.0.0.0:9101",
+            "tcp://10.1.2.3:9101",
+            "ws://127.0.0.1:1",
+        ] {
+            assert!(!nng_is_local(open), "{open}");
         }
     }
 }

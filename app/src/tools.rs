@@ -11,7 +11,7 @@ use hicache_index::{Namespace, PageHash};
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::Outcome;
+use crate::{Failure, Outcome};
 
 /// `hash --page-size N [--eagle] [--extra-key K] [--cache-salt S] TOKEN...`
 #[derive(Args, Debug)]
@@ -36,7 +36,7 @@ pub(crate) struct HashArgs {
 /// Prints the page hashes of the tokens, one lowercase hex digest per line.
 pub(crate) fn hash(args: HashArgs) -> Outcome {
     if args.page_size == 0 {
-        return Err("--page-size must be at least 1".into());
+        return Err(Failure::Usage("--page-size must be at least 1".into()));
     }
     let mut tokens = Vec::new();
     for word in args.tokens.iter().flat_map(|a| a.split(',')) {
@@ -46,7 +46,7 @@ pub(crate) fn hash(args: HashArgs) -> Outcome {
         }
         let token = word
             .parse::<u64>()
-            .map_err(|_| format!("{word:?} is not a token id (0 to 2^64-1)"))?;
+            .map_err(|_| Failure::Usage(format!("{word:?} is not a token id (0 to 2^64-1)")))?;
         tokens.push(token);
     }
     let namespace = Namespace::new(args.extra_key.as_deref(), args.cache_salt.as_deref());
@@ -73,11 +73,10 @@ pub(crate) struct KeysArgs {
 
 /// Prints the object keys of the page, one per line.
 pub(crate) fn keys(args: KeysArgs) -> Outcome {
-    let hash: PageHash = args
-        .page_hash
-        .parse()
-        .map_err(|_| "--page-hash must be 64 lowercase hex characters".to_owned())?;
-    let layout = args.layout.to_layout()?;
+    let hash: PageHash = args.page_hash.parse().map_err(|_| {
+        Failure::Usage("--page-hash must be 64 lowercase hex characters".to_owned())
+    })?;
+    let layout = args.layout.to_layout().map_err(Failure::Usage)?;
     print_lines(object_keys(&layout, &hash))
 }
 

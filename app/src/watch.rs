@@ -26,7 +26,7 @@ use hicache_index_tokio::Tokio;
 use serde::Serialize;
 use serde_json::json;
 
-use crate::{parse_duration, say, Outcome};
+use crate::{parse_duration, say, Failure, Outcome};
 
 /// `watch --events URL [--topic T] [--json]`
 #[derive(Args, Debug)]
@@ -50,7 +50,7 @@ pub(crate) struct WatchArgs {
 
 /// Follows the stream until `--count`, `--duration`, a closed stdout or an interrupt.
 pub(crate) fn run(args: WatchArgs) -> Outcome {
-    crate::serve::check_endpoint(&args.events)?;
+    crate::serve::check_endpoint(&args.events).map_err(Failure::Usage)?;
     let config = SubscriberConfig {
         // Nobody queries this index.
         prefix_memo_bytes: 0,
@@ -97,7 +97,7 @@ pub(crate) fn run(args: WatchArgs) -> Outcome {
         });
     }
     if let Some(error) = watch.failed {
-        return Err(error);
+        return Err(error.into());
     }
     eprintln!(
         "hicache-index: {}",

@@ -182,12 +182,12 @@ fn hash_accepts_comma_lists_and_refuses_bad_tokens() {
     assert_eq!(stdout(&spaced), stdout(&commas));
     assert_fails(
         &run(&["hash", "--page-size", "4", "1", "x"], ""),
-        1,
+        2,
         "\"x\" is not a token id",
     );
     assert_fails(
         &run(&["hash", "--page-size", "0", "1"], ""),
-        1,
+        2,
         "--page-size must be at least 1",
     );
     assert_fails(
@@ -320,18 +320,19 @@ fn keys_describes_dcp_with_pp_and_attention_cp_and_deepseek_v4_pools_by_flags() 
 
 #[test]
 fn keys_refuses_a_bad_hash_and_a_missing_layout_in_one_line() {
+    // Issue 29: usage errors the app checks exit 2, as clap's do (they exited 1).
     let h = "cf97adeedb59e05bfd73a2b4c2a8885708c4f4f70c84c64b27120e72ab733b72";
     assert_fails(
         &run(
             &["keys", "--page-hash", "zz", "--page-size", "4", "--tp", "2"],
             "",
         ),
-        1,
+        2,
         "64 lowercase hex",
     );
     assert_fails(
         &run(&["keys", "--page-hash", h], ""),
-        1,
+        2,
         "--page-size is required",
     );
     assert_fails(
@@ -339,7 +340,7 @@ fn keys_refuses_a_bad_hash_and_a_missing_layout_in_one_line() {
             &["keys", "--page-hash", h, "--page-size", "4", "--tp", "0"],
             "",
         ),
-        1,
+        2,
         "invalid layout",
     );
     assert_fails(
@@ -347,7 +348,7 @@ fn keys_refuses_a_bad_hash_and_a_missing_layout_in_one_line() {
             &["keys", "--page-hash", h, "--layout", "/nonexistent.json"],
             "",
         ),
-        1,
+        2,
         "cannot read",
     );
 }
@@ -369,7 +370,7 @@ fn keys_and_serve_refuse_a_disabled_layout_document() {
     let h = "cf97adeedb59e05bfd73a2b4c2a8885708c4f4f70c84c64b27120e72ab733b72";
     assert_fails(
         &run(&["keys", "--page-hash", h, "--layout", &file], ""),
-        1,
+        2,
         "Auxiliary L3 pools are not rank-replicated/MLA",
     );
     let serve = run(
@@ -766,7 +767,7 @@ fn watch_stops_after_count_with_a_summary() {
 fn watch_refuses_a_bad_endpoint_in_one_line() {
     assert_fails(
         &run(&["watch", "--events", "localhost:5557"], ""),
-        1,
+        2,
         "tcp://HOST:PORT",
     );
 }
@@ -821,7 +822,9 @@ fn serve_answers_queries_over_http_and_refuses_bad_requests_with_json() {
     emulator.store(keys);
     let ask = json!({ "tokens": tokens(1, 5) });
     wait_for("three pages", || query(addr, &ask)["prefix_pages"] == 3);
-    let answer = query(addr, &ask);
+    // Issue 29: by default `pages` ends at the first miss; `page_map` asks for every page.
+    assert_eq!(query(addr, &ask)["pages"], json!([true, true, true, false]));
+    let answer = query(addr, &json!({ "tokens": tokens(1, 5), "page_map": true }));
     assert_eq!(answer["pages"], json!([true, true, true, false, false]));
     assert_eq!(
         (answer["total_pages"].as_u64(), answer["trust"].as_str()),
@@ -833,7 +836,7 @@ fn serve_answers_queries_over_http_and_refuses_bad_requests_with_json() {
         .collect();
     let by_hash = query(
         addr,
-        &json!({ "page_hashes": hashes, "model": "Qwen/Qwen3-8B", "tenant": "default" }),
+        &json!({ "page_hashes": hashes, "model": "Qwen/Qwen3-8B", "tenant": "default", "page_map": true }),
     );
     assert_eq!(by_hash["pages"], answer["pages"]);
     let salted = query(
@@ -897,7 +900,7 @@ fn serve_answers_queries_over_http_and_refuses_bad_requests_with_json() {
     for line in [
         "# TYPE hicache_index_batches_total counter",
         "# TYPE hicache_index_pages gauge",
-        "# TYPE hicache_index_unconfirmed_ms gauge",
+        "# TYPE hicache_index_unconfirmed_seconds gauge",
         "hicache_index_connected 1",
         "hicache_index_healthy 1",
         "hicache_index_health{state=\"live\"} 1",
@@ -917,7 +920,10 @@ fn serve_answers_queries_over_http_and_refuses_bad_requests_with_json() {
     assert!(figure("hicache_index_batches_total") > 0);
     assert!(figure("hicache_index_resyncs_completed_total") >= 1);
     assert!(figure("hicache_index_pages") >= 3);
-    let _ = figure("hicache_index_unconfirmed_ms");
+    assert!(
+        metrics.contains("\nhicache_index_unconfirmed_seconds "),
+        "{metrics}"
+    );
     assert_eq!(http(addr, "GET", "/healthz", b"").0, 200);
 
     // SIGTERM stops the service cleanly.
@@ -1054,10 +1060,11 @@ fn serve_refuses_bad_configurations_in_one_line() {
         args.extend_from_slice(&layout);
         run(&args, "")
     };
-    assert_fails(&with(&["--events", "127.0.0.1:5557"]), 1, "tcp://HOST:PORT");
+    // Issue 29: the app's own usage errors exit 2, as clap's do (they exited 1).
+    assert_fails(&with(&["--events", "127.0.0.1:5557"]), 2, "tcp://HOST:PORT");
     assert_fails(
         &with(&["--events", "tcp://127.0.0.1:0"]),
-        1,
+        2,
         "tcp://HOST:PORT",
     );
     assert_fails(
@@ -1074,7 +1081,7 @@ fn serve_refuses_bad_configurations_in_one_line() {
             "--listen",
             "127.0.0.1:0",
         ]),
-        1,
+        2,
         "master HTTP URL",
     );
     assert_fails(
@@ -1096,7 +1103,7 @@ fn serve_refuses_bad_configurations_in_one_line() {
             "--ha-locator",
             "redis://127.0.0.1:6379",
         ]),
-        1,
+        2,
         "etcd://host:port",
     );
     let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -1111,7 +1118,7 @@ fn serve_refuses_bad_configurations_in_one_line() {
             &["serve", "--events", "tcp://127.0.0.1:1", "--page-size", "4"],
             "",
         ),
-        1,
+        2,
         "--tp is required",
     );
     #[cfg(not(feature = "nng"))]
@@ -1122,7 +1129,7 @@ fn serve_refuses_bad_configurations_in_one_line() {
             "--nng-listen",
             "tcp://127.0.0.1:9101",
         ]),
-        1,
+        2,
         "built without nng support",
     );
 }
@@ -1165,7 +1172,7 @@ fn demo_ends_with_a_report_and_zero_false_hits() {
         "{}",
         stderr(&out)
     );
-    assert_fails(&run(&["demo", "--routers", "0"], ""), 1, "--routers");
+    assert_fails(&run(&["demo", "--routers", "0"], ""), 2, "--routers");
 }
 
 #[test]
@@ -1181,7 +1188,7 @@ fn serve_answers_pynng_clients_on_nng_like_http() {
     let path = std::env::temp_dir().join(format!("hicache-cli-{}.ipc", std::process::id()));
     let url = format!("ipc://{}", path.display());
     let (mut service, addr) = serve(&emulator, &["--nng-listen", &url]);
-    service.line("the nng URL", |l| l.contains("nng listening on ipc://"));
+    service.log_line("the nng URL", |l| l.contains("nng listening on ipc://"));
     wait_for("ready", || http(addr, "GET", "/readyz", b"").0 == 200);
     emulator.store(object_keys(&tokens(1, 3)));
     let ask = json!({ "tokens": tokens(1, 5) });
@@ -1203,7 +1210,8 @@ fn serve_answers_pynng_clients_on_nng_like_http() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("python starts");
-    let requests = json!([ask, { "tokens": [1, 2], "model": "nope" }]);
+    // Issue 29: a batch over nng too (a map with "queries").
+    let requests = json!([ask, { "tokens": [1, 2], "model": "nope" }, { "queries": [ask, { "page_hashes": ["zz"] }] }]);
     child
         .stdin
         .take()
@@ -1222,9 +1230,11 @@ fn serve_answers_pynng_clients_on_nng_like_http() {
         "{}",
         lines[1]
     );
+    assert_eq!(lines[2]["answers"][0], over_http, "{}", lines[2]);
+    assert_eq!(lines[2]["answers"][1]["status"], 400, "{}", lines[2]);
     println!(
         "[nng] pynng round trip through the binary: {:.1} µs",
-        lines[2]["round_trip_us"]
+        lines[3]["round_trip_us"]
     );
     let (_, metrics) = http(addr, "GET", "/metrics", b"");
     assert!(
@@ -1234,4 +1244,21 @@ fn serve_answers_pynng_clients_on_nng_like_http() {
     // SIGTERM closes the socket, which removes the socket file.
     assert!(service.terminate().success());
     let _ = std::fs::remove_file(&path);
+    // Issue 29: nng carries no token, so a non-loopback nng address is refused unless allowed.
+    let base = [
+        "serve",
+        "--events",
+        "tcp://127.0.0.1:5557",
+        "--page-size",
+        "4",
+        "--tp",
+        "2",
+        "--nng-listen",
+        "tcp://0.0.0.0:9101",
+        "--check",
+    ];
+    assert_fails(&run(&base, ""), 2, "refusing a non-loopback nng address");
+    let mut allowed = base.to_vec();
+    allowed.push("--allow-unauthenticated");
+    assert!(run(&allowed, "").status.success());
 }

@@ -245,7 +245,8 @@ fn two_documents_for_one_model_are_a_startup_error() {
         .output()
         .expect("the binary runs");
     let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
+    // A usage error: exit 2 (issue 29; it was 1).
+    assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("two documents for model m"), "{err}");
 }
 
@@ -367,7 +368,6 @@ struct LoggedServe {
 
 impl LoggedServe {
     fn start(emulator: &Emulator, dir: &TempDir, extra: &[&str]) -> LoggedServe {
-        use std::io::BufRead;
         let log = dir.0.join("serve.log");
         let (events, base) = (emulator.event_endpoint(), emulator.http_base());
         let mut child = Command::new(BIN)
@@ -376,18 +376,24 @@ impl LoggedServe {
             .args(extra)
             .env("RUST_LOG", "info")
             .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
             .expect("the binary starts");
-        let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
-        let mut line = String::new();
-        out.read_line(&mut line).unwrap();
-        let addr = line
-            .rsplit("http://")
-            .next()
-            .and_then(|a| a.trim().parse().ok())
-            .unwrap_or_else(|| panic!("no address in {line:?}"));
+        // Every log line goes to stderr, the file: the one that says where HTTP listens.
+        let mut addr = None;
+        wait_for("the HTTP address in the log", || {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            addr = text.lines().find_map(|l| {
+                let after = l.split("http listening on http://").nth(1)?;
+                let end = after
+                    .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == ':'))
+                    .unwrap_or(after.len());
+                after[..end].parse().ok()
+            });
+            addr.is_some()
+        });
+        let addr = addr.expect("an address");
         LoggedServe { child, addr, log }
     }
 

@@ -165,7 +165,7 @@ pub use input::{Input, LeaderRequest, SnapshotRequest, VerifyRequest};
 pub use layout::{parse_object_key, HitPolicy, Layout, LayoutError, ObjectKey, Pool, SglangParams};
 pub use leader::{EventsStatus, LeaderConfig, LeaderInfo, LeaderStatus, LeaderView};
 pub use metrics::{Counters, Kind};
-pub use query::{Hits, Lookup, Pages, PlanHashes, QueryPlan, Tokens};
+pub use query::{Hits, LazyHashes, Lookup, MapCover, Pages, PlanHashes, QueryPlan, Tokens};
 pub use reader::Reader;
 pub use sequence::ReorderConfig;
 pub use session::{

@@ -1,5 +1,7 @@
 //! Query inputs and answers: which leading pages of a request are fully present.
 
+use alloc::vec::Vec;
+
 use crate::effect::Health;
 use crate::hash::{page_count, DigestMemo, Namespace, PageHash, PageHashes};
 use crate::index::DEFAULT_TENANT;
@@ -200,5 +202,74 @@ impl Iterator for PlanHashes<'_> {
             PlanHashes::U32(p) => p.next(),
             PlanHashes::U64(p) => p.next(),
         }
+    }
+}
+
+/// Which pages a query's per-page map covers.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum MapCover {
+    /// The pages checked until the first that misses one of its objects, that page included
+    /// (the rest of the map is false): hashing and probing stop there, as for a query without
+    /// a map. What a router needs (the prefix), at the cost of the prefix.
+    #[default]
+    UntilMiss,
+    /// Every page up to the map's length, hashed and probed whatever misses before it.
+    Every,
+}
+
+/// A token query's page hashes under its [`QueryPlan`], computed one at a time as the probe
+/// asks for them (through a memo) and kept: a probe that reads the index again (the writer
+/// moved under it) hashes no page twice, and a probe that stops at a miss hashed no page after
+/// it (see [`crate::Reader::probe_lazily`]).
+pub struct LazyHashes<'t, 'k, 'm, M: DigestMemo + ?Sized> {
+    pages: PlanHashes<'t>,
+    kept: &'k mut Vec<PageHash>,
+    memo: &'m M,
+}
+
+impl<'t, 'k, 'm, M: DigestMemo + ?Sized> LazyHashes<'t, 'k, 'm, M> {
+    /// Prepares to hash `tokens` under `plan`, asking `memo` first for each page and keeping
+    /// the hashes in `kept` (cleared here; reuse one buffer so that a query does not allocate).
+    pub fn new(
+        plan: &QueryPlan,
+        tokens: Tokens<'t>,
+        namespace: Namespace<'_>,
+        kept: &'k mut Vec<PageHash>,
+        memo: &'m M,
+    ) -> LazyHashes<'t, 'k, 'm, M> {
+        kept.clear();
+        LazyHashes {
+            pages: plan.hashes(tokens, namespace),
+            kept,
+            memo,
+        }
+    }
+
+    /// Returns the hashes computed so far, in page order.
+    pub fn hashed(&self) -> &[PageHash] {
+        self.kept
+    }
+
+    /// Returns the number of full pages, hashed or not.
+    pub fn page_count(&self) -> usize {
+        self.pages.page_count()
+    }
+}
+
+/// Pages a probe reads in order, by position: the object-safe face of [`LazyHashes`].
+pub(crate) trait PageSource {
+    /// Returns the hash of page `i`, computing it if it is the next one; `None` past the last.
+    fn page(&mut self, i: usize) -> Option<PageHash>;
+}
+
+impl<M: DigestMemo + ?Sized> PageSource for LazyHashes<'_, '_, '_, M> {
+    fn page(&mut self, i: usize) -> Option<PageHash> {
+        if let Some(kept) = self.kept.get(i) {
+            return Some(*kept);
+        }
+        debug_assert_eq!(i, self.kept.len(), "pages are asked for in order");
+        let page = self.pages.next_with(self.memo)?;
+        self.kept.push(page);
+        Some(page)
     }
 }

@@ -31,10 +31,10 @@ use spin::RwLock;
 
 use crate::effect::Health;
 use crate::error::QueryError;
-use crate::hash::PageHashes;
+use crate::hash::{DigestMemo, PageHashes};
 use crate::index::shared::{Claims, PageTable, Shared, Still};
 use crate::layout::{Layout, LayoutVotes, ModelVerdict};
-use crate::query::{Hits, Lookup, Pages, QueryPlan, Tokens};
+use crate::query::{Hits, LazyHashes, Lookup, MapCover, PageSource, Pages, QueryPlan, Tokens};
 use crate::session::ModelLayout;
 
 /// How many times a query reads the index before it answers [`QueryError::Busy`], when the state keeps
@@ -228,7 +228,7 @@ impl Reader {
     /// [`QueryError::Busy`] when the writer kept changing what the query reads: the caller asks
     /// again under the session's lock ([`crate::Session::query`]), which always answers.
     pub fn query(&self, lookup: &Lookup<'_>) -> Result<Hits, QueryError> {
-        let hits = self.answer(None, lookup, None)?;
+        let hits = self.answer(None, lookup, None, None, MapCover::UntilMiss)?;
         self.count_answer(&hits);
         Ok(hits)
     }
@@ -236,7 +236,20 @@ impl Reader {
     /// Answers like [`Reader::query`] and also fills `map[i]` with whether page `i` has every
     /// object of every pool; pages past the map's length are not examined.
     pub fn query_map(&self, lookup: &Lookup<'_>, map: &mut [bool]) -> Result<Hits, QueryError> {
-        let hits = self.answer(None, lookup, Some(map))?;
+        let hits = self.answer(None, lookup, None, Some(map), MapCover::Every)?;
+        self.count_answer(&hits);
+        Ok(hits)
+    }
+
+    /// Answers like [`Reader::query`] and fills `map[i]` for the pages checked, until the first
+    /// that misses (that one included; the rest of the map is false): the map of what the
+    /// prefix cost, no page hashed after the miss.
+    pub fn query_prefix_map(
+        &self,
+        lookup: &Lookup<'_>,
+        map: &mut [bool],
+    ) -> Result<Hits, QueryError> {
+        let hits = self.answer(None, lookup, None, Some(map), MapCover::UntilMiss)?;
         self.count_answer(&hits);
         Ok(hits)
     }
@@ -257,7 +270,25 @@ impl Reader {
         lookup: &Lookup<'_>,
         map: Option<&mut [bool]>,
     ) -> Result<Hits, QueryError> {
-        self.answer(Some(plan), lookup, map)
+        self.answer(Some(plan), lookup, None, map, MapCover::Every)
+    }
+
+    /// Answers a token lookup planned as `plan`, hashing its pages as the probe reaches them
+    /// (`hashes`, made under the same plan): with no map, or a map covering
+    /// [`MapCover::UntilMiss`], no page after the first miss is hashed or probed, whatever the
+    /// request's length; a reading done again (the writer moved) hashes no page twice. Not
+    /// counted (see [`Reader::count_answer`]); [`QueryError::PlanChanged`] as for
+    /// [`Reader::probe`] (make new `hashes` under a new plan). On [`QueryError::Busy`] the
+    /// caller asks again with the same `hashes` under the session's lock.
+    pub fn probe_lazily<M: DigestMemo + ?Sized>(
+        &self,
+        plan: QueryPlan,
+        lookup: &Lookup<'_>,
+        hashes: &mut LazyHashes<'_, '_, '_, M>,
+        map: Option<&mut [bool]>,
+        cover: MapCover,
+    ) -> Result<Hits, QueryError> {
+        self.answer(Some(plan), lookup, Some(hashes), map, cover)
     }
 
     /// Counts one query answered by probes in [`crate::Counters::queries`] and
@@ -278,12 +309,15 @@ impl Reader {
 
     /// Answers a lookup, uncounted, under one snapshot of the layouts (the one `plan` was made
     /// under, if given): read, check that the state held, else read again; [`QueryError::Busy`]
-    /// when it kept moving.
+    /// when it kept moving. `lazy`, if given, supplies the token lookup's pages (hashed under
+    /// `plan` as they are reached, and kept across readings).
     fn answer(
         &self,
         plan: Option<QueryPlan>,
         lookup: &Lookup<'_>,
+        mut lazy: Option<&mut dyn PageSource>,
         mut map: Option<&mut [bool]>,
+        cover: MapCover,
     ) -> Result<Hits, QueryError> {
         if let Some(map) = map.as_deref_mut() {
             map.fill(false);
@@ -337,34 +371,40 @@ impl Reader {
                 return Ok(hits);
             }
             let tenant = lookup.tenant;
-            let found = match lookup.pages {
-                Pages::Hashes(hashes) => {
+            let page_map = map.as_deref_mut();
+            let claimed = Some(&mut claims);
+            let found = match (lazy.as_deref_mut(), lookup.pages) {
+                (Some(source), Pages::Tokens { .. }) => {
+                    let pages = (0..).map_while(|i| source.page(i));
+                    self.index
+                        .query(tenant, layout, pages, page_map, claimed, cover)
+                }
+                (_, Pages::Hashes(hashes)) => {
                     let hashes = hashes.iter().copied();
-                    self.index.query(
-                        tenant,
-                        layout,
-                        hashes,
-                        map.as_deref_mut(),
-                        Some(&mut claims),
-                    )
-                }
-                Pages::Tokens {
-                    tokens: Tokens::U32(t),
-                    namespace,
-                } => {
-                    let pages = PageHashes::new(t, layout.page_size, layout.eagle, namespace);
-                    let claims = Some(&mut claims);
                     self.index
-                        .query(tenant, layout, pages, map.as_deref_mut(), claims)
+                        .query(tenant, layout, hashes, page_map, claimed, cover)
                 }
-                Pages::Tokens {
-                    tokens: Tokens::U64(t),
-                    namespace,
-                } => {
+                (
+                    None,
+                    Pages::Tokens {
+                        tokens: Tokens::U32(t),
+                        namespace,
+                    },
+                ) => {
                     let pages = PageHashes::new(t, layout.page_size, layout.eagle, namespace);
-                    let claims = Some(&mut claims);
                     self.index
-                        .query(tenant, layout, pages, map.as_deref_mut(), claims)
+                        .query(tenant, layout, pages, page_map, claimed, cover)
+                }
+                (
+                    None,
+                    Pages::Tokens {
+                        tokens: Tokens::U64(t),
+                        namespace,
+                    },
+                ) => {
+                    let pages = PageHashes::new(t, layout.page_size, layout.eagle, namespace);
+                    self.index
+                        .query(tenant, layout, pages, page_map, claimed, cover)
                 }
             };
             let stands = match self.pages().still(state) {

@@ -219,6 +219,7 @@ pub fn query_request(data: &[u8]) {
         max_body_bytes: 1 << 16,
         max_tokens: 4096,
         max_page_hashes: 256,
+        max_batch_queries: 16,
     };
     for json in [true, false] {
         meter::reset();

@@ -1555,7 +1555,9 @@ fn batches_while_a_fetch_waits_for_its_retry_reach_the_index_through_the_next_ke
     );
     let fx = h.fire_timeout().unwrap();
     let retry = fetch_request(&fx).expect("the fetch is retried");
-    assert_eq!(h.now, ms(1_000));
+    // Within the retry delay, jittered (issue 29: failures in a row back off).
+    assert!(h.now > ms(100) && h.now <= ms(1_000), "{:?}", h.now);
+    let retried_at = h.now;
     h.advance(1_000);
     // The retry's key list, read after it, holds page 0.
     let keys: Vec<String> = pages.iter().flat_map(|p| layout.object_keys(p)).collect();
@@ -1567,7 +1569,11 @@ fn batches_while_a_fetch_waits_for_its_retry_reach_the_index_through_the_next_ke
     );
     assert_eq!(h.health(), Health::Live);
     assert_eq!(h.prefix(&tokens(2)), 2);
-    assert_eq!(h.session.confirmed_at(), Some(ms(1_000)), "as of the retry");
+    assert_eq!(
+        h.session.confirmed_at(),
+        Some(retried_at),
+        "as of the retry"
+    );
 }
 
 #[test]
@@ -1737,4 +1743,104 @@ fn a_held_batch_is_confirmed_as_of_its_arrival_not_when_it_applies() {
     assert_eq!(h.prefix(&tokens(2)), 2);
     assert_eq!(h.session.confirmed_at(), Some(ms(5_000)));
     assert_eq!(unconfirmed(&h), 500);
+}
+
+/// The delay before each retry of the fetch while `failures` fetches in a row fail at once; and
+/// the last retry's request.
+fn fetch_retry_delays(
+    h: &mut Harness,
+    mut request: SnapshotRequest,
+    failures: usize,
+) -> (Vec<Duration>, SnapshotRequest) {
+    let mut delays = Vec::new();
+    for _ in 0..failures {
+        let fx = h.session.handle_snapshot_failed(h.now, request);
+        let _ = h.record(fx);
+        let before = h.now;
+        let fx = h.fire_timeout().expect("a retry is scheduled");
+        request = fetch_request(&fx).expect("the retry fetches");
+        delays.push(h.now - before);
+    }
+    (delays, request)
+}
+
+#[test]
+fn failed_fetches_in_a_row_back_off_capped_and_jittered_until_one_is_answered() {
+    // Issue 29: a wrong --master-http retried every second for good (7,200 WARN lines an hour).
+    let mut h = Harness::connected(resync_config(mha(1)));
+    let retry = ResyncConfig::default().retry_after;
+    let first = fetch_request(&h.log).expect("a fetch");
+    let (delays, request) = fetch_retry_delays(&mut h, first, 10);
+    assert!(delays[0] >= retry / 2 && delays[0] <= retry, "{delays:?}");
+    assert!(delays[3] >= retry * 4, "it doubles: {delays:?}");
+    assert!(
+        delays.iter().all(|d| *d <= retry * 8),
+        "it is capped: {delays:?}"
+    );
+    assert!(delays[9] >= retry * 4, "{delays:?}");
+    let distinct: std::collections::BTreeSet<_> = delays[7..].iter().collect();
+    assert!(distinct.len() > 1, "jittered: {delays:?}");
+    // An answer resets it: the next failure waits the retry delay again.
+    let fx = h.session.handle_snapshot(
+        h.now,
+        request,
+        Some(Seq(0).into()),
+        std::iter::empty::<&str>(),
+    );
+    let _ = h.record(fx);
+    assert_eq!(h.health(), Health::Live);
+    let fx = h.session.clear(h.now);
+    let fx = h.record(fx);
+    let again = fetch_request(&fx).expect("a clear fetches again");
+    let (delays, _) = fetch_retry_delays(&mut h, again, 1);
+    assert!(delays[0] <= retry, "{delays:?}");
+}
+
+#[test]
+fn failed_verification_rounds_in_a_row_back_off_until_one_is_answered() {
+    let layout = mha(1);
+    let interval = Duration::from_secs(1);
+    let mut cfg = config(layout);
+    cfg.verify = Some(VerifyConfig {
+        interval,
+        sample: 100,
+        ..VerifyConfig::default()
+    });
+    let (mut h, _) = with_pages(cfg, 2);
+    let round = |fx: &[Effect]| {
+        fx.iter().find_map(|e| match e {
+            Effect::Command(Command::VerifyKeys { request, keys }) => {
+                Some((*request, keys.clone()))
+            }
+            _ => None,
+        })
+    };
+    let mut delays = Vec::new();
+    let fx = h.fire_timeout().unwrap();
+    let (mut request, mut keys) = round(&fx).expect("a round");
+    for _ in 0..8 {
+        let _ = h.session.handle_verify_failed(h.now, request);
+        let before = h.now;
+        let fx = h.fire_timeout().expect("the next round is scheduled");
+        (request, keys) = round(&fx).expect("a round");
+        delays.push(h.now - before);
+    }
+    assert_eq!(delays[0], interval, "{delays:?}");
+    assert!(delays[3] >= interval * 4, "it doubles: {delays:?}");
+    assert!(delays.iter().all(|d| *d <= interval * 8), "{delays:?}");
+    // An answered round resets it.
+    let answers: Vec<(&str, bool)> = keys.iter().map(|k| (k.as_str(), true)).collect();
+    let _ = h.session.handle_verify_result(h.now, request, answers);
+    let before = h.now;
+    let fx = h.fire_timeout().expect("the next round");
+    let (request, _) = round(&fx).expect("a round");
+    assert_eq!(h.now - before, interval);
+    let _ = h.session.handle_verify_failed(h.now, request);
+    let before = h.now;
+    let _ = h.fire_timeout().expect("the next round");
+    assert_eq!(
+        h.now - before,
+        interval,
+        "the first failure waits the interval"
+    );
 }

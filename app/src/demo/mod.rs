@@ -36,7 +36,7 @@ use hicache_index_tokio::{QueryHandle, Subscriber, SubscriberConfig};
 
 use crate::latency::Latency;
 use crate::plumbing::thousands;
-use crate::{parse_duration, say, Outcome};
+use crate::{parse_duration, say, Failure, Outcome};
 use workers::{workers, Plan};
 use workload::{router, system_prompts};
 
@@ -135,7 +135,9 @@ struct Faults {
 /// Runs the demo and prints the report; fails on a false hit or a fault not recovered.
 pub(crate) fn run(args: DemoArgs) -> Outcome {
     if args.routers == 0 || args.rate == 0 || args.store_pages < 100 {
-        return Err("--routers and --rate must be positive, --store-pages at least 100".into());
+        return Err(Failure::Usage(
+            "--routers and --rate must be positive, --store-pages at least 100".into(),
+        ));
     }
     let layout = Layout::from_sglang(&SglangParams {
         model: Some(MODEL.into()),
@@ -262,7 +264,7 @@ pub(crate) fn run(args: DemoArgs) -> Outcome {
     let report = report(&world, &counters, health, elapsed, &args);
     say(&report.text);
     if let Some(failure) = report.failure {
-        return Err(failure);
+        return Err(failure.into());
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -41,7 +41,8 @@ impl Index {
     where
         I: Iterator<Item = PageHash>,
     {
-        self.shared.query(tenant, layout, pages, map, None)
+        self.shared
+            .query(tenant, layout, pages, map, None, MapCover::Every)
     }
 }
 
@@ -50,7 +51,8 @@ impl Shared {
     /// [`super::shared`]). A reader running beside the writer MUST check the table's state
     /// before and after ([`PageTable::still`]) and drop the answer if it moved; `claims`, if
     /// given, receives the slot of every page the answer may claim (every page with all its
-    /// all-pages objects), to be checked again when removals overlapped the query.
+    /// all-pages objects), to be checked again when removals overlapped the query. `cover` says
+    /// whether a map stops at the first miss, as the prefix does, or covers every page.
     pub(crate) fn query<I>(
         &self,
         tenant: &str,
@@ -58,6 +60,7 @@ impl Shared {
         pages: I,
         mut map: Option<&mut [bool]>,
         mut claims: Option<&mut Claims>,
+        cover: MapCover,
     ) -> IndexHits
     where
         I: Iterator<Item = PageHash>,
@@ -99,7 +102,7 @@ impl Shared {
             }
             all_ok &= page_all;
             if !all_ok {
-                if map.is_none() {
+                if map.is_none() || cover == MapCover::UntilMiss {
                     break;
                 }
                 continue;

@@ -34,6 +34,7 @@ use hashbrown::HashTable;
 use crate::frame::Medium;
 use crate::hash::PageHash;
 use crate::layout::{parse_object_key, HitPolicy, Layout, ObjectKey};
+use crate::query::MapCover;
 
 /// Suffix slots per namespace: the width of a page's presence mask.
 pub const MAX_SUFFIXES: usize = 128;

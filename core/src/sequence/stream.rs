@@ -120,9 +120,10 @@ impl<T> Stream<T> {
     ) -> Ruling {
         // Without a window, the order batches arrive in is the publisher's: a batch numbered past
         // the one heard before it shows a hole, whatever it is ruled.
+        // (An undecodable batch's own sequence may be as garbled as its payload: no hole.)
         let arrival_hole = self
             .heard
-            .filter(|_| !self.config.reorder.is_on())
+            .filter(|_| !self.config.reorder.is_on() && !mark.undecodable)
             .map_or(0, |h| mark.seq.0.saturating_sub(h.seq.0.saturating_add(1)));
         self.count_hole(arrival_hole);
         self.hole_counted = arrival_hole > 0;

@@ -199,7 +199,7 @@ impl Session {
             },
             health: HealthState::new(),
             resync: Resync::new(config.seed),
-            verify: Verify::new(),
+            verify: Verify::new(config.seed),
             workers: Workers::new(),
             counters: Counters::default(),
             ledger: Ledger::new(),
@@ -407,7 +407,7 @@ impl Session {
             None => {}
         }
         match self.verify.handle_timeout(now) {
-            Some(VerifyDue::RoundTimedOut) => self.schedule_verify(now),
+            Some(VerifyDue::RoundTimedOut) => self.schedule_verify_after_failure(now),
             Some(VerifyDue::Round) => self.start_verify(now, &mut fx),
             None => {}
         }

@@ -30,6 +30,9 @@ pub(super) struct Resync {
     /// The backoff of fetches whose snapshots could not be anchored, in a row (`attempts` is
     /// zero once one is anchored).
     pub(super) unanchored: Backoff,
+    /// The backoff of fetches that failed or timed out in a row (`attempts` is zero once the
+    /// master answers one).
+    pub(super) failures: Backoff,
 }
 
 impl Resync {
@@ -38,6 +41,7 @@ impl Resync {
             state: ResyncState::Idle,
             next_request: 1,
             unanchored: Backoff::new(seed ^ 0x5bd1_e995),
+            failures: Backoff::new(seed ^ 0x6874_7470),
         }
     }
 }
@@ -179,6 +183,10 @@ impl ResyncState {
     }
 }
 
+/// How many times the retry delay (or the verification interval) the backoff of the master's
+/// HTTP side failing grows to at most.
+pub(super) const RETRY_BACKOFF_CAP: u32 = 8;
+
 /// Applies one key of a snapshot unless a live batch since the stream was placed decided its
 /// state: removed (or cleared) keys stay out, stored ones are in already.
 pub(super) fn store_snapshot_key(
@@ -290,6 +298,7 @@ impl Session {
         }
         // The master's status answered and did not say its publisher is off.
         self.health.events_disabled = false;
+        self.resync.failures.attempts = 0;
         debug_assert!(
             self.stream.is_unplaced(),
             "a fetch answers an unplaced stream: {:?} {:?}",
@@ -604,14 +613,24 @@ impl Session {
         fx.push(Command::FetchSnapshot { request });
     }
 
+    /// Ends the fetch under way as failed; the next is asked for after the retry delay, twice
+    /// as long (jittered, in the upper half) for each failure in a row, up to
+    /// [`RETRY_BACKOFF_CAP`] times it: an unreachable master costs a request every 4-8 s, not
+    /// every second, and one that comes back is fetched from within 8 retry delays.
     pub(super) fn resync_failed(&mut self, now: Instant, reason: ResyncFailure, fx: &mut Effects) {
         let retry = self
             .config
             .resync
             .map_or(Duration::from_secs(1), |r| r.retry_after);
+        let delay = self.resync.failures.delay(&BackoffConfig {
+            initial: retry,
+            max: retry.saturating_mul(RETRY_BACKOFF_CAP),
+            ..BackoffConfig::default()
+        });
+        self.resync.failures.attempts = self.resync.failures.attempts.saturating_add(1);
         self.counters.resyncs_failed += 1;
         self.resync.state = ResyncState::Waiting {
-            retry_at: now + retry,
+            retry_at: now + delay,
             failure: reason,
         };
         // What the stream held for this fetch's status point, and what it applied under it, is

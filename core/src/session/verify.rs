@@ -12,6 +12,9 @@ pub(super) struct Verify {
     /// The number of the next `/batch_query_keys` request (a round, or a confirmation of
     /// doubted key-list lines).
     next_request: u64,
+    /// The backoff of rounds that failed or timed out in a row (`attempts` is zero once one is
+    /// answered).
+    pub(super) failures: Backoff,
 }
 
 /// A verification sweep in progress (see `Sampled` in the index).
@@ -35,12 +38,13 @@ pub(super) enum VerifyDue {
 }
 
 impl Verify {
-    pub(super) fn new() -> Verify {
+    pub(super) fn new(seed: u64) -> Verify {
         Verify {
             next_at: None,
             in_flight: None,
             sweep: None,
             next_request: 1,
+            failures: Backoff::new(seed ^ 0x7665_7269),
         }
     }
 
@@ -119,7 +123,7 @@ impl Session {
             Some(round) if round.request == request => {
                 self.verify.in_flight = None;
                 self.counters.verify_failures += 1;
-                self.schedule_verify(now);
+                self.schedule_verify_after_failure(now);
             }
             _ => self.counters.stale_answers += 1,
         }
@@ -152,7 +156,10 @@ impl Session {
         }
         let mut fx = Effects::new();
         let round = match self.verify.in_flight.take() {
-            Some(round) if round.request == request => round,
+            Some(round) if round.request == request => {
+                self.verify.failures.attempts = 0;
+                round
+            }
             other => {
                 self.verify.in_flight = other;
                 self.verify.sweep = None;
@@ -214,6 +221,22 @@ impl Session {
 
     pub(super) fn schedule_verify(&mut self, now: Instant) {
         self.verify.next_at = self.config.verify.map(|v| now + v.interval);
+    }
+
+    /// Schedules the next round after one that failed or timed out: the interval, or longer
+    /// while the master's HTTP side keeps failing (its backoff: doubling, jittered, up to 8
+    /// intervals); an answered round resets it.
+    pub(super) fn schedule_verify_after_failure(&mut self, now: Instant) {
+        let Some(v) = self.config.verify else {
+            return;
+        };
+        let delay = self.verify.failures.delay(&BackoffConfig {
+            initial: v.interval,
+            max: v.interval.saturating_mul(super::resync::RETRY_BACKOFF_CAP),
+            ..BackoffConfig::default()
+        });
+        self.verify.failures.attempts = self.verify.failures.attempts.saturating_add(1);
+        self.verify.next_at = Some(now + delay.max(v.interval));
     }
 
     pub(super) fn start_verify(&mut self, now: Instant, fx: &mut Effects) {

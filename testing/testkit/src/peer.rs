@@ -243,6 +243,11 @@ fn works(python: &Path, imports: &str) -> bool {
 }
 
 fn make_venv(dir: &Path, packages: &[&str], imports: &str) -> PathBuf {
+    // One at a time in a test binary: two threads of one process would share the tmp folder.
+    static MAKING: Mutex<()> = Mutex::new(());
+    let _one = MAKING
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let python = dir.join("bin/python");
     if works(&python, imports) {
         return python;

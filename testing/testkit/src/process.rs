@@ -12,27 +12,38 @@ use serde_json::Value;
 /// How long a test waits for anything a program should do soon.
 pub const PATIENCE: Duration = Duration::from_secs(15);
 
-/// A running program, killed when dropped, whose stdout lines arrive on a channel (stderr is
-/// the test's own).
+/// A running program, killed when dropped, whose stdout lines arrive on one channel and its
+/// stderr lines (the log) on another (and are copied to the test's stderr).
 #[derive(Debug)]
 pub struct Running {
     child: Child,
     lines: Receiver<String>,
+    logs: Receiver<String>,
     seen: Vec<String>,
+    logged: Vec<String>,
 }
 
 impl Running {
-    /// Starts `bin` with `args`, logging at `warn`.
+    /// Starts `bin` with `args`, logging at `warn` (and `serve`'s own lines at `info`).
     pub fn start(bin: &str, args: &[&str]) -> Running {
-        let mut child = Command::new(bin)
+        Running::start_with(bin, args, &[])
+    }
+
+    /// Starts `bin` with `args` and the environment variables `env` (after `RUST_LOG`).
+    pub fn start_with(bin: &str, args: &[&str], env: &[(&str, &str)]) -> Running {
+        let mut command = Command::new(bin);
+        command
             .args(args)
-            .env("RUST_LOG", "warn")
+            .env("RUST_LOG", "warn,hicache_index_serve=info")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("the binary starts");
+            .stderr(Stdio::piped());
+        for (name, value) in env {
+            command.env(name, value);
+        }
+        let mut child = command.spawn().expect("the binary starts");
         let out = child.stdout.take().expect("piped stdout");
+        let err = child.stderr.take().expect("piped stderr");
         let (tx, lines) = mpsc::channel();
         std::thread::spawn(move || {
             for line in BufReader::new(out).lines() {
@@ -42,11 +53,69 @@ impl Running {
                 }
             }
         });
+        let (tx, logs) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(err).lines() {
+                let Ok(line) = line else { return };
+                eprintln!("{line}");
+                let _ = tx.send(line);
+            }
+        });
         Running {
             child,
             lines,
+            logs,
             seen: Vec::new(),
+            logged: Vec::new(),
         }
+    }
+
+    /// Waits (up to [`PATIENCE`]) for a stderr (log) line that satisfies `f` and returns it.
+    pub fn log_line(&mut self, what: &str, mut f: impl FnMut(&str) -> bool) -> String {
+        let deadline = Instant::now() + PATIENCE;
+        if let Some(line) = self.logged.iter().find(|l| f(l)) {
+            return line.clone();
+        }
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.logs.recv_timeout(left) {
+                Ok(line) => {
+                    self.logged.push(line.clone());
+                    if f(&line) {
+                        return line;
+                    }
+                }
+                Err(_) => panic!(
+                    "no log line with {what} within {PATIENCE:?}; saw {:#?}",
+                    self.logged
+                ),
+            }
+        }
+    }
+
+    /// Returns the log lines that arrived so far (and were not waited for yet, too).
+    pub fn logs(&mut self) -> &[String] {
+        while let Ok(line) = self.logs.try_recv() {
+            self.logged.push(line);
+        }
+        &self.logged
+    }
+
+    /// Returns the process id.
+    pub fn id(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends `signal` (e.g. `"HUP"`) to the process.
+    pub fn signal(&self, signal: &str) {
+        let _ = Command::new("kill")
+            .args([&format!("-{signal}"), &self.child.id().to_string()])
+            .status();
+    }
+
+    /// Returns the exit status if the process ended.
+    pub fn try_wait(&mut self) -> Option<ExitStatus> {
+        self.child.try_wait().expect("waitable")
     }
 
     /// Waits (up to [`PATIENCE`]) for a stdout line that satisfies `f` and returns it.
@@ -90,15 +159,18 @@ impl Running {
         false
     }
 
-    /// Waits for the line `serve` prints when its HTTP side listens; returns the address.
+    /// Waits for the log line `serve` writes when its HTTP side listens; returns the address.
     pub fn http_address(&mut self) -> SocketAddr {
-        let line = self.line("the HTTP address", |l| {
-            l.contains("http listening on http://")
+        let line = self.log_line("the HTTP address", |l| {
+            l.contains("http listening on http://") || l.contains("http listening on https://")
         });
-        line.rsplit("http://")
-            .next()
-            .and_then(|a| a.trim().parse().ok())
-            .expect("an address")
+        // Text or JSON logs: the address runs from the scheme to the first character that is in
+        // no address.
+        let after = line.split("://").nth(1).unwrap_or("");
+        let end = after
+            .find(|c: char| !(c.is_ascii_hexdigit() || matches!(c, '.' | ':' | '[' | ']')))
+            .unwrap_or(after.len());
+        after[..end].parse().expect("an address")
     }
 
     /// Sends SIGTERM and waits for the exit.
@@ -131,6 +203,16 @@ pub fn serve(
     emulator: &hicache_index_emulator::Emulator,
     extra: &[&str],
 ) -> (Running, SocketAddr) {
+    serve_with(bin, emulator, extra, &[])
+}
+
+/// Does what [`serve`] does with the environment variables `env`.
+pub fn serve_with(
+    bin: &str,
+    emulator: &hicache_index_emulator::Emulator,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> (Running, SocketAddr) {
     let (endpoint, base) = (emulator.event_endpoint(), emulator.http_base());
     let mut args = vec![
         "serve",
@@ -142,7 +224,7 @@ pub fn serve(
         "127.0.0.1:0",
     ];
     args.extend_from_slice(extra);
-    let mut service = Running::start(bin, &args);
+    let mut service = Running::start_with(bin, &args, env);
     let addr = service.http_address();
     (service, addr)
 }

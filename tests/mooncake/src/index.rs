@@ -91,6 +91,13 @@ impl Counts {
             if name.contains('{') {
                 continue;
             }
+            // Gauges in seconds are the core's `_ms` figures (issue 29: base units).
+            if let Some(stem) = name.strip_suffix("_seconds") {
+                if let Ok(seconds) = value.trim().parse::<f64>() {
+                    out.insert(format!("{stem}_ms"), (seconds * 1000.0).round() as u64);
+                }
+                continue;
+            }
             let Ok(value) = value.trim().parse::<u64>() else {
                 continue;
             };
@@ -272,7 +279,9 @@ impl IndexUnderTest {
         match &self.inner {
             Inner::Serve(ps) => {
                 let p = serve_for(ps, layout);
-                p.ask(json!({ "tokens": tokens, "model": p.model(layout) }))
+                // The whole map, to hold against the in-process answers' (issue 29: by default
+                // the map ends at the first miss).
+                p.ask(json!({ "tokens": tokens, "model": p.model(layout), "page_map": true }))
             }
             _ => self.ask_in_process(layout, &layout.lookup(tokens), tokens.len()),
         }
@@ -471,7 +480,7 @@ pub(crate) fn wait_listening(venvs: &Venvs, cmd: Command, log_name: &str) -> (Gu
         let text = std::fs::read_to_string(&log).unwrap_or_default();
         if let Some(addr) = text
             .lines()
-            .find_map(|l| l.strip_prefix("hicache-index: http listening on http://"))
+            .find_map(|l| l.split_once("http listening on http://").map(|(_, a)| a))
             .and_then(|a| a.trim().parse::<SocketAddr>().ok())
         {
             return (process, addr);

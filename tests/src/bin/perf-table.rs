@@ -134,6 +134,30 @@ fn memo_row() {
     );
 }
 
+fn served_row() {
+    let group = "served_query_page_size_4";
+    let label = "1. served query (page size 4): a miss at page 1 of 16,384 tokens, without the body's parse";
+    let (Some(miss), Some(one), Some(map)) = (
+        mean_ns(group, "miss_at_page_1_of_16384_tokens"),
+        mean_ns(group, "one_page_hit"),
+        mean_ns(group, "miss_at_page_1_of_16384_tokens_page_map"),
+    ) else {
+        not_run(label);
+        return;
+    };
+    let parse = mean_ns(group, "parse_16384_tokens").map_or(String::new(), |p| {
+        format!(" (the body's parse apart: {})", time(p))
+    });
+    let ratio = miss / one;
+    println!(
+        "| {label} | {}{parse} | with \"page_map\": true (every page hashed): {} | a 1-page query: {} | {ratio:.2}x the 1-page query | ≤ 2x: {} |",
+        time(miss),
+        time(map),
+        time(one),
+        verdict(ratio <= 2.0)
+    );
+}
+
 fn ingest_row() {
     let group = "ingest_64_event_batches_into_1m_pages";
     let label = "2. ingest: decode + apply, 64-event Mooncake batches into 1M pages, one core";
@@ -480,6 +504,7 @@ fn main() {
     println!("|---|---|---|---|---|---|");
     query_rows();
     memo_row();
+    served_row();
     ingest_row();
     memory_row();
     e2e_rows();

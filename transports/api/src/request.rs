@@ -1,13 +1,36 @@
 //! The query request and answer: `{"tokens": [...], "tenant", "model", "extra_key",
-//! "cache_salt"}` (or `"page_hashes": [hex...]` instead of tokens) answered by
-//! `{"prefix_pages", "pages", "trust", ...}`.
+//! "cache_salt", "page_map"}` (or `"page_hashes": [hex...]` instead of tokens) answered by
+//! `{"prefix_pages", "pages", "trust", ...}`; several of them in one batch
+//! (`{"queries": [...]}` answered by `{"answers": [...]}`).
+//!
+//! Decoding is strict: a field this version does not know is an error naming it (a typo such
+//! as `"cachesalt"` would otherwise be answered from the unsalted namespace). Errors echo at
+//! most [`MAX_ECHO_BYTES`] of any input.
 
 use std::fmt;
 
 use hicache_index::{
-    Hits, Lookup, Namespace, PageHash, Pages, QueryError, Session, Tokens, DEFAULT_TENANT,
+    Hits, Lookup, MapCover, Namespace, PageHash, Pages, QueryError, Session, Tokens, DEFAULT_TENANT,
 };
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+/// The most bytes of a client's input an error message repeats (a model name, a field name,
+/// the decoder's message); longer ones are cut, and end in `...`.
+pub const MAX_ECHO_BYTES: usize = 200;
+
+/// Returns `text` cut to at most [`MAX_ECHO_BYTES`] bytes on a character boundary, marked with
+/// `...` when it was cut.
+pub fn clip(text: &str) -> String {
+    if text.len() <= MAX_ECHO_BYTES {
+        return text.to_owned();
+    }
+    let mut end = MAX_ECHO_BYTES - 3;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...", &text[..end])
+}
 
 /// Bounds on what one request may ask.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -18,6 +41,8 @@ pub struct Limits {
     pub max_tokens: usize,
     /// The most page hashes in one request.
     pub max_page_hashes: usize,
+    /// The most queries in one batch.
+    pub max_batch_queries: usize,
 }
 
 impl Default for Limits {
@@ -26,12 +51,15 @@ impl Default for Limits {
             max_body_bytes: 4 << 20,
             max_tokens: 262_144,
             max_page_hashes: 16_384,
+            max_batch_queries: 256,
         }
     }
 }
 
-/// A query as it arrives (JSON or a msgpack map with the same field names).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// A query as it arrives (JSON or a msgpack map with the same field names). Give exactly one of
+/// `tokens` and `page_hashes`; any other field is refused.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct QueryRequest {
     /// The request's tokens (ids up to `u64::MAX`).
     #[serde(default)]
@@ -51,6 +79,20 @@ pub struct QueryRequest {
     /// SGLang's `cache_salt` of the request (namespaced requests; `""` is none, as in SGLang).
     #[serde(default)]
     pub cache_salt: Option<String>,
+    /// Answer `pages` for every full page of the request (each hashed and probed, whatever
+    /// misses before it). By default (`false`) `pages` covers the pages checked until the
+    /// first that misses, that one included, and no page after it is hashed: the query costs
+    /// what its prefix costs.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub page_map: bool,
+}
+
+/// Several queries in one request (several prompts, several models): `{"queries": [...]}`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BatchRequest {
+    /// The queries, answered in this order; at most the service's batch limit.
+    pub queries: Vec<QueryRequest>,
 }
 
 /// Why a request was refused.
@@ -89,6 +131,11 @@ pub enum ApiError {
 }
 
 impl ApiError {
+    /// Wraps a decoder's message, cut to [`MAX_ECHO_BYTES`] (it may repeat the input).
+    pub fn malformed(why: impl fmt::Display) -> ApiError {
+        ApiError::Malformed(clip(&why.to_string()))
+    }
+
     /// Returns the HTTP status that fits: 413 for size, else 400 (an unknown model too: the
     /// body lists the known ones).
     pub fn status(&self) -> u16 {
@@ -116,27 +163,27 @@ impl ApiError {
         }
     }
 
-    /// Returns the error as the JSON body `{"error": "..."}` (with `"models": [...]`, the known
-    /// models, for [`ApiError::UnknownModel`]).
-    pub fn to_json(&self) -> String {
-        match self {
-            ApiError::UnknownModel { known, .. } => {
-                serde_json::json!({ "error": self.to_string(), "models": known }).to_string()
-            }
-            _ => serde_json::json!({ "error": self.to_string() }).to_string(),
+    /// Returns the error as the answer's error body (without a status).
+    pub fn to_answer(&self) -> ErrorAnswer {
+        ErrorAnswer {
+            error: self.to_string(),
+            models: match self {
+                ApiError::UnknownModel { known, .. } => Some(known.clone()),
+                _ => None,
+            },
+            status: None,
         }
     }
 
-    /// Returns the error as the msgpack map `{"error": "..."}`.
+    /// Returns the error as the JSON body `{"error": "..."}` (with `"models": [...]`, the known
+    /// models, for [`ApiError::UnknownModel`]).
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(&self.to_answer()).expect("an error always serialises")
+    }
+
+    /// Returns the error as the msgpack map `{"error": "..."}` (with `"models"` as in JSON).
     pub fn to_msgpack(&self) -> Vec<u8> {
-        #[derive(Serialize)]
-        struct Reply {
-            error: String,
-        }
-        rmp_serde::to_vec_named(&Reply {
-            error: self.to_string(),
-        })
-        .expect("a string map always serialises")
+        rmp_serde::to_vec_named(&self.to_answer()).expect("an error always serialises")
     }
 }
 
@@ -158,7 +205,7 @@ impl fmt::Display for ApiError {
             ApiError::Query(e) => write!(f, "{e}"),
             ApiError::UnknownModel { asked, known } => {
                 match asked {
-                    Some(m) => write!(f, "unknown model {m:?}")?,
+                    Some(m) => write!(f, "unknown model {:?}", clip(m))?,
                     None => f.write_str("name a \"model\": several are known")?,
                 }
                 if known.is_empty() {
@@ -185,17 +232,15 @@ impl QueryRequest {
     /// Decodes a JSON body within `limits`.
     pub fn from_json(body: &[u8], limits: &Limits) -> Result<Query, ApiError> {
         check_size(body, limits)?;
-        let request: QueryRequest =
-            serde_json::from_slice(body).map_err(|e| ApiError::Malformed(e.to_string()))?;
+        let request: QueryRequest = serde_json::from_slice(body).map_err(ApiError::malformed)?;
         request.check(limits)
     }
 
     /// Decodes a msgpack map body within `limits`.
     pub fn from_msgpack(body: &[u8], limits: &Limits) -> Result<Query, ApiError> {
         check_size(body, limits)?;
-        check_msgpack_lengths(body).map_err(ApiError::Malformed)?;
-        let request: QueryRequest =
-            rmp_serde::from_slice(body).map_err(|e| ApiError::Malformed(e.to_string()))?;
+        check_msgpack_lengths(body).map_err(ApiError::malformed)?;
+        let request: QueryRequest = rmp_serde::from_slice(body).map_err(ApiError::malformed)?;
         request.check(limits)
     }
 
@@ -353,14 +398,53 @@ impl Query {
     pub fn request(&self) -> &QueryRequest {
         &self.request
     }
+
+    /// Returns which pages the answer's `pages` covers (see [`QueryRequest::page_map`]).
+    pub fn cover(&self) -> MapCover {
+        match self.request.page_map {
+            true => MapCover::Every,
+            false => MapCover::UntilMiss,
+        }
+    }
+}
+
+impl BatchRequest {
+    /// Decodes a JSON batch within `limits` (the body's size, the number of queries); each
+    /// query is then checked on its own, so that one bad query fails only its answer.
+    pub fn from_json(body: &[u8], limits: &Limits) -> Result<BatchRequest, ApiError> {
+        check_size(body, limits)?;
+        let batch: BatchRequest = serde_json::from_slice(body).map_err(ApiError::malformed)?;
+        batch.check(limits)
+    }
+
+    /// Decodes a msgpack batch (`{"queries": [map, ...]}`) like [`BatchRequest::from_json`].
+    pub fn from_msgpack(body: &[u8], limits: &Limits) -> Result<BatchRequest, ApiError> {
+        check_size(body, limits)?;
+        check_msgpack_lengths(body).map_err(ApiError::malformed)?;
+        let batch: BatchRequest = rmp_serde::from_slice(body).map_err(ApiError::malformed)?;
+        batch.check(limits)
+    }
+
+    fn check(self, limits: &Limits) -> Result<BatchRequest, ApiError> {
+        if self.queries.len() > limits.max_batch_queries {
+            return Err(ApiError::TooMany {
+                what: "queries in a batch",
+                limit: limits.max_batch_queries,
+            });
+        }
+        Ok(self)
+    }
 }
 
 /// The answer: the fully present prefix, the per-page map, and the trust to put in it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct QueryAnswer {
-    /// Leading pages fully present: the pages a router may count on.
+    /// Leading pages fully present: the pages a router may count on (trailing-page pools are
+    /// judged on this prefix).
     pub prefix_pages: usize,
-    /// For every full page of the request, whether all its objects are present.
+    /// Whether each page has all its objects, from the first page: by default the pages
+    /// checked until the first that misses, that one included (nothing after it was hashed);
+    /// with `"page_map": true`, every full page of the request.
     pub pages: Vec<bool>,
     /// The index's health when it answered: `"live"`, `"recovering"`, `"connecting"`,
     /// `"disconnected"` or `"events_disabled"`; `"layout_conflict"` when the model's workers
@@ -433,15 +517,165 @@ pub const TRUST_LAYOUT_CONFLICT: &str = "layout_conflict";
 /// The `trust` of an answer for a model none of whose workers advertises a layout.
 pub const TRUST_NO_LAYOUT: &str = "no_layout";
 
-/// Asks `session` the query, with the per-page map; an unknown model's error lists the known
-/// ones ([`known_models`]).
-pub fn answer(session: &Session, query: &Query) -> Result<QueryAnswer, ApiError> {
+/// A refused request's body: `{"error": "..."}`, with the known models when the request named
+/// an unknown one (or none among several), and, in a batch's answers, the HTTP status the
+/// query alone would have had.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ErrorAnswer {
+    /// What was wrong, in one line (at most a few hundred bytes of the input repeated).
+    pub error: String,
+    /// The models the index knows, when the request named an unknown one or none among
+    /// several.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub models: Option<Vec<String>>,
+    /// In a batch's answers only: the status (400, 413) the query alone would have had.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<u16>,
+}
+
+/// One answer of a batch: the query's answer, or why it was refused.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(untagged)]
+pub enum BatchItem {
+    /// The query's answer.
+    Answer(QueryAnswer),
+    /// Why the query was refused (the others are still answered).
+    Error(ErrorAnswer),
+}
+
+/// The answers of a batch, one per query, in the order asked: `{"answers": [...]}`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct BatchAnswer {
+    /// Each query's answer or error.
+    pub answers: Vec<BatchItem>,
+}
+
+impl BatchAnswer {
+    /// Encodes the answers as JSON.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).expect("answers always serialise")
+    }
+
+    /// Encodes the answers as a msgpack map.
+    pub fn to_msgpack(&self) -> Vec<u8> {
+        rmp_serde::to_vec_named(self).expect("answers always serialise")
+    }
+}
+
+/// What a query service asks of an index: the page shape of a model's layout, the index
+/// itself, and the models it knows. [`Session`] is one; so is a driver's query handle.
+pub trait Front {
+    /// Returns the page size and EAGLE mode of the layout of `model` (`None`: the default).
+    fn page_shape(&self, model: Option<&str>) -> Result<(u32, bool), QueryError>;
+    /// Answers `lookup`, filling `map` as `cover` says.
+    fn ask(
+        &self,
+        lookup: &Lookup<'_>,
+        map: &mut [bool],
+        cover: MapCover,
+    ) -> Result<Hits, QueryError>;
+    /// Returns every model the index knows, in name order.
+    fn known_models(&self) -> Vec<String>;
+}
+
+impl Front for Session {
+    fn page_shape(&self, model: Option<&str>) -> Result<(u32, bool), QueryError> {
+        self.layout_for(model).map(|l| (l.page_size, l.eagle))
+    }
+
+    fn ask(
+        &self,
+        lookup: &Lookup<'_>,
+        map: &mut [bool],
+        cover: MapCover,
+    ) -> Result<Hits, QueryError> {
+        match cover {
+            MapCover::UntilMiss => self.reader().query_prefix_map(lookup, map),
+            MapCover::Every => self.query_map(lookup, map),
+        }
+    }
+
+    fn known_models(&self) -> Vec<String> {
+        known_models(self)
+    }
+}
+
+/// Answers a checked query through `front`; an unknown model's error lists the known ones.
+pub fn answer_front(front: &impl Front, query: &Query) -> Result<QueryAnswer, ApiError> {
     answer_with(
         query,
-        |model| session.layout_for(model).map(|l| (l.page_size, l.eagle)),
-        |lookup, map| session.query_map(lookup, map),
+        |model| front.page_shape(model),
+        |lookup, map, cover| front.ask(lookup, map, cover),
     )
-    .map_err(|e| e.listing_models(query.request.model.as_deref(), || known_models(session)))
+    .map_err(|e| e.listing_models(query.request.model.as_deref(), || front.known_models()))
+}
+
+/// Answers a JSON query body: the HTTP status and the JSON body (the answer or the error).
+pub fn respond_json(front: &impl Front, body: &[u8], limits: &Limits) -> (u16, String) {
+    match QueryRequest::from_json(body, limits).and_then(|q| answer_front(front, &q)) {
+        Ok(answer) => (200, answer.to_json()),
+        Err(error) => (error.status(), error.to_json()),
+    }
+}
+
+/// Answers each query of a batch through `front`, in order; a query that fails its checks
+/// gets its error (with its status), the others their answers.
+pub fn answer_batch(front: &impl Front, batch: BatchRequest, limits: &Limits) -> BatchAnswer {
+    let answers = batch
+        .queries
+        .into_iter()
+        .map(
+            |request| match request.check(limits).and_then(|q| answer_front(front, &q)) {
+                Ok(answer) => BatchItem::Answer(answer),
+                Err(error) => BatchItem::Error(ErrorAnswer {
+                    status: Some(error.status()),
+                    ..error.to_answer()
+                }),
+            },
+        )
+        .collect();
+    BatchAnswer { answers }
+}
+
+/// Answers a JSON batch body: the HTTP status and the JSON body (the answers, or the error
+/// that refused the whole batch).
+pub fn respond_batch_json(front: &impl Front, body: &[u8], limits: &Limits) -> (u16, String) {
+    match BatchRequest::from_json(body, limits) {
+        Ok(batch) => (200, answer_batch(front, batch, limits).to_json()),
+        Err(error) => (error.status(), error.to_json()),
+    }
+}
+
+/// Answers a msgpack body, a query map or a batch map (`{"queries": [...]}`), with the msgpack
+/// answer or error map.
+pub fn respond_msgpack(front: &impl Front, body: &[u8], limits: &Limits) -> Vec<u8> {
+    if is_msgpack_batch(body) {
+        return match BatchRequest::from_msgpack(body, limits) {
+            Ok(batch) => answer_batch(front, batch, limits).to_msgpack(),
+            Err(error) => error.to_msgpack(),
+        };
+    }
+    match QueryRequest::from_msgpack(body, limits).and_then(|q| answer_front(front, &q)) {
+        Ok(answer) => answer.to_msgpack(),
+        Err(error) => error.to_msgpack(),
+    }
+}
+
+/// Reports whether a msgpack body is a map with a `queries` key (a batch).
+fn is_msgpack_batch(body: &[u8]) -> bool {
+    #[derive(Deserialize)]
+    struct Keys {
+        #[serde(default)]
+        queries: Option<serde::de::IgnoredAny>,
+    }
+    check_msgpack_lengths(body).is_ok()
+        && rmp_serde::from_slice::<Keys>(body).is_ok_and(|k| k.queries.is_some())
+}
+
+/// Asks `session` the query (the map as the query asks, see [`QueryRequest::page_map`]); an
+/// unknown model's error lists the known ones ([`known_models`]).
+pub fn answer(session: &Session, query: &Query) -> Result<QueryAnswer, ApiError> {
+    answer_front(session, query)
 }
 
 /// Returns every model `session` knows, configured or advertised by workers, in name order (the
@@ -461,14 +695,15 @@ pub fn known_models(session: &Session) -> Vec<String> {
 
 /// Asks the query through any index front, for example a driver's query handle (which hashes
 /// outside the index's lock): `page_shape` returns the page size and EAGLE mode of the layout
-/// of a model (`None`: the default layout), which size the per-page map; `query_map` answers.
+/// of a model (`None`: the default layout), which size the per-page map; `ask` answers, filling
+/// the map as the query's [`Query::cover`] says (`pages` is then cut to the pages checked).
 /// A model whose layout is in doubt ([`QueryError::LayoutConflict`]) or unknown
 /// ([`QueryError::NoLayout`]) is answered as a miss ([`QueryAnswer::layout_conflict`],
 /// [`QueryAnswer::no_layout`]), not as an error.
 pub fn answer_with(
     query: &Query,
     page_shape: impl FnOnce(Option<&str>) -> Result<(u32, bool), QueryError>,
-    query_map: impl FnOnce(&Lookup<'_>, &mut [bool]) -> Result<Hits, QueryError>,
+    ask: impl FnOnce(&Lookup<'_>, &mut [bool], MapCover) -> Result<Hits, QueryError>,
 ) -> Result<QueryAnswer, ApiError> {
     let lookup = query.lookup();
     let (page_size, eagle) = match page_shape(lookup.model) {
@@ -486,8 +721,14 @@ pub fn answer_with(
         }
     };
     let mut map = vec![false; total];
-    match query_map(&lookup, &mut map) {
-        Ok(hits) => Ok(QueryAnswer::new(hits, map)),
+    let cover = query.cover();
+    match ask(&lookup, &mut map, cover) {
+        Ok(hits) => {
+            if cover == MapCover::UntilMiss {
+                map.truncate(hits.pages_checked);
+            }
+            Ok(QueryAnswer::new(hits, map))
+        }
         // The workers fell out between the two calls.
         Err(QueryError::LayoutConflict { reason }) => Ok(QueryAnswer::layout_conflict(reason)),
         Err(QueryError::NoLayout { reason }) => Ok(QueryAnswer::no_layout(reason)),

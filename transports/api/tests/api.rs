@@ -4,7 +4,10 @@
 use hicache_index::{
     Config, EventKind, Instant, Layout, ModelLayout, Namespace, PageHashes, Session, SglangParams,
 };
-use hicache_index_api::{answer, ApiError, Limits, QueryRequest};
+use hicache_index_api::{
+    answer, respond_batch_json, respond_json, respond_msgpack, ApiError, Limits, QueryRequest,
+    MAX_ECHO_BYTES,
+};
 use hicache_index_wire::{encode_message, MasterFlavor, OwnedBatch, OwnedEvent};
 use quickcheck_macros::quickcheck;
 use serde_json::Value;
@@ -91,6 +94,7 @@ fn bad_requests_get_typed_errors_with_4xx_statuses() {
         max_body_bytes: 64,
         max_tokens: 4,
         max_page_hashes: 2,
+        ..Limits::default()
     };
     let cases: Vec<(&[u8], u16)> = vec![
         (b"{", 400),
@@ -239,4 +243,117 @@ fn a_model_whose_workers_disagree_answers_a_miss_with_the_reason() {
     // Without a model, the one model known is still the one asked about.
     let q = QueryRequest::from_json(br#"{"tokens": [1,2,3,4]}"#, &Limits::default()).unwrap();
     assert_eq!(answer(&session, &q).unwrap().trust, "layout_conflict");
+}
+
+#[test]
+fn an_unknown_field_is_a_400_naming_it() {
+    // A typo of `cache_salt` would otherwise be answered from the unsalted namespace.
+    let body = br#"{"tokens": [1,2,3,4], "cachesalt": "oops"}"#;
+    let err = QueryRequest::from_json(body, &Limits::default()).unwrap_err();
+    assert_eq!(err.status(), 400);
+    assert!(
+        err.to_string().contains("unknown field `cachesalt`"),
+        "{err}"
+    );
+    let body = rmp_serde::to_vec_named(&serde_json::json!({"tokens": [1], "tenent": "x"})).unwrap();
+    let err = QueryRequest::from_msgpack(&body, &Limits::default()).unwrap_err();
+    assert!(err.to_string().contains("tenent"), "{err}");
+}
+
+#[test]
+fn errors_repeat_at_most_a_few_hundred_bytes_of_the_input() {
+    let layout = Layout::from_sglang(&SglangParams::new(4, 2)).unwrap();
+    let session = session_with_first_page(&layout);
+    let long = "m".repeat(3 << 20);
+    for body in [
+        format!(r#"{{"tokens": [1], "model": "{long}"}}"#),
+        format!(r#"{{"tokens": [1], "{long}": 1}}"#),
+        format!(r#"{{"tokens": "{long}"}}"#),
+    ] {
+        let limits = Limits {
+            max_body_bytes: 8 << 20,
+            ..Limits::default()
+        };
+        let (status, text) = respond_json(&session, body.as_bytes(), &limits);
+        assert_eq!(status, 400, "{}", &text[..100]);
+        let error: Value = serde_json::from_str(&text).unwrap();
+        let message = error["error"].as_str().unwrap();
+        assert!(
+            message.len() < MAX_ECHO_BYTES + 100,
+            "{} bytes",
+            message.len()
+        );
+        assert!(message.contains("..."), "{message}");
+    }
+}
+
+#[test]
+fn a_prefix_query_answers_pages_until_the_first_miss_and_a_page_map_every_page() {
+    let layout = Layout::from_sglang(&SglangParams::new(4, 2)).unwrap();
+    let session = session_with_first_page(&layout);
+    let tokens: Vec<u32> = (1..=40).collect();
+    let body = serde_json::json!({ "tokens": tokens }).to_string();
+    let (status, text) = respond_json(&session, body.as_bytes(), &Limits::default());
+    let a: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(status, 200);
+    assert_eq!(a["pages"], serde_json::json!([true, false]), "{a}");
+    assert_eq!(
+        (a["prefix_pages"].as_u64(), a["total_pages"].as_u64()),
+        (Some(1), Some(10))
+    );
+    let body = serde_json::json!({ "tokens": tokens, "page_map": true }).to_string();
+    let (_, text) = respond_json(&session, body.as_bytes(), &Limits::default());
+    let a: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(a["pages"].as_array().unwrap().len(), 10, "{a}");
+    assert_eq!(a["prefix_pages"], 1);
+}
+
+#[test]
+fn a_batch_answers_each_query_in_order_and_refuses_only_the_bad_ones() {
+    let layout = Layout::from_sglang(&SglangParams::new(4, 2)).unwrap();
+    let session = session_with_first_page(&layout);
+    let batch = serde_json::json!({ "queries": [
+        { "tokens": [1,2,3,4,5,6,7,8] },
+        { "page_hashes": ["zz"] },
+        { "tokens": [1,2,3,4], "model": "nope" },
+        { "tokens": [9,9,9,9] },
+    ]});
+    let (status, text) =
+        respond_batch_json(&session, batch.to_string().as_bytes(), &Limits::default());
+    assert_eq!(status, 200, "{text}");
+    let answers: Value = serde_json::from_str(&text).unwrap();
+    let answers = answers["answers"].as_array().unwrap();
+    assert_eq!(answers.len(), 4);
+    assert_eq!(answers[0]["prefix_pages"], 1);
+    assert_eq!(answers[1]["status"], 400);
+    assert!(answers[1]["error"]
+        .as_str()
+        .unwrap()
+        .contains("page_hashes[0]"));
+    assert!(answers[2]["error"].as_str().unwrap().contains("nope"));
+    assert_eq!(answers[3]["prefix_pages"], 0);
+    // The same over msgpack, single and batch.
+    let body = rmp_serde::to_vec_named(&batch).unwrap();
+    let back: Value =
+        rmp_serde::from_slice(&respond_msgpack(&session, &body, &Limits::default())).unwrap();
+    assert_eq!(back["answers"].as_array().unwrap().len(), 4, "{back}");
+    assert_eq!(back["answers"][0]["prefix_pages"], 1);
+    let body = rmp_serde::to_vec_named(&serde_json::json!({ "tokens": [1,2,3,4] })).unwrap();
+    let back: Value =
+        rmp_serde::from_slice(&respond_msgpack(&session, &body, &Limits::default())).unwrap();
+    assert_eq!(back["prefix_pages"], 1);
+    // Too many queries, or an unknown field anywhere, refuse the whole batch.
+    let limits = Limits {
+        max_batch_queries: 2,
+        ..Limits::default()
+    };
+    let (status, _) = respond_batch_json(&session, batch.to_string().as_bytes(), &limits);
+    assert_eq!(status, 413);
+    let (status, text) = respond_batch_json(
+        &session,
+        br#"{"queries": [{"tokens": [1], "x": 1}]}"#,
+        &limits,
+    );
+    assert_eq!(status, 400);
+    assert!(text.contains("unknown field `x`"), "{text}");
 }

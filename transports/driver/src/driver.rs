@@ -81,6 +81,8 @@ pub struct Driver<O = ()> {
     pub(crate) stopped: bool,
     /// Logs the reports, once per episode where they repeat.
     pub(crate) log: report::ReportLog,
+    /// The endpoint of the connection asked for and not yet up.
+    pub(crate) connecting: Option<String>,
 }
 
 impl Handover {
@@ -252,11 +254,18 @@ impl<O: Observer> Driver<O> {
             match event {
                 Some(LinkEvent::Connected) => {
                     tracing::info!("connected to the publisher");
+                    self.connecting = None;
+                    self.shared.episodes.succeeded(EVENTS);
                     self.observe_link(LinkChange::Connected);
                     self.call(|s, now| s.handle(now, Input::Connected));
                 }
                 Some(LinkEvent::Disconnected) => {
-                    tracing::info!("connection to the publisher lost or refused");
+                    match self.connecting.take() {
+                        Some(endpoint) => {
+                            self.events_failed(&endpoint, "the connection was refused or closed")
+                        }
+                        None => tracing::info!("connection to the publisher lost"),
+                    }
                     self.observe_link(LinkChange::Disconnected);
                     // libzmq does not reconnect by itself: this link is dead.
                     self.actions.push_back(Action::Close);
@@ -288,6 +297,7 @@ impl<O: Observer> Driver<O> {
                 keys,
             }) => match keys {
                 Ok(body) => {
+                    self.shared.episodes.succeeded(KEY_LIST);
                     let request = SnapshotRequest(request);
                     // Only begun here: the loop hands the lines over in chunks, feeding the
                     // live batches queued meanwhile between them (see `advance_snapshot`).
@@ -304,7 +314,10 @@ impl<O: Observer> Driver<O> {
                     self.call(|s, now| s.handle(now, Input::EventsDisabled { request }));
                 }
                 Err(error) => {
-                    tracing::warn!(request, %error, "fetching the master's key list failed");
+                    let url = self.http_url();
+                    self.shared
+                        .episodes
+                        .failed(KEY_LIST, &url, &error.to_string());
                     let request = SnapshotRequest(request);
                     self.call(|s, now| s.handle(now, Input::SnapshotFailed { request }));
                 }
@@ -330,8 +343,13 @@ impl<O: Observer> Driver<O> {
                 results,
                 error,
             }) => {
-                if let Some(error) = &error {
-                    tracing::warn!(request, %error, answered = results.len(), "verification failed");
+                match &error {
+                    Some(error) => {
+                        let url = self.http_url();
+                        let cause = format!("{error} ({} of the keys answered)", results.len());
+                        self.shared.episodes.failed(VERIFICATION, &url, &cause);
+                    }
+                    None => self.shared.episodes.succeeded(VERIFICATION),
                 }
                 let request = VerifyRequest(request);
                 if error.is_some() && results.is_empty() {
@@ -546,11 +564,15 @@ impl<O: Observer> Driver<O> {
     fn command(&mut self, command: Command) {
         match command {
             Command::Connect { endpoint } => {
-                tracing::info!(endpoint, "connecting");
+                tracing::debug!(endpoint, "connecting");
                 match socket::open(&self.ctx, &endpoint, &self.topic, &self.socket) {
-                    Ok(link) => self.actions.push_back(Action::Open(link)),
+                    Ok(link) => {
+                        self.connecting = Some(endpoint);
+                        self.actions.push_back(Action::Open(link));
+                    }
                     Err(error) => {
-                        tracing::warn!(endpoint, %error, "opening the SUB socket failed");
+                        self.connecting = None;
+                        self.events_failed(&endpoint, &format!("cannot connect: {error}"));
                         self.observe_link(LinkChange::Failed(&error));
                         self.actions.push_back(Action::Close);
                         self.call(|s, now| s.handle(now, Input::Disconnected));
@@ -558,7 +580,11 @@ impl<O: Observer> Driver<O> {
                 }
             }
             Command::Disconnect => {
-                tracing::info!("disconnecting");
+                tracing::debug!("disconnecting");
+                if let Some(endpoint) = self.connecting.take() {
+                    // The core gave up on a connection that did not come up in time.
+                    self.events_failed(&endpoint, "no connection within the connect timeout");
+                }
                 self.actions.push_back(Action::Close);
             }
             Command::FetchSnapshot { request } => match self.http {
@@ -575,6 +601,57 @@ impl<O: Observer> Driver<O> {
                 self.http = self.http.as_ref().map(|h| Arc::new(h.with_host(&host)));
             }
         }
+    }
+}
+
+/// What the failure episodes of the master's key list are named (see [`crate::episode`]).
+const KEY_LIST: &str = "key list";
+/// ... of verification rounds.
+const VERIFICATION: &str = "verification";
+/// ... of the event endpoint.
+const EVENTS: &str = "events";
+
+impl<O> Driver<O> {
+    /// The master's HTTP URL in use, for messages.
+    fn http_url(&self) -> String {
+        self.http
+            .as_ref()
+            .map_or_else(|| "(no master HTTP URL)".to_owned(), |h| h.url())
+    }
+
+    /// Records a failed connection to `endpoint`. At the first of an episode, a host name is
+    /// resolved on a thread of its own (never on the loop): one that does not resolve is named
+    /// as the cause.
+    fn events_failed(&self, endpoint: &str, cause: &str) {
+        if !self.shared.episodes.failed(EVENTS, endpoint, cause) {
+            return;
+        }
+        let Some((host, port)) = endpoint
+            .strip_prefix("tcp://")
+            .and_then(|rest| rest.rsplit_once(':'))
+        else {
+            return;
+        };
+        let host = host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_owned();
+        if host.parse::<std::net::IpAddr>().is_ok() || host == "*" {
+            return;
+        }
+        let Ok(port) = port.parse::<u16>() else {
+            return;
+        };
+        let shared = self.shared.clone();
+        let _ = std::thread::Builder::new()
+            .name("hicache-index-resolve".into())
+            .spawn(move || {
+                use std::net::ToSocketAddrs;
+                if let Err(e) = (host.as_str(), port).to_socket_addrs() {
+                    let cause = format!("the host {host:?} does not resolve: {e}");
+                    shared.episodes.refine(EVENTS, &cause);
+                }
+            });
     }
 }
 

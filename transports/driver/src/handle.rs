@@ -8,8 +8,8 @@ use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Duration;
 
 use hicache_index::{
-    Counters, Health, Hits, Instant, Lookup, PageHash, Pages, QueryError, Reader, Seq, Session,
-    WorkerInfo,
+    Counters, Health, Hits, Instant, LazyHashes, Lookup, MapCover, PageHash, Pages, QueryError,
+    Reader, Seq, Session, WorkerInfo,
 };
 use hicache_index::{LeaderStatus, LeaderView};
 
@@ -33,6 +33,8 @@ pub(crate) struct Shared {
     pub(crate) locks: LockMaxima,
     /// Page digests already computed, shared by every query.
     pub(crate) memo: PrefixMemo,
+    /// The failures under way (the key list, verification, the event endpoint).
+    pub(crate) episodes: crate::episode::Episodes,
 }
 
 /// The session behind a reader-writer lock whose writer hands over fairly: each write hold is
@@ -95,10 +97,6 @@ impl Drop for PoisonOnUnwind<'_> {
         }
     }
 }
-
-/// How many pages a token query hashes and probes first; each further round hashes eight times
-/// as many as the one before.
-pub const FIRST_BLOCK_PAGES: usize = 8;
 
 /// What held the session's write lock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -216,10 +214,9 @@ impl QueryHandle {
     /// Answers how many leading pages of the lookup are fully present.
     ///
     /// Tokens are hashed outside any lock, through the subscriber's prefix memo (a repeated page
-    /// costs no SHA-256), and lazily: the first
-    /// [`FIRST_BLOCK_PAGES`] pages are hashed and probed, then eight times as many, and so on,
-    /// until a page misses or every page is in. A query whose early pages miss never pays for
-    /// the rest.
+    /// costs no SHA-256), and lazily: each page is hashed when the probe reaches it, so a query
+    /// whose first page misses hashes one page, whatever its length
+    /// ([`hicache_index::Reader::probe_lazily`]).
     ///
     /// If the subscriber died while changing the index (a panic), the answer is a miss with
     /// trust [`Health::Disconnected`]: a miss is always safe. The query takes no lock (see
@@ -227,12 +224,23 @@ impl QueryHandle {
     /// asks again under the session's read lock (fair: it waits for one write hold at most) and
     /// still answers exactly.
     pub fn query(&self, lookup: &Lookup<'_>) -> Result<Hits, QueryError> {
-        self.answer(lookup, None)
+        self.answer(lookup, None, MapCover::UntilMiss)
     }
 
-    /// Answers like [`QueryHandle::query`] and fills `map[i]` with whether page `i` is complete.
+    /// Answers like [`QueryHandle::query`] and fills `map[i]` with whether page `i` is complete,
+    /// for every page (each is hashed and probed, whatever misses before it).
     pub fn query_map(&self, lookup: &Lookup<'_>, map: &mut [bool]) -> Result<Hits, QueryError> {
-        self.answer(lookup, Some(map))
+        self.answer(lookup, Some(map), MapCover::Every)
+    }
+
+    /// Answers like [`QueryHandle::query`] and fills `map[i]` for the pages checked until the
+    /// first miss (see [`MapCover::UntilMiss`]): no page after it is hashed.
+    pub fn query_prefix_map(
+        &self,
+        lookup: &Lookup<'_>,
+        map: &mut [bool],
+    ) -> Result<Hits, QueryError> {
+        self.answer(lookup, Some(map), MapCover::UntilMiss)
     }
 
     /// Returns how often the prefix memo answered a page, and what it holds.
@@ -240,17 +248,21 @@ impl QueryHandle {
         self.shared.memo.stats()
     }
 
+    /// Returns the failures under way, one line each (`key list unreachable at URL: CAUSE, N
+    /// tries`): why the index is not live, when something keeps failing.
+    pub fn failures(&self) -> Vec<String> {
+        self.shared.episodes.describe()
+    }
+
     fn answer(
         &self,
         lookup: &Lookup<'_>,
         mut map: Option<&mut [bool]>,
+        cover: MapCover,
     ) -> Result<Hits, QueryError> {
         let Pages::Tokens { tokens, namespace } = lookup.pages else {
-            return self.probe(lookup, map);
+            return self.probe(lookup, map, cover);
         };
-        if let Some(map) = map.as_deref_mut() {
-            map.fill(false);
-        }
         let reader = &self.shared.reader;
         // Twice at most: a layout advertised between planning and probing changes the plan.
         for _ in 0..2 {
@@ -261,51 +273,33 @@ impl QueryHandle {
                 Some(plan) => plan?,
                 None => return Ok(miss(map)),
             };
-            let answered = HASHES.with_borrow_mut(|hashes| {
-                hashes.clear();
-                let mut pages = plan.hashes(tokens, namespace);
-                let total = pages.page_count();
-                let mut block = FIRST_BLOCK_PAGES;
-                loop {
-                    let want = hashes.len().saturating_add(block).min(total);
-                    while hashes.len() < want {
-                        match pages.next_with(&self.shared.memo) {
-                            Some(page) => hashes.push(page),
-                            None => break,
-                        }
-                    }
-                    let hashed = Lookup {
-                        pages: Pages::Hashes(hashes),
-                        ..*lookup
-                    };
-                    let first = reader.probe(plan, &hashed, map.as_deref_mut());
-                    let hits = match self
-                        .or_locked(first, |s| s.probe(plan, &hashed, map.as_deref_mut()))
-                    {
-                        Some(hits) => hits?,
-                        None => return Ok(miss(map.as_deref_mut())),
-                    };
-                    // A page that misses (checking stopped short) ends the query; so does the
-                    // last page. The query counts once, however many rounds it took.
-                    if hits.pages_checked < hashes.len() || hashes.len() >= total {
-                        let hits = Hits {
-                            total_pages: total,
-                            ..hits
-                        };
-                        reader.count_answer(&hits);
-                        return Ok(hits);
-                    }
-                    block = block.saturating_mul(8);
+            let answered = HASHES.with_borrow_mut(|kept| {
+                let memo = &self.shared.memo;
+                let mut hashes = LazyHashes::new(&plan, tokens, namespace, kept, memo);
+                let first =
+                    reader.probe_lazily(plan, lookup, &mut hashes, map.as_deref_mut(), cover);
+                // Under the lock the writer is still: the reader answers, with the pages
+                // already hashed.
+                let again = |_: &Session| {
+                    reader.probe_lazily(plan, lookup, &mut hashes, map.as_deref_mut(), cover)
+                };
+                match self.or_locked(first, again) {
+                    Some(hits) => hits,
+                    None => Ok(miss(map.as_deref_mut())),
                 }
             });
             match answered {
                 Err(QueryError::PlanChanged) => continue,
                 Ok(_) if self.died() => return Ok(miss(map)),
+                Ok(hits) => {
+                    reader.count_answer(&hits);
+                    return Ok(hits);
+                }
                 other => return other,
             }
         }
         // The layout keeps changing under the query: let the reader hash as it probes.
-        self.probe(lookup, map)
+        self.probe(lookup, map, cover)
     }
 
     /// Reports whether the subscriber died while changing the session (a panic poisons its
@@ -319,15 +313,24 @@ impl QueryHandle {
         self.shared.locks.get()
     }
 
-    fn probe(&self, lookup: &Lookup<'_>, map: Option<&mut [bool]>) -> Result<Hits, QueryError> {
+    fn probe(
+        &self,
+        lookup: &Lookup<'_>,
+        map: Option<&mut [bool]>,
+        cover: MapCover,
+    ) -> Result<Hits, QueryError> {
         if self.died() {
             return Ok(miss(map));
         }
         let reader = &self.shared.reader;
         let answered = match map {
             Some(map) => {
-                let first = reader.query_map(lookup, map);
-                let Some(hits) = self.or_locked(first, |s| s.query_map(lookup, map)) else {
+                let ask = |r: &Reader, map: &mut [bool]| match cover {
+                    MapCover::UntilMiss => r.query_prefix_map(lookup, map),
+                    MapCover::Every => r.query_map(lookup, map),
+                };
+                let first = ask(reader, map);
+                let Some(hits) = self.or_locked(first, |_| ask(reader, map)) else {
                     return Ok(miss(Some(map)));
                 };
                 if self.died() {
@@ -571,6 +574,7 @@ mod tests {
             start,
             locks: LockMaxima::default(),
             memo: PrefixMemo::new(crate::DEFAULT_MEMO_BYTES),
+            episodes: Default::default(),
         });
         (QueryHandle::new(shared), tokens)
     }
@@ -678,17 +682,27 @@ mod tests {
     }
 
     #[test]
-    fn a_token_query_stops_hashing_after_the_block_with_the_first_miss() {
-        let (q, _) = handle_with_pages();
-        // 64 pages of 4 tokens, none of them in the index.
+    fn a_token_query_stops_hashing_at_its_first_miss() {
+        let (q, tokens) = handle_with_pages();
+        // 64 pages of 4 tokens, none of them in the index: one page hashed.
         let absent: Vec<u32> = (1_000..1_256).collect();
         let hits = q.query(&Lookup::tokens(&absent)).unwrap();
         assert_eq!((hits.prefix_pages, hits.total_pages), (0, 64));
-        assert_eq!(
-            q.memo_stats().misses,
-            FIRST_BLOCK_PAGES as u64,
-            "pages hashed"
-        );
+        assert_eq!(q.memo_stats().misses, 1, "pages hashed");
+        // Pages 0..3 present, page 3 incomplete: four hashed, the map covering them.
+        let mut long = tokens.clone();
+        long.extend(2_000..3_000);
+        let mut map = vec![true; 260];
+        let hits = q
+            .query_prefix_map(&Lookup::tokens(&long), &mut map)
+            .unwrap();
+        assert_eq!((hits.prefix_pages, hits.pages_checked), (3, 4));
+        assert_eq!(&map[..5], &[true, true, true, false, false]);
+        assert!(map[4..].iter().all(|&p| !p));
+        assert_eq!(q.memo_stats().misses, 1 + 4, "pages hashed");
+        // The full map hashes every page.
+        let hits = q.query_map(&Lookup::tokens(&long), &mut map).unwrap();
+        assert_eq!((hits.prefix_pages, hits.pages_checked), (3, 260));
     }
 
     #[test]

@@ -108,6 +108,14 @@ impl MasterHttp {
         }
     }
 
+    /// Returns the base URL (`http://host:port/path`), for messages.
+    pub fn url(&self) -> String {
+        match self.host.contains(':') {
+            true => format!("http://[{}]:{}{}", self.host, self.port, self.base_path),
+            false => format!("http://{}:{}{}", self.host, self.port, self.base_path),
+        }
+    }
+
     /// The host and port to connect to.
     pub fn addr(&self) -> (&str, u16) {
         (&self.host, self.port)

@@ -39,7 +39,9 @@
 
 pub mod config;
 pub mod driver;
+pub mod episode;
 pub mod etcd;
+pub mod front;
 pub mod handle;
 pub mod http;
 pub mod leader;
@@ -129,6 +131,7 @@ pub fn prepare_observed<O: Observer>(
         start,
         locks: handle::LockMaxima::default(),
         memo: PrefixMemo::new(prefix_memo_bytes),
+        episodes: episode::Episodes::default(),
     });
     let (tx, inbox) = async_channel::unbounded();
     let control = Control::new(tx);
@@ -149,6 +152,7 @@ pub fn prepare_observed<O: Observer>(
         observer,
         stopped: false,
         log: report::ReportLog::default(),
+        connecting: None,
     };
     if let Some(locator) = ha {
         etcd::spawn(locator, control.clone()).map_err(|e| Error::Etcd(e.to_string()))?;

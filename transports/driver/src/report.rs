@@ -1,7 +1,9 @@
 //! Reports: the core's reports to `tracing`, counters and health to the `metrics` facade.
 //!
 //! This module is the one source of the metric names. Every core counter is exported as
-//! `hicache_index_<field>_total` (a counter) and every core gauge as `hicache_index_<field>`; the
+//! `hicache_index_<field>_total` (a counter) and every core gauge as `hicache_index_<field>` (in
+//! base units: `unconfirmed_ms` as `hicache_index_unconfirmed_seconds`), each with its `# HELP`
+//! from the field's docs ([`counter_help`]); the
 //! subscriber adds `hicache_index_connected` (1 while connected: live or recovering),
 //! `hicache_index_healthy` (1 while live), `hicache_index_health{state}` (1 for the current
 //! state) and `hicache_index_subscriber_running` (0 once the loop stopped, was dropped or
@@ -10,7 +12,7 @@
 //! `metrics-exporter-prometheus` and renders `/metrics` from it).
 
 use hicache_index::sequence::Skip;
-use hicache_index::{ClearReason, Counters, Health, Kind, Report};
+use hicache_index::{ClearReason, Counters, Health, Kind, Report, ResyncFailure};
 
 /// The histogram of query latencies, labelled `transport` (`http`, `nng`), in seconds.
 pub const QUERY_DURATION_SECONDS: &str = "hicache_index_query_duration_seconds";
@@ -36,6 +38,15 @@ const HEALTH_STATES: [Health; 5] = [
 /// Describes the metrics this module and a query service export (their `# HELP` lines); call
 /// it once after installing a recorder.
 pub fn describe() {
+    for (field, _, kind) in Counters::default().fields() {
+        let (name, factor) = counter_metric(field, kind);
+        let help = counter_help(field).unwrap_or(field);
+        match (kind, factor == 1.0) {
+            (Kind::Counter, _) => metrics::describe_counter!(name, help),
+            (Kind::Gauge, true) => metrics::describe_gauge!(name, help),
+            (Kind::Gauge, false) => metrics::describe_gauge!(name, metrics::Unit::Seconds, help),
+        }
+    }
     metrics::describe_gauge!(
         "hicache_index_connected",
         "1 while connected to the publisher (live or recovering)"
@@ -87,15 +98,99 @@ pub fn export_leader(address: Option<&str>) {
     }
 }
 
-/// Exports every counter and gauge of the session, by the core's own list of them.
+/// Exports every counter and gauge of the session, by the core's own list of them (names and
+/// units as [`counter_metric`] says).
 pub fn export_counters(c: &Counters) {
-    for (name, value, kind) in c.fields() {
+    for (field, value, kind) in c.fields() {
+        let (name, factor) = counter_metric(field, kind);
         match kind {
-            Kind::Counter => {
-                metrics::counter!(format!("hicache_index_{name}_total")).absolute(value)
-            }
-            Kind::Gauge => metrics::gauge!(format!("hicache_index_{name}")).set(value as f64),
+            Kind::Counter => metrics::counter!(name).absolute(value),
+            Kind::Gauge => metrics::gauge!(name).set(value as f64 * factor),
         }
+    }
+}
+
+/// Returns the `# HELP` text of a core figure (a field of [`Counters::fields`]), from its docs.
+pub fn counter_help(field: &str) -> Option<&'static str> {
+    Some(match field {
+        "batches" => "Batches applied to the index",
+        "events" => "Events in applied batches",
+        "stored" => "stored events applied",
+        "removed" => "removed events applied",
+        "publisher_clears" => "cleared events applied",
+        "unknown_events" => "Events of a type the decoder does not know (the object they name is taken as absent)",
+        "stored_without_key" => "stored events without an object key (ignored)",
+        "unreadable_removals" => "removed events without an object key (each forces a clear)",
+        "duplicates" => "Copies of batches passed or held, skipped (rule R2)",
+        "before_point" => "Batches at or before a snapshot's status point, skipped: the key list holds what they did (rule R3)",
+        "unplaced_dropped" => "Batches dropped while the stream was unplaced and no fetch was under way: the next key list holds what they did (rule R6)",
+        "placements" => "Status points that placed the stream (rule R6)",
+        "held" => "Batches held, by the reorder window or for a status point",
+        "gaps" => "Holes the stream showed (without a reorder window every batch numbered past the one before it; with one, each hole it gave up on)",
+        "missing_sequences" => "Sequence numbers skipped across all gaps",
+        "restarts" => "Batches that could not be of the followed run after its position: another run of the master, or with a reorder window a late one (rule R5)",
+        "clears_gap" => "Clears after a gap",
+        "clears_restart" => "Clears after a batch of another run (rule R5)",
+        "clears_disconnected" => "Clears after a lost connection (or a new one over what an old one taught)",
+        "clears_endpoint" => "Clears after an endpoint change",
+        "clears_unreadable_removal" => "Clears after an unreadable removal",
+        "clears_undecodable" => "Clears after a batch that could not be decoded",
+        "clears_unproven" => "Clears after a snapshot whose status point the stream did not pass in time",
+        "snapshot_odd_lines" => "Snapshot lines that were not well-formed object keys (never applied)",
+        "snapshot_doubted_lines" => "Well-formed snapshot lines next to an odd one: applied only once /batch_query_keys confirms them",
+        "snapshot_confirmed_lines" => "Doubted snapshot lines the master confirmed present (applied)",
+        "confirm_failures" => "Confirmations of doubted lines that failed or timed out (those lines stay out: misses)",
+        "clears_requested" => "Clears the driver asked for",
+        "clears_stale" => "Clears after a verification round found too many keys gone",
+        "stray_topic" => "Messages with another topic",
+        "stray_frame_count" => "Messages without exactly three frames",
+        "malformed_seq" => "Messages whose sequence frame was not 8 bytes",
+        "malformed_payload" => "Messages whose payload did not decode",
+        "unparsed_keys" => "Object keys that do not parse as {P}_{H}{S}",
+        "untracked_objects" => "Objects not tracked because a namespace or suffix table was full",
+        "group_id_mismatches" => "Events whose group id did not name the key's logical key",
+        "evictions" => "Pages evicted to stay within the cap",
+        "suspended_objects" => "Removals of one medium from an object the stream had shown on the other too: the object became a suspect, absent until verification answers for it",
+        "suspects_confirmed" => "Suspects a verification answer brought back as present",
+        "suspects_dropped" => "Suspects not kept because the suspect table was full (they stay absent)",
+        "pages" => "Pages held",
+        "objects" => "Objects present",
+        "connects" => "Connections asked for",
+        "disconnects" => "Connections lost or failed",
+        "resyncs_started" => "Resynchronisations started",
+        "resyncs_completed" => "Resynchronisations completed",
+        "resyncs_failed" => "Resynchronisations failed (fetch error, timeout or buffer overflow)",
+        "snapshot_keys" => "Keys applied from snapshots",
+        "unanchored_snapshots" => "Snapshots that could not be anchored to the stream: no status counters, and no batch had arrived on the connection (fetched again)",
+        "verify_failures" => "Verification rounds the driver reported as failed",
+        "stale_answers" => "Snapshot or verification answers for a request no longer current",
+        "superseded_fetches" => "Fetches the index forgot during (their key list may be older than what it forgot): each was fetched again once it came back, so that one fetch at a time is under way",
+        "verify_rounds" => "Verification rounds completed",
+        "verified_keys" => "Keys checked by verification",
+        "stale_keys_found" => "Keys verification found absent and removed",
+        "held_batches" => "Batches held now, by the reorder window or for a status point",
+        "buffered_batches" => "Live batches applied during the resynchronisation under way",
+        "unconfirmed_ms" => "How long the index's content has gone without confirmation from the master: now - confirmed_at, where every object the index holds is known to have been present at the master at or after confirmed_at; 0 while the index is empty",
+        "queries" => "Queries answered",
+        "hit_pages" => "Pages reported as hits (prefix pages) across all queries",
+        "leader_changes" => "Leader changes seen in HA discovery (a new address or view version)",
+        "fenced_batches" => "Batches dropped between a leader change and following the new leader: the old leader's late messages",
+        "events_disabled" => "Times a master said its publisher is off (\"enabled\":false)",
+        "leader_view_version" => "The followed leader's view version in discovery (0: none followed)",
+        "last_failover_ms" => "The last failover, from the leader change seen to live again (0: none yet)",
+        "last_failover_after_serving_ms" => "The last failover, from the new leader found serving to live again (0: none yet)",
+        _ => return None,
+    })
+}
+
+/// Returns the metric name of a core figure and the factor its value is exported with: counters
+/// `hicache_index_<field>_total`, gauges `hicache_index_<field>`, and a gauge in milliseconds
+/// (`<stem>_ms`) in base units, `hicache_index_<stem>_seconds` (the value times 0.001).
+pub fn counter_metric(field: &str, kind: Kind) -> (String, f64) {
+    match (kind, field.strip_suffix("_ms")) {
+        (Kind::Counter, _) => (format!("hicache_index_{field}_total"), 1.0),
+        (Kind::Gauge, Some(stem)) => (format!("hicache_index_{stem}_seconds"), 1e-3),
+        (Kind::Gauge, None) => (format!("hicache_index_{field}"), 1.0),
     }
 }
 
@@ -167,11 +262,12 @@ pub fn log_report(report: &Report) {
             pages,
             objects,
         } => tracing::info!(reason = reason.as_str(), pages, objects, "index cleared"),
+        // Nothing was lost: no warning (a connection that never came up cleared nothing).
         Report::Cleared {
             reason,
             pages: 0,
             objects: 0,
-        } => tracing::info!(reason = reason.as_str(), "index forgot (it was empty)"),
+        } => tracing::debug!(reason = reason.as_str(), "empty index cleared"),
         Report::Cleared {
             reason,
             pages,
@@ -205,12 +301,27 @@ pub fn log_report(report: &Report) {
             confirmed,
             "resynchronised from the master's key list"
         ),
-        Report::ResyncFailed { reason } => tracing::warn!(?reason, "resynchronisation failed"),
+        // A fetch that failed or timed out is named once per episode, with its URL and cause,
+        // by the driver (see `episode`); too many live batches meanwhile is the index's own.
+        Report::ResyncFailed {
+            reason: ResyncFailure::BufferFull,
+        } => tracing::warn!("resynchronisation failed: too many live batches while fetching"),
+        Report::ResyncFailed { reason } => tracing::debug!(?reason, "resynchronisation failed"),
         Report::StaleFound { keys, checked } => {
             tracing::info!(keys, checked, "verification removed stale objects")
         }
         Report::HealthChanged { from, to } => {
-            tracing::info!(from = from.as_str(), to = to.as_str(), "health changed");
+            // Each try of a connection that does not come up goes connecting -> disconnected
+            // and back: logged once, as a failure episode, by the driver.
+            let retrying = matches!(
+                (from, to),
+                (Health::Connecting, Health::Disconnected)
+                    | (Health::Disconnected, Health::Connecting)
+            );
+            match retrying {
+                true => tracing::debug!(from = from.as_str(), to = to.as_str(), "health changed"),
+                false => tracing::info!(from = from.as_str(), to = to.as_str(), "health changed"),
+            }
             export_health(*to);
         }
         Report::EndpointDisagreement { kept, distinct } => {
@@ -224,5 +335,26 @@ pub fn log_report(report: &Report) {
             tracing::warn!(model, worker, "a worker advertises a different layout")
         }
         other => tracing::debug!(report = ?other, "report"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_core_figure_has_a_help_text_and_a_name_in_base_units() {
+        for (field, _, kind) in Counters::default().fields() {
+            assert!(
+                counter_help(field).is_some_and(|h| !h.is_empty()),
+                "{field}"
+            );
+            let (name, _) = counter_metric(field, kind);
+            assert!(!name.ends_with("_ms"), "{name}");
+        }
+        assert_eq!(
+            counter_metric("unconfirmed_ms", Kind::Gauge),
+            ("hicache_index_unconfirmed_seconds".to_owned(), 1e-3)
+        );
     }
 }

@@ -5,8 +5,12 @@
 //! The request is a msgpack map with the fields of the HTTP JSON body (`tokens` or
 //! `page_hashes`, and optionally `tenant`, `model`, `extra_key`, `cache_salt`); the answer is a
 //! msgpack map with the fields of the HTTP answer (`prefix_pages`, `pages`, `trust`,
-//! `total_pages`, `memory_pages`, `disk_only_pages`), or `{"error": "..."}`. Both are defined
-//! once, in [`hicache_index_api`].
+//! `total_pages`, `memory_pages`, `disk_only_pages`), or `{"error": "..."}`. A map with a
+//! `queries` list is a batch, as `POST /v1/query_batch`, answered `{"answers": [...]}`. All are
+//! defined once, in [`hicache_index_api`].
+//!
+//! The socket has no headers, so no bearer token: `serve` refuses a `--nng-listen` that is not
+//! loopback or `ipc://` without `--allow-unauthenticated`.
 //!
 //! # Example
 //! ```no_run
@@ -36,7 +40,7 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hicache_index_api::{answer_with, ApiError, Limits, QueryRequest};
+use hicache_index_api::{respond_msgpack, ApiError, Limits};
 use hicache_index_driver::QueryHandle;
 use nng::options::{Options as _, RecvMaxSize};
 use nng::{Aio, AioResult, Context, Protocol, Socket};
@@ -215,23 +219,8 @@ fn turn(aio: &Aio, ctx: &Context, result: AioResult, state: &State) {
     }
 }
 
-/// Answers one msgpack request with the msgpack answer or `{"error": "..."}`.
+/// Answers one msgpack request, a query map or a batch (`{"queries": [...]}`), with the
+/// msgpack answer (`{"answers": [...]}` for a batch) or `{"error": "..."}`.
 pub fn reply(index: &QueryHandle, request: &[u8], limits: &Limits) -> Vec<u8> {
-    let answer = QueryRequest::from_msgpack(request, limits).and_then(|query| {
-        answer_with(
-            &query,
-            |model| {
-                // `None`: the subscriber died while changing the index; the handle then
-                // answers a miss for no page, which this shape matches.
-                index
-                    .read(|s| s.layout_for(model).map(|l| (l.page_size, l.eagle)))
-                    .unwrap_or(Ok((u32::MAX, false)))
-            },
-            |lookup, map| index.query_map(lookup, map),
-        )
-    });
-    match answer {
-        Ok(answer) => answer.to_msgpack(),
-        Err(error) => error.to_msgpack(),
-    }
+    respond_msgpack(index, request, limits)
 }

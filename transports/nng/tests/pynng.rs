@@ -61,8 +61,24 @@ fn reply_answers_msgpack_maps_and_errors_as_maps() {
     let answer: QueryAnswer =
         rmp_serde::from_slice(&hicache_index_nng::reply(&query, &body, &limits)).unwrap();
     assert_eq!(answer.prefix_pages, 3);
-    assert_eq!(answer.pages, vec![true, true, true, false, false]);
+    // Issue 29: `pages` ends at the first miss unless the request asks for the whole map.
+    assert_eq!(answer.pages, vec![true, true, true, false]);
     assert_eq!(answer.trust, "live");
+    let whole = QueryRequest {
+        page_map: true,
+        ..request.clone()
+    };
+    let body = rmp_serde::to_vec_named(&whole).unwrap();
+    let answer: QueryAnswer =
+        rmp_serde::from_slice(&hicache_index_nng::reply(&query, &body, &limits)).unwrap();
+    assert_eq!(answer.pages, vec![true, true, true, false, false]);
+    // A batch: a map with "queries".
+    let batch =
+        rmp_serde::to_vec_named(&json!({ "queries": [request, { "page_hashes": ["zz"] }] }))
+            .unwrap();
+    let answers = decode(&hicache_index_nng::reply(&query, &batch, &limits));
+    assert_eq!(answers["answers"][0]["prefix_pages"], 3, "{answers}");
+    assert_eq!(answers["answers"][1]["status"], 400, "{answers}");
 
     for (bad, says) in [
         (b"\xc1".to_vec(), "malformed"),
@@ -93,8 +109,8 @@ fn pynng_gets_the_same_answers_as_http_in_msgpack() {
         .map(ToString::to_string)
         .collect();
     let requests = json!([
-        { "tokens": tokens(1, 5) },
-        { "page_hashes": hashes },
+        { "tokens": tokens(1, 5), "page_map": true },
+        { "page_hashes": hashes, "page_map": true },
         { "tokens": tokens(1, 5), "tenant": "default", "extra_key": "user-7" },
         { "tokens": tokens(1, 5), "model": "unknown" },
         { "tokens": tokens(1, 5), "page_hashes": [] },

@@ -148,7 +148,14 @@ fn query_many_with_writer_between(
         pages.get(i - 1).copied()
     });
     let mut claims = Claims::new();
-    let hits = shared.query("default", layout, iter, None, Some(&mut claims));
+    let hits = shared.query(
+        "default",
+        layout,
+        iter,
+        None,
+        Some(&mut claims),
+        crate::query::MapCover::Every,
+    );
     let stands = match shared.pages.still(before) {
         Still::Yes => true,
         Still::IfUnchanged => claims.unchanged(&shared.pages),
