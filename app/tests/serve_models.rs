@@ -370,7 +370,7 @@ impl LoggedServe {
     fn start(emulator: &Emulator, dir: &TempDir, extra: &[&str]) -> LoggedServe {
         let log = dir.0.join("serve.log");
         let (events, base) = (emulator.event_endpoint(), emulator.http_base());
-        let mut child = Command::new(BIN)
+        let child = Command::new(BIN)
             .args(["serve", "--events", &events, "--master-http", &base])
             .args(["--listen", "127.0.0.1:0"])
             .args(extra)
