@@ -301,11 +301,12 @@ fn namespaces_past_the_first_segments_are_found() {
         dir.add(ns as u32, t, Some("p"));
         dir.add_suffix(ns as u32, 0, "_k");
     }
+    let read = dir.read().expect("no clear under way");
     for (ns, t) in names.iter().enumerate() {
-        let (found, entry) = dir.find(t, Some("p")).expect("added");
+        let (found, entry) = read.find(t, Some("p")).expect("added");
         assert_eq!(found, ns as u32);
         assert_eq!(entry.slot_of("_k"), Some(0));
-        assert!(dir.find(t, None).is_none());
+        assert!(read.find(t, None).is_none());
     }
     assert_eq!(ns_segment(0), (0, 0));
     assert_eq!(ns_segment(NS_BASE), (1, 0));
@@ -409,4 +410,78 @@ fn a_namespace_costs_about_what_its_suffixes_cost() {
         per_namespace < 640,
         "{per_namespace} bytes per namespace of {suffixes} suffixes"
     );
+}
+
+// ---- Namespaces are reclaimed when the index is cleared.
+
+/// The TP 2 layout of model `name` (its own key prefix).
+fn layout_of_model(name: &str) -> Layout {
+    let mut params = SglangParams::new(4, 2);
+    params.model = Some(name.into());
+    Layout::from_sglang(&params).expect("a valid layout")
+}
+
+/// Reports whether every object of `page` under `layout` is tracked and present.
+fn holds(index: &Index, layout: &Layout, page: &PageHash) -> bool {
+    index
+        .query("default", layout, [*page].into_iter(), None)
+        .prefix_pages
+        == 1
+}
+
+#[test]
+fn a_clear_frees_the_namespace_table_for_prefixes_never_seen() {
+    // Two models fill a table of two namespaces; a third is untracked until a clear, and
+    // after one it is tracked: a store that once held many prefixes does not fill the table
+    // for good.
+    let mut index = Index::new(IndexConfig {
+        max_namespaces: 2,
+        ..IndexConfig::default()
+    });
+    let [a, b, c] = ["a", "b", "c"].map(layout_of_model);
+    let page = PageHash([7; 32]);
+    store_page(&mut index, &a, &page);
+    store_page(&mut index, &b, &page);
+    store_page(&mut index, &c, &page);
+    assert!(holds(&index, &a, &page) && holds(&index, &b, &page));
+    assert!(!holds(&index, &c, &page), "the table is full");
+    assert!(index.counters().untracked_objects > 0);
+    for _ in 0..3 {
+        let _ = index.clear();
+        store_page(&mut index, &c, &page);
+        assert!(holds(&index, &c, &page), "a clear gave the numbers back");
+        assert!(!holds(&index, &a, &page) && !holds(&index, &b, &page));
+        assert_eq!(index.namespace(0), Some(("default", Some("c"))));
+        assert_eq!(index.namespace(1), None, "one namespace since the clear");
+    }
+    store_page(&mut index, &a, &page);
+    assert!(holds(&index, &a, &page) && holds(&index, &c, &page));
+}
+
+#[test]
+fn a_namespace_number_reused_after_a_clear_is_never_read_as_the_old_one() {
+    // Model a's page 0 is read under number 0; then a clear, and model b's pages (the same
+    // hashes, the same suffix slots) stored under number 0 again, before the query reads
+    // page 1 under number 0: it must not claim b's page 1 as a's.
+    let (a, b) = (layout_of_model("a"), layout_of_model("b"));
+    let (p0, p1) = (PageHash([1; 32]), PageHash([2; 32]));
+    let mut index = Index::new(IndexConfig {
+        max_namespaces: 1,
+        ..IndexConfig::default()
+    });
+    store_page(&mut index, &a, &p0);
+    let answer = query_with_writer_between(&mut index, &a, [p0, p1], |index| {
+        let _ = index.clear();
+        store_page(index, &b, &p0);
+        store_page(index, &b, &p1);
+        index.settle();
+    });
+    assert_eq!(index.namespace(0), Some(("default", Some("b"))));
+    assert!(holds(&index, &b, &p1), "b's page 1 is under the old number");
+    assert_eq!(answer, None, "read across the clear: it reads again");
+    // After the clear, a's pages are a miss; b's are hits.
+    let answer = query_with_writer_between(&mut index, &a, [p0, p1], |_| {});
+    assert_eq!(answer, Some(0));
+    let answer = query_with_writer_between(&mut index, &b, [p0, p1], |_| {});
+    assert_eq!(answer, Some(2));
 }
