@@ -193,6 +193,14 @@ impl Index {
         let _ = self.remove_replica(tenant, key, medium);
         self.settle();
     }
+
+    /// Forgets every page and namespace, as a clear does, and ends the change; returns the
+    /// pages and objects forgotten.
+    pub fn clear_all(&mut self) -> (usize, usize) {
+        let forgotten = self.clear();
+        self.settle();
+        forgotten
+    }
 }
 
 impl Index {
