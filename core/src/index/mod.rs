@@ -439,7 +439,7 @@ impl Index {
             self.ns_table.clear();
             self.last_ns = None;
         }
-        self.shared.pages.clear();
+        self.shared.pages.clear(self.len);
         self.len = 0;
         self.touched.clear();
         self.free.clear();

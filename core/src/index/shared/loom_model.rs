@@ -23,7 +23,13 @@ fn h(i: u8) -> u64 {
 
 /// A table holding page 1 in slot 0 with memory mask `mask(1)`.
 fn table() -> Arc<PageTable> {
-    let t = PageTable::new(4, SEED);
+    table_of(4)
+}
+
+/// [`table`] with room for `capacity` pages: 4, a clear of its one page sweeps every bucket;
+/// 16, it empties the one run the page is in (see [`PageTable::clear`]).
+fn table_of(capacity: usize) -> Arc<PageTable> {
+    let t = PageTable::new(capacity, SEED);
     t.put(0, &page(0, hash(1), mask(1), 0));
     t.link(h(1), 0);
     Arc::new(t)
@@ -55,12 +61,18 @@ fn loom_a_reader_sees_one_version_of_a_page_or_a_miss() {
 
 #[test]
 fn loom_a_query_that_keeps_its_state_never_mixes_two_generations() {
-    model(|| {
-        let t = table();
+    for capacity in [4, 16] {
+        never_mixes_two_generations(capacity);
+    }
+}
+
+fn never_mixes_two_generations(capacity: usize) {
+    model(move || {
+        let t = table_of(capacity);
         let initial = t.state();
         let w = Arc::clone(&t);
         let writer = loom::thread::spawn(move || {
-            w.clear();
+            w.clear(1);
             // The same page again after the clear, in another slot, with other masks.
             w.put(1, &page(0, hash(1), mask(5), 0));
             w.link(h(1), 1);
@@ -180,9 +192,15 @@ fn loom_a_namespace_number_reused_after_a_clear_is_never_read_as_the_old_one() {
     // to the unit tests, see `model`). A query of "a"'s page 1 resolves the number, then
     // probes: an answer it keeps is "a"'s page (mask(1)) or a miss, never "b"'s under the
     // reused number. Writer on the model's thread, as above.
-    model(|| {
+    for capacity in [4, 16] {
+        reused_number_never_read_as_the_old_one(capacity);
+    }
+}
+
+fn reused_number_never_read_as_the_old_one(capacity: usize) {
+    model(move || {
         let shared = Arc::new(Shared {
-            pages: PageTable::new(4, SEED),
+            pages: PageTable::new(capacity, SEED),
             namespaces: SharedNamespaces::new(4, SEED),
         });
         shared.namespaces.add(0, "t", Some("a"));
@@ -208,7 +226,7 @@ fn loom_a_namespace_number_reused_after_a_clear_is_never_read_as_the_old_one() {
         });
         shared.pages.begin_change();
         shared.namespaces.reclaim();
-        shared.pages.clear();
+        shared.pages.clear(1);
         shared.namespaces.add(0, "t", Some("b"));
         shared.pages.put(1, &page(0, hash(1), mask(2), 0));
         shared.pages.link(h(1), 1);

@@ -80,7 +80,7 @@ fn a_clear_moves_the_generation_and_empties_every_bucket() {
     t.link(page_table_hash(7, 0, &hash(1)), 0);
     let before = t.state();
     assert_eq!(t.still(before), Still::Yes);
-    t.clear();
+    t.clear(1);
     assert_eq!(t.still(before), Still::No);
     assert_eq!(t.probe(0, &hash(1)), (0, 0));
     assert_eq!(PageTable::flags_of(t.state()), 0);
@@ -88,6 +88,110 @@ fn a_clear_moves_the_generation_and_empties_every_bucket() {
     t.set_flags(5);
     assert_eq!(t.still(s), Still::No);
     assert_eq!(PageTable::flags_of(t.state()), 5);
+}
+
+/// Reports whether every bucket of `t` is empty.
+fn every_bucket_empty(t: &PageTable) -> bool {
+    t.buckets.iter().all(|b| b.load(Ordering::Relaxed) == 0)
+}
+
+#[test]
+fn a_clear_of_few_pages_unlinks_every_one_even_across_the_end_of_the_buckets() {
+    // Ten pages whose home is the last bucket (their run wraps round to the first buckets),
+    // two more whose homes are inside that run, one elsewhere; some unlinked again (their
+    // runs shifted back). A clear of so few slots empties the buckets from their homes on,
+    // not every bucket: it must still leave none linked.
+    let t = PageTable::new(2048, 7);
+    let last = t.buckets.len() - 1;
+    let with_home = |home: usize, from: u32| {
+        (from..)
+            .map(|i| {
+                let mut h = [0u8; 32];
+                h[..4].copy_from_slice(&i.to_le_bytes());
+                PageHash(h)
+            })
+            .find(|p| t.home(page_table_hash(7, 1, p)) == home)
+            .expect("some hash has that home")
+    };
+    let mut pages = Vec::new();
+    let mut from = 0;
+    for home in [last; 10].into_iter().chain([2, 3, 40]) {
+        let p = with_home(home, from);
+        from = u32::from_le_bytes(p.0[..4].try_into().expect("4 bytes")) + 1;
+        pages.push(p);
+    }
+    // Slot 0 holds a page whose home is inside the run, not at its start.
+    let slot_of = |k: usize| (k + 2) % pages.len();
+    for (k, p) in pages.iter().enumerate() {
+        t.put(slot_of(k), &page(1, *p, 1, 0));
+        t.link(page_table_hash(7, 1, p), slot_of(k));
+    }
+    for k in [1, 10] {
+        t.unlink(page_table_hash(7, 1, &pages[k]), slot_of(k));
+        t.set_masks(slot_of(k), 0, 0);
+    }
+    assert!(
+        pages.len() * SWEEP_ABOVE < t.buckets.len(),
+        "from their homes, not a sweep"
+    );
+    assert!(t.buckets[0].load(Ordering::Relaxed) != 0, "the run wraps");
+    let before = t.state();
+    t.clear(pages.len());
+    assert!(every_bucket_empty(&t));
+    assert_eq!(t.still(before), Still::No);
+    for p in &pages {
+        assert_eq!(t.probe(1, p), (0, 0));
+    }
+}
+
+#[test]
+fn a_clear_leaves_no_page_linked_after_stores_removals_evictions_and_tenant_clears() {
+    // Both ways of clearing (from the homes of a few pages, the sweep of many), after a
+    // workload that moves pages in and out of their slots.
+    let layout = review_layout();
+    for pages in [40u32, 10_000] {
+        let mut index = Index::new(IndexConfig {
+            max_pages: 8192,
+            ..IndexConfig::default()
+        });
+        let page = |i: u32| {
+            let mut h = [0u8; 32];
+            h[..4].copy_from_slice(&i.wrapping_mul(2_654_435_761).to_le_bytes());
+            PageHash(h)
+        };
+        for round in 0..3u32 {
+            for i in 0..pages {
+                let p = page(i + round * 7);
+                store_page(&mut index, &layout, &p);
+                if i % 3 == 0 {
+                    remove_one_object(&mut index, &layout, &p);
+                }
+                if i == pages / 2 {
+                    let _ = index.clear_tenant("default");
+                }
+            }
+            let _ = index.store("other", &layout_key(&layout, &page(1)), None, None);
+            let used = index.len;
+            assert!(index.page_count() > 0);
+            let _ = index.clear();
+            index.settle();
+            let t = &index.shared.pages;
+            assert_eq!(
+                used * SWEEP_ABOVE < t.buckets.len(),
+                pages == 40,
+                "{used} slots used"
+            );
+            assert!(every_bucket_empty(t), "{pages} pages, round {round}");
+            assert_eq!(index.page_count(), 0);
+        }
+    }
+}
+
+/// The key of the first object of `page` under `layout`.
+fn layout_key(layout: &Layout, page: &PageHash) -> String {
+    let mut key = String::new();
+    layout.write_object_key(page, &layout.pools[0].suffixes[0], &mut key);
+    key
 }
 
 // ---- Review: a query's pages must come from one state of the index.
