@@ -3,6 +3,7 @@
 //! `RUSTFLAGS="--cfg loom" cargo test -p hicache-index --release --lib loom`.
 
 use super::*;
+use crate::index::table::page_table_hash;
 use loom::sync::Arc;
 
 const SEED: u64 = 3;

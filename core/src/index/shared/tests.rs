@@ -1,8 +1,13 @@
 //! Unit tests of the shared page table and its namespace directory.
 
+use super::buckets::SWEEP_ABOVE;
+use super::claims::CLAIMS;
+use super::state::GENERATION_SHIFT;
 use super::*;
+use crate::index::table::page_table_hash;
 use alloc::string::String;
 use alloc::vec::Vec;
+use core::sync::atomic::Ordering;
 
 fn hash(i: u8) -> PageHash {
     PageHash([i; 32])
@@ -92,7 +97,10 @@ fn a_clear_moves_the_generation_and_empties_every_bucket() {
 
 /// Reports whether every bucket of `t` is empty.
 fn every_bucket_empty(t: &PageTable) -> bool {
-    t.buckets.iter().all(|b| b.load(Ordering::Relaxed) == 0)
+    t.buckets
+        .words
+        .iter()
+        .all(|b| b.load(Ordering::Relaxed) == 0)
 }
 
 #[test]
@@ -110,7 +118,7 @@ fn a_clear_of_few_pages_unlinks_every_one_even_across_the_end_of_the_buckets() {
                 h[..4].copy_from_slice(&i.to_le_bytes());
                 PageHash(h)
             })
-            .find(|p| t.home(page_table_hash(7, 1, p)) == home)
+            .find(|p| t.buckets.home(page_table_hash(7, 1, p)) == home)
             .expect("some hash has that home")
     };
     let mut pages = Vec::new();
@@ -134,7 +142,10 @@ fn a_clear_of_few_pages_unlinks_every_one_even_across_the_end_of_the_buckets() {
         pages.len() * SWEEP_ABOVE < t.buckets.len(),
         "from their homes, not a sweep"
     );
-    assert!(t.buckets[0].load(Ordering::Relaxed) != 0, "the run wraps");
+    assert!(
+        t.buckets.words[0].load(Ordering::Relaxed) != 0,
+        "the run wraps"
+    );
     let before = t.state();
     t.clear(pages.len());
     assert!(every_bucket_empty(&t));
@@ -385,11 +396,11 @@ fn a_removal_bumps_the_removal_count_and_a_wrap_of_it_turns() {
     let after = t.state();
     assert_eq!(t.still(after), Still::Yes);
     // A whole turn of the removal count (2^31 removals) is seen through the turns.
-    t.removals.store(u32::MAX - 1, Ordering::Relaxed);
+    t.state.removals.store(u32::MAX - 1, Ordering::Relaxed);
     let near = t.state();
     t.begin_removal();
     t.end_change();
-    t.removals.store(u32::MAX - 1, Ordering::Relaxed);
+    t.state.removals.store(u32::MAX - 1, Ordering::Relaxed);
     assert_eq!(
         t.still(near),
         Still::No,
