@@ -10,7 +10,9 @@
 //! not in the table at some point during their read. Each part has its own rule, in its own
 //! module:
 //! - **A slot** ([`slots`]) holds one page: its namespace, its 32-byte hash and its memory and
-//!   disk masks, as 18 `AtomicU32` words behind a version word (a seqlock). A reader that reads
+//!   disk masks, as `AtomicU32` words behind a version word (a seqlock; 48 bytes while the
+//!   page's objects fit 32 mask bits, the masks of the others in its chunk's wide words, under
+//!   the same version). A reader that reads
 //!   it gets one version's words, or reads again, or takes the page as a miss; it compares the
 //!   namespace and hash it read with the ones it asked for, so a slot reused for another page
 //!   is a miss, never a hit.

@@ -1,6 +1,13 @@
 //! The slab of page slots: each slot one page's words behind a version (a seqlock), in chunks
 //! allocated on first use, with one CLOCK reference bit per slot.
 //!
+//! A slot holds the masks of a page's first [`NARROW_BITS`] objects (suffix slots) itself:
+//! 12 words, 48 bytes. The masks of the objects past them live in the chunk's wide words,
+//! allocated the first time a page of the chunk has one (a layout of more than 32 objects a
+//! page, MHA at TP 32 and up): another 24 bytes a slot of that chunk, read and written under
+//! the slot's own version like its other words. A reader that does not see the wide words yet
+//! reads those objects as absent: a miss, never a hit.
+//!
 //! The writer makes a slot's version odd, fences (Release), stores the words (Relaxed) and
 //! stores the next even version (Release). A reader loads the version (Acquire), the words
 //! (Relaxed), fences (Acquire) and loads the version again: equal and even, the words are one
@@ -23,6 +30,9 @@ use crate::hash::PageHash;
 
 /// Slots per chunk of the slab.
 pub(crate) const CHUNK_SLOTS: usize = 1024;
+
+/// Objects a slot's own mask words hold; the others are in its chunk's wide words.
+pub(crate) const NARROW_BITS: u32 = 32;
 
 /// How often a reader reads a slot again that a write raced, before it takes it as a miss.
 #[cfg(not(loom))]
@@ -52,13 +62,30 @@ impl PageWords {
     }
 }
 
-/// One page slot: a version and 18 words (see the module docs).
+/// One page slot: a version and 11 words (see the module docs).
 struct Slot {
     version: AtomicU32,
     ns: AtomicU32,
     hash: [AtomicU32; 8],
-    cpu: [AtomicU32; 4],
-    disk: [AtomicU32; 4],
+    /// The memory mask of the first [`NARROW_BITS`] objects.
+    cpu: AtomicU32,
+    /// The disk mask of the first [`NARROW_BITS`] objects.
+    disk: AtomicU32,
+}
+
+/// The masks of a slot's objects past the first [`NARROW_BITS`], in its chunk's wide words.
+struct Wide {
+    cpu: [AtomicU32; 3],
+    disk: [AtomicU32; 3],
+}
+
+impl Wide {
+    fn new() -> Wide {
+        Wide {
+            cpu: zeroes(),
+            disk: zeroes(),
+        }
+    }
 }
 
 fn zeroes<const N: usize>() -> [AtomicU32; N] {
@@ -71,8 +98,8 @@ impl Slot {
             version: AtomicU32::new(0),
             ns: AtomicU32::new(0),
             hash: zeroes(),
-            cpu: zeroes(),
-            disk: zeroes(),
+            cpu: AtomicU32::new(0),
+            disk: AtomicU32::new(0),
         }
     }
 
@@ -88,13 +115,50 @@ impl Slot {
     }
 }
 
-/// A chunk of slots and their CLOCK reference bits (one bit a slot).
+/// A chunk of slots, their CLOCK reference bits (one bit a slot) and, once a page of the chunk
+/// has an object past the first [`NARROW_BITS`], their wide words.
 struct Chunk {
     slots: Box<[Slot]>,
     referenced: Box<[AtomicU32]>,
+    wide: OnceBox<Box<[Wide]>>,
 }
 
 impl Chunk {
+    /// Returns the memory and disk masks of `slot`, slot `idx` (Relaxed loads: the writer's own
+    /// words, or a reader's between its two loads of the version).
+    #[inline]
+    fn masks(&self, idx: usize, slot: &Slot) -> (u128, u128) {
+        let (mut cpu, mut disk) = (
+            u128::from(slot.cpu.load(Ordering::Relaxed)),
+            u128::from(slot.disk.load(Ordering::Relaxed)),
+        );
+        if let Some(wide) = self.wide.get().and_then(|w| w.get(idx % CHUNK_SLOTS)) {
+            cpu |= load_wide(&wide.cpu);
+            disk |= load_wide(&wide.disk);
+        }
+        (cpu, disk)
+    }
+
+    /// Stores the memory and disk masks of slot `idx` (inside a write of the slot).
+    fn store_masks(&self, idx: usize, cpu: u128, disk: u128) {
+        let slot = &self.slots[idx % CHUNK_SLOTS];
+        slot.cpu.store(cpu as u32, Ordering::Relaxed);
+        slot.disk.store(disk as u32, Ordering::Relaxed);
+        let wide = if (cpu | disk) >> NARROW_BITS != 0 {
+            Some(
+                self.wide
+                    .get_or_init(|| Box::new((0..self.slots.len()).map(|_| Wide::new()).collect())),
+            )
+        } else {
+            self.wide.get()
+        };
+        if let Some(wide) = wide {
+            let wide = &wide[idx % CHUNK_SLOTS];
+            store_wide(&wide.cpu, cpu);
+            store_wide(&wide.disk, disk);
+        }
+    }
+
     /// Returns the word and the bit of slot `idx`'s reference bit.
     fn reference_bit(&self, idx: usize) -> (&AtomicU32, u32) {
         (&self.referenced[idx % CHUNK_SLOTS / 32], 1 << (idx % 32))
@@ -117,15 +181,20 @@ fn words_hash(words: &[u32; 8]) -> PageHash {
     PageHash(h)
 }
 
-fn load_mask(words: &[AtomicU32; 4]) -> u128 {
+/// Loads the mask bits past the first [`NARROW_BITS`] from their wide words.
+fn load_wide(words: &[AtomicU32; 3]) -> u128 {
     words.iter().enumerate().fold(0u128, |m, (i, w)| {
-        m | u128::from(w.load(Ordering::Relaxed)) << (32 * i)
+        m | u128::from(w.load(Ordering::Relaxed)) << (NARROW_BITS as usize * (i + 1))
     })
 }
 
-fn store_mask(words: &[AtomicU32; 4], mask: u128) {
+/// Stores the mask bits past the first [`NARROW_BITS`] in their wide words.
+fn store_wide(words: &[AtomicU32; 3], mask: u128) {
     for (i, w) in words.iter().enumerate() {
-        w.store((mask >> (32 * i)) as u32, Ordering::Relaxed);
+        w.store(
+            (mask >> (NARROW_BITS as usize * (i + 1))) as u32,
+            Ordering::Relaxed,
+        );
     }
 }
 
@@ -168,6 +237,9 @@ impl Slots {
             core::mem::size_of::<Chunk>()
                 + c.slots.len() * core::mem::size_of::<Slot>()
                 + c.referenced.len() * 4
+                + c.wide.get().map_or(0, |w| {
+                    core::mem::size_of::<Box<[Wide]>>() + w.len() * core::mem::size_of::<Wide>()
+                })
         };
         self.chunks.len() * core::mem::size_of::<OnceBox<Chunk>>()
             + self
@@ -178,6 +250,7 @@ impl Slots {
                 .sum::<usize>()
     }
 
+    #[inline]
     fn slot(&self, idx: usize) -> Option<(&Chunk, &Slot)> {
         let chunk = self.chunks.get(idx / CHUNK_SLOTS)?.get()?;
         Some((chunk, chunk.slots.get(idx % CHUNK_SLOTS)?))
@@ -187,6 +260,7 @@ impl Slots {
 
     /// Reads slot `idx` for the page `(ns, words)` under its version (see the module docs),
     /// and sets its reference bit when it holds the page.
+    #[inline]
     pub(super) fn read(&self, idx: usize, ns: u32, words: &[u32; 8]) -> SlotRead {
         let Some((chunk, slot)) = self.slot(idx) else {
             return SlotRead::Other;
@@ -198,7 +272,7 @@ impl Slots {
                 continue;
             }
             let same = slot.names(ns, words);
-            let (cpu, disk) = (load_mask(&slot.cpu), load_mask(&slot.disk));
+            let (cpu, disk) = chunk.masks(idx, slot);
             fence(Ordering::Acquire);
             if slot.version.load(Ordering::Relaxed) != before {
                 continue;
@@ -229,7 +303,7 @@ impl Slots {
 
     /// Returns what slot `idx` holds (the writer's own last writes).
     pub(super) fn get(&self, idx: usize) -> PageWords {
-        let Some((_, slot)) = self.slot(idx) else {
+        let Some((chunk, slot)) = self.slot(idx) else {
             return PageWords {
                 ns: 0,
                 hash: PageHash([0; 32]),
@@ -241,11 +315,12 @@ impl Slots {
         for (w, a) in words.iter_mut().zip(&slot.hash) {
             *w = a.load(Ordering::Relaxed);
         }
+        let (cpu, disk) = chunk.masks(idx, slot);
         PageWords {
             ns: slot.ns.load(Ordering::Relaxed),
             hash: words_hash(&words),
-            cpu: load_mask(&slot.cpu),
-            disk: load_mask(&slot.disk),
+            cpu,
+            disk,
         }
     }
 
@@ -257,17 +332,20 @@ impl Slots {
 
     /// Returns the present objects of slot `idx`.
     pub(super) fn present(&self, idx: usize) -> u128 {
-        self.slot(idx)
-            .map_or(0, |(_, s)| load_mask(&s.cpu) | load_mask(&s.disk))
+        self.slot(idx).map_or(0, |(chunk, slot)| {
+            let (cpu, disk) = chunk.masks(idx, slot);
+            cpu | disk
+        })
     }
 
     /// Runs `write` between making slot `idx`'s version odd and even again.
-    fn write(&self, idx: usize, write: impl FnOnce(&Slot)) {
+    fn write(&self, idx: usize, write: impl FnOnce(&Chunk, &Slot)) {
         let chunk = self.chunks[idx / CHUNK_SLOTS].get_or_init(|| {
             let len = CHUNK_SLOTS.min(self.capacity - idx / CHUNK_SLOTS * CHUNK_SLOTS);
             Box::new(Chunk {
                 slots: (0..len).map(|_| Slot::new()).collect(),
                 referenced: (0..len.div_ceil(32)).map(|_| AtomicU32::new(0)).collect(),
+                wide: OnceBox::new(),
             })
         });
         let slot = &chunk.slots[idx % CHUNK_SLOTS];
@@ -275,7 +353,7 @@ impl Slots {
         slot.version
             .store(version.wrapping_add(1) | 1, Ordering::Relaxed);
         fence(Ordering::Release);
-        write(slot);
+        write(chunk, slot);
         slot.version
             .store((version | 1).wrapping_add(1), Ordering::Release);
     }
@@ -283,22 +361,18 @@ impl Slots {
     /// Writes a whole page into slot `idx` (a new page, or a slot reused).
     pub(super) fn put(&self, idx: usize, page: &PageWords) {
         let words = hash_words(&page.hash);
-        self.write(idx, |slot| {
+        self.write(idx, |chunk, slot| {
             slot.ns.store(page.ns, Ordering::Relaxed);
             for (a, w) in slot.hash.iter().zip(words) {
                 a.store(w, Ordering::Relaxed);
             }
-            store_mask(&slot.cpu, page.cpu);
-            store_mask(&slot.disk, page.disk);
+            chunk.store_masks(idx, page.cpu, page.disk);
         });
     }
 
     /// Writes the masks of slot `idx`.
     pub(super) fn set_masks(&self, idx: usize, cpu: u128, disk: u128) {
-        self.write(idx, |slot| {
-            store_mask(&slot.cpu, cpu);
-            store_mask(&slot.disk, disk);
-        });
+        self.write(idx, |chunk, _| chunk.store_masks(idx, cpu, disk));
     }
 
     /// Clears slot `idx`'s reference bit; returns whether it was set.

@@ -2,6 +2,7 @@
 
 use super::buckets::SWEEP_ABOVE;
 use super::claims::CLAIMS;
+use super::slots::CHUNK_SLOTS;
 use super::state::GENERATION_SHIFT;
 use super::*;
 use crate::index::table::page_table_hash;
@@ -599,4 +600,52 @@ fn a_namespace_number_reused_after_a_clear_is_never_read_as_the_old_one() {
     assert_eq!(answer, Some(0));
     let answer = query_with_writer_between(&mut index, &b, [p0, p1], |_| {});
     assert_eq!(answer, Some(2));
+}
+
+// ---- A slot holds its first 32 objects' masks; the others are in its chunk's wide words.
+
+#[test]
+fn a_page_with_objects_past_the_32nd_keeps_every_mask_bit() {
+    let t = PageTable::new(2048, 7);
+    let (cpu, disk) = (1 | 1 << 31 | 1 << 40 | 1 << 127, 1 << 5 | 1 << 32 | 1 << 96);
+    // Slot 1500: the second chunk, whose first page is wide.
+    t.put(1500, &page(1, hash(1), cpu, disk));
+    t.link(page_table_hash(7, 1, &hash(1)), 1500);
+    assert_eq!(t.probe(1, &hash(1)), (cpu | disk, cpu));
+    assert_eq!(t.get(1500), page(1, hash(1), cpu, disk));
+    assert_eq!(t.present(1500), cpu | disk);
+    // Back to narrow masks: the wide words are cleared with them.
+    t.set_masks(1500, 1 << 3, 0);
+    assert_eq!(t.probe(1, &hash(1)), (1 << 3, 1 << 3));
+    assert_eq!(t.get(1500).cpu, 1 << 3);
+    // A narrow page in the same chunk reads no stale wide bits.
+    t.put(1501, &page(1, hash(2), 1 << 4, 1 << 6));
+    t.link(page_table_hash(7, 1, &hash(2)), 1501);
+    assert_eq!(t.probe(1, &hash(2)), (1 << 4 | 1 << 6, 1 << 4));
+}
+
+#[test]
+fn a_chunk_of_pages_of_32_objects_or_fewer_allocates_no_wide_words() {
+    // 48 bytes a slot while every page's objects fit its own words (MHA up to TP 16); a chunk
+    // one of whose pages has a 33rd object pays 24 bytes more a slot.
+    let narrow = PageTable::new(CHUNK_SLOTS, 7);
+    let wide = PageTable::new(CHUNK_SLOTS, 7);
+    for idx in 0..CHUNK_SLOTS {
+        narrow.put(idx, &page(1, hash(1), u128::from(u32::MAX), 0));
+        wide.put(idx, &page(1, hash(1), u128::from(u32::MAX), 0));
+    }
+    wide.set_masks(7, 1 << 32, 0);
+    let per_slot = |t: &PageTable| t.slots.allocated_bytes() / CHUNK_SLOTS;
+    assert_eq!(
+        per_slot(&narrow),
+        48,
+        "{} bytes",
+        narrow.slots.allocated_bytes()
+    );
+    assert_eq!(
+        per_slot(&wide),
+        48 + 24,
+        "{} bytes",
+        wide.slots.allocated_bytes()
+    );
 }
