@@ -84,6 +84,9 @@ struct Namespace {
     tenant: String,
     prefix: Option<String>,
     suffixes: Vec<String>,
+    /// The slot after the last suffix found: where the next object of a page most likely is
+    /// (see `Index::intern_suffix`).
+    next_suffix: u32,
     /// The mask that makes a page complete under a watched layout (0: not watched).
     complete_mask: u128,
 }

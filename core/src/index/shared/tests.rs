@@ -649,3 +649,42 @@ fn a_chunk_of_pages_of_32_objects_or_fewer_allocates_no_wide_words() {
         wide.slots.allocated_bytes()
     );
 }
+
+#[test]
+fn objects_stored_in_any_order_of_their_suffixes_keep_one_slot_each() {
+    // The suffix search tries the slot after the last one found first: objects that come out
+    // of the layout's order still find their own slots, and a removal takes only its object.
+    let layout = review_layout();
+    let suffixes: Vec<&String> = layout.pools.iter().flat_map(|p| &p.suffixes).collect();
+    let key = |page: &PageHash, s: &str| {
+        let mut key = String::new();
+        layout.write_object_key(page, s, &mut key);
+        key
+    };
+    let mut index = Index::new(IndexConfig::default());
+    let pages = [PageHash([1; 32]), PageHash([2; 32]), PageHash([3; 32])];
+    let orders: [&[usize]; 3] = [&[0, 1, 2, 3], &[3, 0, 2, 1], &[1, 1, 3, 2, 0, 0]];
+    for (page, order) in pages.iter().zip(orders) {
+        for &i in order {
+            let _ = index.store(
+                "default",
+                &key(page, suffixes[i % suffixes.len()]),
+                None,
+                None,
+            );
+        }
+    }
+    assert_eq!(index.namespaces[0].suffixes.len(), suffixes.len().min(4));
+    for page in &pages {
+        assert!(holds(&index, &layout, page));
+    }
+    let _ = index.remove("default", &key(&pages[1], suffixes[2 % suffixes.len()]));
+    for (i, s) in suffixes.iter().enumerate() {
+        assert_eq!(
+            index.contains_key("default", &key(&pages[1], s)),
+            i != 2 % suffixes.len(),
+            "suffix {s}"
+        );
+        assert!(index.contains_key("default", &key(&pages[0], s)));
+    }
+}
