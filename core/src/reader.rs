@@ -3,20 +3,20 @@
 //!
 //! A [`Reader`] (from [`crate::Session::reader`]) is `Sync` and cheap to share (`Arc`). It reads
 //! what the session writes into it: the page table (one atomic read of a slot per page, see
-//! [`crate::index`]'s shared table), the namespaces and their suffixes (set once, append-only),
-//! the layouts in force (a versioned snapshot: the configured layouts and the workers' verdicts,
-//! replaced whole when a verdict changes, see [`crate::layout::LayoutVotes`]), and one state word holding the session's health, whether the last snapshot is unproven, whether a
-//! change under way that queries must read again after (a clear, a batch of doubt), and the table's
-//! generation. A query reads the state word
-//! before its first probe and again after its last: when it moved (a clear, a batch holding
-//! an event that names no object, a flag that changed), the answer may mix two states and is
-//! thrown away. When only removals overlapped it, the query checks that the slot of every page
-//! it claims still holds what it read (see [`crate::index`]'s shared table), and keeps the
-//! answer if so. Otherwise it asks again, and after [`ATTEMPTS`] readings answers
-//! [`QueryError::Busy`], on which the caller asks under the session's lock
-//! ([`crate::Session::query`]). A reader
-//! never waits for the writer: a writer preempted in the middle of a change makes a query read
-//! again and then ask under the lock, never claim a page the session would not claim.
+//! [`crate::index`]'s shared table), the namespaces and their suffixes (set once, replaced whole by
+//! a clear), the layouts in force (a versioned snapshot: the configured layouts and the workers'
+//! verdicts, replaced whole when a verdict changes, see [`crate::layout::LayoutVotes`]), and one
+//! state word holding the session's health, whether the last snapshot is unproven, whether a change
+//! under way that queries must read again after (a clear, a batch of doubt), and the table's
+//! generation. A query reads the state word before its first probe and again after its last: when
+//! it moved (a clear, a batch holding an event that names no object, a flag that changed), the
+//! answer may mix two states and is thrown away. When only removals overlapped it, the query checks
+//! that the slot of every page it claims still holds what it read (see [`crate::index`]'s shared
+//! table), and keeps the answer if so. Otherwise it asks again, and after [`ATTEMPTS`] readings
+//! answers [`QueryError::Busy`], on which the caller asks under the session's lock
+//! ([`crate::Session::query`]). A reader never waits for the writer: a writer preempted in the
+//! middle of a change makes a query read again and then ask under the lock, never claim a page the
+//! session would not claim.
 //!
 //! Queries are `&self`, allocate nothing, and answer exactly what the index held at one point
 //! of the stream it applied: between two calls into the session (what [`crate::Session::query`]

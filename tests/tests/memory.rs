@@ -1,5 +1,6 @@
 //! Memory per page at TP 8 (16 objects a page), counted by a global allocator: the index must
-//! hold a page in at most 96 bytes (6 per object), its suspect table full or not (issue 14).
+//! hold a page in at most 64 bytes (4 per object; issue 31), and in at most 67 with its suspect
+//! table full (which costs under 3 bytes a page by design).
 
 use hicache_index::{Index, IndexConfig, Layout, Medium, PageHash, SglangParams};
 use hicache_index_tests::fuzz::meter::{self, Meter};
@@ -11,7 +12,7 @@ static ALLOCATOR: Meter = Meter;
 static MEASURING: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 #[test]
-fn a_full_index_at_tp8_holds_a_page_in_at_most_96_bytes() {
+fn a_full_index_at_tp8_holds_a_page_in_at_most_64_bytes() {
     const PAGES: usize = 1 << 15;
     let layout = Layout::from_sglang(&SglangParams::new(64, 8)).unwrap();
     let keys_per_page = layout.object_count();
@@ -47,12 +48,12 @@ fn a_full_index_at_tp8_holds_a_page_in_at_most_96_bytes() {
         per_page / 16.0,
         index.allocated_bytes()
     );
-    assert!(per_page <= 96.0, "{per_page:.1} bytes per page");
+    assert!(per_page <= 64.0, "{per_page:.1} bytes per page");
     drop(key);
 }
 
 #[test]
-fn a_full_index_at_tp8_with_a_full_suspect_table_holds_a_page_in_at_most_96_bytes() {
+fn a_full_index_at_tp8_with_a_full_suspect_table_holds_a_page_in_at_most_67_bytes() {
     const PAGES: usize = 1 << 15;
     let layout = Layout::from_sglang(&SglangParams::new(64, 8)).unwrap();
     let suffixes: Vec<String> = layout.suffixes().map(|(s, _)| s.to_owned()).collect();
@@ -102,6 +103,6 @@ fn a_full_index_at_tp8_with_a_full_suspect_table_holds_a_page_in_at_most_96_byte
         "{PAGES} pages, {} suspects: {bytes} bytes allocated, {per_page:.1} bytes/page",
         index.suspect_count()
     );
-    assert!(per_page <= 96.0, "{per_page:.1} bytes per page");
+    assert!(per_page <= 67.0, "{per_page:.1} bytes per page");
     drop(key);
 }

@@ -130,8 +130,12 @@ impl Shared {
         hits
     }
 
+    /// Resolves `layout` in `tenant`'s namespace, under the directory's read lock (dropped
+    /// before any page is probed); `None` when nothing can hit, or while a clear replaces the
+    /// directory (a miss, and the state the query checks makes it read again).
     pub(super) fn plan(&self, tenant: &str, layout: &Layout) -> Option<Plan> {
-        let (ns, entry) = self.namespaces.find(tenant, layout.key_prefix.as_deref())?;
+        let directory = self.namespaces.read()?;
+        let (ns, entry) = directory.find(tenant, layout.key_prefix.as_deref())?;
         let mut plan = Plan {
             ns,
             all_mask: 0,

@@ -56,7 +56,8 @@ pub const DEFAULT_TENANT: &str = "default";
 pub struct IndexConfig {
     /// The most pages held at once; a full index evicts (CLOCK) to make room.
     pub max_pages: usize,
-    /// The most `(tenant, key prefix)` pairs; objects of further pairs are counted and ignored.
+    /// The most `(tenant, key prefix)` pairs; objects of further pairs are counted and ignored
+    /// until the index is next cleared (a clear forgets the pairs too).
     pub max_namespaces: usize,
     /// Seeds the hash of the page table, so hostile keys cannot be aimed at one bucket.
     pub seed: u64,
@@ -84,6 +85,9 @@ struct Namespace {
     tenant: String,
     prefix: Option<String>,
     suffixes: Vec<String>,
+    /// The slot after the last suffix found: where the next object of a page most likely is
+    /// (see `Index::intern_suffix`).
+    next_suffix: u32,
     /// The mask that makes a page complete under a watched layout (0: not watched).
     complete_mask: u128,
 }
@@ -192,6 +196,14 @@ impl Index {
     pub fn remove_object(&mut self, tenant: &str, key: &str, medium: Option<Medium>) {
         let _ = self.remove_replica(tenant, key, medium);
         self.settle();
+    }
+
+    /// Forgets every page and namespace, as a clear does, and ends the change; returns the
+    /// pages and objects forgotten.
+    pub fn clear_all(&mut self) -> (usize, usize) {
+        let forgotten = self.clear();
+        self.settle();
+        forgotten
     }
 }
 
@@ -415,13 +427,23 @@ impl Index {
         forgotten
     }
 
-    /// Forgets every page; returns the pages and objects forgotten.
+    /// Forgets every page, and the namespaces with them (their numbers are free again, so a
+    /// store that once saw many prefixes cannot fill the namespace table for good); returns
+    /// the pages and objects forgotten.
     ///
     /// No deltas are collected: the caller reports one clear instead of a delta per page.
     pub(crate) fn clear(&mut self) -> (usize, usize) {
+        // First: a number reused after the clear is then never read as the old one (see
+        // `shared::namespaces`).
         self.begin_change();
         let forgotten = (self.live_pages, self.live_objects);
-        self.shared.pages.clear();
+        if !self.namespaces.is_empty() {
+            self.shared.namespaces.reclaim();
+            self.namespaces.clear();
+            self.ns_table.clear();
+            self.last_ns = None;
+        }
+        self.shared.pages.clear(self.len);
         self.len = 0;
         self.touched.clear();
         self.free.clear();

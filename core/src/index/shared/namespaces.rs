@@ -1,5 +1,21 @@
 //! The namespace directory readers resolve a namespace number in: set-once entries in doubling
-//! segments, allocated on first use.
+//! segments, allocated on first use, and replaced whole by an empty one when the index is
+//! cleared (so the numbers and their memory are reclaimed).
+//!
+//! # Reclaiming
+//! A clear gives the numbers back: the next namespace after it is number 0 again, perhaps of
+//! another `(tenant, prefix)`. A reader that resolved number 0 before the clear must never
+//! take a page stored under the new number 0 for one of the old namespace's (an ABA false hit).
+//! Two rules make sure of it:
+//! - the writer replaces the directory only inside a bracketed change (the clear's
+//!   [`super::PageTable::begin_change`] comes first), so a query whose reading of the directory
+//!   and of the pages straddles it sees the state word move and reads again; a query that read
+//!   the directory entirely after the replacement resolves the new numbers only;
+//! - a reader holds the directory's read lock while it resolves (a plan: a handful of string
+//!   comparisons), never while it probes; the writer's replacement waits for those, so the old
+//!   directory's strings are freed only once no reader reads them. A reader that finds the
+//!   replacement under way does not wait: it resolves nothing (a miss), and the state it checks
+//!   then makes it read again.
 
 use alloc::boxed::Box;
 use alloc::string::String;
@@ -10,6 +26,11 @@ use once_cell::race::OnceBox;
 use core::sync::atomic::{AtomicU32, Ordering};
 #[cfg(loom)]
 use loom::sync::atomic::{AtomicU32, Ordering};
+
+#[cfg(loom)]
+use loom::sync::{RwLock, RwLockReadGuard};
+#[cfg(not(loom))]
+use spin::{RwLock, RwLockReadGuard};
 
 use super::super::table::namespace_hash;
 use super::super::MAX_SUFFIXES;
@@ -113,20 +134,93 @@ struct NsSegment {
     buckets: Box<[AtomicU32]>,
 }
 
-/// The namespaces, append-only, for readers: segments of set-once entries, each with its own
-/// open-addressed index, allocated on first use and doubling in size (so a high cap costs
-/// nothing until namespaces come; a reader looks in at most a handful of segments).
-pub(crate) struct SharedNamespaces {
+/// The namespaces, append-only between two clears, for readers: segments of set-once entries,
+/// each with its own open-addressed index, allocated on first use and doubling in size (so a
+/// high cap costs nothing until namespaces come; a reader looks in at most a handful of
+/// segments).
+pub(crate) struct Directory {
     segments: [OnceBox<NsSegment>; NS_SEGMENTS],
     capacity: usize,
     seed: u64,
 }
 
-impl core::fmt::Debug for SharedNamespaces {
+impl core::fmt::Debug for Directory {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("SharedNamespaces")
+        f.debug_struct("Directory")
             .field("capacity", &self.capacity)
             .finish_non_exhaustive()
+    }
+}
+
+/// The directory readers resolve namespaces in, behind the lock that lets a clear replace it
+/// (see the module docs).
+pub(crate) struct SharedNamespaces {
+    current: RwLock<Directory>,
+}
+
+impl core::fmt::Debug for SharedNamespaces {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("SharedNamespaces").finish_non_exhaustive()
+    }
+}
+
+impl SharedNamespaces {
+    /// Makes an empty directory for `capacity` namespaces (nothing allocated yet).
+    pub(crate) fn new(capacity: usize, seed: u64) -> SharedNamespaces {
+        SharedNamespaces {
+            current: RwLock::new(Directory::new(capacity, seed)),
+        }
+    }
+
+    /// Returns the directory for a reader to resolve in; `None` while the writer replaces it
+    /// (the reader does not wait: see the module docs). The guard MUST be dropped before the
+    /// reader probes pages, so a clear never waits for a whole query.
+    #[cfg(not(loom))]
+    pub(crate) fn read(&self) -> Option<RwLockReadGuard<'_, Directory>> {
+        self.current.try_read()
+    }
+
+    /// Under loom, its own lock.
+    #[cfg(loom)]
+    pub(crate) fn read(&self) -> Option<RwLockReadGuard<'_, Directory>> {
+        self.current.try_read().ok()
+    }
+
+    /// Returns the directory for the writer (which alone replaces it, so never waits).
+    fn writer(&self) -> RwLockReadGuard<'_, Directory> {
+        self.read()
+            .expect("only the writer replaces the directory, and not while it reads it")
+    }
+
+    /// Replaces the directory with an empty one: every number is free again (the writer only,
+    /// inside a bracketed change, see the module docs). Waits for the readers resolving in the
+    /// old one; its memory is freed after the lock is released.
+    pub(crate) fn reclaim(&self) {
+        let (capacity, seed) = {
+            let dir = self.writer();
+            (dir.capacity, dir.seed)
+        };
+        let fresh = Directory::new(capacity, seed);
+        #[cfg(not(loom))]
+        let old = core::mem::replace(&mut *self.current.write(), fresh);
+        #[cfg(loom)]
+        let old = core::mem::replace(&mut *self.current.write().expect("never poisoned"), fresh);
+        drop(old);
+    }
+
+    /// Returns the bytes allocated.
+    pub(crate) fn allocated_bytes(&self) -> usize {
+        self.writer().allocated_bytes()
+    }
+
+    /// Adds namespace `ns` (the next number; the writer only).
+    pub(crate) fn add(&self, ns: u32, tenant: &str, prefix: Option<&str>) {
+        self.writer().add(ns, tenant, prefix);
+    }
+
+    /// Adds suffix `slot` of namespace `ns` (the next slot; the writer only).
+    pub(crate) fn add_suffix(&self, ns: u32, slot: u32, suffix: &str) {
+        self.writer().add_suffix(ns, slot, suffix);
     }
 }
 
@@ -137,10 +231,10 @@ pub(super) fn ns_segment(ns: usize) -> (usize, usize) {
     (k, ns - NS_BASE * ((1 << k) - 1))
 }
 
-impl SharedNamespaces {
+impl Directory {
     /// Makes an empty directory for `capacity` namespaces (nothing allocated yet).
-    pub(crate) fn new(capacity: usize, seed: u64) -> SharedNamespaces {
-        SharedNamespaces {
+    fn new(capacity: usize, seed: u64) -> Directory {
+        Directory {
             segments: core::array::from_fn(|_| OnceBox::new()),
             capacity: capacity.min(u32::MAX as usize / 2),
             seed,
@@ -148,7 +242,7 @@ impl SharedNamespaces {
     }
 
     /// Returns the bytes allocated.
-    pub(crate) fn allocated_bytes(&self) -> usize {
+    fn allocated_bytes(&self) -> usize {
         self.segments
             .iter()
             .filter_map(OnceBox::get)
@@ -204,7 +298,7 @@ impl SharedNamespaces {
     }
 
     /// Adds namespace `ns` (the next number; the writer only).
-    pub(crate) fn add(&self, ns: u32, tenant: &str, prefix: Option<&str>) {
+    fn add(&self, ns: u32, tenant: &str, prefix: Option<&str>) {
         if ns as usize >= self.capacity {
             return;
         }
@@ -236,7 +330,7 @@ impl SharedNamespaces {
     }
 
     /// Adds suffix `slot` of namespace `ns` (the next slot; the writer only).
-    pub(crate) fn add_suffix(&self, ns: u32, slot: u32, suffix: &str) {
+    fn add_suffix(&self, ns: u32, slot: u32, suffix: &str) {
         if let Some(s) = self.entry(ns).and_then(|n| n.cell(slot as usize)) {
             let _ = s.set(Box::new(suffix.into()));
         }

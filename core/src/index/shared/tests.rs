@@ -1,8 +1,14 @@
 //! Unit tests of the shared page table and its namespace directory.
 
+use super::buckets::SWEEP_ABOVE;
+use super::claims::CLAIMS;
+use super::slots::CHUNK_SLOTS;
+use super::state::GENERATION_SHIFT;
 use super::*;
+use crate::index::table::page_table_hash;
 use alloc::string::String;
 use alloc::vec::Vec;
+use core::sync::atomic::Ordering;
 
 fn hash(i: u8) -> PageHash {
     PageHash([i; 32])
@@ -80,7 +86,7 @@ fn a_clear_moves_the_generation_and_empties_every_bucket() {
     t.link(page_table_hash(7, 0, &hash(1)), 0);
     let before = t.state();
     assert_eq!(t.still(before), Still::Yes);
-    t.clear();
+    t.clear(1);
     assert_eq!(t.still(before), Still::No);
     assert_eq!(t.probe(0, &hash(1)), (0, 0));
     assert_eq!(PageTable::flags_of(t.state()), 0);
@@ -88,6 +94,116 @@ fn a_clear_moves_the_generation_and_empties_every_bucket() {
     t.set_flags(5);
     assert_eq!(t.still(s), Still::No);
     assert_eq!(PageTable::flags_of(t.state()), 5);
+}
+
+/// Reports whether every bucket of `t` is empty.
+fn every_bucket_empty(t: &PageTable) -> bool {
+    t.buckets
+        .words
+        .iter()
+        .all(|b| b.load(Ordering::Relaxed) == 0)
+}
+
+#[test]
+fn a_clear_of_few_pages_unlinks_every_one_even_across_the_end_of_the_buckets() {
+    // Ten pages whose home is the last bucket (their run wraps round to the first buckets),
+    // two more whose homes are inside that run, one elsewhere; some unlinked again (their
+    // runs shifted back). A clear of so few slots empties the buckets from their homes on,
+    // not every bucket: it must still leave none linked.
+    let t = PageTable::new(2048, 7);
+    let last = t.buckets.len() - 1;
+    let with_home = |home: usize, from: u32| {
+        (from..)
+            .map(|i| {
+                let mut h = [0u8; 32];
+                h[..4].copy_from_slice(&i.to_le_bytes());
+                PageHash(h)
+            })
+            .find(|p| t.buckets.home(page_table_hash(7, 1, p)) == home)
+            .expect("some hash has that home")
+    };
+    let mut pages = Vec::new();
+    let mut from = 0;
+    for home in [last; 10].into_iter().chain([2, 3, 40]) {
+        let p = with_home(home, from);
+        from = u32::from_le_bytes(p.0[..4].try_into().expect("4 bytes")) + 1;
+        pages.push(p);
+    }
+    // Slot 0 holds a page whose home is inside the run, not at its start.
+    let slot_of = |k: usize| (k + 2) % pages.len();
+    for (k, p) in pages.iter().enumerate() {
+        t.put(slot_of(k), &page(1, *p, 1, 0));
+        t.link(page_table_hash(7, 1, p), slot_of(k));
+    }
+    for k in [1, 10] {
+        t.unlink(page_table_hash(7, 1, &pages[k]), slot_of(k));
+        t.set_masks(slot_of(k), 0, 0);
+    }
+    assert!(
+        pages.len() * SWEEP_ABOVE < t.buckets.len(),
+        "from their homes, not a sweep"
+    );
+    assert!(
+        t.buckets.words[0].load(Ordering::Relaxed) != 0,
+        "the run wraps"
+    );
+    let before = t.state();
+    t.clear(pages.len());
+    assert!(every_bucket_empty(&t));
+    assert_eq!(t.still(before), Still::No);
+    for p in &pages {
+        assert_eq!(t.probe(1, p), (0, 0));
+    }
+}
+
+#[test]
+fn a_clear_leaves_no_page_linked_after_stores_removals_evictions_and_tenant_clears() {
+    // Both ways of clearing (from the homes of a few pages, the sweep of many), after a
+    // workload that moves pages in and out of their slots.
+    let layout = review_layout();
+    for pages in [40u32, 10_000] {
+        let mut index = Index::new(IndexConfig {
+            max_pages: 8192,
+            ..IndexConfig::default()
+        });
+        let page = |i: u32| {
+            let mut h = [0u8; 32];
+            h[..4].copy_from_slice(&i.wrapping_mul(2_654_435_761).to_le_bytes());
+            PageHash(h)
+        };
+        for round in 0..3u32 {
+            for i in 0..pages {
+                let p = page(i + round * 7);
+                store_page(&mut index, &layout, &p);
+                if i % 3 == 0 {
+                    remove_one_object(&mut index, &layout, &p);
+                }
+                if i == pages / 2 {
+                    let _ = index.clear_tenant("default");
+                }
+            }
+            let _ = index.store("other", &layout_key(&layout, &page(1)), None, None);
+            let used = index.len;
+            assert!(index.page_count() > 0);
+            let _ = index.clear();
+            index.settle();
+            let t = &index.shared.pages;
+            assert_eq!(
+                used * SWEEP_ABOVE < t.buckets.len(),
+                pages == 40,
+                "{used} slots used"
+            );
+            assert!(every_bucket_empty(t), "{pages} pages, round {round}");
+            assert_eq!(index.page_count(), 0);
+        }
+    }
+}
+
+/// The key of the first object of `page` under `layout`.
+fn layout_key(layout: &Layout, page: &PageHash) -> String {
+    let mut key = String::new();
+    layout.write_object_key(page, &layout.pools[0].suffixes[0], &mut key);
+    key
 }
 
 // ---- Review: a query's pages must come from one state of the index.
@@ -288,11 +404,11 @@ fn a_removal_bumps_the_removal_count_and_a_wrap_of_it_turns() {
     let after = t.state();
     assert_eq!(t.still(after), Still::Yes);
     // A whole turn of the removal count (2^31 removals) is seen through the turns.
-    t.removals.store(u32::MAX - 1, Ordering::Relaxed);
+    t.state.removals.store(u32::MAX - 1, Ordering::Relaxed);
     let near = t.state();
     t.begin_removal();
     t.end_change();
-    t.removals.store(u32::MAX - 1, Ordering::Relaxed);
+    t.state.removals.store(u32::MAX - 1, Ordering::Relaxed);
     assert_eq!(
         t.still(near),
         Still::No,
@@ -308,11 +424,12 @@ fn namespaces_past_the_first_segments_are_found() {
         dir.add(ns as u32, t, Some("p"));
         dir.add_suffix(ns as u32, 0, "_k");
     }
+    let read = dir.read().expect("no clear under way");
     for (ns, t) in names.iter().enumerate() {
-        let (found, entry) = dir.find(t, Some("p")).expect("added");
+        let (found, entry) = read.find(t, Some("p")).expect("added");
         assert_eq!(found, ns as u32);
         assert_eq!(entry.slot_of("_k"), Some(0));
-        assert!(dir.find(t, None).is_none());
+        assert!(read.find(t, None).is_none());
     }
     assert_eq!(ns_segment(0), (0, 0));
     assert_eq!(ns_segment(NS_BASE), (1, 0));
@@ -416,4 +533,165 @@ fn a_namespace_costs_about_what_its_suffixes_cost() {
         per_namespace < 640,
         "{per_namespace} bytes per namespace of {suffixes} suffixes"
     );
+}
+
+// ---- Namespaces are reclaimed when the index is cleared.
+
+/// The TP 2 layout of model `name` (its own key prefix).
+fn layout_of_model(name: &str) -> Layout {
+    let mut params = SglangParams::new(4, 2);
+    params.model = Some(name.into());
+    Layout::from_sglang(&params).expect("a valid layout")
+}
+
+/// Reports whether every object of `page` under `layout` is tracked and present.
+fn holds(index: &Index, layout: &Layout, page: &PageHash) -> bool {
+    index
+        .query("default", layout, [*page].into_iter(), None)
+        .prefix_pages
+        == 1
+}
+
+#[test]
+fn a_clear_frees_the_namespace_table_for_prefixes_never_seen() {
+    // Two models fill a table of two namespaces; a third is untracked until a clear, and
+    // after one it is tracked: a store that once held many prefixes does not fill the table
+    // for good.
+    let mut index = Index::new(IndexConfig {
+        max_namespaces: 2,
+        ..IndexConfig::default()
+    });
+    let [a, b, c] = ["a", "b", "c"].map(layout_of_model);
+    let page = PageHash([7; 32]);
+    store_page(&mut index, &a, &page);
+    store_page(&mut index, &b, &page);
+    store_page(&mut index, &c, &page);
+    assert!(holds(&index, &a, &page) && holds(&index, &b, &page));
+    assert!(!holds(&index, &c, &page), "the table is full");
+    assert!(index.counters().untracked_objects > 0);
+    for _ in 0..3 {
+        let _ = index.clear();
+        store_page(&mut index, &c, &page);
+        assert!(holds(&index, &c, &page), "a clear gave the numbers back");
+        assert!(!holds(&index, &a, &page) && !holds(&index, &b, &page));
+        assert_eq!(index.namespace(0), Some(("default", Some("c"))));
+        assert_eq!(index.namespace(1), None, "one namespace since the clear");
+    }
+    store_page(&mut index, &a, &page);
+    assert!(holds(&index, &a, &page) && holds(&index, &c, &page));
+}
+
+#[test]
+fn a_namespace_number_reused_after_a_clear_is_never_read_as_the_old_one() {
+    // Model a's page 0 is read under number 0; then a clear, and model b's pages (the same
+    // hashes, the same suffix slots) stored under number 0 again, before the query reads
+    // page 1 under number 0: it must not claim b's page 1 as a's.
+    let (a, b) = (layout_of_model("a"), layout_of_model("b"));
+    let (p0, p1) = (PageHash([1; 32]), PageHash([2; 32]));
+    let mut index = Index::new(IndexConfig {
+        max_namespaces: 1,
+        ..IndexConfig::default()
+    });
+    store_page(&mut index, &a, &p0);
+    let answer = query_with_writer_between(&mut index, &a, [p0, p1], |index| {
+        let _ = index.clear();
+        store_page(index, &b, &p0);
+        store_page(index, &b, &p1);
+        index.settle();
+    });
+    assert_eq!(index.namespace(0), Some(("default", Some("b"))));
+    assert!(holds(&index, &b, &p1), "b's page 1 is under the old number");
+    assert_eq!(answer, None, "read across the clear: it reads again");
+    // After the clear, a's pages are a miss; b's are hits.
+    let answer = query_with_writer_between(&mut index, &a, [p0, p1], |_| {});
+    assert_eq!(answer, Some(0));
+    let answer = query_with_writer_between(&mut index, &b, [p0, p1], |_| {});
+    assert_eq!(answer, Some(2));
+}
+
+// ---- A slot holds its first 32 objects' masks; the others are in its chunk's wide words.
+
+#[test]
+fn a_page_with_objects_past_the_32nd_keeps_every_mask_bit() {
+    let t = PageTable::new(2048, 7);
+    let (cpu, disk) = (1 | 1 << 31 | 1 << 40 | 1 << 127, 1 << 5 | 1 << 32 | 1 << 96);
+    // Slot 1500: the second chunk, whose first page is wide.
+    t.put(1500, &page(1, hash(1), cpu, disk));
+    t.link(page_table_hash(7, 1, &hash(1)), 1500);
+    assert_eq!(t.probe(1, &hash(1)), (cpu | disk, cpu));
+    assert_eq!(t.get(1500), page(1, hash(1), cpu, disk));
+    assert_eq!(t.present(1500), cpu | disk);
+    // Back to narrow masks: the wide words are cleared with them.
+    t.set_masks(1500, 1 << 3, 0);
+    assert_eq!(t.probe(1, &hash(1)), (1 << 3, 1 << 3));
+    assert_eq!(t.get(1500).cpu, 1 << 3);
+    // A narrow page in the same chunk reads no stale wide bits.
+    t.put(1501, &page(1, hash(2), 1 << 4, 1 << 6));
+    t.link(page_table_hash(7, 1, &hash(2)), 1501);
+    assert_eq!(t.probe(1, &hash(2)), (1 << 4 | 1 << 6, 1 << 4));
+}
+
+#[test]
+fn a_chunk_of_pages_of_32_objects_or_fewer_allocates_no_wide_words() {
+    // 48 bytes a slot while every page's objects fit its own words (MHA up to TP 16); a chunk
+    // one of whose pages has a 33rd object pays 24 bytes more a slot.
+    let narrow = PageTable::new(CHUNK_SLOTS, 7);
+    let wide = PageTable::new(CHUNK_SLOTS, 7);
+    for idx in 0..CHUNK_SLOTS {
+        narrow.put(idx, &page(1, hash(1), u128::from(u32::MAX), 0));
+        wide.put(idx, &page(1, hash(1), u128::from(u32::MAX), 0));
+    }
+    wide.set_masks(7, 1 << 32, 0);
+    let per_slot = |t: &PageTable| t.slots.allocated_bytes() / CHUNK_SLOTS;
+    assert_eq!(
+        per_slot(&narrow),
+        48,
+        "{} bytes",
+        narrow.slots.allocated_bytes()
+    );
+    assert_eq!(
+        per_slot(&wide),
+        48 + 24,
+        "{} bytes",
+        wide.slots.allocated_bytes()
+    );
+}
+
+#[test]
+fn objects_stored_in_any_order_of_their_suffixes_keep_one_slot_each() {
+    // The suffix search tries the slot after the last one found first: objects that come out
+    // of the layout's order still find their own slots, and a removal takes only its object.
+    let layout = review_layout();
+    let suffixes: Vec<&String> = layout.pools.iter().flat_map(|p| &p.suffixes).collect();
+    let key = |page: &PageHash, s: &str| {
+        let mut key = String::new();
+        layout.write_object_key(page, s, &mut key);
+        key
+    };
+    let mut index = Index::new(IndexConfig::default());
+    let pages = [PageHash([1; 32]), PageHash([2; 32]), PageHash([3; 32])];
+    let orders: [&[usize]; 3] = [&[0, 1, 2, 3], &[3, 0, 2, 1], &[1, 1, 3, 2, 0, 0]];
+    for (page, order) in pages.iter().zip(orders) {
+        for &i in order {
+            let _ = index.store(
+                "default",
+                &key(page, suffixes[i % suffixes.len()]),
+                None,
+                None,
+            );
+        }
+    }
+    assert_eq!(index.namespaces[0].suffixes.len(), suffixes.len().min(4));
+    for page in &pages {
+        assert!(holds(&index, &layout, page));
+    }
+    let _ = index.remove("default", &key(&pages[1], suffixes[2 % suffixes.len()]));
+    for (i, s) in suffixes.iter().enumerate() {
+        assert_eq!(
+            index.contains_key("default", &key(&pages[1], s)),
+            i != 2 % suffixes.len(),
+            "suffix {s}"
+        );
+        assert!(index.contains_key("default", &key(&pages[0], s)));
+    }
 }
