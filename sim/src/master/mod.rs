@@ -22,10 +22,19 @@
 //!   sequence 1 and event id 1. The transport never hears of it (ZeroMQ reconnects underneath).
 //! - **Odd keys**: another client of the default tenant puts keys that are no SGLang key but look
 //!   like one page's keys once trimmed or split at a line break ([`Action::ForeignPut`]); they
-//!   come back in the key list verbatim. **Unknown keyless events**: an event of a type the
-//!   decoder does not know, without a key, is a tenant-wide removal of a future master.
+//!   come back in the key list verbatim. **A foreign flood** ([`Action::ForeignFlood`]): another
+//!   application puts many keys of its own, of every shape, several times more than the SGLang
+//!   objects. **Unknown keyless events**: an event of a type the decoder does not know, without
+//!   a key, is a tenant-wide removal of a future master.
+//! - **Twin runs** ([`MasterOptions::twin_batch`]): every batch has one size, so every run
+//!   numbers sequences and event ids alike. **The publisher's clock** may jump forward and be
+//!   stepped back ([`MasterOptions::clock_jumps_per_sec`]): only the batch timestamps move.
 //! - The **HTTP side**: [`Master::status`] (`GET /kv_events/status`), [`Master::all_keys_body`]
-//!   (`GET /get_all_keys`, default tenant, verbatim lines) and [`Master::batch_query`].
+//!   (`GET /get_all_keys`, default tenant, verbatim lines, in the master's hash order with
+//!   [`MasterOptions::hashed_key_list`]) and [`Master::batch_query`], each as of the run that
+//!   answers ([`Master::serving`]): after a restart, with
+//!   [`crate::options::HttpOptions::lag_after_restart`], the old run still answers for a
+//!   while ([`Served::Lagging`]).
 //!
 //! Every state change is reported, in order, as a [`Record`] with a global *history position*
 //! (a counter that never restarts): events when they are created (a later queue drop does not
@@ -37,7 +46,9 @@
 //! - `publisher.rs`: the event queue, event ids, sequences and the batches sent.
 //! - `history.rs`: the records the oracle learns and what one call produced.
 //! - `http.rs`: the HTTP answers (`/kv_events/status`, `/get_all_keys`, `/batch_query_keys`).
-//! - `restart.rs`: going down and coming back.
+//! - `restart.rs`: going down and coming back, and the old run's HTTP view while it lags.
+//! - `clock.rs`: the publisher's clock (jumps forward, steps back).
+//! - `foreign.rs`: another application's keys (the foreign flood).
 
 use std::collections::VecDeque;
 use std::rc::Rc;
@@ -51,6 +62,8 @@ use crate::options::{ActionMix, MasterOptions};
 use crate::rng::Rng;
 use crate::util::{FxHashMap, IdSet};
 
+mod clock;
+mod foreign;
 mod history;
 mod http;
 mod publisher;
@@ -58,6 +71,7 @@ mod restart;
 mod store;
 
 pub use history::{Change, MasterOutput, MasterStats, Record};
+pub use http::Served;
 pub use publisher::{Published, Status};
 pub use store::{ObjId, ObjInfo, PageId, PageInfo, Request};
 
@@ -95,6 +109,9 @@ pub enum Action {
     /// like the keys of one page once trimmed or split at a line break (`"<key> "`,
     /// `"<key>\r"`, `"x\n<key>"`, `"\n<key>"`), and removes an older one when it has many.
     ForeignPut,
+    /// Another application's client puts a batch of keys of its own (see
+    /// [`ActionMix::foreign_flood`]), removing some once it holds its share.
+    ForeignFlood,
 }
 
 const MEM: u8 = 1;
@@ -122,6 +139,16 @@ pub struct Master {
     next_event_id: u64,
     foreign_keys: Vec<Box<str>>,
     foreign_present: IdSet,
+    /// The ids of every foreign key ever put, by its text (for `/batch_query_keys`).
+    foreign_index: FxHashMap<Box<str>, Vec<u32>>,
+    /// The time of the call being served (events are stamped with it when queued).
+    now: Instant,
+    clock: clock::Clock,
+    /// The run before the last restart, as the HTTP side still serves it (see
+    /// [`Served::Lagging`]).
+    old_view: Option<restart::OldView>,
+    /// How long the HTTP side lags behind a restart (see [`Master::set_http_lag`]).
+    http_lag: (Duration, Duration),
     run_dropped: u64,
     published_ids: u64,
     pos: u64,
@@ -140,6 +167,8 @@ pub struct Master {
 impl Master {
     /// Makes a master serving `models`; it acts from time zero.
     pub fn new(opts: MasterOptions, models: Vec<ModelSpec>, rng: Rng) -> Master {
+        // The clock draws from a stream of its own: a steady clock draws nothing.
+        let clock = clock::Clock::new(&opts, rng.fork(0xc10c));
         let mut rng = rng;
         let prompts = models
             .iter()
@@ -173,6 +202,11 @@ impl Master {
             next_event_id: 1,
             foreign_keys: Vec::new(),
             foreign_present: IdSet::new(),
+            foreign_index: FxHashMap::default(),
+            now: Instant::ZERO,
+            clock,
+            old_view: None,
+            http_lag: (Duration::ZERO, Duration::ZERO),
             run_dropped: 0,
             published_ids: 0,
             pos: 0,
@@ -266,11 +300,24 @@ impl Master {
     /// the queue never overflows and the action mix is [`ActionMix::quiet`].
     pub fn set_faults(&mut self, on: bool) {
         self.faults = on;
+        if !on {
+            self.clock.steady();
+        }
+    }
+
+    /// Returns how often the publisher's clock jumped forward and was stepped back.
+    pub fn clock_changes(&self) -> (u64, u64) {
+        (self.clock.jumps, self.clock.steps_back)
     }
 
     /// Stops or resumes actions; the publisher keeps draining the queue.
     pub fn set_acting(&mut self, on: bool) {
         self.acting = on;
+    }
+
+    /// Reports whether the master acts on its own (puts, evictions...).
+    pub fn is_acting(&self) -> bool {
+        self.acting
     }
 
     /// Returns when the master next has something to do.
@@ -283,19 +330,19 @@ impl Master {
         tick.into_iter().chain(action).min()
     }
 
+    /// Sets the capacity of the event queue from now on (a burst against a small queue).
+    pub fn set_queue_capacity(&mut self, capacity: usize) {
+        self.opts.queue_capacity = capacity;
+    }
+
     /// Does what is due at `now`: comes back from a restart, publishes, acts.
     pub fn step(&mut self, now: Instant, out: &mut MasterOutput) {
+        self.now = now;
         if let Some(up) = self.down_until {
             if now < up {
                 return;
             }
-            self.down_until = None;
-            self.epoch += 1;
-            self.next_seq = 1;
-            self.next_event_id = 1;
-            self.run_dropped = 0;
-            self.next_action = now;
-            self.next_tick = self.tick_after(now);
+            self.came_up(now);
         }
         if !self.queue.is_empty() && now >= self.next_tick {
             self.publish(now, out);
@@ -334,6 +381,7 @@ impl Master {
             (mix.unreadable_removal, Action::UnreadableRemoval),
             (mix.unknown_keyless, Action::UnknownKeyless),
             (mix.foreign_put, Action::ForeignPut),
+            (mix.foreign_flood, Action::ForeignFlood),
         ];
         let mut u = self.rng.unit();
         for (p, action) in table {
@@ -347,6 +395,7 @@ impl Master {
 
     /// Performs one action now (the random driver draws them; scripts name them).
     pub fn act(&mut self, now: Instant, action: Action, out: &mut MasterOutput) {
+        self.now = now;
         if self.is_down(now) {
             return;
         }
@@ -435,6 +484,7 @@ impl Master {
                 self.present[tenant].clear();
             }
             Action::ForeignPut => self.foreign_put(out),
+            Action::ForeignFlood => self.foreign_flood(out),
             Action::UnreadableRemoval => {
                 if let Some(obj) = self.pick_present(|_| true) {
                     self.take_away(obj);

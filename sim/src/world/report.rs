@@ -122,6 +122,27 @@ pub struct RunStats {
     pub unknown_keyless: u64,
     /// Liveness was skipped (the index evicted).
     pub liveness_skipped: bool,
+    /// The idle master's check found the expected stall of a master without status counters:
+    /// the index recovering since its last fetch with no batch after it (visible, no rule can
+    /// make it live). Neither a pass of the liveness checks nor a failure.
+    pub expected_stall: bool,
+    /// Key lists read from the run before a restart while the HTTP side lagged behind it.
+    pub stale_key_lists: u64,
+    /// The most foreign keys per SGLang object of the default tenant a key list held.
+    pub foreign_per_object: u64,
+    /// Final bursts with a lost tail before an idle master.
+    pub tail_bursts: u64,
+    /// Losses nothing had revealed when the idle master's check came (a burst's lost tail, or
+    /// a restart of an idle master); with status counters they no longer excuse a claim then.
+    pub unrevealed_at_idle: u64,
+    /// Publisher clock jumps forward.
+    pub clock_jumps: u64,
+    /// Publisher clock steps back after a jump.
+    pub clock_steps_back: u64,
+    /// Master messages first handed after their place was passed (no grace: never to apply).
+    pub handed_after_passed: u64,
+    /// Pages the idle master's check demanded as hits.
+    pub idle_liveness_pages: u64,
     /// Index evictions.
     pub evictions: u64,
     /// Virtual time simulated.
@@ -146,9 +167,16 @@ pub struct Report {
 }
 
 impl Report {
-    /// Reports whether every check passed.
+    /// Reports whether no check failed (an [expected stall](RunStats::expected_stall) is not a
+    /// failure; a sweep counts it apart).
     pub fn passed(&self) -> bool {
         self.failures.is_empty()
+    }
+
+    /// Reports whether the run ended in the expected stall of an idle master without status
+    /// counters (see [`RunStats::expected_stall`]).
+    pub fn stalled(&self) -> bool {
+        self.stats.expected_stall
     }
 
     /// Describes the outcome: the failures, the replay command and the options.
@@ -163,9 +191,10 @@ impl Report {
         } else {
             let _ = writeln!(
                 s,
-                "seed {} ({}) FAILED: {} failure(s)",
+                "seed {} ({}, worlds {}) FAILED: {} failure(s)",
                 self.options.seed,
                 self.options.preset,
+                self.options.worlds,
                 self.failures.len()
             );
         }
@@ -211,6 +240,8 @@ impl<S: System> World<S> {
         s.ignored_messages =
             c.stray_topic + c.stray_frame_count + c.malformed_seq + c.malformed_payload;
         s.evictions = c.evictions;
+        (s.clock_jumps, s.clock_steps_back) = self.master.clock_changes();
+        s.handed_after_passed = self.driver.flight.after_passed();
         s.virtual_time = Duration::from_nanos(self.now.as_nanos());
         s.net = self.net.stats();
         Report {
