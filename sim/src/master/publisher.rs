@@ -156,11 +156,13 @@ impl Master {
                     }
                     .min(self.queue.len())
                 }
-                // Twin runs: full batches only, unless the oldest event waited long enough.
+                // Twin runs: full batches only while faults are on (a partial batch would put
+                // this run out of step with the others); once they stop, a partial batch goes
+                // out when its oldest event waited long enough.
                 size if self.queue.len() >= size => size,
                 _ => {
                     let oldest = self.queue.front().expect("the queue is not empty").at;
-                    if now.saturating_duration_since(oldest) < TWIN_FLUSH {
+                    if self.faults || now.saturating_duration_since(oldest) < TWIN_FLUSH {
                         return;
                     }
                     self.queue.len()

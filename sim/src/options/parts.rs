@@ -118,8 +118,8 @@ pub struct MasterOptions {
     pub idle_len: (Duration, Duration),
     /// Twin runs: every batch holds exactly this many events (0: batch sizes vary), so every
     /// run of the master numbers its sequences and event ids alike, as at light SGLang load
-    /// where each put is one batch of one size; a partial batch goes out once its oldest event
-    /// has waited [`TWIN_FLUSH`].
+    /// where each put is one batch of one size; once the faults stop, a partial batch goes out
+    /// when its oldest event has waited [`TWIN_FLUSH`].
     pub twin_batch: usize,
     /// The most foreign keys the default tenant holds per SGLang object of it, once the
     /// [`ActionMix::foreign_flood`] client fills it (at least 16 objects' worth).

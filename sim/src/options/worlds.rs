@@ -22,10 +22,11 @@ pub enum WorldKind {
     /// list while the stream is already the new run's. Some restarts are seen by the transport
     /// (the shipped driver sees the socket close), some not.
     StaleKeyList,
-    /// Frequent restarts the transport does not see, between twin runs (every batch of the same
-    /// size, so a new run's sequences and event ids match the old run's), with undecodable
-    /// batches, reconnects and failovers right after a key list around them, mostly without
-    /// a reorder window: the histories of the false hits without a window.
+    /// Frequent restarts the transport does not see, between short twin runs (every batch of
+    /// the same size, no queue drop, so a new run's sequences and event ids match the old
+    /// run's), with undecodable batches, reconnects and failovers right after a key list
+    /// around them, mostly without a reorder window: the histories of the false hits without a
+    /// window.
     UnseenRestarts,
     /// Another application floods the default tenant with keys that are not HiCache pages,
     /// several times more of them than SGLang objects (keys of other shapes, HiCache-shaped
@@ -199,8 +200,12 @@ impl Options {
                 s.resync = true;
             }
             WorldKind::UnseenRestarts => {
-                m.mix.restart = m.mix.restart.max(r.range(5, 20) as f64 / 1000.0);
+                // Short runs, so that a new run soon reaches the old run's last position; no
+                // queue drop and no failed send, which would put the twins out of step.
+                m.mix.restart = m.mix.restart.max(r.range(20, 50) as f64 / 1000.0);
                 m.twin_batch = *r.pick(&[2usize, 4, 8, 16]).expect("non-empty");
+                m.queue_capacity = 65_536;
+                m.send_fail = 0.0;
                 n.seen_restarts = 0.0;
                 n.restart_reconnect = (Duration::ZERO, r.duration(Duration::ZERO, ms(10)));
                 n.garble = n.garble.max(r.unit() * 0.03);
