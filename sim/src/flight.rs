@@ -13,8 +13,9 @@
 //!   session is handed an intact message whose first event comes after `p` (its sequence or its
 //!   event ids tell), or a copy of the lost message itself whose topic and sequence frame are
 //!   intact (its sequence was consumed, its events are unknown). Once the master is idle and
-//!   reachable and tells its counters, the world ends this excuse after a bound
-//!   ([`Flight::expire_unrevealed`]): the session can ask `/kv_events/status`.
+//!   reachable and tells its counters to a session that can ask them, the world ends this
+//!   excuse after a bound ([`Flight::expire_unrevealed`]): the session can ask
+//!   `/kv_events/status`.
 //!
 //! With a reorder window the session may hold what it was handed, or wait for a missing batch,
 //! for up to the window's `max_delay`: a handed message and a revealed loss stay pending for that

@@ -656,6 +656,28 @@ mod tests {
     }
 
     #[test]
+    fn only_a_restart_the_transport_sees_breaks_the_connection() {
+        let o = Options::for_seed(3, Some(Preset::Calm), 100);
+        let mut net = Network::new(o.network.clone(), Rng::new(3));
+        net.set_faults(Instant::ZERO, false);
+        net.connect(Instant::ZERO);
+        let mut now = Instant::ZERO;
+        while !matches!(net.poll(now), Some(NetEvent::Connected)) {
+            now = net.next_at().unwrap();
+        }
+        let up = now + Duration::from_millis(10);
+        net.master_restarted(now, up, false);
+        assert!(
+            net.poll(now).is_none() && net.is_up(),
+            "ZeroMQ reconnects underneath"
+        );
+        net.master_restarted(now, up, true);
+        assert!(matches!(net.poll(now), Some(NetEvent::Disconnected)));
+        assert!(!net.is_up());
+        assert_eq!(net.stats().seen_restarts, 1);
+    }
+
+    #[test]
     fn without_reorder_delivery_is_first_in_first_out() {
         let o = Options::for_seed(3, Some(Preset::Calm), 100);
         let mut net = Network::new(o.network.clone(), Rng::new(3));

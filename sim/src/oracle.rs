@@ -74,9 +74,10 @@
 //! - *A loss nothing reveals, once the master is idle.* A loss at the tail of a burst (or a
 //!   restart of a master that then stays idle) is revealed by no later message; it stayed
 //!   pending, and excused every claim since, forever. Once the master has been idle and
-//!   reachable for [`crate::world::IDLE_BOUND`] and tells its counters (`/kv_events/status`),
-//!   the session can learn the run's position, and such a loss no longer excuses a claim.
-//!   Without status counters nothing can reveal it: it still excuses (counted as
+//!   reachable for [`crate::world::IDLE_BOUND`] and tells its counters (`/kv_events/status`)
+//!   to a session that resyncs (it reads them before each key list), the session can learn the
+//!   run's position, and such a loss no longer excuses a claim. Without status counters, or
+//!   without the master's HTTP side, nothing can reveal it: it still excuses (counted as
 //!   `unrevealed_at_idle`), and the liveness checks do not demand what it may have stored.
 //! - *Snapshot lines next to other keys.* The liveness check no longer skips the objects whose
 //!   key-list line sat next to a line that is no HiCache key (a careful session confirms such a

@@ -322,10 +322,14 @@ impl<S: System> World<S> {
     /// The check of the idle master, [`IDLE_BOUND`] after it went idle and reachable: the
     /// index is live (or in the expected stall of a master without status counters) and exact:
     /// no page claimed that the master lacks (a loss nothing revealed no longer excuses a claim
-    /// when the master tells its counters), every page it holds a hit.
+    /// when the master tells its counters and the session resyncs, so it can ask them), every
+    /// page it holds a hit.
     pub(super) fn idle_checks(&mut self) {
         self.idle_checked = true;
-        self.stats.unrevealed_at_idle = if self.http_opts.watermark {
+        // The session can ask the counters only through its fetches (the status is read
+        // before each key list), so only a resyncing session of a master that tells them can.
+        let can_ask = self.http_opts.watermark && self.opts.session.resync;
+        self.stats.unrevealed_at_idle = if can_ask {
             self.driver.flight.expire_unrevealed() as u64
         } else {
             u64::from(self.driver.flight.first_unrevealed().is_some())
