@@ -30,7 +30,7 @@ pub enum WorldKind {
     UnseenRestarts,
     /// Another application floods the default tenant with keys that are not HiCache pages,
     /// several times more of them than SGLang objects (keys of other shapes, HiCache-shaped
-    /// keys of other deployments, keys holding a `\n`, a space or a `\r`), listed by
+    /// keys of 256 other deployments, keys holding a `\n`, a space or a `\r`), listed by
     /// `GET /get_all_keys` in hash order among the SGLang keys.
     ForeignFlood,
     /// The chaos phase ends with a burst whose tail is lost (the master's queue overflowing,
