@@ -37,13 +37,15 @@ use hicache_index::Instant;
 use crate::network::MasterMeta;
 
 /// A status point a snapshot carried (`GET /kv_events/status`): the run's last sequence and its
-/// event count, and the history position when it was read.
+/// event count, and the history position when its key list was read.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct Point {
     /// `published_batches + dropped_events`.
     pub seq: u64,
     /// `published_events`: the last event id given.
     pub events: u64,
+    /// The history position when the key list was read.
+    pub at: u64,
 }
 
 /// How a message relates to a status point, by the rule a snapshot's proof uses: before the
@@ -74,6 +76,7 @@ struct Provisional {
     epoch: u32,
     point: Point,
     restarts: Vec<u64>,
+    span: (u64, u64),
 }
 
 /// What handing a message told: which restarts the stream hides, and whether it revealed a
@@ -82,8 +85,14 @@ struct Provisional {
 pub struct Hiding {
     /// Restarts (their positions) no stream signal can reveal from now on.
     pub hidden: Vec<u64>,
+    /// The positions strictly between these two hold everything the session missed behind
+    /// those restarts (the old run's lost tail, the restarts, the new run's lost first
+    /// messages): no signal reveals any of it.
+    pub hidden_span: Option<(u64, u64)>,
     /// Restarts hidden before that this message revealed (it contradicts the status point).
     pub revealed: Vec<u64>,
+    /// The span of [`Hiding::hidden_span`] that goes with them.
+    pub revealed_span: Option<(u64, u64)>,
     /// It revealed a loss (its own, with a damaged payload, or one before it, a restart
     /// among them): a correct session forgets what may be stale.
     pub loss: bool,
@@ -258,6 +267,15 @@ impl Flight {
         if fits == Some(Fit::Contradicts) {
             return;
         }
+        // What the session missed: after the newest thing it knew of the old run (its last
+        // message, or the key list it took after that), up to this message.
+        let from = tail
+            .map(|t| t.last_pos)
+            .into_iter()
+            .chain(point.map(|p| p.at))
+            .max()
+            .unwrap_or(0);
+        let span = (from, m.first_pos);
         let restarts: Vec<u64> = self
             .restarts
             .iter()
@@ -271,11 +289,13 @@ impl Flight {
         }
         self.invisible.extend(&restarts);
         hiding.hidden.extend(&restarts);
+        hiding.hidden_span = Some(span);
         if let (Some(point), Some(Fit::Before)) = (point, fits) {
             self.provisional.push(Provisional {
                 epoch: m.epoch,
                 point,
                 restarts,
+                span,
             });
         }
     }
@@ -298,6 +318,7 @@ impl Flight {
                     let p = self.provisional.swap_remove(i);
                     self.invisible.retain(|r| !p.restarts.contains(r));
                     hiding.revealed.extend(p.restarts);
+                    hiding.revealed_span = Some(p.span);
                 }
             }
         }
@@ -428,7 +449,10 @@ mod tests {
         f.restarted(3);
         // The new master's first batch (seq 1, ids 1-2) was lost; its seq 2 starts at id 3.
         f.lost_in_network(4, 2);
-        assert_eq!(f.handed(now, &meta(3, 1, 2, 6, 3), true).hidden, [3]);
+        let told = f.handed(now, &meta(3, 1, 2, 6, 3), true);
+        assert_eq!(told.hidden, [3]);
+        // Everything after the old run's last message (position 2) up to this one is hidden.
+        assert_eq!(told.hidden_span, Some((2, 6)));
         assert_eq!(f.invisible(), &[3]);
         // A restart whose next batch does not continue is revealed as usual.
         f.restarted(9);
@@ -453,7 +477,14 @@ mod tests {
         let mut f = Flight::new(Duration::ZERO);
         let now = Instant::from_millis(1);
         // A snapshot of run 0 at sequence 3, 6 events; no batch of run 0 was handed.
-        f.took_status(0, Point { seq: 3, events: 6 });
+        f.took_status(
+            0,
+            Point {
+                seq: 3,
+                events: 6,
+                at: 4,
+            },
+        );
         f.restarted(5);
         // Run 1's seq 1 (ids 1-2) fits before the point: hidden for now.
         assert_eq!(f.handed(now, &meta(1, 1, 1, 6, 1), true).hidden, [5]);
@@ -469,7 +500,14 @@ mod tests {
     fn a_twin_run_that_passes_the_old_status_point_stays_hidden() {
         let mut f = Flight::new(Duration::ZERO);
         let now = Instant::from_millis(1);
-        f.took_status(0, Point { seq: 2, events: 4 });
+        f.took_status(
+            0,
+            Point {
+                seq: 2,
+                events: 4,
+                at: 4,
+            },
+        );
         f.restarted(5);
         assert_eq!(f.handed(now, &meta(1, 1, 1, 6, 1), true).hidden, [5]);
         // Seq 2 ends exactly at id 4: the point is passed, as the proof would pass it.

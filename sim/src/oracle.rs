@@ -49,11 +49,13 @@
 //! sequence and the next event id after that run's newest message handed, and, when the
 //! session took a snapshot of that run whose status point lies beyond it, consistent with that
 //! point as a snapshot's proof reads it: see [`crate::flight::Flight::handed`]) is
-//! indistinguishable from a continuation. The world marks such restarts
-//! ([`Oracle::mark_invisible`], undone by [`Oracle::unmark_invisible`] when a later message of
-//! the new run contradicts the status point): for `E` they then remove nothing, so what they
-//! lost counts as silently removed, stale, and is bounded by verification like any silent
-//! removal (the staleness check at the end asserts that bound).
+//! indistinguishable from a continuation. The world marks such restarts, with everything the
+//! session missed around them (the old run's lost last events, the new run's lost first
+//! messages: no signal reveals those either), from the last thing it knew of the old run up to
+//! that message ([`Oracle::mark_invisible`], undone by [`Oracle::unmark_invisible`] when a
+//! later message of the new run contradicts the status point): for `E` the removals there
+//! remove nothing, so what they took away counts as silently removed, stale, and is bounded by
+//! verification like any silent removal (the staleness check at the end asserts that bound).
 //!
 //! **Silent removals** are not a class of the stream: the master changes without any event
 //! (spec sections 4 and 10), so `E` keeps such an object and a claim of it is stale, not false;
@@ -171,7 +173,9 @@ pub struct Oracle {
     e_present: Vec<IdSet>,
     t_present: Vec<IdSet>,
     position: u64,
-    invisible: std::collections::BTreeSet<u64>,
+    /// Spans of positions whose removals the stream can never reveal (see
+    /// [`Oracle::mark_invisible`]).
+    invisible: Vec<(u64, u64)>,
 }
 
 impl Default for Oracle {
@@ -192,7 +196,7 @@ impl Oracle {
             e_present: (0..TENANTS.len()).map(|_| IdSet::new()).collect(),
             t_present: (0..TENANTS.len()).map(|_| IdSet::new()).collect(),
             position: 0,
-            invisible: std::collections::BTreeSet::new(),
+            invisible: Vec::new(),
         }
     }
 
@@ -333,15 +337,18 @@ impl Oracle {
         removal > self.last_store(obj)
     }
 
-    /// Marks the restart at `pos` as invisible to the stream (see the module docs): for the
-    /// event history it removes nothing.
-    pub fn mark_invisible(&mut self, pos: u64) {
-        self.invisible.insert(pos);
+    /// Marks what happened strictly between positions `after` and `before` as invisible to the
+    /// stream (a restart no signal reveals, with what was lost around it; see the module docs):
+    /// for the event history, the removals there remove nothing.
+    pub fn mark_invisible(&mut self, after: u64, before: u64) {
+        self.invisible.push((after, before));
     }
 
-    /// Undoes [`Oracle::mark_invisible`]: a later message revealed the restart at `pos`.
-    pub fn unmark_invisible(&mut self, pos: u64) {
-        self.invisible.remove(&pos);
+    /// Undoes [`Oracle::mark_invisible`] of the same span: a later message revealed it.
+    pub fn unmark_invisible(&mut self, after: u64, before: u64) {
+        if let Some(i) = self.invisible.iter().position(|&s| s == (after, before)) {
+            self.invisible.swap_remove(i);
+        }
     }
 
     /// Reports whether `obj` is present now in the event history (invisible restarts apart) or
@@ -368,7 +375,13 @@ impl Oracle {
             }
             false
         };
-        let invisible = |e: &Entry| !e.present && self.invisible.contains(&e.pos);
+        let invisible = |e: &Entry| {
+            !e.present
+                && self
+                    .invisible
+                    .iter()
+                    .any(|&(after, before)| after < e.pos && e.pos < before)
+        };
         scan(&self.e, &invisible) || scan(&self.t, &|_| false)
     }
 
@@ -443,8 +456,34 @@ mod tests {
         o.apply(&rec(1, Change::Stored { obj: 0, tenant: 1 }));
         o.apply(&rec(2, Change::Restart));
         assert!(!o.p_now(0));
-        o.mark_invisible(2);
+        o.mark_invisible(1, 3);
         assert!(o.p_now(0) && !o.t_now(0), "stale, not a false hit");
+        o.unmark_invisible(1, 3);
+        assert!(!o.p_now(0));
+    }
+
+    #[test]
+    fn a_removal_lost_behind_an_invisible_restart_is_stale_not_false() {
+        let mut o = Oracle::new();
+        o.apply(&rec(1, Change::Stored { obj: 0, tenant: 0 }));
+        // Its removal died in the queue of the master that restarted at 3.
+        o.apply(&rec(2, Change::Removed { obj: 0 }));
+        o.apply(&rec(3, Change::Restart));
+        o.apply(&rec(4, Change::Stored { obj: 1, tenant: 0 }));
+        assert!(!o.present_since(0, 4));
+        // The new run's message at 4 continued the old run's last one (at 1) exactly.
+        o.mark_invisible(1, 4);
+        assert!(
+            o.present_since(0, 4) && !o.t_now(0),
+            "stale, not a false hit"
+        );
+        // A removal before the span is as known as ever.
+        let mut o2 = Oracle::new();
+        o2.apply(&rec(1, Change::Stored { obj: 0, tenant: 0 }));
+        o2.apply(&rec(2, Change::Removed { obj: 0 }));
+        o2.apply(&rec(3, Change::Restart));
+        o2.mark_invisible(2, 4);
+        assert!(!o2.present_since(0, 4));
     }
 
     #[test]

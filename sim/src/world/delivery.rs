@@ -230,11 +230,11 @@ impl<S: System> World<S> {
             let f = &msg.frames;
             let valid_seq = f.len() == 3 && f[0].is_empty() && f[1] == m.seq.to_be_bytes();
             let hiding = self.driver.flight.handed(self.now, m, valid_seq);
-            for &p in &hiding.hidden {
-                self.oracle.mark_invisible(p);
+            if let Some((after, before)) = hiding.hidden_span {
+                self.oracle.mark_invisible(after, before);
             }
-            for &p in &hiding.revealed {
-                self.oracle.unmark_invisible(p);
+            if let Some((after, before)) = hiding.revealed_span {
+                self.oracle.unmark_invisible(after, before);
             }
             self.stats.invisible_restarts += hiding.hidden.len() as u64;
             self.stats.invisible_restarts -= hiding.revealed.len() as u64;

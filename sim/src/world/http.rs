@@ -236,6 +236,7 @@ impl<S: System> World<S> {
                     let point = Point {
                         seq: s.last_seq().0,
                         events: s.published_events,
+                        at: pos,
                     };
                     (epoch, point)
                 });
