@@ -114,6 +114,10 @@ pub struct Flight {
     after_passed: u64,
     /// The intact message of the highest sequence handed, per master run.
     tails: BTreeMap<u32, MasterMeta>,
+    /// Per master run: the first position of its first message handed, and the lowest
+    /// sequence handed (with a reorder window, a lower one handed while the first is still
+    /// in its grace is the one the session applies first).
+    firsts: BTreeMap<u32, (u64, u64)>,
     /// The status point of the newest snapshot the session took, per run that served it.
     points: BTreeMap<u32, Point>,
     /// The position of each restart, in order: restart `i` ended run `i`.
@@ -182,8 +186,10 @@ impl Flight {
     /// sequence frame are intact (a copy with a damaged payload still reveals its own loss).
     ///
     /// Returns the restarts it hides or reveals. A restart is hidden (no stream signal can
-    /// reveal it) when the first message of its new run the session is handed continues
-    /// exactly what the session knew of the newest older run: the next sequence and the next
+    /// reveal it) when the first message of its new run the session is handed (with a reorder
+    /// window: or one of a lower sequence, handed while that first one is still in its grace,
+    /// so that the session applies it first) continues exactly what the session knew of the
+    /// newest older run: the next sequence and the next
     /// event id after that run's newest message handed, and, if the session took a snapshot
     /// of that run whose status point lies beyond that message (or took one and was handed
     /// none of that run), consistent with the point as the snapshot's proof reads it. While
@@ -208,10 +214,23 @@ impl Flight {
                     self.keep_for_grace(now, m.first_pos);
                 }
             }
-            if self.tails.contains_key(&m.epoch) {
-                self.check_provisional(m, &mut hiding);
-            } else {
-                self.first_of_run(m, &mut hiding);
+            match self.firsts.get_mut(&m.epoch) {
+                None => {
+                    self.firsts.insert(m.epoch, (m.first_pos, m.seq));
+                    self.first_of_run(m, &mut hiding);
+                }
+                Some((first_pos, lowest)) => {
+                    // Reordered ahead of the run's first message while that one is still held:
+                    // in sequence order this one comes first, so it may hide the restart.
+                    let first_pos = *first_pos;
+                    let earlier = m.seq < *lowest;
+                    *lowest = (*lowest).min(m.seq);
+                    let held = self.grace_left.iter().any(|&(_, p, _)| p == first_pos);
+                    if earlier && held {
+                        self.first_of_run(m, &mut hiding);
+                    }
+                    self.check_provisional(m, &mut hiding);
+                }
             }
             let tail = self.tails.entry(m.epoch).or_insert(*m);
             if m.seq > tail.seq {
@@ -457,6 +476,30 @@ mod tests {
         // A restart whose next batch does not continue is revealed as usual.
         f.restarted(9);
         assert!(f.handed(now, &meta(4, 2, 1, 10, 1), true).hidden.is_empty());
+    }
+
+    #[test]
+    fn a_continuing_message_reordered_ahead_of_the_runs_first_hides_the_restart() {
+        let mut f = Flight::new(Duration::from_millis(10));
+        let t = Instant::from_millis;
+        f.handed(t(1), &meta(1, 0, 2, 1, 3), true);
+        f.restarted(3);
+        // The new run's seq 4 comes first, its seq 3 (continuing seq 2 exactly) 2 ms later,
+        // while seq 4 is still held: the session applies seq 3 first.
+        assert!(f
+            .handed(t(20), &meta(3, 1, 4, 7, 7), true)
+            .hidden
+            .is_empty());
+        assert_eq!(f.handed(t(22), &meta(2, 1, 3, 5, 5), true).hidden, [3]);
+        // After the first one's grace, a lower sequence hides nothing.
+        let mut g = Flight::new(Duration::from_millis(10));
+        g.handed(t(1), &meta(1, 0, 2, 1, 3), true);
+        g.restarted(3);
+        g.handed(t(20), &meta(3, 1, 4, 7, 7), true);
+        assert!(g
+            .handed(t(31), &meta(2, 1, 3, 5, 5), true)
+            .hidden
+            .is_empty());
     }
 
     #[test]

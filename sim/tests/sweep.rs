@@ -149,6 +149,10 @@ fn ci_sweep_covers_every_fault_kind_without_false_hits() {
         // tail-loss-idle
         ("bursts with a lost tail before an idle master", bursts),
         ("losses unrevealed when the master went idle", unrevealed),
+        (
+            "expected stalls of an idle master without status counters",
+            summary.expected_stalls,
+        ),
         // clock-jump
         ("publisher clock jumps forward", jumps),
         ("publisher clock steps back after a jump", steps_back),
