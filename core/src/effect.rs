@@ -9,7 +9,7 @@ use crate::frame::{FrameError, Seq};
 use crate::hash::PageHash;
 #[cfg(doc)]
 use crate::input::Input;
-use crate::input::{LeaderRequest, SnapshotRequest, VerifyRequest};
+use crate::input::{LeaderRequest, SnapshotRequest, StatusRequest, VerifyRequest};
 use crate::sequence::Skip;
 
 /// The session's health, which a router can gate on and which every query answer carries.
@@ -224,6 +224,13 @@ pub enum Command {
         /// The object keys to check.
         keys: Vec<String>,
     },
+    /// Read the master's `GET /kv_events/status` and hand it over as [`Input::Status`]
+    /// (`None` when the read failed or the master gave no counters): the check of a quiet
+    /// stream (rule R11 of [`crate::sequence`]).
+    ReadStatus {
+        /// The request to answer.
+        request: StatusRequest,
+    },
     /// Check whether the candidate leader at `host` serves: `GET /health`, then
     /// `GET /kv_events/status`, on its admin port (the configured master HTTP port), and hand
     /// what they said over as [`Input::LeaderStatus`] (a failed request: not serving, events
@@ -285,6 +292,17 @@ pub enum Report {
         position: Option<Seq>,
         /// The sequence that arrived.
         received: Seq,
+    },
+    /// A quiet stream's check found the master's status ahead of what arrived and not caught up
+    /// with (`ahead`: lost at the tail of a burst), or of another run (rule R11; a clear
+    /// follows).
+    StatusDisagreed {
+        /// The sequence of the position.
+        position: Option<Seq>,
+        /// The last sequence the master had assigned.
+        status: Seq,
+        /// The status was ahead of the position (else of another run).
+        ahead: bool,
     },
     /// A snapshot's status point placed the stream (rule R6): batches at or before it are in
     /// the key list.

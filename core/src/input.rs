@@ -37,6 +37,10 @@ request_id!(
     VerifyRequest
 );
 request_id!(
+    /// Names one status check ([`crate::Command::ReadStatus`]): its answer carries it.
+    StatusRequest
+);
+request_id!(
     /// Names one leader check ([`crate::Command::CheckLeader`]): its answer carries it.
     LeaderRequest
 );
@@ -136,6 +140,14 @@ pub enum Input<'a> {
     VerifyFailed {
         /// The round that failed.
         request: VerifyRequest,
+    },
+    /// The answer to [`crate::Command::ReadStatus`]: the master's `/kv_events/status`, `None`
+    /// when the read failed or the master gave no counters.
+    Status {
+        /// The check answered.
+        request: StatusRequest,
+        /// What the status said.
+        watermark: Option<Watermark>,
     },
     /// What HA discovery says about the leader: every value of the master view key, with its
     /// version (see [`crate::leader`]). Without HA configured, ignored.

@@ -161,7 +161,7 @@ pub use frame::{
 };
 pub use hash::{DigestMemo, Namespace, NoMemo, PageHash, PageHashes, Token};
 pub use index::{Index, IndexConfig, DEFAULT_TENANT};
-pub use input::{Input, LeaderRequest, SnapshotRequest, VerifyRequest};
+pub use input::{Input, LeaderRequest, SnapshotRequest, StatusRequest, VerifyRequest};
 pub use layout::{parse_object_key, HitPolicy, Layout, LayoutError, ObjectKey, Pool, SglangParams};
 pub use leader::{EventsStatus, LeaderConfig, LeaderInfo, LeaderStatus, LeaderView};
 pub use metrics::{Counters, Kind};

@@ -45,6 +45,11 @@ pub struct Counters {
     pub unplaced_dropped: u64,
     /// Status points that placed the stream (R6).
     pub placements: u64,
+    /// Checks of a quiet stream against the master's status asked (R11).
+    pub status_checks: u64,
+    /// Of those, checks whose status showed a lost tail or another run: the index forgot
+    /// (R11).
+    pub status_disagreed: u64,
     /// Batches held out of order (reorder window).
     pub held: u64,
     /// Holes the stream showed: without a reorder window, every batch numbered past the one
@@ -202,7 +207,7 @@ impl Counters {
     }
 
     /// Lists every figure with its name and kind, so exporters need not name them one by one.
-    pub fn fields(&self) -> [(&'static str, u64, Kind); 66] {
+    pub fn fields(&self) -> [(&'static str, u64, Kind); 68] {
         [
             ("batches", self.batches, Kind::Counter),
             ("events", self.events, Kind::Counter),
@@ -220,6 +225,8 @@ impl Counters {
             ("before_point", self.before_point, Kind::Counter),
             ("unplaced_dropped", self.unplaced_dropped, Kind::Counter),
             ("placements", self.placements, Kind::Counter),
+            ("status_checks", self.status_checks, Kind::Counter),
+            ("status_disagreed", self.status_disagreed, Kind::Counter),
             ("held", self.held, Kind::Counter),
             ("gaps", self.gaps, Kind::Counter),
             ("missing_sequences", self.missing_sequences, Kind::Counter),

@@ -19,6 +19,7 @@
 //! - **Copy**: a batch with the sequence and the print of one the stream passed.
 //! - **Forget**: the index drops what the stream taught it; with resync on, a key list is read
 //!   again, and a fetch under way is superseded (its answer may be of either run).
+//! - **Quiet**: no batch has arrived for the status check's interval ([`crate::ResyncConfig`]).
 //! - **Held**: kept aside, not yet ruled on: by the reorder window until its place comes, or,
 //!   while the stream is unplaced, until a status point places it.
 //!
@@ -27,7 +28,7 @@
 //!   both are known, the next event id. After a loss (without resync) any later sequence with a
 //!   later first event id continues it; at a status point, the point's sequence + 1 starting at
 //!   `published_events` + 1.
-//! - **R2 (copy).** A copy is skipped.
+//! - **R2 (copy).** A copy is skipped; an undecodable batch is never taken for one (R8).
 //! - **R3 (before the point).** At a status point, a batch numbered at or before it whose event
 //!   ids stay within `published_events` is skipped: the key list, read after the point, holds
 //!   what it did (or it is another run's). Once such a batch came, queries miss until the stream
@@ -38,7 +39,9 @@
 //! - **R4 (loss).** A batch numbered past the next one, with a first event id past the
 //!   position's, shows lost batches: forget. With a reorder window it is held first (R7).
 //! - **R5 (another run).** Any other batch cannot be of the position's run after it: another
-//!   run's (a restart nobody saw), or, with a reorder window, a late one: forget.
+//!   run's (a restart nobody saw), or, with a reorder window, a late one: forget. So is a batch
+//!   with the sequence of one the stream passed since it last forgot for another run, and other
+//!   bytes (a twin: within one run a sequence is given once).
 //! - **R6 (placing).** After a forget, with resync on, only the master's status places the
 //!   stream: the batches that arrive after the next fetch was asked are held, and ruled against
 //!   its status point (R1-R5) when it answers; every other batch came before that status was
@@ -62,13 +65,20 @@
 //!   (R5). A new endpoint or leader begins a new stream: nothing of the old one is compared.
 //! - **R10 (bounded, not detected).** A batch of another run that continues the position
 //!   exactly (R1 cannot tell it: that run's earlier batches were lost and had the same sizes),
-//!   and a restart that no transport saw after which no batch came, leave objects claimed that
-//!   the master no longer holds: verification finds them absent within a round.
+//!   and, without a status check (R11), a restart that no transport saw after which no batch
+//!   came, leave objects claimed that the master no longer holds: verification finds them
+//!   absent within a round.
+//! - **R11 (quiet stream).** With resync on, a stream placed by a status point that hears no
+//!   batch for the check interval reads the master's status again: at the position it
+//!   confirms it; ahead of it (a later sequence, event ids no earlier), it forgets unless a
+//!   batch arrives within another interval (a tail lost after the last batch); anything else is
+//!   another run's (R5): forget. An answer asked before the last batch arrived is ignored.
 //!
 //! The stream never applies a batch after a later one of the same run.
 
 use core::time::Duration;
 
+mod check;
 mod hold;
 mod mark;
 mod place;
@@ -76,7 +86,7 @@ mod ruling;
 pub mod stream;
 
 pub use self::mark::{Mark, Print};
-pub use self::place::{Place, Point, Position};
+pub use self::place::{Place, Point, Position, Versus};
 pub use self::ruling::{Forgot, HoldBounds, Placed, Ruling, Skip, StreamConfig, Why};
 pub use self::stream::Stream;
 

@@ -35,8 +35,10 @@
 //!   cargo test -p hicache-index-sim --test replay -- --nocapture`, or on the command line with
 //!   `--trace`.
 //! - The CI sweep: `cargo test -p hicache-index-sim --release --test sweep -- --ignored`
-//!   (seeds 0..1500; it also checks that every fault kind ran and that every planted bug is
-//!   caught by those seeds). Longer sweeps use seeds from 100,000 on.
+//!   (seeds 0..1500, each with the named worlds it draws, [`options::WorldKind`]; it also checks
+//!   that every fault kind ran, every world was drawn, and that every planted bug is caught by
+//!   those seeds). Longer sweeps use seeds from 100,000 on; `--worlds NAME` runs one world
+//!   alone (`SIM_WORLDS=NAME` for the replay test).
 //! - Which fault class a failure needs: `--without stalls,heavy-http,...`
 //!   ([`Options::CLASSES`]); a sweep against a planted bug: `--planted NAME` ([`Bug`]).
 //! - Nothing is avoided: every fault kind runs in the sweep; each false hit the simulator found

@@ -1,15 +1,18 @@
 //! `hicache-index-sim`: sweeps seeds through the simulator and prints a summary.
 //!
 //! ```text
-//! cargo run -p hicache-index-sim --release -- --seeds 0..10000 [--preset NAME] [--events N] [--jobs N] [--verbose]
+//! cargo run -p hicache-index-sim --release -- --seeds 0..10000 [--preset NAME] [--events N] [--jobs N]
+//!     [--worlds NAME,...|none] [--verbose]
 //! ```
+//! `--worlds` replaces the named worlds each seed draws ([`hicache_index_sim::options::WorldKind`])
+//! by the ones given (`none`: the presets alone).
 //! Prints every failing seed with the options it expanded to and the command that replays it,
 //! then the summary; exits 1 when any seed failed.
 
 use std::process::ExitCode;
 use std::time::Duration;
 
-use hicache_index_sim::options::{Options, DEFAULT_EVENTS};
+use hicache_index_sim::options::{Options, WorldKind, Worlds, DEFAULT_EVENTS};
 use hicache_index_sim::sweep::{run_seeds, run_seeds_by, Summary};
 use hicache_index_sim::Bug;
 use hicache_index_sim::Preset;
@@ -23,11 +26,12 @@ struct Args {
     trace: bool,
     without: Vec<String>,
     planted: Option<Bug>,
+    worlds: Option<Worlds>,
 }
 
 impl Args {
     fn options(&self, seed: u64) -> Options {
-        let mut o = Options::for_seed(seed, self.preset, self.events);
+        let mut o = Options::for_seed_with(seed, self.preset, self.events, self.worlds);
         for class in &self.without {
             o.without(class);
         }
@@ -35,7 +39,7 @@ impl Args {
     }
 }
 
-const USAGE: &str = "usage: hicache-index-sim --seeds A..B [--preset calm|lossy|restart-heavy|reorder-heavy|hostile|pristine] [--events N] [--jobs N] [--verbose] [--trace] [--without CLASS,...] [--planted BUG]";
+const USAGE: &str = "usage: hicache-index-sim --seeds A..B [--preset calm|lossy|restart-heavy|reorder-heavy|hostile|pristine] [--events N] [--jobs N] [--verbose] [--trace] [--without CLASS,...] [--planted BUG] [--worlds stale-key-list,unseen-restarts,foreign-flood,tail-loss-idle,clock-jump|none]";
 
 fn parse() -> Result<Args, String> {
     let mut args = Args {
@@ -47,6 +51,7 @@ fn parse() -> Result<Args, String> {
         trace: false,
         without: Vec::new(),
         planted: None,
+        worlds: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -100,6 +105,13 @@ fn parse() -> Result<Args, String> {
                     args.without.push(class.to_owned());
                 }
             }
+            "--worlds" => {
+                let v = value()?;
+                args.worlds = Some(Worlds::from_names(&v).ok_or_else(|| {
+                    let names: Vec<&str> = WorldKind::ALL.iter().map(|k| k.name()).collect();
+                    format!("unknown world in {v}; known: {}", names.join(","))
+                })?);
+            }
             "--help" | "-h" => return Err(USAGE.into()),
             other => return Err(format!("unknown argument {other}\n{USAGE}")),
         }
@@ -141,9 +153,11 @@ fn main() -> ExitCode {
             println!("{}", r.describe_failure());
         } else if args.verbose {
             println!(
-                "seed {} ({}) ok: {} events, transcript {:016x}, longest excuse {:?}",
+                "seed {} ({}, worlds {}) {}: {} events, transcript {:016x}, longest excuse {:?}",
                 r.options.seed,
                 r.options.preset,
+                r.options.worlds,
+                if r.stalled() { "expected stall" } else { "ok" },
                 r.stats.events,
                 r.transcript,
                 r.stats.longest_excuse
@@ -161,10 +175,15 @@ fn main() -> ExitCode {
     if summary.failed.is_empty() {
         ExitCode::SUCCESS
     } else {
-        let seeds: Vec<String> = summary
-            .failed
+        let seeds: Vec<String> = reports
             .iter()
-            .map(|(s, p)| format!("{s} ({p})"))
+            .filter(|r| !r.passed())
+            .map(|r| {
+                format!(
+                    "{} ({}, {})",
+                    r.options.seed, r.options.preset, r.options.worlds
+                )
+            })
             .collect();
         println!("FAILED seeds: {}", seeds.join(", "));
         ExitCode::FAILURE

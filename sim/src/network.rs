@@ -128,6 +128,10 @@ pub struct NetStats {
     pub late_copies: u64,
     /// Late copies delivered on a later connection than the one their message was sent on.
     pub late_after_reconnect: u64,
+    /// Master restarts the transport saw (the connection broke at them).
+    pub seen_restarts: u64,
+    /// Master messages lost at the tail of a burst ([`Network::lose_published`]).
+    pub lost_at_tail: u64,
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -289,8 +293,14 @@ impl Network {
         self.next_disconnect = None;
     }
 
-    /// The master restarted and is up again at `up_at`: ZeroMQ reconnects underneath.
-    pub fn master_restarted(&mut self, up_at: Instant) {
+    /// The master restarted at `now` and is up again at `up_at`: ZeroMQ reconnects underneath,
+    /// or, when the transport `seen` the socket close, the connection breaks now and the
+    /// driver is told.
+    pub fn master_restarted(&mut self, now: Instant, up_at: Instant, seen: bool) {
+        if seen && self.link == Link::Up {
+            self.stats.seen_restarts += 1;
+            self.next_disconnect = Some(now);
+        }
         let (lo, hi) = self.opts.restart_reconnect;
         if self.faults {
             let window = self.rng.duration(lo, hi);
@@ -322,20 +332,18 @@ impl Network {
         self.queue.insert((at, self.counter), msg);
     }
 
+    /// Loses a master message after publishing, whatever the rules (a send failing, or
+    /// libzmq's high-water mark at the tail of a burst): it never arrives.
+    pub fn lose_published(&mut self, published: &Published) {
+        self.stats.sent += 1;
+        self.stats.lost_at_tail += 1;
+        self.lose(Origin::Master(meta_of(published)));
+    }
+
     /// Sends a master message through the rules.
     pub fn send(&mut self, now: Instant, published: Published) {
         self.stats.sent += 1;
-        let meta = MasterMeta {
-            id: published.id,
-            epoch: published.epoch,
-            seq: published.seq,
-            first_pos: published.first_pos,
-            last_pos: published.last_pos,
-            first_event_id: published.first_event_id,
-            events: published.events,
-            intact: true,
-            late: false,
-        };
+        let meta = meta_of(&published);
         let mut msg = Message {
             frames: published.frames.into(),
             origin: Origin::Master(meta),
@@ -524,6 +532,21 @@ impl Network {
     }
 }
 
+/// What the receiver will know of a message the master published.
+fn meta_of(published: &Published) -> MasterMeta {
+    MasterMeta {
+        id: published.id,
+        epoch: published.epoch,
+        seq: published.seq,
+        first_pos: published.first_pos,
+        last_pos: published.last_pos,
+        first_event_id: published.first_event_id,
+        events: published.events,
+        intact: true,
+        late: false,
+    }
+}
+
 /// Cuts the payload short (always rejected: msgpack containers announce their length).
 fn truncate(frames: &mut [Vec<u8>], rng: &mut Rng) {
     if let Some(payload) = frames.get_mut(2) {
@@ -630,6 +653,28 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn only_a_restart_the_transport_sees_breaks_the_connection() {
+        let o = Options::for_seed(3, Some(Preset::Calm), 100);
+        let mut net = Network::new(o.network.clone(), Rng::new(3));
+        net.set_faults(Instant::ZERO, false);
+        net.connect(Instant::ZERO);
+        let mut now = Instant::ZERO;
+        while !matches!(net.poll(now), Some(NetEvent::Connected)) {
+            now = net.next_at().unwrap();
+        }
+        let up = now + Duration::from_millis(10);
+        net.master_restarted(now, up, false);
+        assert!(
+            net.poll(now).is_none() && net.is_up(),
+            "ZeroMQ reconnects underneath"
+        );
+        net.master_restarted(now, up, true);
+        assert!(matches!(net.poll(now), Some(NetEvent::Disconnected)));
+        assert!(!net.is_up());
+        assert_eq!(net.stats().seen_restarts, 1);
     }
 
     #[test]

@@ -21,12 +21,12 @@
 //! and the rule compared with that very batch).
 //!
 //! Let `P(X, p)` say that object `X` is present at history position `p` in the event history `E`
-//! **or** in the true state `T` (a snapshot reads `T`). The only excuse is the stream's own delay: let `h` be the position of
-//! the oldest event still **pending** for the session at the time of the query (see
-//! [`crate::flight`]): unpublished in the master's queue, in flight (in the network, or queued at
-//! the subscriber while the driver is stalled), lost and not yet revealed by a later message, or
-//! handed or revealed less than the reorder window's `max_delay` ago. With nothing pending, `h`
-//! is one past the latest position.
+//! **or** in the true state `T` (a snapshot reads `T`). The one excuse of the stream itself is
+//! its delay: let `h` be the position of the oldest event still **pending** for the session at
+//! the time of the query (see [`crate::flight`]): unpublished in the master's queue, in flight
+//! (in the network, or queued at the subscriber while the driver is stalled), lost and not yet
+//! revealed by a later message, or handed or revealed less than the reorder window's
+//! `max_delay` ago. With nothing pending, `h` is one past the latest position.
 //!
 //! A required object `X` of a reported hit is **justified** iff `P(X, p)` holds for some `p` in
 //! `[h - 1, now]`: the master held it (or said so) at some moment the session could still be
@@ -37,17 +37,54 @@
 //!
 //! **Why a correct session never breaks it.** Everything a correct session holds comes from
 //! events it was handed or from a snapshot of `T` (read after the fetch was asked for; the
-//! batches since were applied as they came and decide the keys they touched). A claim of `X` rests on the last event about `X` it applied,
-//! or the snapshot: that was true at some position; every later change of `X` it was not told
-//! of is pending, so that position is at or after `h - 1`, or a later one is. Once the session
-//! is handed a message after a loss, the loss is no longer pending: a correct session sees the
-//! gap (in the sequence or the event ids) and forgets, so the rule no longer excuses it.
+//! batches since were applied as they came and decide the keys they touched). A claim of `X`
+//! rests on the last event about `X` it applied, or the snapshot: that was true at some
+//! position; every later change of `X` it was not told of is pending, so that position is at or
+//! after `h - 1`, or a later one is. Once the session is handed a message after a loss, the loss
+//! is no longer pending: a correct session sees the gap (in the sequence or the event ids) and
+//! forgets, so the rule no longer excuses it.
 //!
-//! **The one class no stream signal can reveal.** A restart whose first messages are lost and
-//! whose first message handed continues the old master's last one exactly (next sequence, next
-//! event id) is indistinguishable from a continuation. The world marks such restarts
-//! ([`Oracle::mark_invisible`]): for `E` they then remove nothing, so what they lost counts as
-//! silently removed, stale, and is bounded by verification like any silent removal.
+//! **The one class no stream signal can reveal** (issue 26, item 5). A restart behind a proxy
+//! whose first message handed continues exactly what the session knew of the old run (the next
+//! sequence and the next event id after that run's newest message handed, and, when the
+//! session took a snapshot of that run whose status point lies beyond it, consistent with that
+//! point as a snapshot's proof reads it: see [`crate::flight::Flight::handed`]) is
+//! indistinguishable from a continuation. The world marks such restarts, with everything the
+//! session missed around them (the old run's lost last events, the new run's lost first
+//! messages: no signal reveals those either), from the last thing it knew of the old run up to
+//! that message ([`Oracle::mark_invisible`], undone by [`Oracle::unmark_invisible`] when a
+//! later message of the new run contradicts the status point): for `E` the removals there
+//! remove nothing, so what they took away counts as silently removed, stale, and is bounded by
+//! verification like any silent removal (the staleness check at the end asserts that bound).
+//!
+//! **Silent removals** are not a class of the stream: the master changes without any event
+//! (spec sections 4 and 10), so `E` keeps such an object and a claim of it is stale, not false;
+//! verification bounds it (the staleness check), and the figure is counted apart.
+//!
+//! **What no longer excuses a claim** (issue 26; each excuse below was given before and is not
+//! any more, so the sweep finds what it hid):
+//! - *A restart "continued" by any later message of its new run.* Only the first message the
+//!   session is handed of a run can hide the restart before it: once the new run's stream has
+//!   shown itself (a sequence going back), a later batch of it that happens to number on from
+//!   the old run's last one (twin runs: the same batch sizes) hides nothing. Before, any such
+//!   message marked the restart invisible, excusing a session that took a reconnect's first
+//!   batch, numbered below the last one seen, for a new stream (restart-heavy seed 28).
+//! - *Grace for a batch whose place was passed.* With a reorder window, a message first handed
+//!   after a later position's grace ran out (the session had to move on) gets no grace of its
+//!   own: it must never be applied. Before, its late arrival excused a rollback to before it
+//!   for a whole `max_delay`.
+//! - *A loss nothing reveals, once the master is idle.* A loss at the tail of a burst (or a
+//!   restart of a master that then stays idle) is revealed by no later message; it stayed
+//!   pending, and excused every claim since, forever. Once the master has been idle and
+//!   reachable for [`crate::world::IDLE_BOUND`] and tells its counters (`/kv_events/status`)
+//!   to a session that resyncs (it reads them before each key list), the session can learn the
+//!   run's position, and such a loss no longer excuses a claim. Without status counters, or
+//!   without the master's HTTP side, nothing can reveal it: it still excuses (counted as
+//!   `unrevealed_at_idle`), and the liveness checks do not demand what it may have stored.
+//! - *Snapshot lines next to other keys.* The liveness check no longer skips the objects whose
+//!   key-list line sat next to a line that is no HiCache key (a careful session confirms such a
+//!   line with `/batch_query_keys` instead of dropping it, issue 26 item 4): every page the
+//!   master holds must come back.
 //!
 //! **Why it catches a session that misses gaps.** A session that applies a batch after a gap
 //! without forgetting keeps `X` after the lost `removed` of `X`; the batch it was handed revealed
@@ -55,7 +92,8 @@
 //! tests show it for each class.
 //!
 //! **Staleness** is the separate figure for justified hits whose objects are absent in `T` now:
-//! presence learned from events that a silent removal made stale. Verification bounds it.
+//! presence learned from events that a silent removal (or a hidden restart) made stale.
+//! Verification bounds it.
 
 use crate::master::{Change, ObjId, Record};
 use crate::models::TENANTS;
@@ -135,7 +173,9 @@ pub struct Oracle {
     e_present: Vec<IdSet>,
     t_present: Vec<IdSet>,
     position: u64,
-    invisible: std::collections::BTreeSet<u64>,
+    /// Spans of positions whose removals the stream can never reveal (see
+    /// [`Oracle::mark_invisible`]).
+    invisible: Vec<(u64, u64)>,
 }
 
 impl Default for Oracle {
@@ -156,7 +196,7 @@ impl Oracle {
             e_present: (0..TENANTS.len()).map(|_| IdSet::new()).collect(),
             t_present: (0..TENANTS.len()).map(|_| IdSet::new()).collect(),
             position: 0,
-            invisible: std::collections::BTreeSet::new(),
+            invisible: Vec::new(),
         }
     }
 
@@ -297,10 +337,18 @@ impl Oracle {
         removal > self.last_store(obj)
     }
 
-    /// Marks the restart at `pos` as invisible to the stream (see the module docs): for the
-    /// event history it removes nothing.
-    pub fn mark_invisible(&mut self, pos: u64) {
-        self.invisible.insert(pos);
+    /// Marks what happened strictly between positions `after` and `before` as invisible to the
+    /// stream (a restart no signal reveals, with what was lost around it; see the module docs):
+    /// for the event history, the removals there remove nothing.
+    pub fn mark_invisible(&mut self, after: u64, before: u64) {
+        self.invisible.push((after, before));
+    }
+
+    /// Undoes [`Oracle::mark_invisible`] of the same span: a later message revealed it.
+    pub fn unmark_invisible(&mut self, after: u64, before: u64) {
+        if let Some(i) = self.invisible.iter().position(|&s| s == (after, before)) {
+            self.invisible.swap_remove(i);
+        }
     }
 
     /// Reports whether `obj` is present now in the event history (invisible restarts apart) or
@@ -327,7 +375,13 @@ impl Oracle {
             }
             false
         };
-        let invisible = |e: &Entry| !e.present && self.invisible.contains(&e.pos);
+        let invisible = |e: &Entry| {
+            !e.present
+                && self
+                    .invisible
+                    .iter()
+                    .any(|&(after, before)| after < e.pos && e.pos < before)
+        };
         scan(&self.e, &invisible) || scan(&self.t, &|_| false)
     }
 
@@ -402,8 +456,34 @@ mod tests {
         o.apply(&rec(1, Change::Stored { obj: 0, tenant: 1 }));
         o.apply(&rec(2, Change::Restart));
         assert!(!o.p_now(0));
-        o.mark_invisible(2);
+        o.mark_invisible(1, 3);
         assert!(o.p_now(0) && !o.t_now(0), "stale, not a false hit");
+        o.unmark_invisible(1, 3);
+        assert!(!o.p_now(0));
+    }
+
+    #[test]
+    fn a_removal_lost_behind_an_invisible_restart_is_stale_not_false() {
+        let mut o = Oracle::new();
+        o.apply(&rec(1, Change::Stored { obj: 0, tenant: 0 }));
+        // Its removal died in the queue of the master that restarted at 3.
+        o.apply(&rec(2, Change::Removed { obj: 0 }));
+        o.apply(&rec(3, Change::Restart));
+        o.apply(&rec(4, Change::Stored { obj: 1, tenant: 0 }));
+        assert!(!o.present_since(0, 4));
+        // The new run's message at 4 continued the old run's last one (at 1) exactly.
+        o.mark_invisible(1, 4);
+        assert!(
+            o.present_since(0, 4) && !o.t_now(0),
+            "stale, not a false hit"
+        );
+        // A removal before the span is as known as ever.
+        let mut o2 = Oracle::new();
+        o2.apply(&rec(1, Change::Stored { obj: 0, tenant: 0 }));
+        o2.apply(&rec(2, Change::Removed { obj: 0 }));
+        o2.apply(&rec(3, Change::Restart));
+        o2.mark_invisible(2, 4);
+        assert!(!o2.present_since(0, 4));
     }
 
     #[test]

@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use std::ops::Range;
 use std::time::Duration;
 
-use crate::options::{Options, Preset};
+use crate::options::{Options, Preset, Worlds};
 
 use crate::world::{run_catching, Report};
 
@@ -18,6 +18,13 @@ pub struct Summary {
     pub failed: Vec<(u64, Preset)>,
     /// Runs per preset.
     pub presets: BTreeMap<Preset, u64>,
+    /// Runs and failed runs per set of named worlds.
+    pub worlds: BTreeMap<Worlds, (u64, u64)>,
+    /// Runs that ended in the expected stall of an idle master without status counters
+    /// (counted apart: neither passed nor failed).
+    pub expected_stalls: u64,
+    /// Pages the idle master's checks demanded as hits.
+    pub idle_liveness_pages: u64,
     /// Events the masters created.
     pub events: u64,
     /// Batches sent.
@@ -52,8 +59,6 @@ pub struct Summary {
     pub liveness_pages: u64,
     /// Runs whose liveness check was skipped (index evictions, or an expected stall).
     pub liveness_skipped: u64,
-    /// Runs that ended in an expected, visible stall (a master without status counters).
-    pub expected_stalls: u64,
     /// Messages dropped, duplicated, truncated, corrupted, with a bad topic or frame count.
     pub net_faults: u64,
     /// Disconnects and partitions.
@@ -81,6 +86,11 @@ impl Summary {
             self.failed.push((r.options.seed, r.options.preset));
         }
         *self.presets.entry(r.options.preset).or_default() += 1;
+        let w = self.worlds.entry(r.options.worlds).or_default();
+        w.0 += 1;
+        w.1 += u64::from(!r.passed());
+        self.expected_stalls += u64::from(r.passed() && r.stalled());
+        self.idle_liveness_pages += s.idle_liveness_pages;
         self.events += s.events;
         self.batches += s.batches;
         self.queue_drops += s.queue_drops;
@@ -98,7 +108,6 @@ impl Summary {
         self.stale_hits_other_tenants += s.stale_hits_other_tenants;
         self.liveness_pages += s.liveness_pages;
         self.liveness_skipped += u64::from(s.liveness_skipped);
-        self.expected_stalls += u64::from(s.expected_stall);
         let n = &s.net;
         self.net_faults +=
             n.dropped + n.duplicated + n.truncated + n.corrupted + n.bad_topic + n.bad_frame_count;
@@ -121,11 +130,19 @@ impl Summary {
             .collect();
         let _ = writeln!(
             s,
-            "runs {} ({}), failed {}",
+            "runs {} ({}), passed {}, failed {}, expected stalls {}",
             self.runs,
             presets.join(" "),
-            self.failed.len()
+            self.runs - self.failed.len() as u64 - self.expected_stalls,
+            self.failed.len(),
+            self.expected_stalls
         );
+        let worlds: Vec<String> = self
+            .worlds
+            .iter()
+            .map(|(w, (runs, failed))| format!("{w}={runs} ({failed} failed)"))
+            .collect();
+        let _ = writeln!(s, "worlds: {}", worlds.join("  "));
         let _ = writeln!(
             s,
             "events {}  batches {}  queue drops {}  silent removals {}  virtual time {:.1}s",
@@ -153,15 +170,15 @@ impl Summary {
         let _ = writeln!(
             s,
             "queries {}  hit pages {}  FALSE HITS {}  stale hits {} (other tenants {})  \
-             liveness pages {} (skipped runs {}, of them expected stalls {})",
+             liveness pages {} (idle {}, skipped runs {})",
             self.queries,
             self.hit_pages,
             self.false_hits,
             self.stale_hits,
             self.stale_hits_other_tenants,
             self.liveness_pages,
-            self.liveness_skipped,
-            self.expected_stalls
+            self.idle_liveness_pages,
+            self.liveness_skipped
         );
         let _ = writeln!(
             s,

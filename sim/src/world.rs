@@ -18,12 +18,18 @@
 //!
 //! # The phases
 //! 1. **Chaos**: the preset's faults are on until the master has created
-//!    [`Options::events`] events.
+//!    [`Options::events`] events. With [`Options::tail`] it ends with a burst whose tail is
+//!    lost ([`crate::options::WorldKind::TailLossIdle`]).
 //! 2. **Quiet**: faults stop (no loss, no silent removal, no restart; the network passes in
-//!    order); the master keeps serving for [`Options::quiet`].
+//!    order; the HTTP side follows the current run); the master keeps serving for
+//!    [`Options::quiet`] (after a lost tail it is idle instead).
 //! 3. **Settle**: the master stops acting; the world waits long enough for reconnects, resyncs
-//!    and enough verification rounds to cover the index.
-//! 4. **Final checks**: liveness, staleness (with verification on), and a safety sweep over every
+//!    and enough verification rounds to cover the index, and at least until the idle master's
+//!    check.
+//! 4. **The idle master's check**, [`IDLE_BOUND`] after the master went idle and reachable
+//!    (faults off, not acting, nothing queued, up): the session is live and exact (see the
+//!    checks below), or, with a master that gives no status counters, in the expected stall.
+//! 5. **Final checks**: liveness, staleness (with verification on), and a safety sweep over every
 //!    page ever written.
 //!
 //! # The checks
@@ -43,6 +49,13 @@
 //!   (true state and event history) is a hit when each object's last `stored` event came after
 //!   the last loss the world knows of (a clear, a lost message, a queue drop, a restart), or, with
 //!   resync on, when it belongs to the default tenant. Skipped when the index evicted pages.
+//! - **The idle master's check** ([`IDLE_BOUND`] after it went idle and reachable): the same
+//!   liveness demand and a safety sweep in which a loss nothing revealed no longer excuses a
+//!   claim when the master tells its counters. A master without status counters whose session
+//!   stays recovering, having had to forget at or after the last batch (a connection, a loss
+//!   or restart that batch revealed, stale keys, an unreadable removal) with no batch since its
+//!   last fetch, is the **expected stall**: no rule can anchor its snapshot; it is counted
+//!   apart ([`Report::stalled`]), neither a pass of the liveness checks nor a failure.
 //! - **Bounds** after every call: pages ≤ cap, held batches ≤ `max_held`, buffered batches ≤
 //!   the resync bound.
 //! - **Determinism**: [`Report::transcript`] hashes every effect and every answer, in order.
@@ -61,7 +74,7 @@ use crate::encode::{encode_payload, OwnedBatch, OwnedEvent};
 use crate::master::{Action, Master, MasterOutput, ObjId, PageId, Request};
 use crate::models::{ModelSpec, TENANTS};
 use crate::network::{Message, NetEvent, NetStats, Network, Origin};
-use crate::options::{HttpOptions, Options};
+use crate::options::{HttpOptions, Options, TailKind, TailLoss};
 use crate::oracle::Oracle;
 use crate::rng::Rng;
 use crate::system::System;
@@ -76,7 +89,7 @@ mod report;
 mod step;
 
 use checks::{pool_plans, PoolPlan};
-use http::HttpItem;
+use http::{Handed, HttpItem};
 pub use report::{Failure, FailureKind, Report, RunStats};
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -113,6 +126,10 @@ pub struct World<S: System> {
     /// clear (a batch older than the baseline that arrives after it can only be skipped).
     baseline_pending: bool,
     snapshots: Vec<u64>,
+    /// The key list's position of the snapshot that placed the stream, until its resync ends.
+    placed_snapshot: Option<u64>,
+    /// The newest history position of a master message handed to the session.
+    handed_upto: u64,
     p_loss: u64,
     next_stray: Option<Instant>,
     next_junk: Option<Instant>,
@@ -137,15 +154,32 @@ pub struct World<S: System> {
     evidence_lag: Duration,
     /// What is handed to the session when, and what is still pending for it.
     driver: delivery::Driver,
-    /// Objects whose snapshot line was next to a foreign line (a careful session may skip it).
-    shadowed: crate::util::IdSet,
     /// The horizon the current query is judged against.
     judge: Option<u64>,
     /// A restart the HTTP side scheduled (see [`HttpOptions::restart_after_keys`]).
     restart_at: Option<Instant>,
     /// Why the session said it is recovering, last (until it is no longer recovering).
     recovering: Option<hicache_index::Recovering>,
+    /// Draws of the named worlds that the world makes itself (restarts the transport sees).
+    world_rng: Rng,
+    /// Messages still to lose at the tail of the final burst ([`Options::tail`]).
+    tail_lose: u32,
+    /// Since when the master has been idle and reachable (see the module docs).
+    idle_since: Option<Instant>,
+    /// The check of the idle master was made.
+    idle_checked: bool,
+    /// When the session last asked for a snapshot, and was last handed a master message.
+    last_fetch_at: Option<Instant>,
+    last_handed_at: Option<Instant>,
+    /// When the session was last given a reason to forget that a correct session must follow:
+    /// a connection, a message revealing a loss or a restart, stale keys found by
+    /// verification, an unreadable removal, a clear the driver asked for.
+    last_forced_at: Option<Instant>,
+    stale_keys_seen: u64,
 }
+
+/// How long after the master went idle and reachable the index must be live and exact.
+pub const IDLE_BOUND: Duration = Duration::from_secs(5);
 
 /// Runs one seed's options against the real [`Session`].
 pub fn run(options: &Options) -> Report {
@@ -196,7 +230,8 @@ impl<S: System> World<S> {
         let root = Rng::new(opts.seed);
         let models = opts.model_specs();
         let plans = models.iter().map(pool_plans).collect();
-        let master = Master::new(opts.master.clone(), models.clone(), root.fork(1));
+        let mut master = Master::new(opts.master.clone(), models.clone(), root.fork(1));
+        master.set_http_lag(opts.http.lag_after_restart);
         let net = Network::new(opts.network.clone(), root.fork(2));
         let mut other_rng = root.fork(5);
         let next_stray = other_rng
@@ -235,6 +270,8 @@ impl<S: System> World<S> {
             applied_pos: 0,
             baseline_pending: false,
             snapshots: Vec::new(),
+            placed_snapshot: None,
+            handed_upto: 0,
             p_loss: 0,
             next_stray,
             next_junk,
@@ -256,10 +293,17 @@ impl<S: System> World<S> {
             record_times: Vec::new(),
             evidence_lag: Duration::ZERO,
             driver: delivery::Driver::new(&root, &opts_driver, grace),
-            shadowed: crate::util::IdSet::new(),
             judge: None,
             restart_at: None,
             recovering: None,
+            world_rng: root.fork(7),
+            tail_lose: 0,
+            idle_since: None,
+            idle_checked: false,
+            last_fetch_at: None,
+            last_handed_at: None,
+            last_forced_at: None,
+            stale_keys_seen: 0,
         }
     }
 

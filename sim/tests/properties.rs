@@ -11,7 +11,7 @@ use hicache_index::sequence::{
 };
 use hicache_index::{Instant, Seq, Session};
 use hicache_index_sim::master::Action;
-use hicache_index_sim::{FailureKind, Options, Preset, Report, World};
+use hicache_index_sim::{Options, Preset, Report, World};
 use quickcheck::{Arbitrary, Gen, QuickCheck, TestResult};
 
 const QUIET_ACTIONS: [Action; 5] = [
@@ -135,18 +135,12 @@ fn index_answers_like_the_exact_key_set_without_faults(script: Script) -> TestRe
 fn no_false_hits_under_faults(script: Script) -> TestResult {
     let preset = Preset::SWEEP[script.preset % Preset::SWEEP.len()];
     let options = small(Options::for_seed(script.seed, Some(preset), 0));
-    let without_watermark = !options.http.watermark;
     let report = play(options, &script.steps, &ALL_ACTIONS);
-    // The rule, not a bug: without `/kv_events/status` a snapshot asked for before the stream
-    // began cannot be anchored, so a master that publishes nothing more (these scripts end
-    // with few or no puts) leaves the session recovering: misses, never false hits.
-    let idle_unanchored = without_watermark
-        && !report.failures.is_empty()
-        && report
-            .failures
-            .iter()
-            .all(|f| f.kind == FailureKind::NotLive);
-    if report.passed() || idle_unanchored {
+    // Without `/kv_events/status` a snapshot asked for after the last batch cannot be
+    // anchored, so a master that publishes nothing more (these scripts end with few or no
+    // puts) leaves the session recovering: the world counts that expected stall apart
+    // (`Report::stalled`), it is no failure.
+    if report.passed() {
         TestResult::passed()
     } else {
         TestResult::error(report.describe_failure())
@@ -207,6 +201,7 @@ fn drive(max_held: usize, input: &[(u8, u8)]) -> Trace {
         batches: 64,
         bytes: 1 << 20,
         point_timeout: Duration::from_secs(1),
+        status_check: None,
     });
     let mut s: Stream<u8> = Stream::new(StreamConfig { reorder, resync });
     let place = |s: &mut Stream<u8>| {

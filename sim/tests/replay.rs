@@ -1,11 +1,11 @@
 //! Replays one seed, as a failing sweep prints it:
-//! `SIM_SEED=n [SIM_PRESET=name] [SIM_EVENTS=n] [SIM_TRACE=1] cargo test -p
-//! hicache-index-sim --test replay -- --nocapture`.
+//! `SIM_SEED=n [SIM_PRESET=name] [SIM_EVENTS=n] [SIM_WORLDS=name,...|none] [SIM_TRACE=1] cargo
+//! test -p hicache-index-sim --test replay -- --nocapture`.
 //!
 //! Without `SIM_SEED` it replays a fixed seed, so the test always runs something.
 
 use hicache_index::Session;
-use hicache_index_sim::options::DEFAULT_EVENTS;
+use hicache_index_sim::options::{Worlds, DEFAULT_EVENTS};
 use hicache_index_sim::{Options, Preset, World};
 
 fn env(name: &str) -> Option<String> {
@@ -19,14 +19,20 @@ fn replay_seed_from_env() {
     let events = env("SIM_EVENTS").map_or(DEFAULT_EVENTS / 4, |s| {
         s.parse().expect("SIM_EVENTS is a number")
     });
-    let options = Options::for_seed(seed, preset, events);
+    let worlds = env("SIM_WORLDS").map(|w| Worlds::from_names(&w).expect("world names"));
+    let options = Options::for_seed_with(seed, preset, events, worlds);
     let session = Session::new(options.session_config()).expect("a valid config");
     let mut world = World::new(options.clone(), session);
     world.set_trace(env("SIM_TRACE").is_some());
     let report = world.run();
     println!(
-        "seed {} ({}): {} events, transcript {:016x}",
-        seed, report.options.preset, report.stats.events, report.transcript
+        "seed {} ({}, worlds {}): {} events, transcript {:016x}, expected stall {}",
+        seed,
+        report.options.preset,
+        report.options.worlds,
+        report.stats.events,
+        report.transcript,
+        report.stalled()
     );
     assert!(report.passed(), "{}", report.describe_failure());
 }

@@ -134,6 +134,28 @@ impl Harness {
         self.record(fx)
     }
 
+    /// Answers the last status check the session asked for (rule R11) with the status
+    /// (`seq`, `events`); returns the effects (also logged).
+    pub fn answer_status(&mut self, seq: u64, events: u64) -> Effects {
+        let request = self
+            .log
+            .iter()
+            .rev()
+            .find_map(|e| match e {
+                Effect::Command(Command::ReadStatus { request }) => Some(*request),
+                _ => None,
+            })
+            .expect("a status check was asked for");
+        let watermark = Some(Watermark {
+            seq: Seq(seq),
+            events: Some(events),
+        });
+        let fx = self
+            .session
+            .handle(self.now, Input::Status { request, watermark });
+        self.record(fx)
+    }
+
     /// The last snapshot fetch the session asked for, if any.
     pub fn fetch_request(&self) -> Option<SnapshotRequest> {
         self.log.iter().rev().find_map(|e| match e {

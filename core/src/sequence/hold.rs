@@ -103,11 +103,4 @@ impl<T> Hold<T> {
         self.bytes = 0;
         n
     }
-
-    /// Begins every held batch's wait again at `now` (their place was just given).
-    pub(super) fn restart_waits(&mut self, now: Instant) {
-        for held in self.batches.values_mut() {
-            held.since = now;
-        }
-    }
 }

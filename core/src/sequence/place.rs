@@ -60,6 +60,18 @@ pub enum Place {
     Wait,
 }
 
+/// Where the master's status stands relative to a placed [`Position`] (R11).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Versus {
+    /// The status is the position: nothing was published after it.
+    Same,
+    /// The status is later than the position, with event ids no earlier: batches were
+    /// published after it that have not arrived (on their way, or lost).
+    Ahead,
+    /// The status cannot be of the position's run after it (R5's test, for a status).
+    Other,
+}
+
 /// Whether event ids run on past `last`: `first > last`, or either unknown.
 fn runs_past(last: Option<u64>, first: Option<u64>) -> bool {
     match (last, first) {
@@ -114,6 +126,32 @@ impl Position {
                 _ => Place::Other,
             },
         }
+    }
+
+    /// Tells where the master's status `status` stands relative to this position, `None` when
+    /// the position is not placed at a point (R11). Within one run the last sequence and the
+    /// last event id only grow: the same sequence at the same event id is the position, a later
+    /// sequence at an event id no earlier is ahead of it, anything else is another run's.
+    pub fn against(&self, status: Point) -> Option<Versus> {
+        let p = match *self {
+            Position::Batch(p) | Position::Status { point: p, .. } => p,
+            Position::Fresh | Position::Unplaced | Position::Loss(_) => return None,
+        };
+        let ids_equal = match (p.last, status.last) {
+            (Some(a), Some(b)) => a == b,
+            _ => true,
+        };
+        let ids_no_earlier = match (p.last, status.last) {
+            (Some(a), Some(b)) => b >= a,
+            _ => true,
+        };
+        Some(if status.seq == p.seq && ids_equal {
+            Versus::Same
+        } else if status.seq > p.seq && ids_no_earlier {
+            Versus::Ahead
+        } else {
+            Versus::Other
+        })
     }
 
     /// Returns the point the stream stands at after the batch marked `m` applied here: its

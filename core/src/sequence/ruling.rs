@@ -61,6 +61,20 @@ pub enum Why {
     /// The batches held for the status point outgrew the resync's buffer: the point could no
     /// longer place all of them.
     HoldFull,
+    /// The master's status, read while the stream was quiet, showed batches after the position
+    /// that did not arrive by the next check (R11): lost at the tail of a burst.
+    TailLost {
+        /// The sequence that was expected next.
+        expected: Seq,
+        /// The last sequence the master had assigned.
+        status: Seq,
+    },
+    /// The master's status, read while the stream was quiet, cannot be of the position's run
+    /// (R11): a restart nobody saw, after which no batch came.
+    StatusOfOtherRun {
+        /// The last sequence the master had assigned.
+        status: Seq,
+    },
 }
 
 /// How the stream is set up.
@@ -80,8 +94,12 @@ pub struct HoldBounds {
     pub batches: usize,
     /// The most payload bytes held for a status point.
     pub bytes: usize,
-    /// How long after a batch came before the status point the stream must continue it.
+    /// How long after a batch came before the status point the stream must continue it; also
+    /// how long a status check may go unanswered (R11).
     pub point_timeout: Duration,
+    /// How long the stream stays quiet before the master's status is read to check it (R11);
+    /// `None`: never checked.
+    pub status_check: Option<Duration>,
 }
 
 /// What a status point did to an unplaced stream ([`super::Stream::place`]).

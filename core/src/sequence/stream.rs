@@ -3,15 +3,26 @@
 
 use alloc::collections::VecDeque;
 
+use super::check::StatusCheck;
 use super::hold::Hold;
 use super::mark::{Mark, Print};
 use super::place::{Place, Point, Position};
 use super::ruling::{Forgot, Placed, Ruling, Skip, StreamConfig, Why};
 use crate::frame::Seq;
 use crate::time::Instant;
+use core::time::Duration;
 
 /// How many batches the stream remembers to tell copies (R2), at least.
 const PASSED_AT_LEAST: usize = 256;
+
+/// A batch the stream passed.
+#[derive(Clone, Copy, Debug)]
+struct Passed {
+    seq: Seq,
+    print: Print,
+    /// The run it was passed under ([`Stream`]'s `run`); `None` when undecodable.
+    run: Option<u32>,
+}
 
 /// One publisher stream's rules ([`crate::sequence`]); `T` is what the caller keeps of a held
 /// batch.
@@ -19,8 +30,12 @@ const PASSED_AT_LEAST: usize = 256;
 pub struct Stream<T> {
     config: StreamConfig,
     position: Position,
-    /// The batches passed, newest last: what a copy is told by (R2).
-    passed: VecDeque<(Seq, Print)>,
+    /// The batches passed, newest last: what a copy is told by (R2), and a batch of another
+    /// run numbered like one of the followed run (R5).
+    passed: VecDeque<Passed>,
+    /// The number of the run the stream follows: one more at each forget for another run's
+    /// batch or status (R5, R11), so that only the followed run's batches tell twins.
+    run: u32,
     hold: Hold<T>,
     /// While unplaced: a fetch is under way whose status will place the stream, so batches are
     /// held for it (R6).
@@ -38,6 +53,8 @@ pub struct Stream<T> {
     holes: (u64, u64),
     /// The batch being offered showed a hole as it arrived, counted already.
     hole_counted: bool,
+    /// The check of the quiet stream against the master's status (R11).
+    check: StatusCheck,
 }
 
 impl<T> Stream<T> {
@@ -47,6 +64,7 @@ impl<T> Stream<T> {
             position: Self::start(&config),
             config,
             passed: VecDeque::new(),
+            run: 0,
             hold: Hold::new(config.reorder.is_on()),
             holding: false,
             heard: None,
@@ -55,6 +73,10 @@ impl<T> Stream<T> {
             placed_with_before: false,
             holes: (0, 0),
             hole_counted: false,
+            check: StatusCheck::new(
+                config.resync.and_then(|b| b.status_check),
+                config.resync.map_or(Duration::ZERO, |b| b.point_timeout),
+            ),
         }
     }
 
@@ -130,6 +152,7 @@ impl<T> Stream<T> {
         let ruling = self.rule(now, &mark, true);
         self.hole_counted = false;
         if ruling != Ruling::Skip(Skip::Copy) {
+            self.check.heard(now);
             let last = if mark.undecodable {
                 None
             } else if mark.events == 0 {
@@ -151,11 +174,19 @@ impl<T> Stream<T> {
     /// The rules (module [`crate::sequence`]): the batch's place, then what the session does.
     /// `arriving`: it just arrived (a held batch released is never held again).
     fn rule(&mut self, now: Instant, m: &Mark, arriving: bool) -> Ruling {
-        if self.passed.contains(&(m.seq, m.print)) {
-            return Ruling::Skip(Skip::Copy); // R2
+        // R2; an undecodable batch is never taken for a copy: bytes that cannot be read can be
+        // alike in two runs (an empty payload, say), and its own forget costs misses only.
+        let copy = |p: &Passed| p.seq == m.seq && p.print == m.print;
+        if !m.undecodable && self.passed.iter().any(copy) {
+            return Ruling::Skip(Skip::Copy);
         }
         let reorder = self.config.reorder.is_on();
-        let ruling = match self.position.place(m) {
+        let place = if self.twin_of_passed(m) {
+            Place::Other // R5: numbered like a batch of the followed run, with other bytes
+        } else {
+            self.position.place(m)
+        };
+        let ruling = match place {
             Place::Ahead { .. } if reorder && arriving => return Ruling::Hold, // R7
             Place::Wait if self.holding && arriving => return Ruling::Hold,    // R6
             Place::Next | Place::Ahead { .. } | Place::Other if m.undecodable => {
@@ -210,6 +241,9 @@ impl<T> Stream<T> {
     fn forgot(&mut self, why: Why, m: &Mark) -> Ruling {
         let before = self.position;
         let position = before.point().map(|p| p.seq);
+        if why == Why::OtherRun {
+            self.run_changed();
+        }
         self.unplace();
         if self.config.resync.is_some() {
             return Ruling::Forget(Forgot {
@@ -292,13 +326,34 @@ impl<T> Stream<T> {
         }
     }
 
+    /// Reports whether the batch marked `m` has the sequence of a batch of the followed run
+    /// that the stream passed, and other bytes: within one run a sequence is given once, so it
+    /// is another run's (R5). Undecodable batches take no part (their sequence may be garbled).
+    fn twin_of_passed(&self, m: &Mark) -> bool {
+        !m.undecodable
+            && self
+                .passed
+                .iter()
+                .any(|p| p.seq == m.seq && p.run == Some(self.run) && p.print != m.print)
+    }
+
+    /// The stream forgot because of another run's batch or status: the batches passed are
+    /// that other run's, or the followed one's before it; neither tells twins any more.
+    pub(super) fn run_changed(&mut self) {
+        self.run = self.run.wrapping_add(1);
+    }
+
     /// Records a batch passed, to tell its copies (R2).
     fn remember(&mut self, m: &Mark) {
         let cap = PASSED_AT_LEAST.max(self.config.reorder.max_held.saturating_mul(4));
         if self.passed.len() >= cap {
             self.passed.pop_front();
         }
-        self.passed.push_back((m.seq, m.print));
+        self.passed.push_back(Passed {
+            seq: m.seq,
+            print: m.print,
+            run: (!m.undecodable).then_some(self.run),
+        });
     }
 
     /// Drops what is held and unplaces the stream (resync on).
@@ -365,7 +420,7 @@ impl<T> Stream<T> {
         self.holding = false;
         self.unproven_since = None;
         self.placed_with_before = false;
-        self.hold.restart_waits(now);
+        self.check.placed(now, at.is_some());
         match at {
             Some(point) => {
                 self.position = Position::Status {
@@ -391,43 +446,10 @@ impl<T> Stream<T> {
             },
         }
     }
-
-    /// Returns when [`Stream::handle_timeout`] is next due: the reorder window's oldest batch
-    /// giving up, or a status point that must be continued.
-    pub fn poll_timeout(&self) -> Option<Instant> {
-        let window = match (self.position, self.config.reorder.max_delay) {
-            (Position::Unplaced, _) | (_, None) => None,
-            (_, Some(delay)) => self.hold.oldest().map(|at| at + delay),
-        };
-        let point = self
-            .unproven_since
-            .zip(self.config.resync)
-            .map(|(since, b)| since + b.point_timeout);
-        window.into_iter().chain(point).min()
-    }
-
-    /// Does what is due at `now`: a forget ruling, or `None`.
-    pub fn handle_timeout(&mut self, now: Instant) -> Option<Ruling> {
-        let due = self.poll_timeout()?;
-        if now < due {
-            return None;
-        }
-        if self.unproven_since.is_some_and(|since| {
-            self.config
-                .resync
-                .is_some_and(|b| since + b.point_timeout <= now)
-        }) {
-            let position = self.position.point().map(|p| p.seq);
-            self.unplace();
-            return Some(Ruling::Forget(Forgot {
-                why: Why::Unproven,
-                apply: false,
-                position,
-            }));
-        }
-        Some(self.declare_loss())
-    }
 }
+
+#[path = "timers.rs"]
+mod timers;
 
 #[cfg(test)]
 #[path = "tests.rs"]

@@ -41,6 +41,7 @@ fn bounds() -> HoldBounds {
         batches: 8,
         bytes: 1 << 20,
         point_timeout: Duration::from_secs(1),
+        status_check: None,
     }
 }
 
@@ -457,4 +458,69 @@ fn prints_tell_payloads_apart() {
     assert_ne!(Print::of(b"abc"), Print::of(b"abd"));
     assert_ne!(Print::of(b""), Print::of(b"\0"));
     assert_ne!(Print::of(b"12345678"), Print::of(b"12345678\0"));
+}
+
+#[test]
+fn r5_a_batch_numbered_like_one_passed_with_other_bytes_is_another_run() {
+    let mut s = resync_on(0);
+    s.fetch_asked();
+    s.place(
+        T0,
+        Some(Point {
+            seq: Seq(2),
+            last: Some(2),
+        }),
+    );
+    assert_eq!(offer(&mut s, mark(1, 3, 3, 3)), Ruling::Apply);
+    // A forget for another reason (a verification, say), and a fetch under way: the batches
+    // that arrive are held for its status point, except the twin of batch 3 (same sequence and
+    // ids, other bytes), which can only be another run's: the fetch may read either run.
+    s.forget();
+    s.fetch_asked();
+    assert_eq!(offer(&mut s, mark(1, 4, 4, 4)), Ruling::Hold);
+    assert_eq!(
+        offer(&mut s, mark(2, 3, 3, 3)),
+        forgot(Why::OtherRun, false, None)
+    );
+    // Once forgotten for another run, the batches passed before tell no twins.
+    s.fetch_asked();
+    assert_eq!(offer(&mut s, mark(3, 4, 4, 4)), Ruling::Hold);
+}
+
+#[test]
+fn r8_an_undecodable_batch_is_never_taken_for_a_copy() {
+    let mut s = resync_off();
+    offer(&mut s, mark(1, 4, 4, 4));
+    let first = offer(&mut s, undecodable(5));
+    assert!(matches!(first, Ruling::Forget(f) if f.why == Why::Undecodable));
+    // The same unreadable bytes again, under the same sequence: another run's, perhaps.
+    let again = offer(&mut s, undecodable(5));
+    assert!(matches!(again, Ruling::Forget(f) if f.why == Why::Undecodable));
+}
+
+#[test]
+fn r7_a_held_batch_waits_for_its_hole_from_its_arrival_not_its_placement() {
+    let mut s = resync_on(4);
+    s.fetch_asked();
+    assert_eq!(s.offer(T0, mark(1, 5, 5, 5), 10, || 5), Ruling::Hold);
+    // The status point places the stream 100 ms later, before the hole (batch 4): the window
+    // (50 ms) ran out while the stream was unplaced.
+    let placed_at = T0 + Duration::from_millis(100);
+    s.place(
+        placed_at,
+        Some(Point {
+            seq: Seq(3),
+            last: Some(3),
+        }),
+    );
+    assert_eq!(releases(&mut s), []);
+    assert_eq!(s.poll_timeout(), Some(T0 + Duration::from_millis(50)));
+    let loss = Why::Loss {
+        expected: Seq(4),
+        received: Seq(5),
+    };
+    assert_eq!(
+        s.handle_timeout(placed_at),
+        Some(forgot(loss, false, Some(3)))
+    );
 }

@@ -37,6 +37,10 @@ pub struct ResyncConfig {
     pub fetch_timeout: Duration,
     /// How long to wait before trying again after a failure.
     pub retry_after: Duration,
+    /// How long the stream stays quiet (no batch) before the master's `/kv_events/status` is
+    /// read to check it (rule R11 of [`crate::sequence`]): a tail lost after the last batch,
+    /// or a restart after which nothing came, is found within about twice this. `None`: never.
+    pub status_check: Option<Duration>,
 }
 
 impl Default for ResyncConfig {
@@ -46,6 +50,7 @@ impl Default for ResyncConfig {
             max_buffered_bytes: 256 << 20,
             fetch_timeout: Duration::from_secs(10),
             retry_after: Duration::from_secs(1),
+            status_check: Some(Duration::from_secs(1)),
         }
     }
 }

@@ -42,7 +42,7 @@ use crate::effect::{
 use crate::error::{ConfigError, QueryError};
 use crate::frame::{decode, Batch, EventKind, FrameError, Seq};
 use crate::index::{Index, IndexConfig, DEFAULT_TENANT};
-use crate::input::{Input, LeaderRequest, SnapshotRequest, VerifyRequest};
+use crate::input::{Input, LeaderRequest, SnapshotRequest, StatusRequest, VerifyRequest};
 use crate::layout::{parse_object_key, Advertised, Layout, LayoutVotes, ModelVerdict};
 use crate::leader::{
     Leader, LeaderConfig, LeaderInfo, LeaderStatus, LeaderView, StatusStep, ViewStep,
@@ -190,6 +190,7 @@ impl Session {
                     batches: r.max_buffered_batches,
                     bytes: r.max_buffered_bytes,
                     point_timeout: r.fetch_timeout,
+                    status_check: r.status_check,
                 }),
             }),
             link: Connection {
@@ -314,6 +315,7 @@ impl Session {
         [
             self.link.poll_timeout(),
             self.stream.poll_timeout(),
+            self.stream.status_due(),
             self.resync.state.poll_timeout(),
             self.verify.poll_timeout(),
             self.leader.as_ref().and_then(Leader::poll_timeout),
@@ -368,6 +370,7 @@ impl Session {
                 self.handle_verify_result(now, request, results.iter().copied())
             }
             Input::VerifyFailed { request } => self.on_verify_failed(now, request),
+            Input::Status { request, watermark } => self.on_status(now, request, watermark),
             Input::LeaderView(view) => self.on_leader_view(now, view),
             Input::LeaderStatus { request, status } => self.on_leader_status(now, request, status),
         }
@@ -398,6 +401,7 @@ impl Session {
             self.act(now, None, None, ruling, &mut fx);
             self.release_held(now, &mut fx);
         }
+        self.check_status(now, &mut fx);
         match self.resync.state.handle_timeout(now) {
             Some(ResyncDue::FetchTimedOut) => {
                 self.resync_failed(now, ResyncFailure::Timeout, &mut fx);

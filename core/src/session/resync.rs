@@ -12,7 +12,7 @@ impl From<Seq> for Watermark {
 
 impl Watermark {
     /// The stream point it names.
-    fn point(self) -> Point {
+    pub(super) fn point(self) -> Point {
         Point {
             seq: self.seq,
             last: self.events,
@@ -27,6 +27,8 @@ pub(super) struct Resync {
     pub(super) state: ResyncState,
     /// The number of the next fetch ([`SnapshotRequest`]).
     pub(super) next_request: u64,
+    /// The number of the next status check ([`StatusRequest`]).
+    pub(super) next_status: u64,
     /// The backoff of fetches whose snapshots could not be anchored, in a row (`attempts` is
     /// zero once one is anchored).
     pub(super) unanchored: Backoff,
@@ -40,6 +42,7 @@ impl Resync {
         Resync {
             state: ResyncState::Idle,
             next_request: 1,
+            next_status: 1,
             unanchored: Backoff::new(seed ^ 0x5bd1_e995),
             failures: Backoff::new(seed ^ 0x6874_7470),
         }
@@ -340,6 +343,12 @@ impl Session {
                     *applied = Some(0);
                 }
                 self.release_held(now, &mut fx);
+                // A held batch waits for its hole from its arrival: a wait that ran out while
+                // the stream was unplaced gives up now (R7).
+                if let Some(ruling) = self.stream.handle_timeout(now) {
+                    self.act(now, None, None, ruling, &mut fx);
+                    self.release_held(now, &mut fx);
+                }
             }
         }
         self.update_health(&mut fx);

@@ -148,6 +148,26 @@ impl Session {
                     }
                     Why::Undecodable => ClearReason::Undecodable,
                     Why::Unproven => ClearReason::Unproven,
+                    Why::TailLost { expected, status } => {
+                        self.counters.status_disagreed += 1;
+                        fx.push(Report::StatusDisagreed {
+                            position: forgot.position,
+                            status,
+                            ahead: true,
+                        });
+                        self.note_gap(expected, Seq(status.0.saturating_add(1)), fx);
+                        ClearReason::Gap
+                    }
+                    Why::StatusOfOtherRun { status } => {
+                        self.counters.status_disagreed += 1;
+                        self.counters.restarts += 1;
+                        fx.push(Report::StatusDisagreed {
+                            position: forgot.position,
+                            status,
+                            ahead: false,
+                        });
+                        ClearReason::Restart
+                    }
                     Why::HoldFull => {
                         self.counters.resyncs_failed += 1;
                         fx.push(Report::ResyncFailed {
@@ -163,6 +183,35 @@ impl Session {
                 }
             }
         }
+    }
+
+    /// Asks for the master's status when the quiet stream's check is due (R11).
+    pub(super) fn check_status(&mut self, now: Instant, fx: &mut Effects) {
+        if !self.link.is_up() || self.stream.status_due().is_none_or(|due| due > now) {
+            return;
+        }
+        let request = StatusRequest(self.resync.next_status);
+        self.resync.next_status += 1;
+        self.stream.status_asked(now, request.0);
+        self.counters.status_checks += 1;
+        fx.push(Command::ReadStatus { request });
+    }
+
+    /// The master's status answering a check (R11).
+    pub(super) fn on_status(
+        &mut self,
+        now: Instant,
+        request: StatusRequest,
+        watermark: Option<Watermark>,
+    ) -> Effects {
+        self.see(now);
+        let mut fx = Effects::new();
+        let status = watermark.map(Watermark::point);
+        if let Some(ruling) = self.stream.status_answered(now, request.0, status) {
+            self.act(now, None, None, ruling, &mut fx);
+        }
+        self.update_health(&mut fx);
+        fx
     }
 
     /// Acts on every held batch whose place has come.

@@ -22,10 +22,19 @@
 //!   sequence 1 and event id 1. The transport never hears of it (ZeroMQ reconnects underneath).
 //! - **Odd keys**: another client of the default tenant puts keys that are no SGLang key but look
 //!   like one page's keys once trimmed or split at a line break ([`Action::ForeignPut`]); they
-//!   come back in the key list verbatim. **Unknown keyless events**: an event of a type the
-//!   decoder does not know, without a key, is a tenant-wide removal of a future master.
+//!   come back in the key list verbatim. **A foreign flood** ([`Action::ForeignFlood`]): another
+//!   application puts many keys of its own, of every shape, several times more than the SGLang
+//!   objects. **Unknown keyless events**: an event of a type the decoder does not know, without
+//!   a key, is a tenant-wide removal of a future master.
+//! - **Twin runs** ([`MasterOptions::twin_batch`]): every batch has one size, so every run
+//!   numbers sequences and event ids alike. **The publisher's clock** may jump forward and be
+//!   stepped back ([`MasterOptions::clock_jumps_per_sec`]): only the batch timestamps move.
 //! - The **HTTP side**: [`Master::status`] (`GET /kv_events/status`), [`Master::all_keys_body`]
-//!   (`GET /get_all_keys`, default tenant, verbatim lines) and [`Master::batch_query`].
+//!   (`GET /get_all_keys`, default tenant, verbatim lines, in the master's hash order with
+//!   [`MasterOptions::hashed_key_list`]) and [`Master::batch_query`], each as of the run that
+//!   answers ([`Master::serving`]): after a restart, with
+//!   [`crate::options::HttpOptions::lag_after_restart`], the old run still answers for a
+//!   while ([`Served::Lagging`]).
 //!
 //! Every state change is reported, in order, as a [`Record`] with a global *history position*
 //! (a counter that never restarts): events when they are created (a later queue drop does not
@@ -37,7 +46,9 @@
 //! - `publisher.rs`: the event queue, event ids, sequences and the batches sent.
 //! - `history.rs`: the records the oracle learns and what one call produced.
 //! - `http.rs`: the HTTP answers (`/kv_events/status`, `/get_all_keys`, `/batch_query_keys`).
-//! - `restart.rs`: going down and coming back.
+//! - `restart.rs`: going down and coming back, and the old run's HTTP view while it lags.
+//! - `clock.rs`: the publisher's clock (jumps forward, steps back).
+//! - `foreign.rs`: another application's keys (the foreign flood).
 
 use std::collections::VecDeque;
 use std::rc::Rc;
@@ -51,6 +62,8 @@ use crate::options::{ActionMix, MasterOptions};
 use crate::rng::Rng;
 use crate::util::{FxHashMap, IdSet};
 
+mod clock;
+mod foreign;
 mod history;
 mod http;
 mod publisher;
@@ -58,6 +71,7 @@ mod restart;
 mod store;
 
 pub use history::{Change, MasterOutput, MasterStats, Record};
+pub use http::Served;
 pub use publisher::{Published, Status};
 pub use store::{ObjId, ObjInfo, PageId, PageInfo, Request};
 
@@ -95,6 +109,9 @@ pub enum Action {
     /// like the keys of one page once trimmed or split at a line break (`"<key> "`,
     /// `"<key>\r"`, `"x\n<key>"`, `"\n<key>"`), and removes an older one when it has many.
     ForeignPut,
+    /// Another application's client puts a batch of keys of its own (see
+    /// [`ActionMix::foreign_flood`]), removing some once it holds its share.
+    ForeignFlood,
 }
 
 const MEM: u8 = 1;
@@ -122,6 +139,16 @@ pub struct Master {
     next_event_id: u64,
     foreign_keys: Vec<Box<str>>,
     foreign_present: IdSet,
+    /// The ids of every foreign key ever put, by its text (for `/batch_query_keys`).
+    foreign_index: FxHashMap<Box<str>, Vec<u32>>,
+    /// The time of the call being served (events are stamped with it when queued).
+    now: Instant,
+    clock: clock::Clock,
+    /// The run before the last restart, as the HTTP side still serves it (see
+    /// [`Served::Lagging`]).
+    old_view: Option<restart::OldView>,
+    /// How long the HTTP side lags behind a restart (see [`Master::set_http_lag`]).
+    http_lag: (Duration, Duration),
     run_dropped: u64,
     published_ids: u64,
     pos: u64,
@@ -140,6 +167,8 @@ pub struct Master {
 impl Master {
     /// Makes a master serving `models`; it acts from time zero.
     pub fn new(opts: MasterOptions, models: Vec<ModelSpec>, rng: Rng) -> Master {
+        // The clock draws from a stream of its own: a steady clock draws nothing.
+        let clock = clock::Clock::new(&opts, rng.fork(0xc10c));
         let mut rng = rng;
         let prompts = models
             .iter()
@@ -173,6 +202,11 @@ impl Master {
             next_event_id: 1,
             foreign_keys: Vec::new(),
             foreign_present: IdSet::new(),
+            foreign_index: FxHashMap::default(),
+            now: Instant::ZERO,
+            clock,
+            old_view: None,
+            http_lag: (Duration::ZERO, Duration::ZERO),
             run_dropped: 0,
             published_ids: 0,
             pos: 0,
@@ -266,11 +300,24 @@ impl Master {
     /// the queue never overflows and the action mix is [`ActionMix::quiet`].
     pub fn set_faults(&mut self, on: bool) {
         self.faults = on;
+        if !on {
+            self.clock.steady();
+        }
+    }
+
+    /// Returns how often the publisher's clock jumped forward and was stepped back.
+    pub fn clock_changes(&self) -> (u64, u64) {
+        (self.clock.jumps, self.clock.steps_back)
     }
 
     /// Stops or resumes actions; the publisher keeps draining the queue.
     pub fn set_acting(&mut self, on: bool) {
         self.acting = on;
+    }
+
+    /// Reports whether the master acts on its own (puts, evictions...).
+    pub fn is_acting(&self) -> bool {
+        self.acting
     }
 
     /// Returns when the master next has something to do.
@@ -283,19 +330,19 @@ impl Master {
         tick.into_iter().chain(action).min()
     }
 
+    /// Sets the capacity of the event queue from now on (a burst against a small queue).
+    pub fn set_queue_capacity(&mut self, capacity: usize) {
+        self.opts.queue_capacity = capacity;
+    }
+
     /// Does what is due at `now`: comes back from a restart, publishes, acts.
     pub fn step(&mut self, now: Instant, out: &mut MasterOutput) {
+        self.now = now;
         if let Some(up) = self.down_until {
             if now < up {
                 return;
             }
-            self.down_until = None;
-            self.epoch += 1;
-            self.next_seq = 1;
-            self.next_event_id = 1;
-            self.run_dropped = 0;
-            self.next_action = now;
-            self.next_tick = self.tick_after(now);
+            self.came_up(now);
         }
         if !self.queue.is_empty() && now >= self.next_tick {
             self.publish(now, out);
@@ -334,6 +381,7 @@ impl Master {
             (mix.unreadable_removal, Action::UnreadableRemoval),
             (mix.unknown_keyless, Action::UnknownKeyless),
             (mix.foreign_put, Action::ForeignPut),
+            (mix.foreign_flood, Action::ForeignFlood),
         ];
         let mut u = self.rng.unit();
         for (p, action) in table {
@@ -347,6 +395,7 @@ impl Master {
 
     /// Performs one action now (the random driver draws them; scripts name them).
     pub fn act(&mut self, now: Instant, action: Action, out: &mut MasterOutput) {
+        self.now = now;
         if self.is_down(now) {
             return;
         }
@@ -435,6 +484,7 @@ impl Master {
                 self.present[tenant].clear();
             }
             Action::ForeignPut => self.foreign_put(out),
+            Action::ForeignFlood => self.foreign_flood(out),
             Action::UnreadableRemoval => {
                 if let Some(obj) = self.pick_present(|_| true) {
                     self.take_away(obj);
@@ -456,9 +506,138 @@ mod tests {
     use crate::options::Options;
     use hicache_index::decode;
 
+    fn calm(seed: u64) -> Options {
+        let none = Some(crate::options::Worlds::NONE);
+        Options::for_seed_with(seed, Some(crate::options::Preset::Calm), 1000, none)
+    }
+
     fn master(seed: u64) -> Master {
-        let o = Options::for_seed(seed, Some(crate::options::Preset::Calm), 1000);
+        let o = calm(seed);
         Master::new(o.master.clone(), o.model_specs(), Rng::new(seed))
+    }
+
+    /// Steps `m` from `now` for `d`, acting; returns the time reached.
+    fn run_for(m: &mut Master, mut now: Instant, d: Duration, out: &mut MasterOutput) -> Instant {
+        let until = now + d;
+        while now < until {
+            m.step(now, out);
+            now = m
+                .next_at()
+                .unwrap_or(until)
+                .max(now + Duration::from_micros(1));
+        }
+        now
+    }
+
+    #[test]
+    fn twin_runs_number_their_batches_alike() {
+        let o = calm(3);
+        let mut mo = o.master.clone();
+        mo.twin_batch = 4;
+        let mut m = Master::new(mo, o.model_specs(), Rng::new(3));
+        let mut out = MasterOutput::default();
+        let now = run_for(&mut m, Instant::ZERO, Duration::from_millis(30), &mut out);
+        let old: Vec<Published> = core::mem::take(&mut out.published);
+        m.act(now, Action::Restart, &mut out);
+        let up = out.restarted_until.expect("a restart");
+        run_for(&mut m, up, Duration::from_millis(30), &mut out);
+        let shape = |p: &Published| (p.seq, p.first_event_id, p.events);
+        assert!(old.len() > 3 && out.published.len() > 3);
+        for (a, b) in old.iter().zip(&out.published) {
+            assert_eq!(
+                shape(a),
+                shape(b),
+                "the new run numbers its batches as the old one"
+            );
+            assert_eq!(a.events, 4, "full batches only while faults are on");
+        }
+        assert_ne!(old[0].epoch, out.published[0].epoch);
+    }
+
+    #[test]
+    fn a_lagging_http_side_serves_the_old_run_until_its_lag_ends() {
+        let mut m = master(4);
+        m.set_http_lag((Duration::from_millis(50), Duration::from_millis(50)));
+        let mut out = MasterOutput::default();
+        let now = run_for(&mut m, Instant::ZERO, Duration::from_millis(30), &mut out);
+        let mut before = Vec::new();
+        m.all_keys_body(&mut before);
+        let status = m.status();
+        assert!(!before.is_empty() && status.published_batches > 0);
+        m.act(now, Action::Restart, &mut out);
+        let up = out.restarted_until.expect("a restart");
+        // While down and for the lag after it comes up, the old run answers.
+        for at in [now, up, up + Duration::from_millis(49)] {
+            assert_eq!(m.serving(at), Some(Served::Lagging));
+        }
+        let mut body = Vec::new();
+        m.all_keys_as(Served::Lagging, &mut body);
+        assert_eq!(body, before, "the old run's key list");
+        assert_eq!(m.status_as(Served::Lagging), status);
+        let keys: Vec<String> = hicache_index::snapshot_lines(&before)
+            .map(|l| String::from_utf8(l.to_vec()).expect("utf-8"))
+            .collect();
+        assert!(m
+            .batch_query_as(Served::Lagging, &keys)
+            .iter()
+            .all(|&ok| ok));
+        assert!(m
+            .batch_query_as(Served::Current, &keys)
+            .iter()
+            .all(|&ok| !ok));
+        m.step(up, &mut out);
+        assert_eq!(
+            m.serving(up + Duration::from_millis(50)),
+            Some(Served::Current)
+        );
+        assert_eq!(m.served_epoch(Served::Lagging) + 1, m.epoch());
+    }
+
+    #[test]
+    fn the_foreign_flood_outnumbers_the_sglang_objects_and_sits_among_them() {
+        let o = calm(6);
+        let mut mo = o.master.clone();
+        mo.foreign_per_object = 5;
+        mo.hashed_key_list = true;
+        let mut m = Master::new(mo, o.model_specs(), Rng::new(6));
+        let mut out = MasterOutput::default();
+        for _ in 0..30 {
+            m.act(Instant::ZERO, Action::Put, &mut out);
+        }
+        for _ in 0..80 {
+            m.act(Instant::ZERO, Action::ForeignFlood, &mut out);
+        }
+        let (sglang, foreign) = (m.default_objects(), m.foreign_count_as(Served::Current));
+        assert!(
+            sglang > 0 && foreign >= 3 * sglang,
+            "{foreign} foreign, {sglang} sglang"
+        );
+        assert!(foreign <= 5 * sglang.max(16));
+        let mut body = Vec::new();
+        m.all_keys_body(&mut body);
+        let lines: Vec<&[u8]> = hicache_index::snapshot_lines(&body).collect();
+        let is_key = |l: &[u8]| {
+            core::str::from_utf8(l)
+                .ok()
+                .and_then(|k| m.find_object(0, k))
+                .is_some_and(|o| m.is_present(o))
+        };
+        // SGLang lines among the foreign ones, not first: some follow a foreign line.
+        let after_foreign = lines
+            .windows(2)
+            .filter(|w| !is_key(w[0]) && is_key(w[1]))
+            .count();
+        assert!(after_foreign > sglang / 2, "{after_foreign} of {sglang}");
+        assert!(
+            lines.len() > sglang + foreign,
+            "keys holding a \\n make more lines than keys"
+        );
+        let flood: Vec<String> = m.foreign_keys[..50].iter().map(|k| k.to_string()).collect();
+        let present = m.batch_query(&flood);
+        for (k, ok) in flood.iter().zip(present) {
+            let id = m.foreign_index[k.as_str()][0];
+            assert_eq!(ok, m.foreign_present.contains(id), "{k:?}");
+        }
     }
 
     #[test]
@@ -482,7 +661,7 @@ mod tests {
 
     #[test]
     fn a_full_queue_drops_the_oldest_and_skips_a_sequence() {
-        let o = Options::for_seed(1, Some(crate::options::Preset::Calm), 1000);
+        let o = calm(1);
         let mut mo = o.master.clone();
         mo.queue_capacity = 2;
         mo.batch_max = 64;

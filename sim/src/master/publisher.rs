@@ -5,6 +5,7 @@ use hicache_index::{EventKind, Instant, Medium, Seq, Timestamp};
 use super::{Change, Master, MasterOutput};
 use crate::encode::{encode_payload_into, MasterFlavor, OwnedEvent};
 use crate::models::TENANTS;
+use crate::options::TWIN_FLUSH;
 
 /// The batch timestamp's base: a Unix time in milliseconds (above `u32::MAX`, as on the wire).
 const EPOCH_MS: u64 = 1_764_000_000_000;
@@ -75,6 +76,8 @@ pub(super) struct Queued {
     pub(super) target: u32,
     pub(super) medium: Option<Medium>,
     pub(super) pos: u64,
+    /// When it was queued.
+    pub(super) at: Instant,
 }
 
 impl Master {
@@ -128,6 +131,7 @@ impl Master {
             target,
             medium,
             pos,
+            at: self.now,
         });
     }
 
@@ -142,13 +146,28 @@ impl Master {
             if self.queue.is_empty() {
                 return;
             }
-            let max = self.opts.batch_max.clamp(1, 64);
-            let n = if self.rng.chance(0.5) {
-                max
-            } else {
-                self.rng.range(1, max as u64) as usize
-            }
-            .min(self.queue.len());
+            let n = match self.opts.twin_batch.min(64) {
+                0 => {
+                    let max = self.opts.batch_max.clamp(1, 64);
+                    if self.rng.chance(0.5) {
+                        max
+                    } else {
+                        self.rng.range(1, max as u64) as usize
+                    }
+                    .min(self.queue.len())
+                }
+                // Twin runs: full batches only while faults are on (a partial batch would put
+                // this run out of step with the others); once they stop, a partial batch goes
+                // out when its oldest event waited long enough.
+                size if self.queue.len() >= size => size,
+                _ => {
+                    let oldest = self.queue.front().expect("the queue is not empty").at;
+                    if self.faults || now.saturating_duration_since(oldest) < TWIN_FLUSH {
+                        return;
+                    }
+                    self.queue.len()
+                }
+            };
             let seq = self.next_seq;
             self.next_seq += 1;
             let mut items = core::mem::take(&mut self.items);
@@ -171,7 +190,7 @@ impl Master {
                 self.items = items;
                 continue;
             }
-            let ms = EPOCH_MS + now.as_nanos() / 1_000_000;
+            let ms = EPOCH_MS + now.as_nanos() / 1_000_000 + self.clock.offset_ms(now);
             self.fill_batch(seq, ms, first_event_id, &items);
             self.items = items;
             let mut payload = Vec::with_capacity(n * 420 + 16);

@@ -89,11 +89,7 @@ impl Master {
                 2 => format!("x\n{key}"),
                 _ => format!("\n{key}"),
             };
-            let id = self.foreign_keys.len() as u32;
-            self.foreign_keys.push(odd.into_boxed_str());
-            self.foreign_present.insert(id);
-            self.stats.foreign_keys += 1;
-            self.emit(QKind::ForeignStored, id, Some(Medium::Cpu), out);
+            self.add_foreign(odd, out);
         }
         while self.foreign_present.len() > MAX_FOREIGN {
             let i = self.rng.index(self.foreign_present.len());

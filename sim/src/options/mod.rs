@@ -4,8 +4,13 @@
 //! A run is a pure function of its [`Options`]; the options are a pure function of
 //! `(seed, preset, events)`. A failing run prints both, so it can be replayed with
 //! `cargo run -p hicache-index-sim --release -- --seeds N..N+1 --preset P --events E`, or in the
-//! tests with `SIM_SEED=N SIM_PRESET=P SIM_EVENTS=E`.//!
-//! The knobs of each part live in `options/parts.rs` and are re-exported here.
+//! tests with `SIM_SEED=N SIM_PRESET=P SIM_EVENTS=E`.
+//!
+//! On top of the preset, each seed draws from a stream of its own which of the named
+//! [`WorldKind`]s it also runs (issue 26: the classes of failure the rules must survive), so
+//! that the preset's own draws stay what they were; `--world NAME` runs one alone. The knobs of
+//! each part live in `options/parts.rs`, the worlds in `options/worlds.rs`; both are
+//! re-exported here.
 
 use core::fmt;
 use core::time::Duration;
@@ -18,10 +23,13 @@ use crate::encode::MasterFlavor;
 use crate::models::{all_models, catalogue, hybrid_catalogue, ModelSpec};
 use crate::rng::Rng;
 mod parts;
+mod worlds;
 
 pub use parts::{
     ActionMix, DriverOptions, HttpOptions, MasterOptions, NetworkOptions, SessionOptions,
+    TWIN_FLUSH,
 };
+pub use worlds::{TailKind, TailLoss, WorldKind, Worlds, WORLD_CHANCE};
 
 /// A named fault mix.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -119,6 +127,11 @@ pub struct Options {
     pub session: SessionOptions,
     /// The driver's timing.
     pub driver: DriverOptions,
+    /// The named worlds this run adds to its preset (see [`WorldKind`]).
+    pub worlds: Worlds,
+    /// The chaos phase ends with a burst whose tail is lost, then the master is idle
+    /// ([`WorldKind::TailLossIdle`]); `None`: normal traffic goes on for [`Options::quiet`].
+    pub tail: Option<TailLoss>,
 }
 
 /// The default number of events per run.
@@ -133,8 +146,20 @@ fn us(n: u64) -> Duration {
 }
 
 impl Options {
-    /// Expands a seed into options: the preset is drawn from the seed unless given.
+    /// Expands a seed into options: the preset and the named worlds are drawn from the seed
+    /// unless given.
     pub fn for_seed(seed: u64, preset: Option<Preset>, events: u64) -> Options {
+        Options::for_seed_with(seed, preset, events, None)
+    }
+
+    /// Expands a seed into options with the named worlds `worlds` instead of the drawn ones
+    /// (`None`: drawn); their knobs are still drawn from the seed's world stream.
+    pub fn for_seed_with(
+        seed: u64,
+        preset: Option<Preset>,
+        events: u64,
+        worlds: Option<Worlds>,
+    ) -> Options {
         let root = Rng::new(seed);
         let mut r = root.fork(0x0b7);
         // Always draw, so that naming the drawn preset replays the very same options.
@@ -197,6 +222,13 @@ impl Options {
             restart_downtime: (ms(5), ms(200)),
             idle: 0.0,
             idle_len: (ms(20), ms(300)),
+            twin_batch: 0,
+            foreign_per_object: 0,
+            hashed_key_list: false,
+            clock_jumps_per_sec: 0.0,
+            clock_jump: (Duration::ZERO, Duration::ZERO),
+            clock_back: 0.0,
+            clock_back_after: (Duration::ZERO, Duration::ZERO),
         };
         let network = NetworkOptions {
             latency: (us(20), r.duration(us(50), ms(2))),
@@ -222,6 +254,7 @@ impl Options {
             connect_latency: (us(100), ms(5)),
             restart_reconnect: (Duration::ZERO, Duration::ZERO),
             cross_epoch_reorder: false,
+            seen_restarts: 0.0,
         };
         let http = HttpOptions {
             latency: (us(200), r.duration(ms(1), ms(20))),
@@ -233,6 +266,8 @@ impl Options {
             body_time: (Duration::ZERO, us(500)),
             load: (Duration::ZERO, Duration::ZERO),
             restart_after_keys: 0.0,
+            restart_after_status: 0.0,
+            lag_after_restart: (Duration::ZERO, Duration::ZERO),
         };
         let driver = DriverOptions {
             stalls_per_sec: 0.0,
@@ -255,6 +290,7 @@ impl Options {
             verify_sample: r.range(64, 512) as usize,
             requested_clears_per_sec: 0.0,
             fetch_timeout: ms(200),
+            status_check: Some(ms(1_000)),
         };
         let mut o = Options {
             seed,
@@ -268,6 +304,8 @@ impl Options {
             http,
             session,
             driver,
+            worlds: Worlds::NONE,
+            tail: None,
         };
         o.apply_preset(&mut r);
         // Both publisher generations wherever the master evicts with events (drawn last, so the
@@ -275,9 +313,31 @@ impl Options {
         if !matches!(o.preset, Preset::Pristine | Preset::Hostile) {
             o.master.per_medium_removals = r.chance(0.5);
         }
+        // The named worlds, from a stream of their own (issue 26): the draws above stay as
+        // they were, and a seed that draws none runs exactly as before. Pristine has none.
+        if o.preset != Preset::Pristine {
+            let mut w = root.fork(0x26);
+            for kind in WorldKind::ALL {
+                if w.chance(WORLD_CHANCE) {
+                    o.worlds.insert(kind);
+                }
+            }
+            if let Some(forced) = worlds {
+                o.worlds = forced;
+            }
+            o.apply_worlds(&mut w);
+        }
         // A reorder window needs resync (rule R7 of the core's sequence module): only the
         // master's status places a reordering stream after a loss.
         o.session.resync |= o.session.reorder.is_on();
+        // The quiet stream's check (rule R11), from a stream of its own: mostly the default,
+        // sometimes faster, sometimes off (then rule R10 bounds what only it would find).
+        let mut c = root.fork(0x11);
+        o.session.status_check = match c.below(10) {
+            0 => None,
+            1..=3 => Some(ms(250)),
+            _ => Some(ms(1_000)),
+        };
         o
     }
 
@@ -439,8 +499,9 @@ impl Options {
         }
     }
 
-    /// The fault classes [`Options::without`] can turn off, to tell which one a failure needs.
-    pub const CLASSES: [&'static str; 10] = [
+    /// The fault classes [`Options::without`] can turn off, to tell which one a failure needs
+    /// (the named worlds' names among them).
+    pub const CLASSES: [&'static str; 15] = [
         "stalls",
         "heavy-http",
         "undecodable",
@@ -451,6 +512,11 @@ impl Options {
         "idle",
         "extra-queries",
         "restarts",
+        "stale-key-list",
+        "unseen-restarts",
+        "foreign-flood",
+        "tail-loss-idle",
+        "clock-jump",
     ];
 
     /// Turns one fault class of [`Options::CLASSES`] off; returns `false` for an unknown name.
@@ -480,17 +546,28 @@ impl Options {
             "restarts" => {
                 m.mix.restart = 0.0;
                 h.restart_after_keys = 0.0;
+                h.restart_after_status = 0.0;
             }
-            _ => return false,
+            other => match WorldKind::from_name(other) {
+                Some(kind) => self.without_world(kind),
+                None => return false,
+            },
         }
         true
     }
 
     /// Returns the one-line command that replays this run.
     pub fn replay_command(&self) -> String {
+        let drawn = Options::for_seed(self.seed, Some(self.preset), self.events).worlds;
+        let (flag, env) = if drawn == self.worlds {
+            (String::new(), String::new())
+        } else {
+            let names = self.worlds.names();
+            (format!(" --worlds {names}"), format!(" SIM_WORLDS={names}"))
+        };
         format!(
-            "cargo run -p hicache-index-sim --release -- --seeds {}..{} --preset {} --events {}   \
-             (or SIM_SEED={} SIM_PRESET={} SIM_EVENTS={} cargo test -p hicache-index-sim --test replay)",
+            "cargo run -p hicache-index-sim --release -- --seeds {}..{} --preset {} --events {}{flag}   \
+             (or SIM_SEED={} SIM_PRESET={} SIM_EVENTS={}{env} cargo test -p hicache-index-sim --test replay)",
             self.seed,
             self.seed + 1,
             self.preset,
@@ -550,6 +627,7 @@ impl Options {
                 max_buffered_bytes: 64 << 20,
                 fetch_timeout: s.fetch_timeout,
                 retry_after: ms(50),
+                status_check: s.status_check,
             }),
             verify: s.verify.then_some(VerifyConfig {
                 interval: s.verify_interval,

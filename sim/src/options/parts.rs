@@ -36,6 +36,11 @@ pub struct ActionMix {
     pub unknown_keyless: f64,
     /// A foreign client puts odd keys that look like one page's keys once trimmed or split.
     pub foreign_put: f64,
+    /// Another application's client puts a batch of its own keys into the default tenant (and
+    /// removes some when it holds [`MasterOptions::foreign_per_object`] times the SGLang
+    /// objects): keys of other shapes, HiCache-shaped keys of other deployments, keys with a
+    /// `\n`, a space or a `\r` (spec section 6).
+    pub foreign_flood: f64,
 }
 
 impl ActionMix {
@@ -54,6 +59,7 @@ impl ActionMix {
             unreadable_removal: 0.0,
             unknown_keyless: 0.0,
             foreign_put: 0.0,
+            foreign_flood: 0.0,
         }
     }
 }
@@ -110,7 +116,30 @@ pub struct MasterOptions {
     pub idle: f64,
     /// How long an idle period lasts.
     pub idle_len: (Duration, Duration),
+    /// Twin runs: every batch holds exactly this many events (0: batch sizes vary), so every
+    /// run of the master numbers its sequences and event ids alike, as at light SGLang load
+    /// where each put is one batch of one size; once the faults stop, a partial batch goes out
+    /// when its oldest event has waited [`TWIN_FLUSH`].
+    pub twin_batch: usize,
+    /// The most foreign keys the default tenant holds per SGLang object of it, once the
+    /// [`ActionMix::foreign_flood`] client fills it (at least 16 objects' worth).
+    pub foreign_per_object: u32,
+    /// `GET /get_all_keys` lists the keys in the master's hash order (an unordered map), so
+    /// foreign lines sit among the SGLang ones; off, SGLang keys come first.
+    pub hashed_key_list: bool,
+    /// Publisher clock jumps per second while faults are on (0: the clock is steady).
+    pub clock_jumps_per_sec: f64,
+    /// How far one jump moves the batch timestamps forward.
+    pub clock_jump: (Duration, Duration),
+    /// Chance a forward jump is stepped back to the true time (NTP correcting it), after
+    /// [`MasterOptions::clock_back_after`].
+    pub clock_back: f64,
+    /// How long a jump lasts before it is stepped back.
+    pub clock_back_after: (Duration, Duration),
 }
+
+/// How long the oldest event of a partial batch waits in [`MasterOptions::twin_batch`] mode.
+pub const TWIN_FLUSH: Duration = Duration::from_millis(20);
 
 /// The network's knobs (per message, like a netem).
 #[derive(Clone, Debug, PartialEq)]
@@ -164,6 +193,11 @@ pub struct NetworkOptions {
     pub restart_reconnect: (Duration, Duration),
     /// Let messages of a restarted master overtake the old master's in-flight ones.
     pub cross_epoch_reorder: bool,
+    /// Share of master restarts the transport sees: the connection breaks at the restart and
+    /// the driver is told ([`crate::network::NetEvent::Disconnected`]), as the shipped driver
+    /// sees the socket close. The others are unseen (ZeroMQ reconnects underneath, or a proxy
+    /// or a virtual IP hides the restart).
+    pub seen_restarts: f64,
 }
 
 /// The master's HTTP side, as the driver sees it.
@@ -189,6 +223,15 @@ pub struct HttpOptions {
     /// Chance the master restarts (an HA failover, unseen by the transport) right after it
     /// served a key list: between a snapshot and the first batch after it.
     pub restart_after_keys: f64,
+    /// Chance the master restarts right after it answered a fetch's status, before the key
+    /// list is read: with [`HttpOptions::lag_after_restart`], a key list of the run before.
+    pub restart_after_status: f64,
+    /// After a restart, a fetch whose status the run before it answered still reads that run's
+    /// key list, as of its death, until this long after the new run is up, drawn uniformly per
+    /// restart (the key list was under way: a fetch that reads the old run's key list while
+    /// the stream is already the new run's). Requests begun after the restart reach the new
+    /// run. Zero: none.
+    pub lag_after_restart: (Duration, Duration),
 }
 
 impl HttpOptions {
@@ -238,4 +281,6 @@ pub struct SessionOptions {
     pub requested_clears_per_sec: f64,
     /// How long a snapshot fetch may take.
     pub fetch_timeout: Duration,
+    /// How long the stream stays quiet before its status check (`None`: no checks).
+    pub status_check: Option<Duration>,
 }

@@ -317,35 +317,115 @@ impl<S: System> World<S> {
         prefix
     }
 
-    // ---- the end ----
+    // ---- the idle master, and the end ----
+
+    /// The check of the idle master, [`IDLE_BOUND`] after it went idle and reachable: the
+    /// index is live (or in the expected stall of a master without status counters) and exact:
+    /// no page claimed that the master lacks (a loss nothing revealed no longer excuses a claim
+    /// when the master tells its counters and the session resyncs, so it can ask them), every
+    /// page it holds a hit.
+    pub(super) fn idle_checks(&mut self) {
+        self.idle_checked = true;
+        // A resyncing session with its quiet stream's check on asks the counters of a master
+        // that tells them (rule R11 of the core's sequence module); without the check only
+        // its fetches read them, so only verification bounds what no batch revealed (R10).
+        let can_ask = self.http_opts.watermark
+            && self.opts.session.resync
+            && self.opts.session.status_check.is_some();
+        self.stats.unrevealed_at_idle = if can_ask {
+            self.driver.flight.expire_unrevealed() as u64
+        } else {
+            u64::from(self.driver.flight.first_unrevealed().is_some())
+        };
+        let when = format!("{IDLE_BOUND:?} after the master went idle");
+        if self.live_or_stalled(&when) {
+            self.sweep_pages("idle", true);
+        }
+    }
+
+    /// Reports whether the session is live; if not, fails the run, or counts the expected
+    /// stall: a master without status counters, the session recovering since its last fetch,
+    /// no batch handed after that fetch (nothing can anchor its snapshot), and a reason to
+    /// forget that a correct session must follow at or after the last batch handed (a
+    /// connection, a loss or a restart that batch revealed, stale keys, an unreadable removal):
+    /// a session that forgot for no such reason, and fetches again and again, is not live
+    /// for a reason of its own. With a reorder window, a stream the master's status cannot
+    /// place stays recovering though batches keep coming: that stall too is expected.
+    fn live_or_stalled(&mut self, when: &str) -> bool {
+        let health = self.sut.health();
+        if health == Health::Live {
+            return true;
+        }
+        let handed = self.last_handed_at;
+        let unanchored = self
+            .last_fetch_at
+            .is_some_and(|f| handed.is_none_or(|h| h < f));
+        let forced = self
+            .last_forced_at
+            .is_some_and(|f| handed.is_none_or(|h| h <= f));
+        // A reordering stream without status counters is never placed again after a loss
+        // (rule R7 of the core's sequence module), though batches keep coming.
+        let unplaceable = self.opts.session.reorder.is_on()
+            && self.recovering == Some(hicache_index::Recovering::NoStatus)
+            && self.last_forced_at.is_some();
+        if !self.http_opts.watermark
+            && health == Health::Recovering
+            && ((unanchored && forced) || unplaceable)
+        {
+            self.stats.expected_stall = true;
+        } else {
+            self.fail(FailureKind::NotLive, format!("health {health:?} {when}"));
+        }
+        false
+    }
 
     pub(super) fn final_checks(&mut self) {
-        let health = self.sut.health();
-        if health == Health::Recovering
-            && self.recovering == Some(hicache_index::Recovering::NoStatus)
-            && !self.http_opts.watermark
-        {
-            // A master that gives no status counters: a reordering stream can never be placed,
-            // and a snapshot asked before any batch came cannot be anchored (an idle master).
-            // No safe rule makes it live: an expected, visible stall (issue 26), neither a pass
-            // of the liveness check nor a failure.
-            self.stats.expected_stall = true;
-            self.stats.liveness_skipped = true;
+        if !self.live_or_stalled("after settling") {
+            if self.stats.expected_stall && self.failures.is_empty() {
+                // The safety sweep still holds while the index stays recovering.
+                self.sweep_pages("final", false);
+            }
             return;
         }
-        if health != Health::Live {
-            self.fail(
-                FailureKind::NotLive,
-                format!("health {health:?} after the quiet period"),
-            );
-            return;
+        let (stale_left, first_stale) = self.sweep_pages("final", true);
+        if self.opts.session.verify && stale_left > 0 {
+            let mut detail =
+                format!("{stale_left} stale pages of the default tenant still hit after settling");
+            if let Some(page) = first_stale {
+                let info = *self.master.page(page);
+                let _ = write!(detail, "; first {}:", info.hash);
+                for o in info.first_obj..info.first_obj + u32::from(info.objs) {
+                    let key = self.master.key(o);
+                    let _ = write!(
+                        detail,
+                        " {key} (held {:?}, present {}; {})",
+                        self.sut.holds_object(TENANTS[0], key),
+                        self.oracle.t_now(o),
+                        self.oracle.describe(o)
+                    );
+                }
+            }
+            self.fail(FailureKind::Staleness, detail);
         }
+    }
+
+    /// Asks about every page ever written: each hit must be justified (the safety sweep), and,
+    /// with `liveness`, each page the master holds that the session can know of must be a hit.
+    /// Returns the stale hits of the default tenant left, and the first of them.
+    ///
+    /// A page the liveness check demands: every object present at the master (true state and
+    /// event history), none with a per-medium removal after its last store (reading that as
+    /// gone everywhere is always safe), and either of the default tenant with resync on, or
+    /// each object stored after the last loss the world knows of. Without status counters a
+    /// loss nothing revealed cannot be known: objects stored at or after it are not demanded.
+    /// Nothing is demanded when the index evicted pages (its cap).
+    fn sweep_pages(&mut self, how: &str, liveness: bool) -> (u64, Option<PageId>) {
         let evictions = self.sut.counters().evictions;
         self.stats.liveness_skipped = evictions > 0;
         self.judge_now();
         let p_loss = self.p_loss.max(self.net.lost_upto());
+        let unknowable = self.driver.flight.first_unrevealed();
         let resync = self.opts.session.resync;
-        let verify = self.opts.session.verify;
         let mut stale_left = 0u64;
         let mut first_stale = None;
         for page in 0..self.master.pages().len() as PageId {
@@ -361,39 +441,45 @@ impl<S: System> World<S> {
                 Ok(_) => map[0],
                 Err(e) => {
                     self.fail(FailureKind::QueryError, format!("{e:?}"));
-                    return;
+                    return (stale_left, first_stale);
                 }
             };
             if hit {
                 // The safety sweep: every object of a complete page is justified.
-                self.check_page(page, 0..info.objs as usize, "final");
+                self.check_page(page, 0..info.objs as usize, how);
                 if info.tenant == 0 && objs.clone().any(|o| !self.oracle.t_now(o)) {
                     stale_left += 1;
                     first_stale.get_or_insert(page);
                 }
             }
-            if evictions > 0 {
+            if !liveness || evictions > 0 {
                 continue;
             }
             let present = objs
                 .clone()
                 .all(|o| self.oracle.t_now(o) && self.oracle.e_now(o));
-            let shadowed = objs
-                .clone()
-                .any(|o| self.shadowed.contains(o) || self.oracle.medium_doubt(o));
+            let doubtful = objs.clone().any(|o| self.oracle.medium_doubt(o));
+            let known =
+                unknowable.is_none_or(|u| objs.clone().all(|o| self.oracle.last_store(o) < u));
             let eligible = present
-                && !shadowed
+                && !doubtful
+                && known
                 && ((info.tenant == 0 && resync)
                     || objs.clone().all(|o| self.oracle.last_store(o) > p_loss));
             if !eligible {
                 continue;
             }
-            self.stats.liveness_pages += 1;
+            if how == "idle" {
+                self.stats.idle_liveness_pages += 1;
+            } else {
+                self.stats.liveness_pages += 1;
+            }
             if !hit {
                 let mut held_text = String::new();
                 let detail = format!(
-                    "page {} of tenant {:?} model {:?} is present at the master and was stored \
-                     after the last loss (position {p_loss}; last stores {:?}), but is a miss",
+                    "{how}: page {} of tenant {:?} model {:?} is present at the master and was \
+                     stored after the last loss (position {p_loss}; last stores {:?}), but is a \
+                     miss",
                     info.hash,
                     TENANTS[info.tenant as usize],
                     self.models[info.model as usize].name,
@@ -414,29 +500,11 @@ impl<S: System> World<S> {
                 let detail = format!("{detail}; the index holds {held:?}{held_text}");
                 self.fail(FailureKind::Liveness, detail);
                 if self.stopped() {
-                    return;
+                    break;
                 }
             }
         }
-        if verify && stale_left > 0 {
-            let mut detail =
-                format!("{stale_left} stale pages of the default tenant still hit after settling");
-            if let Some(page) = first_stale {
-                let info = *self.master.page(page);
-                let _ = write!(detail, "; first {}:", info.hash);
-                for o in info.first_obj..info.first_obj + u32::from(info.objs) {
-                    let key = self.master.key(o);
-                    let _ = write!(
-                        detail,
-                        " {key} (held {:?}, present {}; {})",
-                        self.sut.holds_object(TENANTS[0], key),
-                        self.oracle.t_now(o),
-                        self.oracle.describe(o)
-                    );
-                }
-            }
-            self.fail(FailureKind::Staleness, detail);
-        }
+        (stale_left, first_stale)
     }
 }
 

@@ -204,6 +204,7 @@ impl<S: System> World<S> {
                 if self.trace {
                     eprintln!("{:>14} net connected", now.as_nanos());
                 }
+                self.last_forced_at = Some(now);
                 let fx = self.sut.handle(now, Input::Connected);
                 self.absorb(fx, None);
             }
@@ -228,13 +229,21 @@ impl<S: System> World<S> {
             self.sync_losses();
             let f = &msg.frames;
             let valid_seq = f.len() == 3 && f[0].is_empty() && f[1] == m.seq.to_be_bytes();
-            let hidden = self.driver.flight.handed(self.now, m, valid_seq);
-            if hidden > 0 {
-                let invisible = self.driver.flight.invisible();
-                for &p in &invisible[invisible.len() - hidden..] {
-                    self.oracle.mark_invisible(p);
-                }
-                self.stats.invisible_restarts += hidden as u64;
+            let hiding = self.driver.flight.handed(self.now, m, valid_seq);
+            if let Some((after, before)) = hiding.hidden_span {
+                self.oracle.mark_invisible(after, before);
+            }
+            if let Some((after, before)) = hiding.revealed_span {
+                self.oracle.unmark_invisible(after, before);
+            }
+            self.stats.invisible_restarts += hiding.hidden.len() as u64;
+            self.stats.invisible_restarts -= hiding.revealed.len() as u64;
+            if m.intact {
+                self.last_handed_at = Some(self.now);
+            }
+            self.handed_upto = self.handed_upto.max(m.last_pos);
+            if hiding.loss {
+                self.last_forced_at = Some(self.now);
             }
             if !m.intact && valid_seq {
                 self.stats.undecodable_with_seq += 1;

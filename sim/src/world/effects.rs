@@ -27,7 +27,17 @@ impl<S: System> World<S> {
                     up.as_nanos()
                 );
             }
-            self.net.master_restarted(up);
+            let seen = self.opts.network.seen_restarts;
+            let seen = seen > 0.0 && self.world_rng.chance(seen);
+            self.net.master_restarted(self.now, up, seen);
+        }
+        if self.tail_lose > 0 && !out.published.is_empty() && self.master.queued() == 0 {
+            // The last messages of the final burst are lost after publishing.
+            let keep = out.published.len().saturating_sub(self.tail_lose as usize);
+            for published in out.published.drain(keep..) {
+                self.net.lose_published(&published);
+            }
+            self.tail_lose = 0;
         }
         for published in out.published.drain(..) {
             self.net.send(self.now, published);
@@ -42,9 +52,9 @@ impl<S: System> World<S> {
 
     // ---- effects ----
 
-    /// Executes and records a call's effects; `snapshot` is the position of the snapshot the
-    /// call handed over, if any.
-    pub(super) fn absorb(&mut self, effects: Effects, snapshot: Option<u64>) {
+    /// Executes and records a call's effects; `snapshot` is the snapshot the call handed over,
+    /// if any.
+    pub(super) fn absorb(&mut self, effects: Effects, snapshot: Option<Handed>) {
         if !effects.is_empty() {
             self.transcript.number(self.now.as_nanos());
         }
@@ -59,15 +69,31 @@ impl<S: System> World<S> {
             match effect {
                 Effect::Command(Command::Connect { .. }) => self.net.connect(self.now),
                 Effect::Command(Command::Disconnect) => self.net.disconnect(self.now),
-                Effect::Command(Command::FetchSnapshot { request }) => self.on_fetch(request),
+                Effect::Command(Command::FetchSnapshot { request }) => {
+                    // Batches the session held for a fetch that failed or was superseded are
+                    // dropped when the next is asked: this key list holds what they did for the
+                    // default tenant only; for the others they are lost (misses), as at a loss.
+                    self.p_loss = self.p_loss.max(self.handed_upto);
+                    self.last_fetch_at = Some(self.now);
+                    self.on_fetch(request);
+                }
                 Effect::Command(Command::VerifyKeys { request, keys }) => {
                     self.on_verify(request, keys)
                 }
+                Effect::Command(Command::ReadStatus { request }) => self.on_status_check(request),
                 Effect::Report(CoreReport::Cleared { reason, .. })
                     if reason != ClearReason::PublisherCleared =>
                 {
+                    if matches!(
+                        reason,
+                        ClearReason::UnreadableRemoval | ClearReason::Requested
+                    ) {
+                        // The batch held a removal without its key, or the driver asked.
+                        self.last_forced_at = Some(self.now);
+                    }
                     self.driver.last_clear_at = self.now;
                     self.snapshots.clear();
+                    self.placed_snapshot = None;
                     self.p_loss = self.p_loss.max(self.master.position());
                     self.baseline_pending = true;
                 }
@@ -77,8 +103,19 @@ impl<S: System> World<S> {
                 {
                     self.recovering = None;
                 }
+                Effect::Report(CoreReport::Placed { .. }) => {
+                    // The snapshot's status point placed the stream: what the session knows of
+                    // that run from now on (its key list is applied from here, and the resync
+                    // may end in a later call, after doubted lines are confirmed).
+                    if let Some(handed) = snapshot {
+                        if let Some((epoch, point)) = handed.point {
+                            self.driver.flight.took_status(epoch, point);
+                        }
+                        self.placed_snapshot = Some(handed.pos);
+                    }
+                }
                 Effect::Report(CoreReport::Resynced { .. }) => {
-                    if let Some(pos) = snapshot {
+                    if let Some(pos) = self.placed_snapshot.take() {
                         self.snapshots.push(pos);
                     }
                 }
@@ -104,6 +141,11 @@ impl<S: System> World<S> {
             self.baseline_pending = false;
         }
         let c = self.sut.counters();
+        if c.stale_keys_found > self.stale_keys_seen {
+            // Verification found keys gone at the master: a reason to resync.
+            self.stale_keys_seen = c.stale_keys_found;
+            self.last_forced_at = Some(self.now);
+        }
         let s = self.opts.session.clone();
         if c.pages > s.index_cap as u64 {
             self.fail(

@@ -1,8 +1,17 @@
 //! The master's HTTP side as the driver sees it: snapshots and verification.
 
 use super::*;
-use crate::master::Status;
-use hicache_index::{SnapshotRequest, VerifyRequest};
+use crate::flight::Point;
+use crate::master::{Served, Status};
+use hicache_index::{SnapshotRequest, StatusRequest, VerifyRequest, Watermark};
+
+/// A snapshot handed to the session: the history position its key list was read at, and its
+/// status point with the run that served it.
+#[derive(Copy, Clone, Debug)]
+pub(super) struct Handed {
+    pub(super) pos: u64,
+    pub(super) point: Option<(u32, Point)>,
+}
 
 /// A request or an answer on its way. The `Snapshot*` and `Verify*` items named `Server`/`Keys`
 /// happen at the master; the others are answers the driver hands to the session (and wait while
@@ -16,15 +25,18 @@ pub(super) enum HttpItem {
     /// `GET /get_all_keys` is read, some time after the status (heavy load).
     SnapshotKeys {
         request: SnapshotRequest,
-        status: Option<Status>,
+        /// The status read, and the run that served it.
+        status: Option<(u32, Status)>,
         /// Batches the master had sent when the status was read.
         batches: u64,
         /// The master's position when the status was read.
         status_pos: u64,
+        /// The run that read the status.
+        began: u32,
     },
     SnapshotAnswer {
         request: SnapshotRequest,
-        status: Option<Status>,
+        status: Option<(u32, Status)>,
         /// The master's position when the status was read.
         status_pos: u64,
         body: Vec<u8>,
@@ -35,6 +47,15 @@ pub(super) enum HttpItem {
     },
     SnapshotFailed {
         request: SnapshotRequest,
+    },
+    /// A status check reaches the master: `GET /kv_events/status` is read.
+    StatusServer {
+        request: StatusRequest,
+    },
+    /// A status check's answer (`None`: failed, or no counters).
+    StatusAnswer {
+        request: StatusRequest,
+        watermark: Option<Watermark>,
     },
     VerifyServer {
         request: VerifyRequest,
@@ -58,6 +79,7 @@ impl HttpItem {
             HttpItem::SnapshotServer { .. }
                 | HttpItem::SnapshotKeys { .. }
                 | HttpItem::VerifyServer { .. }
+                | HttpItem::StatusServer { .. }
         )
     }
 }
@@ -95,11 +117,33 @@ impl<S: System> World<S> {
         (Some(true), self.now + lat + slow)
     }
 
+    /// An answer of a lagging HTTP side is evidence as old as the run it serves: the
+    /// confirmation check allows for it as for a late message.
+    fn note_served_as_of(&mut self, served: Served) {
+        let as_of = self.master.served_as_of(served, self.now);
+        let lag = self.now.saturating_duration_since(as_of);
+        self.evidence_lag = self.evidence_lag.max(lag);
+    }
+
     pub(super) fn on_fetch(&mut self, request: SnapshotRequest) {
         match self.http_fate() {
             (None, _) => {}
             (Some(false), at) => self.http_at(at, HttpItem::SnapshotFailed { request }),
             (Some(true), at) => self.http_at(at, HttpItem::SnapshotServer { request }),
+        }
+    }
+
+    pub(super) fn on_status_check(&mut self, request: StatusRequest) {
+        match self.http_fate() {
+            (None, _) => {}
+            (Some(false), at) => self.http_at(
+                at,
+                HttpItem::StatusAnswer {
+                    request,
+                    watermark: None,
+                },
+            ),
+            (Some(true), at) => self.http_at(at, HttpItem::StatusServer { request }),
         }
     }
 
@@ -115,45 +159,63 @@ impl<S: System> World<S> {
         let now = self.now;
         match item {
             HttpItem::SnapshotServer { request } => {
-                if self.master.is_down(now) {
+                let Some(served) = self.master.serving_new(now) else {
                     let lat = self.http_latency();
                     self.http_at(now + lat, HttpItem::SnapshotFailed { request });
-                } else {
-                    // `GET /kv_events/status` first, then `GET /get_all_keys`: under load, many
-                    // batches and removals happen in between.
-                    let status = self.http_opts.watermark.then(|| self.master.status());
-                    let (lo, hi) = self.http_opts.status_to_keys;
-                    let at = now + self.http_rng.duration(lo, hi);
-                    let batches = self.master.stats().batches;
-                    let item = HttpItem::SnapshotKeys {
-                        request,
-                        status,
-                        batches,
-                        status_pos: self.master.position(),
-                    };
-                    self.http_at(at, item);
+                    return;
+                };
+                // `GET /kv_events/status` first, then `GET /get_all_keys`: under load, many
+                // batches and removals happen in between.
+                let status = self.http_opts.watermark.then(|| {
+                    let epoch = self.master.served_epoch(served);
+                    (epoch, self.master.status_as(served))
+                });
+                let (lo, hi) = self.http_opts.status_to_keys;
+                let at = now + self.http_rng.duration(lo, hi);
+                if self.http_rng.chance(self.http_opts.restart_after_status) {
+                    // A failover between the status and the key list.
+                    let after = self.http_rng.duration(Duration::ZERO, at - now);
+                    self.restart_at = Some(now + after);
                 }
+                let batches = self.master.stats().batches;
+                let item = HttpItem::SnapshotKeys {
+                    request,
+                    status,
+                    batches,
+                    status_pos: self.master.position(),
+                    began: self.master.served_epoch(served),
+                };
+                self.http_at(at, item);
             }
             HttpItem::SnapshotKeys {
                 request,
                 status,
                 batches,
                 status_pos,
+                began,
             } => {
                 if self.master.stats().batches >= batches + 10 {
                     self.stats.resyncs_under_load += 1;
                 }
                 let lat = self.http_latency();
-                if self.master.is_down(now) {
+                // The key list of a fetch whose status the run before a restart answered is
+                // that run's, as of its death, while it lags (its body was under way).
+                let Some(served) = self.master.serving_begun(now, began) else {
                     self.http_at(now + lat, HttpItem::SnapshotFailed { request });
                     return;
+                };
+                if served == Served::Lagging {
+                    self.stats.stale_key_lists += 1;
                 }
+                self.note_served_as_of(served);
                 let mut body = Vec::new();
-                if let Some(obj) = self.master.all_keys_body(&mut body) {
-                    self.shadowed.insert(obj);
-                }
-                let pos = self.master.position();
-                let odd = self.master.foreign_count() > 0;
+                self.master.all_keys_as(served, &mut body);
+                let pos = self.master.served_position(served);
+                let foreign = self.master.foreign_count_as(served);
+                let odd = foreign > 0;
+                let objects = self.master.default_objects().max(1);
+                let per_object = (foreign / objects) as u64;
+                self.stats.foreign_per_object = self.stats.foreign_per_object.max(per_object);
                 if self.http_rng.chance(self.http_opts.restart_after_keys) {
                     // A failover right after the key list was served.
                     let after = self
@@ -210,7 +272,7 @@ impl<S: System> World<S> {
                     now,
                     Input::Snapshot {
                         request,
-                        watermark: status.map(crate::system::watermark_of),
+                        watermark: status.map(|(_, s)| crate::system::watermark_of(s)),
                         lines: &lines,
                     },
                 );
@@ -225,10 +287,33 @@ impl<S: System> World<S> {
                     Some(false) => self.baseline_pending = true,
                     None => {}
                 }
-                self.absorb(fx, Some(pos));
+                let point = status.map(|(epoch, s)| {
+                    let point = Point {
+                        seq: s.last_seq().0,
+                        events: s.published_events,
+                        at: pos,
+                    };
+                    (epoch, point)
+                });
+                self.absorb(fx, Some(Handed { pos, point }));
             }
             HttpItem::SnapshotFailed { request } => {
                 let fx = self.sut.handle(now, Input::SnapshotFailed { request });
+                self.absorb(fx, None);
+            }
+            HttpItem::StatusServer { request } => {
+                let watermark = self.master.serving_new(now).and_then(|served| {
+                    self.note_served_as_of(served);
+                    let status = self.master.status_as(served);
+                    self.http_opts
+                        .watermark
+                        .then(|| crate::system::watermark_of(status))
+                });
+                let lat = self.http_latency();
+                self.http_at(now + lat, HttpItem::StatusAnswer { request, watermark });
+            }
+            HttpItem::StatusAnswer { request, watermark } => {
+                let fx = self.sut.handle(now, Input::Status { request, watermark });
                 self.absorb(fx, None);
             }
             HttpItem::VerifyFailed { request } => {
@@ -236,12 +321,13 @@ impl<S: System> World<S> {
                 self.absorb(fx, None);
             }
             HttpItem::VerifyServer { request, keys } => {
-                if self.master.is_down(now) {
+                let Some(served) = self.master.serving_new(now) else {
                     let lat = self.http_latency();
                     self.http_at(now + lat, HttpItem::VerifyFailed { request });
                     return;
-                }
-                let found = self.master.batch_query(&keys);
+                };
+                self.note_served_as_of(served);
+                let found = self.master.batch_query_as(served, &keys);
                 let lat = self.http_latency();
                 self.http_at(
                     now + lat,

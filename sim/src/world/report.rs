@@ -125,6 +125,23 @@ pub struct RunStats {
     /// The run ended in an expected, visible stall: recovering because the master gives no
     /// status counters (a reordering stream cannot be placed without them).
     pub expected_stall: bool,
+    /// Key lists read from the run before a restart while the HTTP side lagged behind it.
+    pub stale_key_lists: u64,
+    /// The most foreign keys per SGLang object of the default tenant a key list held.
+    pub foreign_per_object: u64,
+    /// Final bursts with a lost tail before an idle master.
+    pub tail_bursts: u64,
+    /// Losses nothing had revealed when the idle master's check came (a burst's lost tail, or
+    /// a restart of an idle master); with status counters they no longer excuse a claim then.
+    pub unrevealed_at_idle: u64,
+    /// Publisher clock jumps forward.
+    pub clock_jumps: u64,
+    /// Publisher clock steps back after a jump.
+    pub clock_steps_back: u64,
+    /// Master messages first handed after their place was passed (no grace: never to apply).
+    pub handed_after_passed: u64,
+    /// Pages the idle master's check demanded as hits.
+    pub idle_liveness_pages: u64,
     /// Index evictions.
     pub evictions: u64,
     /// Virtual time simulated.
@@ -149,9 +166,16 @@ pub struct Report {
 }
 
 impl Report {
-    /// Reports whether every check passed.
+    /// Reports whether no check failed (an [expected stall](RunStats::expected_stall) is not a
+    /// failure; a sweep counts it apart).
     pub fn passed(&self) -> bool {
         self.failures.is_empty()
+    }
+
+    /// Reports whether the run ended in the expected stall of an idle master without status
+    /// counters (see [`RunStats::expected_stall`]).
+    pub fn stalled(&self) -> bool {
+        self.stats.expected_stall
     }
 
     /// Describes the outcome: the failures, the replay command and the options.
@@ -166,9 +190,10 @@ impl Report {
         } else {
             let _ = writeln!(
                 s,
-                "seed {} ({}) FAILED: {} failure(s)",
+                "seed {} ({}, worlds {}) FAILED: {} failure(s)",
                 self.options.seed,
                 self.options.preset,
+                self.options.worlds,
                 self.failures.len()
             );
         }
@@ -214,6 +239,8 @@ impl<S: System> World<S> {
         s.ignored_messages =
             c.stray_topic + c.stray_frame_count + c.malformed_seq + c.malformed_payload;
         s.evictions = c.evictions;
+        (s.clock_jumps, s.clock_steps_back) = self.master.clock_changes();
+        s.handed_after_passed = self.driver.flight.after_passed();
         s.virtual_time = Duration::from_nanos(self.now.as_nanos());
         s.net = self.net.stats();
         Report {

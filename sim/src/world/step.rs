@@ -14,11 +14,13 @@ impl<S: System> World<S> {
     pub(super) fn enter_quiet(&mut self) {
         self.driver.faults_off();
         self.master.set_faults(false);
+        self.master.end_http_lag();
         self.net.set_faults(self.now, false);
         self.http_opts.fail = 0.0;
         self.http_opts.hang = 0.0;
         self.http_opts.slow = 0.0;
         self.http_opts.restart_after_keys = 0.0;
+        self.http_opts.restart_after_status = 0.0;
         self.http_opts.calm_down();
         self.next_stray = None;
         self.next_junk = None;
@@ -26,6 +28,54 @@ impl<S: System> World<S> {
         self.phase = Phase::Quiet {
             until: self.now + self.opts.quiet,
         };
+    }
+
+    /// Ends the chaos phase of a [`crate::options::WorldKind::TailLossIdle`] run: a burst of
+    /// puts against the burst's queue while faults are still on, its tail lost, and then the
+    /// quiet phase with the master idle.
+    pub(super) fn enter_tail(&mut self, tail: TailLoss) {
+        self.stats.tail_bursts += 1;
+        self.master.set_queue_capacity(tail.queue_capacity);
+        for _ in 0..tail.puts {
+            self.act(Action::Put);
+        }
+        self.enter_quiet();
+        self.master.set_acting(false);
+        match tail.kind {
+            TailKind::Overflow => {}
+            TailKind::LostMessages(n) => self.tail_lose = n,
+            TailKind::Restart => {
+                let after = self
+                    .world_rng
+                    .duration(Duration::from_millis(1), Duration::from_millis(20));
+                self.restart_at = Some(self.now + after);
+            }
+        }
+    }
+
+    /// Notes whether the master is idle and reachable now: faults off, not acting, nothing
+    /// queued, up, no restart due.
+    pub(super) fn watch_idle(&mut self) {
+        if self.idle_checked {
+            return;
+        }
+        let idle = matches!(self.phase, Phase::Quiet { .. } | Phase::Settle { .. })
+            && !self.master.is_acting()
+            && self.master.queued() == 0
+            && !self.master.is_down(self.now)
+            && self.restart_at.is_none();
+        if idle {
+            self.idle_since.get_or_insert(self.now);
+        } else {
+            self.idle_since = None;
+        }
+    }
+
+    /// Returns when the idle master's check is due (see [`IDLE_BOUND`]).
+    pub(super) fn idle_deadline(&self) -> Option<Instant> {
+        self.idle_since
+            .filter(|_| !self.idle_checked)
+            .map(|t| t + IDLE_BOUND)
     }
 
     pub(super) fn enter_settle(&mut self) {
@@ -57,8 +107,12 @@ impl<S: System> World<S> {
                 && (self.master.stats().events >= self.opts.events
                     || self.now.saturating_duration_since(Instant::ZERO) > CHAOS_CAP)
             {
-                self.enter_quiet();
+                match self.opts.tail.clone() {
+                    Some(tail) => self.enter_tail(tail),
+                    None => self.enter_quiet(),
+                }
             }
+            self.watch_idle();
             let stalled = self.stalled();
             let candidates = [
                 self.net.next_at().filter(|_| !stalled),
@@ -71,6 +125,7 @@ impl<S: System> World<S> {
                 self.phase_deadline(),
                 self.driver.next_at(),
                 self.restart_at,
+                self.idle_deadline(),
             ];
             let Some(next) = candidates.into_iter().flatten().min() else {
                 if stop.is_some() {
@@ -179,19 +234,30 @@ impl<S: System> World<S> {
             self.next_clear = self.other_rng.exponential(rate).map(|d| now + d);
             return;
         }
+        if self.idle_deadline().is_some_and(|t| t <= now) {
+            self.idle_checks();
+            return;
+        }
         match self.phase {
             Phase::Quiet { until } if until <= now => self.enter_settle(),
             Phase::Settle { until } if until <= now => {
-                // Settled once the publisher and the network are empty, and verification has
-                // had its rounds.
+                // Settled once the publisher and the network are empty, the idle master was
+                // checked, and verification has had its rounds.
                 let verified = self.sut.counters().verified_keys - self.verified_at_settle;
                 let verifying = self.opts.session.verify && verified < self.settle_keys;
-                let busy = self.master.queued() > 0 || self.net.in_flight() > 0 || verifying;
+                let busy = self.master.queued() > 0
+                    || self.net.in_flight() > 0
+                    || verifying
+                    || !self.idle_checked;
                 if busy && now < self.settle_cap {
                     self.phase = Phase::Settle {
                         until: now + Duration::from_millis(10),
                     };
                 } else {
+                    if !self.idle_checked {
+                        // The master never stayed idle and reachable this long: check anyway.
+                        self.idle_checks();
+                    }
                     self.phase = Phase::Done;
                 }
             }

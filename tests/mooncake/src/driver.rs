@@ -26,8 +26,8 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use hicache_index::{
-    Command, Config, Effect, Effects, Instant, Seq, Session, SnapshotRequest, VerifyRequest,
-    Watermark,
+    Command, Config, Effect, Effects, Input, Instant, Seq, Session, SnapshotRequest, StatusRequest,
+    VerifyRequest, Watermark,
 };
 
 use crate::http;
@@ -49,6 +49,18 @@ enum Answer {
         request: VerifyRequest,
         results: Result<Vec<(String, bool)>, String>,
     },
+    Status {
+        request: StatusRequest,
+        watermark: Option<Watermark>,
+    },
+}
+
+/// The watermark a `/kv_events/status` answer names.
+fn watermark(status: &http::KvEventsStatus) -> Watermark {
+    Watermark {
+        seq: Seq(status.published_batches + status.dropped_events),
+        events: Some(status.published_events),
+    }
 }
 
 /// The SUB socket and the PAIR socket that receives its monitor events.
@@ -296,6 +308,9 @@ impl IndexDriver {
                     request,
                     results.iter().map(|(k, ok)| (k.as_str(), *ok)),
                 ),
+                Answer::Status { request, watermark } => self
+                    .session
+                    .handle(now, Input::Status { request, watermark }),
                 Answer::Verify {
                     results: Err(e), ..
                 } => {
@@ -334,10 +349,7 @@ impl IndexDriver {
                         // before the key list was read.
                         let timeout = Duration::from_secs(10);
                         let keys = http::kv_events_status(addr, timeout).and_then(|status| {
-                            let at = Watermark {
-                                seq: Seq(status.published_batches + status.dropped_events),
-                                events: Some(status.published_events),
-                            };
+                            let at = watermark(&status);
                             http::get_all_keys(addr, timeout).map(|keys| (Some(at), keys))
                         });
                         let _ = tx.send(Answer::Snapshot { request, keys });
@@ -350,6 +362,15 @@ impl IndexDriver {
                     std::thread::spawn(move || {
                         let results = http::batch_query_keys(addr, &keys, Duration::from_secs(10));
                         let _ = tx.send(Answer::Verify { request, results });
+                    });
+                }
+                Effect::Command(Command::ReadStatus { request }) => {
+                    let (tx, addr, request) = (self.answers_tx.clone(), self.http, *request);
+                    self.in_flight += 1;
+                    std::thread::spawn(move || {
+                        let status = http::kv_events_status(addr, Duration::from_secs(10));
+                        let watermark = status.ok().map(|s| watermark(&s));
+                        let _ = tx.send(Answer::Status { request, watermark });
                     });
                 }
                 // The real-master scenarios follow one fixed master (their HA runs go through

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use hicache_index::{
     Command, Effect, Effects, Health, Input, Instant, LeaderRequest, Session, SnapshotRequest,
-    VerifyRequest,
+    StatusRequest, VerifyRequest,
 };
 
 use crate::config::SocketConfig;
@@ -338,6 +338,22 @@ impl<O: Observer> Driver<O> {
                 let status = &status;
                 self.call(|s, now| s.handle(now, Input::LeaderStatus { request, status }));
             }
+            Inbox::Http(HttpOutcome::Status { request, watermark }) => {
+                let watermark = match watermark {
+                    Ok(watermark) => {
+                        self.shared.episodes.succeeded(STATUS_CHECK);
+                        watermark
+                    }
+                    Err(error) => {
+                        let url = self.http_url();
+                        let cause = error.to_string();
+                        self.shared.episodes.failed(STATUS_CHECK, &url, &cause);
+                        None
+                    }
+                };
+                let request = StatusRequest(request);
+                self.call(|s, now| s.handle(now, Input::Status { request, watermark }));
+            }
             Inbox::Http(HttpOutcome::Verify {
                 request,
                 results,
@@ -494,6 +510,7 @@ impl<O: Observer> Driver<O> {
         let control = self.control.clone();
         let request = job.request();
         let snapshot = matches!(job, HttpJob::Snapshot { .. });
+        let fallback = job.without_keys();
         let span = tracing::info_span!("master_http", request, snapshot);
         let spawned = std::thread::Builder::new()
             .name("hicache-index-http".into())
@@ -503,14 +520,7 @@ impl<O: Observer> Driver<O> {
             });
         if let Err(error) = spawned {
             tracing::warn!(%error, "starting an HTTP job's thread failed");
-            let job = match snapshot {
-                true => HttpJob::Snapshot { request },
-                false => HttpJob::Verify {
-                    request,
-                    keys: Vec::new(),
-                },
-            };
-            let outcome = job.failed(HttpError::Io(error.to_string()));
+            let outcome = fallback.failed(HttpError::Io(error.to_string()));
             self.handle_inbox(Inbox::Http(outcome));
         }
     }
@@ -595,6 +605,13 @@ impl<O: Observer> Driver<O> {
                 request: request.0,
                 keys,
             }),
+            Command::ReadStatus { request } => match self.http {
+                Some(_) => self.spawn_job(HttpJob::Status { request: request.0 }),
+                None => self.call(|s, now| {
+                    let watermark = None;
+                    s.handle(now, Input::Status { request, watermark })
+                }),
+            },
             Command::CheckLeader { request, host } => self.spawn_check(request, &host),
             Command::UseMaster { host } => {
                 tracing::info!(host, "following the HA leader");
@@ -608,6 +625,8 @@ impl<O: Observer> Driver<O> {
 const KEY_LIST: &str = "key list";
 /// ... of verification rounds.
 const VERIFICATION: &str = "verification";
+/// ... of the checks of a quiet stream against the master's status.
+const STATUS_CHECK: &str = "status check";
 /// ... of the event endpoint.
 const EVENTS: &str = "events";
 

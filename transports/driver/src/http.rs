@@ -1,5 +1,5 @@
 //! The master's HTTP admin side: request bytes, an HTTP/1.1 response reader (sans IO, on
-//! `httparse`), a blocking `GET`, and the two jobs the core asks for. URLs are parsed by `url`,
+//! `httparse`), a blocking `GET`, and the three jobs the core asks for. URLs are parsed by `url`,
 //! keys percent-encoded by `percent-encoding`.
 //!
 //! Every job runs on a thread of its own ([`HttpJob::run`], started by the [`crate::Driver`]),
@@ -11,6 +11,7 @@
 //! Effect::VerifyKeys    -> GET {base}/batch_query_keys?keys=k1,k2  -> {"success":true,
 //!                          (split so every target stays short)         "data":{"k1":{"ok":true}}}
 //!                                                                     -> handle_verify_result
+//! Effect::ReadStatus    -> GET {base}/kv_events/status             -> Input::Status
 //! ```
 
 use std::fmt;
@@ -456,6 +457,11 @@ pub enum HttpJob {
         /// The core's request number.
         request: u64,
     },
+    /// `GET /kv_events/status` for the status check `request`.
+    Status {
+        /// The core's request number.
+        request: u64,
+    },
     /// `GET /batch_query_keys` for the verification `request`.
     Verify {
         /// The core's request number.
@@ -479,6 +485,13 @@ pub enum HttpOutcome {
         /// [`hicache_index::snapshot_lines`]).
         keys: Result<Vec<u8>, HttpError>,
     },
+    /// The master's status, or why it could not be read.
+    Status {
+        /// The core's request number.
+        request: u64,
+        /// What `/kv_events/status` said (`Ok(None)`: it gave no counters).
+        watermark: Result<Option<Watermark>, HttpError>,
+    },
     /// Which keys exist; keys the master did not answer about are left out.
     Verify {
         /// The core's request number.
@@ -494,7 +507,9 @@ impl HttpJob {
     /// The core's request number of the job.
     pub fn request(&self) -> u64 {
         match self {
-            HttpJob::Snapshot { request } | HttpJob::Verify { request, .. } => *request,
+            HttpJob::Snapshot { request }
+            | HttpJob::Status { request }
+            | HttpJob::Verify { request, .. } => *request,
         }
     }
 
@@ -506,11 +521,26 @@ impl HttpJob {
                 watermark: None,
                 keys: Err(error),
             },
+            HttpJob::Status { request } => HttpOutcome::Status {
+                request,
+                watermark: Err(error),
+            },
             HttpJob::Verify { request, .. } => HttpOutcome::Verify {
                 request,
                 results: Vec::new(),
                 error: Some(error),
             },
+        }
+    }
+
+    /// The job to report as failed if it cannot be started: itself, without its keys.
+    pub fn without_keys(&self) -> HttpJob {
+        match self {
+            HttpJob::Verify { request, .. } => HttpJob::Verify {
+                request: *request,
+                keys: Vec::new(),
+            },
+            other => other.clone(),
         }
     }
 
@@ -535,6 +565,12 @@ impl HttpJob {
                     keys,
                 }
             }
+            HttpJob::Status { request } => HttpOutcome::Status {
+                request,
+                watermark: http
+                    .get("/kv_events/status")
+                    .map(|body| parse_watermark(&body)),
+            },
             HttpJob::Verify { request, keys } => {
                 let mut results = Vec::with_capacity(keys.len());
                 let mut error = None;

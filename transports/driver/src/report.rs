@@ -122,6 +122,8 @@ pub fn counter_help(field: &str) -> Option<&'static str> {
         "stored_without_key" => "stored events without an object key (ignored)",
         "unreadable_removals" => "removed events without an object key (each forces a clear)",
         "duplicates" => "Copies of batches passed or held, skipped (rule R2)",
+        "status_checks" => "Checks of a quiet stream against the master's /kv_events/status (rule R11)",
+        "status_disagreed" => "Status checks that showed batches lost at the tail of a burst or another run of the master: the index forgot (rule R11)",
         "before_point" => "Batches at or before a snapshot's status point, skipped: the key list holds what they did (rule R3)",
         "unplaced_dropped" => "Batches dropped while the stream was unplaced and no fetch was under way: the next key list holds what they did (rule R6)",
         "placements" => "Status points that placed the stream (rule R6)",

@@ -1,0 +1,188 @@
+//! Unit tests of the quiet stream's check against the master's status (rule R11).
+
+use core::time::Duration;
+
+use super::*;
+use crate::sequence::mark::Print;
+use crate::sequence::{HoldBounds, ReorderConfig};
+
+const EVERY: Duration = Duration::from_secs(1);
+
+fn ms(n: u64) -> Instant {
+    Instant::from_millis(n)
+}
+
+fn mark(seq: u64, first: u64, last: u64) -> Mark {
+    Mark {
+        seq: Seq(seq),
+        first: Some(first),
+        last: Some(last),
+        events: (last + 1 - first) as usize,
+        print: Print(seq << 24 | first),
+        undecodable: false,
+    }
+}
+
+fn point(seq: u64, last: u64) -> Point {
+    Point {
+        seq: Seq(seq),
+        last: Some(last),
+    }
+}
+
+/// A resyncing stream placed at the status point (seq 4, events 10) at 0 ms, then batch 5
+/// (events 11-12) applied at 10 ms.
+fn placed(status_check: Option<Duration>) -> Stream<u64> {
+    let mut s = Stream::new(StreamConfig {
+        reorder: ReorderConfig::default(),
+        resync: Some(HoldBounds {
+            batches: 8,
+            bytes: 1 << 20,
+            point_timeout: Duration::from_millis(200),
+            status_check,
+        }),
+    });
+    s.fetch_asked();
+    assert_eq!(s.place(ms(0), Some(point(4, 10))), Placed::AtPoint);
+    assert_eq!(s.offer(ms(10), mark(5, 11, 12), 1, || 5), Ruling::Apply);
+    s
+}
+
+/// Asks the check when it is due, and answers it with `status`.
+fn check(s: &mut Stream<u64>, request: u64, status: Point) -> (Instant, Option<Ruling>) {
+    let due = s.status_due().expect("a check is due");
+    s.status_asked(due, request);
+    (due, s.status_answered(due, request, Some(status)))
+}
+
+fn forgot(why: Why) -> Ruling {
+    Ruling::Forget(Forgot {
+        why,
+        apply: false,
+        position: Some(Seq(5)),
+    })
+}
+
+#[test]
+fn r11_a_check_is_due_an_interval_after_the_last_batch() {
+    let s = placed(Some(EVERY));
+    assert_eq!(s.status_due(), Some(ms(10) + EVERY));
+    assert_eq!(placed(None).status_due(), None);
+}
+
+#[test]
+fn r11_a_status_at_the_position_confirms_it() {
+    let mut s = placed(Some(EVERY));
+    let (at, ruling) = check(&mut s, 1, point(5, 12));
+    assert_eq!(ruling, None);
+    assert_eq!(s.last_applied(), Some(Seq(5)));
+    assert_eq!(s.status_due(), Some(at + EVERY));
+    assert_eq!(s.handle_timeout(at + EVERY), None);
+}
+
+#[test]
+fn r11_a_status_ahead_not_caught_up_with_is_a_lost_tail() {
+    let mut s = placed(Some(EVERY));
+    let (at, ruling) = check(&mut s, 1, point(7, 15));
+    assert_eq!(ruling, None, "batches 6 and 7 may be on their way");
+    assert_eq!(s.status_due(), None, "no second check while waiting");
+    assert_eq!(s.poll_timeout(), Some(at + EVERY));
+    let lost = Why::TailLost {
+        expected: Seq(6),
+        status: Seq(7),
+    };
+    assert_eq!(s.handle_timeout(at + EVERY), Some(forgot(lost)));
+    assert!(s.is_unplaced());
+    assert_eq!(s.holes(), (1, 2));
+}
+
+#[test]
+fn r11_a_status_ahead_that_the_stream_catches_up_with_is_no_loss() {
+    let mut s = placed(Some(EVERY));
+    let (at, _) = check(&mut s, 1, point(6, 14));
+    let arrived = at + Duration::from_millis(300);
+    assert_eq!(s.offer(arrived, mark(6, 13, 14), 1, || 6), Ruling::Apply);
+    assert_eq!(s.handle_timeout(at + EVERY), None);
+    assert_eq!(s.status_due(), Some(arrived + EVERY));
+}
+
+#[test]
+fn r11_a_queue_drop_at_the_tail_is_a_lost_tail() {
+    // The master's queue dropped the tail's events: sequences skipped, event ids not.
+    let mut s = placed(Some(EVERY));
+    let (at, ruling) = check(&mut s, 1, point(9, 12));
+    assert_eq!(ruling, None);
+    let lost = Why::TailLost {
+        expected: Seq(6),
+        status: Seq(9),
+    };
+    assert_eq!(s.handle_timeout(at + EVERY), Some(forgot(lost)));
+}
+
+#[test]
+fn r11_a_status_behind_the_position_is_another_run() {
+    // A restart nobody saw, after which nothing came: the new run's counters are lower.
+    let mut s = placed(Some(EVERY));
+    let (_, ruling) = check(&mut s, 1, point(0, 0));
+    let other = Why::StatusOfOtherRun { status: Seq(0) };
+    assert_eq!(ruling, Some(forgot(other)));
+    assert!(s.is_unplaced());
+}
+
+#[test]
+fn r11_the_same_sequence_at_other_event_ids_is_another_run() {
+    let mut s = placed(Some(EVERY));
+    let (_, ruling) = check(&mut s, 1, point(5, 9));
+    let other = Why::StatusOfOtherRun { status: Seq(5) };
+    assert_eq!(ruling, Some(forgot(other)));
+}
+
+#[test]
+fn r11_an_answer_asked_before_the_last_batch_is_ignored() {
+    let mut s = placed(Some(EVERY));
+    let due = s.status_due().expect("due");
+    s.status_asked(due, 1);
+    // Batch 6 arrives while the status is read: the status may have been read before it.
+    assert_eq!(s.offer(due, mark(6, 13, 13), 1, || 6), Ruling::Apply);
+    assert_eq!(s.status_answered(due, 1, Some(point(5, 12))), None);
+    assert_eq!(s.last_applied(), Some(Seq(6)));
+}
+
+#[test]
+fn r11_an_answer_to_another_request_or_without_counters_is_no_verdict() {
+    let mut s = placed(Some(EVERY));
+    let due = s.status_due().expect("due");
+    s.status_asked(due, 2);
+    assert_eq!(s.status_answered(due, 1, Some(point(0, 0))), None);
+    assert_eq!(s.status_answered(due, 2, None), None);
+    assert_eq!(s.last_applied(), Some(Seq(5)));
+    assert_eq!(s.status_due(), Some(due + EVERY));
+}
+
+#[test]
+fn r11_an_unanswered_check_is_given_up_and_asked_again() {
+    let mut s = placed(Some(EVERY));
+    let due = s.status_due().expect("due");
+    s.status_asked(due, 1);
+    let deadline = due + Duration::from_millis(200);
+    assert_eq!(s.poll_timeout(), Some(deadline));
+    assert_eq!(s.handle_timeout(deadline), None);
+    assert_eq!(s.status_due(), Some(deadline + EVERY));
+}
+
+#[test]
+fn r11_a_stream_placed_without_a_status_is_never_checked() {
+    let mut s: Stream<u64> = Stream::new(StreamConfig {
+        reorder: ReorderConfig::default(),
+        resync: Some(HoldBounds {
+            batches: 8,
+            bytes: 1 << 20,
+            point_timeout: Duration::from_millis(200),
+            status_check: Some(EVERY),
+        }),
+    });
+    s.offer(ms(0), mark(3, 5, 6), 1, || 3);
+    s.fetch_asked();
+    assert_eq!(s.place(ms(1), None), Placed::LastHeard);
+    assert_eq!(s.status_due(), None);
+}
