@@ -2,30 +2,35 @@
 //! `oracle` and `flight`), for the checker's small world.
 //!
 //! Every change of the master (a page stored or removed, a restart) gets a *history position*
-//! (1, 2, ...; 0 is the start, nothing held). Two presences per page and position:
-//! - **T**, the true state: what the master holds (a restart holds nothing);
-//! - **E**, the event history: the same, except that a restart the stream cannot reveal (see
-//!   below) removes nothing, since no signal tells the session it happened.
+//! (1, 2, ...; 0 is the start, nothing held). `T(X, q)` says whether the master held page `X`
+//! right after position `q`.
 //!
-//! A change is **pending** while the session cannot know it: its batch is held by the network
-//! (in flight), or it was lost (a queue drop, a restart) and no intact message after it has
-//! been handed yet, or (an undecodable batch) its damaged copy has not been handed. With a
-//! reorder window, a handed message and a revealed loss stay pending for the window's
+//! A change is **pending** while the session cannot know it:
+//! - its batch was published and its message (intact or damaged) not handed yet;
+//! - its batch was dropped by the master's queue and nothing revealed the loss yet: an intact
+//!   later message of its run, a status of its run whose sequence covers it (the status counts
+//!   dropped sequences), or an intact message of a later run after restarts the session could
+//!   tell;
+//! - it is a restart, and the session cannot tell yet (see below).
+//!
+//! With a reorder window, a handed message and a revealed loss stay pending for the window's
 //! `max_delay` (the session may rightly hold or wait that long). Let `h` be the oldest pending
 //! position, or one past the newest when none is.
 //!
-//! **The rule.** A claim of page `X` is *justified* iff `E(X, q)` or `T(X, q)` holds for some
-//! position `q` in `[h - 1, newest]`: the master held it at a moment the session may still be
-//! reflecting. An unjustified claim is a **false hit**.
+//! **The rule.** A claim of page `X` is *justified* iff `T(X, q)` holds for some position `q`
+//! in `[h - 1, newest]`: the master held it at a moment the session may still be reflecting.
+//! An unjustified claim is a **false hit**.
 //!
-//! **The one excuse** (issue 26's class that no stream can tell): a restart whose first
+//! **The one excuse** (issue 26's class that no stream can tell). A restart whose first
 //! message handed is intact and continues exactly (next sequence, next event id) the latest
-//! position the session learned of the old run, from its messages or from a status read of it
-//! handed over with a snapshot, is *invisible*: for `E` it removes nothing. A claim justified
-//! by `E` alone is *stale*, and must end within [`STALE_BOUND`] of the moment the session had
-//! both (the message and the position it continues): verification rounds are what bounds it.
-//! Whether a restart is invisible is decided by what the session was handed so far: a later
-//! message of the old run, say, makes it visible again.
+//! position the session learned of the old run, from its messages or from a status read of
+//! it handed over with a snapshot, is *invisible*: no message reveals it, nor the old run's
+//! losses after that position (the new run's numbering covers them). They stay pending, as
+//! *excused*. A claim justified only because of excused entries is *stale*, and must end within
+//! [`STALE_BOUND`] of the moment the session had both the message and the position it
+//! continues: verification rounds are what bounds it. Whether a restart is invisible is
+//! decided by what the session was handed so far: a later message of the old run, say, makes
+//! it visible again, and a status handed later can make it invisible.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -38,43 +43,28 @@ use crate::model::{Message, PAGES};
 /// two verification rounds and a round's timeout (the shipped `VerifyConfig`: 5 s, 5 s).
 pub const STALE_BOUND: Duration = Duration::from_secs(15);
 
-/// One change of the master.
+/// What changed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-enum Change {
+enum Kind {
     /// A page was stored (`true`) or removed.
     Page { page: u8, present: bool },
-    /// The master restarted as run `run` (holding nothing).
-    Restart { run: u8 },
+    /// The master restarted (holding nothing).
+    Restart,
 }
 
-/// Why a change is pending.
+/// One change of the master and how the session may learn of it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-enum Why {
-    /// Its message is held by the network.
-    InFlight,
-    /// It was lost and nothing revealed the loss yet (a queue drop, a restart).
-    Lost,
-    /// Its message is undecodable and has not been handed yet.
-    Damaged,
-}
-
-/// A pending change: until `until` when it is in its grace (`None`: until resolved).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-struct Pending {
+struct Change {
     pos: u64,
-    why: Why,
-    until: Option<Instant>,
-}
-
-/// What the stream showed of a restart.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-enum Seen {
-    /// No message of the new run was handed yet.
-    Undetermined,
-    /// The session could tell.
-    Visible,
-    /// Its first message handed continued the old run exactly; the session had both at `at`.
-    Invisible { at: Instant },
+    kind: Kind,
+    /// The run that made it (the new run, for a restart).
+    run: u8,
+    /// Its batch's sequence (the first one skipped, for a dropped batch; 0 for a restart).
+    seq: u64,
+    /// Its batch was dropped by the master's queue.
+    dropped: bool,
+    /// When its message (intact or damaged) was first handed.
+    handed: Option<Instant>,
 }
 
 /// One restart and the first message of its run the session was handed.
@@ -85,46 +75,55 @@ struct Restart {
     run: u8,
     /// The first intact message of the run handed: its sequence and first event id, and when.
     first: Option<(u64, u64, Instant)>,
-    /// An undecodable message of the run was handed before any intact one (the session had to
-    /// forget: no excuse is needed).
-    damaged_first: bool,
+    /// When an undecodable message of the run was handed before any intact one (the session
+    /// had to forget: no excuse is needed).
+    damaged_first: Option<Instant>,
 }
 
-/// The latest position of one run that the session learned: a sequence, the last event id up
-/// to it, and when it learned it.
+/// What the session could tell of a restart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Seen {
+    /// No message of the new run was handed yet.
+    Undetermined,
+    /// The session can tell, since `at`.
+    Visible { at: Instant },
+    /// It cannot; it has had the continuing message and the position it continues since `at`.
+    Invisible { at: Instant },
+}
+
+/// A position of one run the session learned: a sequence and the last event id up to it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 struct Known {
     seq: u64,
     last: u64,
     at: Instant,
+    /// From a status read (which counts dropped sequences), not a message.
+    status: bool,
 }
 
 /// How one claim is judged.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Judgement {
-    /// The claim is justified and true now, or justified by a change still pending.
+    /// The claim is justified.
     Fine,
     /// The claim is unjustified.
     FalseHit,
-    /// The claim rests on an invisible restart for `age` (see [`STALE_BOUND`]).
+    /// The claim is justified only by what an invisible restart hides, for `age` (see
+    /// [`STALE_BOUND`]).
     Stale {
-        /// How long since the invisible restart's first message was handed.
+        /// How long since the restart became invisible to the session.
         age: Duration,
     },
 }
 
-/// The history of changes and what of it is pending for the session.
+/// The history of changes and what the session was handed.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Oracle {
-    changes: Vec<(u64, Change)>,
+    changes: Vec<Change>,
     next_pos: u64,
-    pending: Vec<Pending>,
     restarts: Vec<Restart>,
-    /// Per run, the latest position the session learned (from intact messages and status
-    /// reads handed).
-    known: BTreeMap<u8, Known>,
-    /// Positions whose message was handed intact.
-    handed: Vec<u64>,
+    /// Per run, every position the session learned, in order.
+    known: BTreeMap<u8, Vec<Known>>,
     grace: Duration,
 }
 
@@ -134,311 +133,321 @@ impl Oracle {
         Oracle {
             changes: Vec::new(),
             next_pos: 1,
-            pending: Vec::new(),
             restarts: Vec::new(),
             known: BTreeMap::new(),
-            handed: Vec::new(),
             grace,
         }
     }
 
-    fn record(&mut self, change: Change) -> u64 {
+    fn record(&mut self, kind: Kind, run: u8, seq: u64, dropped: bool) -> u64 {
         let pos = self.next_pos;
         self.next_pos += 1;
-        self.changes.push((pos, change));
+        self.changes.push(Change {
+            pos,
+            kind,
+            run,
+            seq,
+            dropped,
+            handed: None,
+        });
         pos
     }
 
-    /// Records that page `page` became present (or absent); returns its position.
-    pub fn page(&mut self, page: usize, present: bool) -> u64 {
-        self.record(Change::Page {
+    /// Records that page `page` became present (or absent) by run `run`'s batch `seq`, which
+    /// the master's queue dropped or not; returns its position.
+    pub fn page(&mut self, page: usize, present: bool, run: u8, seq: u64, dropped: bool) -> u64 {
+        let kind = Kind::Page {
             page: page as u8,
             present,
-        })
+        };
+        self.record(kind, run, seq, dropped)
     }
 
-    /// Records that the master restarted as `run`; returns its position (pending until an
-    /// intact message after it is handed).
+    /// Records that the master restarted as `run`; returns its position.
     pub fn restart(&mut self, run: u8) -> u64 {
-        let pos = self.record(Change::Restart { run });
-        self.pending.push(Pending {
-            pos,
-            why: Why::Lost,
-            until: None,
-        });
+        let pos = self.record(Kind::Restart, run, 0, false);
         self.restarts.push(Restart {
             pos,
             run,
             first: None,
-            damaged_first: false,
+            damaged_first: None,
         });
         pos
     }
 
-    /// The message of the change at `pos` was dropped by the master's queue.
-    pub fn dropped(&mut self, pos: u64) {
-        self.pending.push(Pending {
-            pos,
-            why: Why::Lost,
-            until: None,
-        });
-    }
-
-    /// The message of the change at `pos` is held by the network.
-    pub fn delayed(&mut self, pos: u64) {
-        self.pending.push(Pending {
-            pos,
-            why: Why::InFlight,
-            until: None,
-        });
-    }
-
-    /// The message of the change at `pos` will arrive undecodable.
-    pub fn damaged(&mut self, pos: u64) {
-        self.pending.push(Pending {
-            pos,
-            why: Why::Damaged,
-            until: None,
-        });
-    }
-
-    /// Resolves the pending entries `which` selects: gone, or in their grace.
-    fn resolve(&mut self, now: Instant, which: impl Fn(&Pending) -> bool) {
-        let grace = self.grace;
-        self.pending.retain_mut(|p| {
-            if p.until.is_some() || !which(p) {
-                return true;
-            }
-            if grace.is_zero() {
-                return false;
-            }
-            p.until = Some(now + grace);
-            true
-        });
-    }
-
     /// Records that the session learned position `(seq, last)` of run `run` at `now`.
-    fn learn(&mut self, now: Instant, run: u8, seq: u64, last: u64) {
-        let known = self
-            .known
-            .entry(run)
-            .or_insert(Known { seq, last, at: now });
-        if seq > known.seq {
-            *known = Known { seq, last, at: now };
-        }
+    fn learn(&mut self, now: Instant, run: u8, seq: u64, last: u64, status: bool) {
+        self.known.entry(run).or_default().push(Known {
+            seq,
+            last,
+            at: now,
+            status,
+        });
     }
 
     /// The session was handed a snapshot whose status was read from run `run` at `seq` with
     /// `events` published.
     pub fn status_handed(&mut self, now: Instant, run: u8, seq: u64, events: u64) {
-        self.learn(now, run, seq, events);
+        self.learn(now, run, seq, events, true);
     }
 
     /// The session was handed `message` at `now`.
     pub fn handed(&mut self, now: Instant, message: &Message) {
-        let pos = message.pos;
         for r in &mut self.restarts {
-            if r.run == message.run && r.first.is_none() {
+            if r.run == message.run && r.first.is_none() && r.damaged_first.is_none() {
                 if message.readable {
                     r.first = Some((message.seq, message.first_id, now));
                 } else {
-                    r.damaged_first = true;
+                    r.damaged_first = Some(now);
                 }
             }
         }
-        if !message.readable {
-            self.resolve(now, |p| p.pos == pos && p.why == Why::Damaged);
-            return;
+        if let Some(c) = self.changes.iter_mut().find(|c| c.pos == message.pos) {
+            c.handed = c.handed.or(Some(now));
         }
-        self.learn(now, message.run, message.seq, message.last_id());
-        if self.handed.contains(&pos) {
-            // A copy tells nothing new.
-            return;
-        }
-        self.handed.push(pos);
-        // What it reveals, and itself, stay pending through the grace (the session may hold it
-        // that long, as out of order).
-        self.pending
-            .retain(|p| !(p.pos == pos && p.why == Why::InFlight && p.until.is_none()));
-        self.resolve(now, |p| p.pos < pos && p.why == Why::Lost);
-        if !self.grace.is_zero() {
-            self.pending.push(Pending {
-                pos,
-                why: Why::InFlight,
-                until: Some(now + self.grace),
-            });
+        if message.readable {
+            self.learn(now, message.run, message.seq, message.last_id(), false);
         }
     }
 
-    /// What the session could tell of restart `r`, from what it was handed so far.
+    /// The latest position learned of the latest run before `run` of which any was learned.
+    fn latest_before(&self, run: u8) -> Option<(u8, Known)> {
+        self.known
+            .range(..run)
+            .next_back()
+            .and_then(|(&r, k)| k.iter().max_by_key(|k| k.seq).map(|k| (r, *k)))
+    }
+
+    /// What the session can tell of restart `r`, from what it was handed so far.
     fn seen(&self, r: &Restart) -> Seen {
-        if r.damaged_first {
-            return Seen::Visible;
+        if let Some(at) = r.damaged_first {
+            return Seen::Visible { at };
         }
         let Some((seq, first_id, at)) = r.first else {
             return Seen::Undetermined;
         };
-        // The latest position learned of the runs before it (of the latest such run).
-        match self.known.range(..r.run).next_back() {
+        match self.latest_before(r.run) {
             Some((_, k)) if seq == k.seq + 1 && first_id == k.last + 1 => {
                 Seen::Invisible { at: at.max(k.at) }
             }
-            _ => Seen::Visible,
+            Some((_, k)) => Seen::Visible { at: at.max(k.at) },
+            None => Seen::Visible { at },
         }
     }
 
-    /// Forgets graces that ended by `now`.
-    pub fn expire(&mut self, now: Instant) {
-        self.pending
-            .retain(|p| p.until.is_none_or(|until| until > now));
+    fn restart_of(&self, run: u8) -> Option<&Restart> {
+        self.restarts.iter().find(|r| r.run == run)
     }
 
-    /// The oldest pending position at `now`, or one past the newest.
-    fn horizon(&self, now: Instant) -> u64 {
-        self.pending
+    /// When the session learned of change `c`, if it did.
+    fn revealed(&self, c: &Change) -> Option<Instant> {
+        if let Kind::Restart = c.kind {
+            let r = self.restart_of(c.run).expect("a restart is recorded");
+            return match self.seen(r) {
+                Seen::Visible { at } => Some(at),
+                _ => None,
+            };
+        }
+        if !c.dropped {
+            return c.handed;
+        }
+        // Its run's later positions learned: a later message, or a status covering it.
+        let same_run = self.known.get(&c.run).and_then(|ks| {
+            ks.iter()
+                .filter(|k| {
+                    if k.status {
+                        k.seq >= c.seq
+                    } else {
+                        k.seq > c.seq
+                    }
+                })
+                .map(|k| k.at)
+                .min()
+        });
+        // A later run's message, after restarts the session can tell.
+        let mut through = Instant::ZERO;
+        let mut later: Option<Instant> = None;
+        for r in self.restarts.iter().filter(|r| r.run > c.run) {
+            match self.seen(r) {
+                Seen::Visible { at } => through = through.max(at),
+                _ => break,
+            }
+            let first = self
+                .known
+                .get(&r.run)
+                .and_then(|ks| ks.iter().filter(|k| !k.status).map(|k| k.at).min());
+            if let Some(at) = first {
+                later = Some(at.max(through));
+                break;
+            }
+        }
+        match (same_run, later) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Since when change `c`, not revealed, is excused (an invisible restart hides it).
+    fn excused(&self, c: &Change) -> Option<Instant> {
+        let hiding = match c.kind {
+            Kind::Restart => self.restart_of(c.run),
+            Kind::Page { .. } if c.dropped => self.restarts.iter().find(|r| r.run > c.run),
+            Kind::Page { .. } => None,
+        }?;
+        match self.seen(hiding) {
+            Seen::Invisible { at } => Some(at),
+            _ => None,
+        }
+    }
+
+    /// The pending changes at `now`: positions, and since when each is excused.
+    fn pending(&self, now: Instant) -> impl Iterator<Item = (u64, Option<Instant>)> + '_ {
+        self.changes
             .iter()
-            .filter(|p| p.until.is_none_or(|until| until > now))
-            .map(|p| p.pos)
+            .filter_map(move |c| match self.revealed(c) {
+                Some(at) if now >= at + self.grace => None,
+                Some(_) => Some((c.pos, None)),
+                None => Some((c.pos, self.excused(c))),
+            })
+    }
+
+    /// The oldest pending position at `now` (`excused`: counting excused ones too), or one
+    /// past the newest.
+    fn horizon(&self, now: Instant, excused: bool) -> u64 {
+        self.pending(now)
+            .filter(|(_, e)| excused || e.is_none())
+            .map(|(pos, _)| pos)
             .min()
             .unwrap_or(self.next_pos)
     }
 
-    fn is_invisible(&self, pos: u64) -> bool {
-        self.restarts
-            .iter()
-            .any(|r| r.pos == pos && matches!(self.seen(r), Seen::Invisible { .. }))
-    }
-
-    /// Applies `change` at `pos` to page `page`'s presence `(T, E)`.
-    fn apply(&self, page: usize, pos: u64, change: Change, presence: &mut (bool, bool)) {
-        match change {
-            Change::Page { page: p, present } if usize::from(p) == page => {
-                *presence = (present, present);
-            }
-            Change::Page { .. } => {}
-            Change::Restart { .. } => {
-                presence.0 = false;
-                if !self.is_invisible(pos) {
-                    presence.1 = false;
-                }
-            }
+    /// Applies `change` to page `page`'s presence.
+    fn apply(page: usize, change: &Change, present: &mut bool) {
+        match change.kind {
+            Kind::Page {
+                page: p,
+                present: now,
+            } if usize::from(p) == page => *present = now,
+            Kind::Page { .. } => {}
+            Kind::Restart => *present = false,
         }
     }
 
-    /// `(T, E)` of page `page` right after the changes up to position `pos`.
-    fn present_at(&self, page: usize, pos: u64) -> (bool, bool) {
-        let mut presence = (false, false);
-        for &(at, change) in self.changes.iter().take_while(|(at, _)| *at <= pos) {
-            self.apply(page, at, change, &mut presence);
+    /// Page `page`'s presence right after the changes up to position `pos`.
+    fn present_at(&self, page: usize, pos: u64) -> bool {
+        let mut present = false;
+        for c in self.changes.iter().take_while(|c| c.pos <= pos) {
+            Self::apply(page, c, &mut present);
         }
-        presence
+        present
     }
 
-    /// Whether page `page` is present in `T`, and in `E`, at some position from `from` on.
-    fn present_in(&self, page: usize, from: u64) -> (bool, bool) {
-        let mut presence = self.present_at(page, from);
-        let mut any = presence;
-        for &(at, change) in self.changes.iter().filter(|(at, _)| *at > from) {
-            self.apply(page, at, change, &mut presence);
-            any.0 |= presence.0;
-            any.1 |= presence.1;
+    /// Whether page `page` is present at some position from `from` on.
+    fn present_from(&self, page: usize, from: u64) -> bool {
+        let mut present = self.present_at(page, from);
+        let mut any = present;
+        for c in self.changes.iter().filter(|c| c.pos > from) {
+            Self::apply(page, c, &mut present);
+            any |= present;
         }
         any
+    }
+
+    /// Reports whether the master restarted in this history.
+    pub fn has_restart(&self) -> bool {
+        !self.restarts.is_empty()
     }
 
     /// Reports whether any change touched page `page`.
     pub fn touched(&self, page: usize) -> bool {
         self.changes
             .iter()
-            .any(|(_, c)| matches!(c, Change::Page { page: p, .. } if usize::from(*p) == page))
+            .any(|c| matches!(c.kind, Kind::Page { page: p, .. } if usize::from(p) == page))
     }
 
-    /// Reports whether page `page` is in the true state now.
-    pub fn truly_present(&self, page: usize) -> bool {
-        self.present_at(page, u64::MAX).0
-    }
-
-    /// Judges a claim of page `page` at `now`.
-    pub fn judge(&self, now: Instant, page: usize) -> Judgement {
-        let from = self.horizon(now).saturating_sub(1);
-        let (t, e) = self.present_in(page, from);
-        if t {
-            return Judgement::Fine;
-        }
-        if !e {
+    /// Judges a claim of page `page` at `now`, claimed without a break since `since`. The
+    /// excuse covers only a claim held since the restart became invisible: one made later
+    /// rests on something else.
+    pub fn judge(&self, now: Instant, page: usize, since: Instant) -> Judgement {
+        let all = self.horizon(now, true);
+        if !self.present_from(page, all.saturating_sub(1)) {
             return Judgement::FalseHit;
         }
-        // Justified by an invisible restart alone: since the first of them that came after
-        // the page was last truly stored.
-        let stored_at = self
-            .changes
-            .iter()
-            .filter(|(_, c)| matches!(c, Change::Page { page: p, present: true } if usize::from(*p) == page))
-            .map(|(pos, _)| *pos)
-            .next_back()
-            .unwrap_or(0);
-        let at = self
-            .restarts
-            .iter()
-            .filter(|r| r.pos > stored_at)
-            .find_map(|r| match self.seen(r) {
-                Seen::Invisible { at } => Some(at),
-                _ => None,
-            })
-            .expect("a claim justified by E alone rests on an invisible restart");
+        let plain = self.horizon(now, false);
+        if self.present_from(page, plain.saturating_sub(1)) {
+            return Judgement::Fine;
+        }
+        let excused = self
+            .pending(now)
+            .filter_map(|(_, e)| e)
+            .min()
+            .expect("a claim justified only through excused changes has one");
+        if since > excused {
+            return Judgement::FalseHit;
+        }
         Judgement::Stale {
-            age: now.saturating_duration_since(at),
+            age: now.saturating_duration_since(excused),
         }
     }
 
     /// Returns `pos` counted from the horizon at `now` (0 for a position at or before it: a
     /// settled one).
     pub fn relative(&self, now: Instant, pos: u64) -> u64 {
-        pos.saturating_sub(self.horizon(now).saturating_sub(1))
+        pos.saturating_sub(self.horizon(now, true).saturating_sub(1))
     }
 
-    /// A canonical form of what decides future judgements, with positions counted from the
-    /// horizon at `now` (two histories that differ only in older, settled changes agree).
+    /// A canonical form of what decides future judgements. Without a restart, what is settled
+    /// stays settled (only a restart's visibility can change later): positions are counted
+    /// from the horizon at `now`, and two histories that differ only in older, settled changes
+    /// agree. With a restart, the whole history counts.
     pub fn canonical(&self, now: Instant) -> impl std::hash::Hash + '_ {
-        let base = self.horizon(now).saturating_sub(1);
-        let at_base: Vec<(bool, bool)> = (0..PAGES)
-            .map(|p| {
-                let (t, e) = self.present_at(p, base);
-                (t, e)
-            })
-            .collect();
-        let rel = move |pos: u64| pos.saturating_sub(base);
-        let changes: Vec<(u64, Change)> = self
+        let base = if self.restarts.is_empty() {
+            self.horizon(now, true).saturating_sub(1)
+        } else {
+            0
+        };
+        let at_base: Vec<bool> = (0..PAGES).map(|p| self.present_at(p, base)).collect();
+        let changes: Vec<Change> = self
             .changes
             .iter()
-            .filter(|(pos, _)| *pos > base)
-            .map(|&(pos, c)| (rel(pos), c))
+            .filter(|c| c.pos > base)
+            .map(|c| Change {
+                pos: c.pos - base,
+                // A grace over is the same as none.
+                handed: c
+                    .handed
+                    .map(|at| at.max(now.saturating_sub_duration(self.grace))),
+                ..*c
+            })
             .collect();
-        let pending: Vec<(u64, Why, Option<Instant>)> = self
-            .pending
-            .iter()
-            .filter(|p| p.until.is_none_or(|until| until > now))
-            .map(|p| (rel(p.pos), p.why, p.until))
-            .collect();
-        let restarts: Vec<(u64, u8, Seen)> = self
+        let restarts: Vec<Restart> = self
             .restarts
             .iter()
-            .map(|r| (rel(r.pos), r.run, self.seen(r)))
-            .collect();
-        let handed: Vec<u64> = self
-            .handed
-            .iter()
-            .filter(|pos| **pos > base)
-            .map(|&pos| rel(pos))
+            .map(|r| Restart {
+                pos: r.pos.saturating_sub(base),
+                ..*r
+            })
             .collect();
         (
             at_base,
             changes,
-            pending,
             restarts,
             self.known.clone(),
-            handed,
             self.next_pos - base,
+        )
+    }
+}
+
+/// `Instant` minus a duration, saturating at the origin.
+trait SaturatingSub {
+    fn saturating_sub_duration(self, d: Duration) -> Instant;
+}
+
+impl SaturatingSub for Instant {
+    fn saturating_sub_duration(self, d: Duration) -> Instant {
+        Instant::from_nanos(
+            self.as_nanos()
+                .saturating_sub(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
         )
     }
 }
@@ -449,6 +458,7 @@ mod tests {
     use crate::model::Key;
 
     const A: usize = 0;
+    const B: usize = 1;
 
     fn at(ms: u64) -> Instant {
         Instant::from_millis(ms)
@@ -470,86 +480,136 @@ mod tests {
     #[test]
     fn a_claim_after_the_removal_was_handed_is_a_false_hit() {
         let mut o = Oracle::new(Duration::ZERO);
-        let stored = o.page(A, true);
+        let stored = o.page(A, true, 1, 1, false);
         o.handed(at(0), &message(1, 1, 1, stored));
-        assert_eq!(o.judge(at(0), A), Judgement::Fine);
-        let removed = o.page(A, false);
-        // Not handed yet: the session cannot know.
-        o.delayed(removed);
-        assert_eq!(o.judge(at(0), A), Judgement::Fine);
+        assert_eq!(o.judge(at(0), A, at(0)), Judgement::Fine);
+        // Removed, its batch not handed yet (held by the network): the session cannot know.
+        let removed = o.page(A, false, 1, 2, false);
+        assert_eq!(o.judge(at(0), A, at(0)), Judgement::Fine);
         o.handed(at(1), &message(1, 2, 2, removed));
-        assert_eq!(o.judge(at(1), A), Judgement::FalseHit);
+        assert_eq!(o.judge(at(1), A, at(0)), Judgement::FalseHit);
     }
 
     #[test]
     fn a_dropped_removal_excuses_the_claim_until_a_later_message_reveals_it() {
         let mut o = Oracle::new(Duration::ZERO);
-        let stored = o.page(A, true);
+        let stored = o.page(A, true, 1, 1, false);
         o.handed(at(0), &message(1, 1, 1, stored));
-        let removed = o.page(A, false);
-        o.dropped(removed);
-        assert_eq!(o.judge(at(0), A), Judgement::Fine);
-        let other = o.page(1, true);
+        let _ = o.page(A, false, 1, 2, true);
+        assert_eq!(o.judge(at(0), A, at(0)), Judgement::Fine);
+        let other = o.page(B, true, 1, 3, false);
         o.handed(at(1), &message(1, 3, 2, other));
-        assert_eq!(o.judge(at(1), A), Judgement::FalseHit);
+        assert_eq!(o.judge(at(1), A, at(0)), Judgement::FalseHit);
+    }
+
+    #[test]
+    fn a_status_covering_a_dropped_batch_reveals_it() {
+        let mut o = Oracle::new(Duration::ZERO);
+        let stored = o.page(A, true, 1, 1, false);
+        o.handed(at(0), &message(1, 1, 1, stored));
+        let _ = o.page(A, false, 1, 2, true);
+        o.status_handed(at(1), 1, 1, 1);
+        assert_eq!(
+            o.judge(at(1), A, at(0)),
+            Judgement::Fine,
+            "seq 2 not covered"
+        );
+        o.status_handed(at(2), 1, 2, 1);
+        assert_eq!(o.judge(at(2), A, at(0)), Judgement::FalseHit);
     }
 
     #[test]
     fn a_reorder_window_excuses_a_handed_removal_for_its_delay_only() {
         let mut o = Oracle::new(Duration::from_millis(50));
-        let stored = o.page(A, true);
+        let stored = o.page(A, true, 1, 1, false);
         o.handed(at(0), &message(1, 1, 1, stored));
-        let removed = o.page(A, false);
+        let removed = o.page(A, false, 1, 2, false);
         o.handed(at(10), &message(1, 2, 2, removed));
-        assert_eq!(o.judge(at(59), A), Judgement::Fine);
-        assert_eq!(o.judge(at(60), A), Judgement::FalseHit);
+        assert_eq!(o.judge(at(59), A, at(0)), Judgement::Fine);
+        assert_eq!(o.judge(at(60), A, at(0)), Judgement::FalseHit);
     }
 
     #[test]
     fn a_restart_whose_first_message_continues_the_old_run_exactly_is_excused_for_a_bound() {
         let mut o = Oracle::new(Duration::ZERO);
-        let stored = o.page(A, true);
+        let stored = o.page(A, true, 1, 1, false);
         o.handed(at(0), &message(1, 1, 1, stored));
         o.restart(2);
-        let other = o.page(1, true);
         // The new run's seq 1 was lost after publishing: its seq 2 starts at id 2.
+        let other = o.page(B, true, 2, 2, false);
         o.handed(at(100), &message(2, 2, 2, other));
         assert_eq!(
-            o.judge(at(100) + STALE_BOUND, A),
+            o.judge(at(100) + STALE_BOUND, A, at(0)),
             Judgement::Stale { age: STALE_BOUND }
         );
         // A later message of the old run shows the session it was fooled.
         o.handed(at(200), &message(1, 3, 3, stored));
-        assert_eq!(o.judge(at(200), A), Judgement::FalseHit);
+        assert_eq!(o.judge(at(200), A, at(0)), Judgement::FalseHit);
     }
 
     #[test]
     fn a_restart_whose_first_message_does_not_continue_the_old_run_is_no_excuse() {
         let mut o = Oracle::new(Duration::ZERO);
-        let stored = o.page(A, true);
+        let stored = o.page(A, true, 1, 1, false);
         o.handed(at(0), &message(1, 1, 1, stored));
         o.restart(2);
-        let other = o.page(1, true);
+        let other = o.page(B, true, 2, 1, false);
         o.handed(at(100), &message(2, 1, 1, other));
-        assert_eq!(o.judge(at(100), A), Judgement::FalseHit);
+        assert_eq!(o.judge(at(100), A, at(0)), Judgement::FalseHit);
     }
 
     #[test]
-    fn a_restart_continuing_the_old_runs_status_exactly_is_excused_from_when_both_were_handed() {
+    fn a_restart_continuing_the_old_runs_status_is_excused_from_when_both_were_handed() {
         let mut o = Oracle::new(Duration::ZERO);
-        // Page A was stored, its batch dropped (seq 1, no id); the status says (1, 0).
-        let stored = o.page(A, true);
-        o.dropped(stored);
+        // A was stored, its batch dropped (seq 1, no id); the key list read after shows it.
+        let _ = o.page(A, true, 1, 1, true);
         o.restart(2);
-        let other = o.page(1, true);
+        let other = o.page(B, true, 2, 2, false);
         o.handed(at(100), &message(2, 2, 1, other));
-        assert_eq!(o.judge(at(100), A), Judgement::FalseHit);
+        assert_eq!(o.judge(at(100), A, at(0)), Judgement::FalseHit);
+        // The status read before the restart, (1, 0), is handed with the key list.
         o.status_handed(at(300), 1, 1, 0);
         assert_eq!(
-            o.judge(at(400), A),
+            o.judge(at(400), A, at(0)),
             Judgement::Stale {
                 age: Duration::from_millis(100)
             }
         );
+    }
+
+    #[test]
+    fn the_old_runs_loss_after_the_known_position_is_hidden_by_an_invisible_restart() {
+        let mut o = Oracle::new(Duration::ZERO);
+        // Status (0, 0) handed; A stored after it (seq 1, dropped), listed by the key list.
+        o.status_handed(at(0), 1, 0, 0);
+        let _ = o.page(A, true, 1, 1, true);
+        // The master restarts; the new run's seq 1 (id 1) continues (0, 0) exactly.
+        o.restart(2);
+        let other = o.page(B, true, 2, 1, false);
+        o.handed(at(100), &message(2, 1, 1, other));
+        assert_eq!(
+            o.judge(at(100), A, at(0)),
+            Judgement::Stale {
+                age: Duration::ZERO
+            }
+        );
+        assert_eq!(o.judge(at(100), B, at(0)), Judgement::Fine);
+    }
+
+    #[test]
+    fn the_excuse_covers_no_claim_made_after_the_restart_became_invisible() {
+        let mut o = Oracle::new(Duration::ZERO);
+        let stored = o.page(A, true, 1, 1, false);
+        o.handed(at(0), &message(1, 1, 1, stored));
+        o.restart(2);
+        let other = o.page(B, true, 2, 2, false);
+        o.handed(at(100), &message(2, 2, 2, other));
+        assert_eq!(
+            o.judge(at(100), A, at(100)),
+            Judgement::Stale {
+                age: Duration::ZERO
+            }
+        );
+        assert_eq!(o.judge(at(200), A, at(150)), Judgement::FalseHit);
     }
 }

@@ -256,6 +256,8 @@ pub struct World {
     inbox: VecDeque<Reply>,
     idle: bool,
     judging: bool,
+    /// Since when each page has been claimed without a break.
+    claimed_since: [Option<Instant>; PAGES],
     connects: usize,
     trace: Option<String>,
     problem: Option<(Problem, Option<String>)>,
@@ -277,6 +279,7 @@ impl World {
             inbox: VecDeque::new(),
             idle: false,
             judging: true,
+            claimed_since: [None; PAGES],
             connects: 0,
             trace: trace.then(String::new),
             problem: None,
@@ -440,11 +443,13 @@ impl World {
     fn toggle(&mut self, page: usize, fate: Fate) {
         let stored = !self.model.master.holds(page);
         let events = self.model.master.toggle(page);
-        let pos = self.oracle.page(page, stored);
         let master = &mut self.model.master;
-        if fate == Fate::Dropped {
+        let dropped = fate == Fate::Dropped;
+        let pos = self
+            .oracle
+            .page(page, stored, master.run, master.next_seq, dropped);
+        if dropped {
             master.next_seq += events.len() as u64;
-            self.oracle.dropped(pos);
             return;
         }
         self.model.stamped += 1;
@@ -461,14 +466,8 @@ impl World {
         master.next_id += message.events.len() as u64;
         match fate {
             Fate::Delivered => self.hand(message),
-            Fate::Undecodable => {
-                self.oracle.damaged(pos);
-                self.hand(message);
-            }
-            Fate::Delayed => {
-                self.oracle.delayed(pos);
-                self.model.delayed = Some(message);
-            }
+            Fate::Undecodable => self.hand(message),
+            Fate::Delayed => self.model.delayed = Some(message),
             Fate::Dropped => unreachable!("handled above"),
         }
     }
@@ -666,11 +665,9 @@ impl World {
                 return;
             }
             self.now = self.now.max(at);
-            self.oracle.expire(self.now);
             self.input(Input::Timeout);
         }
         self.now = self.now.max(until);
-        self.oracle.expire(self.now);
     }
 
     /// Hands one input over, executes what it asks, and judges every claim after it.
@@ -696,9 +693,7 @@ impl World {
             }
         };
         self.execute(fx);
-        if self.judging {
-            self.judge();
-        }
+        self.judge();
         self.drain();
     }
 
@@ -835,12 +830,19 @@ impl World {
         )
     }
 
-    /// Judges every claim now.
+    /// Notes which pages are claimed now and judges every claim (unless replaying).
     fn judge(&mut self) {
-        let health = self.reader.health();
         let claimed = self.claimed();
+        for (since, &c) in self.claimed_since.iter_mut().zip(&claimed) {
+            *since = if c { since.or(Some(self.now)) } else { None };
+        }
+        if !self.judging {
+            return;
+        }
+        let health = self.reader.health();
         for (page, _) in claimed.iter().enumerate().filter(|(_, c)| **c) {
-            match self.oracle.judge(self.now, page) {
+            let since = self.claimed_since[page].expect("claimed");
+            match self.oracle.judge(self.now, page, since) {
                 Judgement::Fine => {}
                 Judgement::FalseHit => {
                     self.note(format!(
@@ -891,6 +893,11 @@ impl World {
         self.oracle.canonical(self.now).hash(&mut h);
         // Which letters are offered depends on it (see `World::enabled`).
         self.touched_pages().hash(&mut h);
+        // When a claim began matters only against a restart's excuse, which begins no earlier
+        // than the restart: before one, only whether there is a claim.
+        if self.oracle.has_restart() {
+            self.claimed_since.hash(&mut h);
+        }
         self.now.hash(&mut h);
         self.idle.hash(&mut h);
         fingerprint::hash_debug(&self.session, &mut h);
