@@ -34,8 +34,9 @@ pub struct Options {
 enum Edge {
     /// The state reached.
     To(u32),
-    /// The master went idle and the index was live and exact in time.
-    Live,
+    /// The master went idle and the index was live and exact in time (`true`: after an
+    /// excused claim on the way).
+    Live(bool),
     /// The master went idle without status counters, the index visibly recovering.
     Stall,
     /// A problem was found: the class's number.
@@ -45,7 +46,7 @@ enum Edge {
 /// What one letter played after a state gave.
 enum Played {
     State(u128),
-    Live,
+    Live(bool),
     Stall,
     Failed(Problem),
 }
@@ -93,6 +94,9 @@ pub struct Summary {
     pub histories: u128,
     /// Histories that ended with the master idle and the index live and exact.
     pub live: u128,
+    /// Of those, the ones whose session held a claim excused by an invisible restart on the
+    /// way (the class whose bound, [`crate::oracle::STALE_BOUND`], is asserted).
+    pub live_after_excuse: u128,
     /// Histories that ended with a master without status counters idle and the index visibly
     /// recovering (expected, neither pass nor failure).
     pub stalls: u128,
@@ -164,7 +168,7 @@ fn expand(setup: Setup, history: &[Letter], last: bool) -> (Vec<(Letter, Played)
         let ending = w.play(letter);
         let result = match (w.problem(), ending) {
             (Some((problem, _)), _) => Played::Failed(problem.clone()),
-            (None, Some(Ending::Live)) => Played::Live,
+            (None, Some(Ending::Live)) => Played::Live(w.saw_excused_claim()),
             (None, Some(Ending::Stall)) => Played::Stall,
             (None, None) => Played::State(w.fingerprint()),
         };
@@ -188,6 +192,7 @@ pub fn explore(options: Options) -> Summary {
         states: 0,
         histories: 0,
         live: 0,
+        live_after_excuse: 0,
         stalls: 0,
         letters_played: 0,
         failures: Vec::new(),
@@ -263,7 +268,7 @@ pub fn explore(options: Options) -> Summary {
                         };
                         Edge::To(id)
                     }
-                    Played::Live => Edge::Live,
+                    Played::Live(excused) => Edge::Live(excused),
                     Played::Stall => Edge::Stall,
                     Played::Failed(problem) => {
                         let mut example = histories[state as usize].clone();
@@ -311,7 +316,12 @@ pub fn explore(options: Options) -> Summary {
                         });
                         next_level[slot].1 += n;
                     }
-                    Edge::Live => summary.live += n,
+                    Edge::Live(excused) => {
+                        summary.live += n;
+                        if excused {
+                            summary.live_after_excuse += n;
+                        }
+                    }
                     Edge::Stall => summary.stalls += n,
                     Edge::Failed(class) => summary.failures[class as usize].histories += n,
                 }
@@ -400,9 +410,10 @@ pub fn render(summary: &Summary, took: std::time::Duration) -> String {
     }
     let _ = writeln!(
         out,
-        "   histories {}: live and exact {}, expected stalls {}, failed {}; distinct states expanded {}; letters played {} (replays included); {:.1} s",
+        "   histories {}: live and exact {} ({} after a claim excused by an invisible restart), expected stalls {}, failed {}; distinct states expanded {}; letters played {} (replays included); {:.1} s",
         summary.histories,
         summary.live,
+        summary.live_after_excuse,
         summary.stalls,
         summary.failed(),
         summary.states,

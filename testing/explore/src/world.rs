@@ -256,6 +256,8 @@ pub struct World {
     inbox: VecDeque<Reply>,
     idle: bool,
     judging: bool,
+    /// A claim was judged stale (excused by an invisible restart) at some point.
+    excused: bool,
     /// Since when each page has been claimed without a break.
     claimed_since: [Option<Instant>; PAGES],
     connects: usize,
@@ -280,6 +282,7 @@ impl World {
             idle: false,
             judging: true,
             claimed_since: [None; PAGES],
+            excused: false,
             connects: 0,
             trace: trace.then(String::new),
             problem: None,
@@ -303,6 +306,12 @@ impl World {
     /// judged need not judge it again).
     pub fn set_judging(&mut self, on: bool) {
         self.judging = on;
+    }
+
+    /// Reports whether a claim was judged stale (excused by an invisible restart) at some
+    /// point of this history.
+    pub fn saw_excused_claim(&self) -> bool {
+        self.excused
     }
 
     /// Returns the session under test.
@@ -862,7 +871,7 @@ impl World {
                     ));
                     self.fail(Problem::StaleTooLong);
                 }
-                Judgement::Stale { .. } => {}
+                Judgement::Stale { .. } => self.excused = true,
             }
         }
     }
@@ -909,6 +918,7 @@ impl World {
                 .hash(&mut h);
         }
         self.claimed().hash(&mut h);
+        self.excused.hash(&mut h);
         h.finish128()
     }
 }
