@@ -27,9 +27,10 @@
 //! Depth `d` plays every history of `d` letters and, after each of its prefixes, the master
 //! going idle. Histories that reach the same state are merged ([`World::fingerprint`]; an
 //! audit replays merged pairs under the same continuations and fails the run if they differ):
-//! about 12 new distinct states per state per level. Depth 6 (CI) is about 2.6 million
-//! distinct states and 10 million histories per world, a minute or two of one core; depth 7
-//! is about 13 times that, depth 8 about 170 times.
+//! about 12 new distinct states per state per level. Depth 6 (CI) is 2.2 to 3.5 million
+//! distinct states and about 10.5 million histories per world, 4 to 8 minutes of one core
+//! each (6.3 for the four on this project's machine); depth 7 is about 13 times that, depth 8
+//! about 170 times.
 //!
 //! # What it checks
 //! - after every input: no page claimed that the master's true state lacks, except while a

@@ -365,28 +365,41 @@ impl Oracle {
             .any(|c| matches!(c.kind, Kind::Page { page: p, .. } if usize::from(p) == page))
     }
 
-    /// Judges a claim of page `page` at `now`, claimed without a break since `since`. The
-    /// excuse covers only a claim held since the restart became invisible: one made later
-    /// rests on something else.
+    /// Judges a claim of page `page` at `now`, claimed without a break since `since`.
+    ///
+    /// The excuse covers only what the old run held before the invisible restart (within
+    /// the window the session may still be reflecting), while no change of the page since the
+    /// restart has reached the session, and only a claim held since the restart became
+    /// invisible: a claim made later, or of a page the new run changed visibly, rests on
+    /// something else.
     pub fn judge(&self, now: Instant, page: usize, since: Instant) -> Judgement {
-        let all = self.horizon(now, true);
-        if !self.present_from(page, all.saturating_sub(1)) {
-            return Judgement::FalseHit;
-        }
         let plain = self.horizon(now, false);
         if self.present_from(page, plain.saturating_sub(1)) {
             return Judgement::Fine;
         }
-        let excused = self
-            .pending(now)
-            .filter_map(|(_, e)| e)
-            .min()
-            .expect("a claim justified only through excused changes has one");
-        if since > excused {
+        let all = self.horizon(now, true);
+        let excuse = self
+            .restarts
+            .iter()
+            .filter_map(|r| match self.seen(r) {
+                Seen::Invisible { at } if r.pos >= all => Some((r.pos, at)),
+                _ => None,
+            })
+            .min();
+        let Some((restart, excused_since)) = excuse else {
+            return Judgement::FalseHit;
+        };
+        let held_before = (all.saturating_sub(1)..restart).any(|q| self.present_at(page, q));
+        let changed_since = self.changes.iter().any(|c| {
+            c.pos > restart
+                && matches!(c.kind, Kind::Page { page: p, .. } if usize::from(p) == page)
+                && self.revealed(c).is_some()
+        });
+        if !held_before || changed_since || since > excused_since {
             return Judgement::FalseHit;
         }
         Judgement::Stale {
-            age: now.saturating_duration_since(excused),
+            age: now.saturating_duration_since(excused_since),
         }
     }
 
@@ -611,5 +624,33 @@ mod tests {
             }
         );
         assert_eq!(o.judge(at(200), A, at(150)), Judgement::FalseHit);
+    }
+
+    #[test]
+    fn the_excuse_covers_nothing_the_new_run_stored_and_lost_itself() {
+        let mut o = Oracle::new(Duration::ZERO);
+        // Run 1 published nothing: status (0, 0). The new run's seq 1 continues it exactly.
+        o.status_handed(at(0), 1, 0, 0);
+        o.restart(2);
+        let stored = o.page(A, true, 2, 1, false);
+        o.handed(at(10), &message(2, 1, 1, stored));
+        // The new run removes A; its batch is dropped; its status (2, 1) covers the loss.
+        let _ = o.page(A, false, 2, 2, true);
+        o.status_handed(at(20), 2, 2, 1);
+        assert_eq!(o.judge(at(20), A, at(10)), Judgement::FalseHit);
+    }
+
+    #[test]
+    fn the_excuse_ends_when_a_change_of_the_page_since_the_restart_reaches_the_session() {
+        let mut o = Oracle::new(Duration::ZERO);
+        let stored = o.page(A, true, 1, 1, false);
+        o.handed(at(0), &message(1, 1, 1, stored));
+        o.restart(2);
+        let again = o.page(A, true, 2, 2, false);
+        o.handed(at(100), &message(2, 2, 2, again));
+        assert_eq!(o.judge(at(100), A, at(0)), Judgement::Fine);
+        let removed = o.page(A, false, 2, 3, false);
+        o.handed(at(200), &message(2, 3, 3, removed));
+        assert_eq!(o.judge(at(200), A, at(0)), Judgement::FalseHit);
     }
 }
