@@ -29,7 +29,7 @@
 //! audit replays merged pairs under the same continuations and fails the run if they differ):
 //! about 12 new distinct states per state per level. Depth 6 (CI) is 2.2 to 3.5 million
 //! distinct states and about 10.5 million histories per world, 4 to 8 minutes of one core
-//! each (6.3 for the four on this project's machine); depth 7 is about 13 times that, depth 8
+//! each (6.5 for the four on this project's machine); depth 7 is about 13 times that, depth 8
 //! about 170 times.
 //!
 //! # What it checks
