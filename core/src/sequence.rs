@@ -16,7 +16,7 @@
 //! - **Status point**: what the master's `/kv_events/status` said just before its key list was
 //!   read: the last sequence it had assigned (`published_batches + dropped_events`) and the last
 //!   event id it had given (`published_events`).
-//! - **Copy**: a batch with the sequence and the print of one the stream passed.
+//! - **Copy**: a batch with the sequence and the print of one the stream passed (R2).
 //! - **Forget**: the index drops what the stream taught it; with resync on, a key list is read
 //!   again, and a fetch under way is superseded (its answer may be of either run).
 //! - **Quiet**: no batch has arrived for the status check's interval ([`crate::ResyncConfig`]).
@@ -28,7 +28,8 @@
 //!   both are known, the next event id. After a loss (without resync) any later sequence with a
 //!   later first event id continues it; at a status point, the point's sequence + 1 starting at
 //!   `published_events` + 1.
-//! - **R2 (copy).** A copy is skipped; an undecodable batch is never taken for one (R8).
+//! - **R2 (copy).** A copy is skipped. Only the batches passed since the stream last forgot
+//!   for another run tell copies, and an undecodable batch is never taken for one (R8).
 //! - **R3 (before the point).** At a status point, a batch numbered at or before it whose event
 //!   ids stay within `published_events` is skipped: the key list, read after the point, holds
 //!   what it did (or it is another run's). Once such a batch came, queries miss until the stream
@@ -44,7 +45,8 @@
 //!   bytes (a twin: within one run a sequence is given once).
 //! - **R6 (placing).** After a forget, with resync on, only the master's status places the
 //!   stream: the batches that arrive after the next fetch was asked are held, and ruled against
-//!   its status point (R1-R5) when it answers; every other batch came before that status was
+//!   its status point (R1-R5) when it answers (without a window, one numbered at or below the
+//!   batch heard before it is R5's at once); every other batch came before that status was
 //!   read, so its key list holds what it did (or it is another run's), and it is dropped. Without
 //!   a status (an old master), the stream continues exactly from the last batch heard on the
 //!   connection before the fetch was asked (the key list was read after it); with none heard, or

@@ -67,6 +67,11 @@ impl<T> Hold<T> {
         true
     }
 
+    /// Reports whether a copy of the batch marked `mark` is held.
+    pub(super) fn holds_copy_of(&self, mark: &Mark) -> bool {
+        self.marks.contains(&(mark.seq.0, mark.print))
+    }
+
     /// Returns the mark of the lowest-numbered held batch.
     pub(super) fn first(&self) -> Option<&Mark> {
         self.batches.values().next().map(|h| &h.mark)

@@ -174,15 +174,19 @@ impl<T> Stream<T> {
     /// The rules (module [`crate::sequence`]): the batch's place, then what the session does.
     /// `arriving`: it just arrived (a held batch released is never held again).
     fn rule(&mut self, now: Instant, m: &Mark, arriving: bool) -> Ruling {
-        // R2; an undecodable batch is never taken for a copy: bytes that cannot be read can be
-        // alike in two runs (an empty payload, say), and its own forget costs misses only.
-        let copy = |p: &Passed| p.seq == m.seq && p.print == m.print;
+        // R2: a copy of a batch passed under the followed run. An undecodable batch is never
+        // taken for one (bytes that cannot be read can be alike in two runs, an empty payload
+        // say; its own forget costs misses only), nor a batch like one of a run the stream
+        // left (it is placed: a late copy of that run is R5's, a new run's twin continues).
+        let copy = |p: &Passed| p.seq == m.seq && p.print == m.print && p.run == Some(self.run);
         if !m.undecodable && self.passed.iter().any(copy) {
             return Ruling::Skip(Skip::Copy);
         }
         let reorder = self.config.reorder.is_on();
-        let place = if self.twin_of_passed(m) {
-            Place::Other // R5: numbered like a batch of the followed run, with other bytes
+        let place = if self.twin_of_passed(m) || (arriving && self.behind_heard(m)) {
+            // R5: numbered like a batch of the followed run with other bytes, or, held for a
+            // status point, at or below the batch heard before it over one connection.
+            Place::Other
         } else {
             self.position.place(m)
         };
@@ -335,6 +339,18 @@ impl<T> Stream<T> {
                 .passed
                 .iter()
                 .any(|p| p.seq == m.seq && p.run == Some(self.run) && p.print != m.print)
+    }
+
+    /// Reports whether the batch marked `m`, arriving while the stream holds batches for a
+    /// status point, is numbered at or below the last batch heard on the connection: without a
+    /// window the transport keeps one run's order, so it is another run's than that one, and
+    /// the status point cannot tell which run it continues (R5, R6).
+    fn behind_heard(&self, m: &Mark) -> bool {
+        self.holding
+            && !self.config.reorder.is_on()
+            && self.position == Position::Unplaced
+            && self.heard.is_some_and(|h| m.seq <= h.seq)
+            && !self.hold.holds_copy_of(m)
     }
 
     /// The stream forgot because of another run's batch or status: the batches passed are

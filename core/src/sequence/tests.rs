@@ -524,3 +524,20 @@ fn r7_a_held_batch_waits_for_its_hole_from_its_arrival_not_its_placement() {
         Some(forgot(loss, false, Some(3)))
     );
 }
+
+#[test]
+fn r6_without_a_window_a_held_batch_at_or_below_the_one_heard_is_another_runs() {
+    let mut s = resync_on(0);
+    s.fetch_asked();
+    assert_eq!(offer(&mut s, mark(1, 2, 2, 2)), Ruling::Hold);
+    // Over one connection a run's batches come in order: seq 1 after seq 2 is another run's
+    // than seq 2, and the status point cannot tell which one it continues.
+    assert_eq!(
+        offer(&mut s, mark(2, 1, 1, 1)),
+        forgot(Why::OtherRun, false, None)
+    );
+    // A copy of a held batch is still a copy.
+    s.fetch_asked();
+    assert_eq!(offer(&mut s, mark(2, 2, 2, 2)), Ruling::Hold);
+    assert_eq!(offer(&mut s, mark(2, 2, 2, 2)), Ruling::Skip(Skip::Copy));
+}

@@ -1,0 +1,802 @@
+//! Which claims the session may make: the simulator's safety rule (see `hicache_index_sim`'s
+//! `oracle` and `flight`), for the checker's small world.
+//!
+//! Every change of the master (a page stored or removed, a restart) gets a *history position*
+//! (1, 2, ...; 0 is the start, nothing held). `T(X, q)` says whether the master held page `X`
+//! right after position `q`.
+//!
+//! A change is **pending** while the session cannot know it:
+//! - its batch was published and its message (intact or damaged) not handed yet;
+//! - its batch was dropped by the master's queue and nothing revealed the loss yet: an intact
+//!   later message of its run, a status of its run whose sequence covers it (the status counts
+//!   dropped sequences), or an intact message of a later run after restarts the session could
+//!   tell;
+//! - it is a restart, and the session cannot tell yet (see below).
+//!
+//! With a reorder window, a handed message and a revealed loss stay pending for the window's
+//! `max_delay` (the session may rightly hold or wait that long). Let `h` be the oldest pending
+//! position, or one past the newest when none is.
+//!
+//! **The rule.** A claim of page `X` is *justified* iff `T(X, q)` holds for some position `q`
+//! in `[h - 1, newest]`: the master held it at a moment the session may still be reflecting.
+//! An unjustified claim is a **false hit**.
+//!
+//! **The one excuse** (issue 26's class that no stream can tell). A restart whose first
+//! message handed is intact and continues exactly (next sequence, next event id) the latest
+//! position the session learned of the old run, from its messages or from a status read of
+//! it handed over with a snapshot, is *invisible*: no message reveals it, nor the old run's
+//! losses after that position (the new run's numbering covers them). They stay pending, as
+//! *excused*. A claim justified only because of excused entries is *stale*, and must end within
+//! [`STALE_BOUND`] of the moment the session had both the message and the position it
+//! continues: verification rounds are what bounds it. Whether a restart is invisible is
+//! decided by what the session was handed so far: a later message of the old run, say, makes
+//! it visible again, and a status handed later can make it invisible.
+//!
+//! **Its mirror** (the same class, rule R10 of the core's sequence module): a message of an
+//! older run, handed late (after the session learned a newer run's position), that continues
+//! that newer position exactly (next sequence, next event id) is a *masquerade*: no signal tells
+//! it from the newer run's own. A claim of a page it stored is stale from the moment it was
+//! handed, within the same bound, while no later change of the page reaches the session.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use hicache_index::Instant;
+
+use crate::model::{Message, PAGES};
+
+/// How long after an invisible restart was handed its first message a stale claim may last:
+/// two verification rounds and a round's timeout (the shipped `VerifyConfig`: 5 s, 5 s).
+pub const STALE_BOUND: Duration = Duration::from_secs(15);
+
+/// What changed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Kind {
+    /// A page was stored (`true`) or removed.
+    Page { page: u8, present: bool },
+    /// The master restarted (holding nothing).
+    Restart,
+}
+
+/// One change of the master and how the session may learn of it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct Change {
+    pos: u64,
+    kind: Kind,
+    /// The run that made it (the new run, for a restart).
+    run: u8,
+    /// Its batch's sequence (the first one skipped, for a dropped batch; 0 for a restart).
+    seq: u64,
+    /// Its batch was dropped by the master's queue.
+    dropped: bool,
+    /// When its message (intact or damaged) was first handed.
+    handed: Option<Instant>,
+}
+
+/// One restart and the first message of its run the session was handed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct Restart {
+    pos: u64,
+    /// The run it began.
+    run: u8,
+    /// The first intact message of the run handed: its sequence and first event id, and when.
+    first: Option<(u64, u64, Instant)>,
+    /// When an undecodable message of the run was handed before any intact one (the session
+    /// had to forget: no excuse is needed).
+    damaged_first: Option<Instant>,
+}
+
+/// A message of an older run that continued the newest run's known position exactly.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct Masquerade {
+    /// The position of the change it carried.
+    pos: u64,
+    /// When it was handed.
+    at: Instant,
+}
+
+/// What the session could tell of a restart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Seen {
+    /// No message of the new run was handed yet.
+    Undetermined,
+    /// The session can tell, since `at`.
+    Visible { at: Instant },
+    /// It cannot; it has had the continuing message and the position it continues since `at`.
+    Invisible { at: Instant },
+}
+
+/// A position of one run the session learned: a sequence and the last event id up to it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct Known {
+    seq: u64,
+    last: u64,
+    at: Instant,
+    /// From a status read (which counts dropped sequences), not a message.
+    status: bool,
+}
+
+/// How one claim is judged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Judgement {
+    /// The claim is justified.
+    Fine,
+    /// The claim is unjustified.
+    FalseHit,
+    /// The claim is justified only by what an invisible restart hides, for `age` (see
+    /// [`STALE_BOUND`]).
+    Stale {
+        /// How long since the restart became invisible to the session.
+        age: Duration,
+    },
+}
+
+/// The history of changes and what the session was handed.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Oracle {
+    changes: Vec<Change>,
+    next_pos: u64,
+    restarts: Vec<Restart>,
+    /// Per run, every position the session learned, in order.
+    known: BTreeMap<u8, Vec<Known>>,
+    masquerades: Vec<Masquerade>,
+    /// The readable messages handed since the last status was: run, sequence, first event id,
+    /// the position of their change.
+    since_status: Vec<(u8, u64, u64, u64)>,
+    grace: Duration,
+}
+
+impl Oracle {
+    /// An empty history; `grace` is the reorder window's `max_delay` (zero without one).
+    pub fn new(grace: Duration) -> Oracle {
+        Oracle {
+            changes: Vec::new(),
+            next_pos: 1,
+            restarts: Vec::new(),
+            known: BTreeMap::new(),
+            masquerades: Vec::new(),
+            since_status: Vec::new(),
+            grace,
+        }
+    }
+
+    fn record(&mut self, kind: Kind, run: u8, seq: u64, dropped: bool) -> u64 {
+        let pos = self.next_pos;
+        self.next_pos += 1;
+        self.changes.push(Change {
+            pos,
+            kind,
+            run,
+            seq,
+            dropped,
+            handed: None,
+        });
+        pos
+    }
+
+    /// Records that page `page` became present (or absent) by run `run`'s batch `seq`, which
+    /// the master's queue dropped or not; returns its position.
+    pub fn page(&mut self, page: usize, present: bool, run: u8, seq: u64, dropped: bool) -> u64 {
+        let kind = Kind::Page {
+            page: page as u8,
+            present,
+        };
+        self.record(kind, run, seq, dropped)
+    }
+
+    /// Records that the master restarted as `run`; returns its position.
+    pub fn restart(&mut self, run: u8) -> u64 {
+        let pos = self.record(Kind::Restart, run, 0, false);
+        self.restarts.push(Restart {
+            pos,
+            run,
+            first: None,
+            damaged_first: None,
+        });
+        pos
+    }
+
+    /// Records that the session learned position `(seq, last)` of run `run` at `now`.
+    fn learn(&mut self, now: Instant, run: u8, seq: u64, last: u64, status: bool) {
+        self.known.entry(run).or_default().push(Known {
+            seq,
+            last,
+            at: now,
+            status,
+        });
+    }
+
+    /// The session was handed a snapshot whose status was read from run `run` at `seq` with
+    /// `events` published.
+    pub fn status_handed(&mut self, now: Instant, run: u8, seq: u64, events: u64) {
+        // A message of an older run handed since the last status (held for this one) that
+        // continues this newer run's point exactly masquerades as its next batch.
+        for &(r, m_seq, first, pos) in &self.since_status {
+            if r < run && m_seq == seq + 1 && first == events + 1 {
+                self.masquerades.push(Masquerade { pos, at: now });
+            }
+        }
+        self.since_status.clear();
+        self.learn(now, run, seq, events, true);
+    }
+
+    /// The session was handed `message` at `now`.
+    pub fn handed(&mut self, now: Instant, message: &Message) {
+        for r in &mut self.restarts {
+            if r.run == message.run && r.first.is_none() && r.damaged_first.is_none() {
+                if message.readable {
+                    r.first = Some((message.seq, message.first_id, now));
+                } else {
+                    r.damaged_first = Some(now);
+                }
+            }
+        }
+        if let Some(c) = self.changes.iter_mut().find(|c| c.pos == message.pos) {
+            c.handed = c.handed.or(Some(now));
+        }
+        if message.readable {
+            let newest = self.known.iter().next_back();
+            if let Some((_, ks)) = newest.filter(|(&r, _)| r > message.run) {
+                let latest = ks.iter().max_by_key(|k| k.seq).copied();
+                if latest
+                    .is_some_and(|k| message.seq == k.seq + 1 && message.first_id == k.last + 1)
+                {
+                    self.masquerades.push(Masquerade {
+                        pos: message.pos,
+                        at: now,
+                    });
+                }
+            }
+            self.since_status
+                .push((message.run, message.seq, message.first_id, message.pos));
+            self.learn(now, message.run, message.seq, message.last_id(), false);
+        }
+    }
+
+    /// The latest position learned of the latest run before `run` of which any was learned.
+    fn latest_before(&self, run: u8) -> Option<(u8, Known)> {
+        self.known
+            .range(..run)
+            .next_back()
+            .and_then(|(&r, k)| k.iter().max_by_key(|k| k.seq).map(|k| (r, *k)))
+    }
+
+    /// What the session can tell of restart `r`, from what it was handed so far.
+    fn seen(&self, r: &Restart) -> Seen {
+        if let Some(at) = r.damaged_first {
+            return Seen::Visible { at };
+        }
+        let Some((seq, first_id, at)) = r.first else {
+            return Seen::Undetermined;
+        };
+        match self.latest_before(r.run) {
+            Some((_, k)) if seq == k.seq + 1 && first_id == k.last + 1 => {
+                Seen::Invisible { at: at.max(k.at) }
+            }
+            Some((_, k)) => Seen::Visible { at: at.max(k.at) },
+            None => Seen::Visible { at },
+        }
+    }
+
+    fn restart_of(&self, run: u8) -> Option<&Restart> {
+        self.restarts.iter().find(|r| r.run == run)
+    }
+
+    /// When the session learned of change `c`, if it did.
+    fn revealed(&self, c: &Change) -> Option<Instant> {
+        if let Kind::Restart = c.kind {
+            let r = self.restart_of(c.run).expect("a restart is recorded");
+            return match self.seen(r) {
+                Seen::Visible { at } => Some(at),
+                _ => None,
+            };
+        }
+        if !c.dropped {
+            return c.handed;
+        }
+        // Its run's later positions learned: a later message, or a status covering it.
+        let same_run = self.known.get(&c.run).and_then(|ks| {
+            ks.iter()
+                .filter(|k| {
+                    if k.status {
+                        k.seq >= c.seq
+                    } else {
+                        k.seq > c.seq
+                    }
+                })
+                .map(|k| k.at)
+                .min()
+        });
+        // A later run's message, after restarts the session can tell.
+        let mut through = Instant::ZERO;
+        let mut later: Option<Instant> = None;
+        for r in self.restarts.iter().filter(|r| r.run > c.run) {
+            match self.seen(r) {
+                Seen::Visible { at } => through = through.max(at),
+                _ => break,
+            }
+            let first = self
+                .known
+                .get(&r.run)
+                .and_then(|ks| ks.iter().filter(|k| !k.status).map(|k| k.at).min());
+            if let Some(at) = first {
+                later = Some(at.max(through));
+                break;
+            }
+        }
+        match (same_run, later) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Since when change `c`, not revealed, is excused (an invisible restart hides it).
+    fn excused(&self, c: &Change) -> Option<Instant> {
+        let hiding = match c.kind {
+            Kind::Restart => self.restart_of(c.run),
+            Kind::Page { .. } if c.dropped => self.restarts.iter().find(|r| r.run > c.run),
+            Kind::Page { .. } => None,
+        }?;
+        match self.seen(hiding) {
+            Seen::Invisible { at } => Some(at),
+            _ => None,
+        }
+    }
+
+    /// The pending changes at `now`: positions, and since when each is excused.
+    fn pending(&self, now: Instant) -> impl Iterator<Item = (u64, Option<Instant>)> + '_ {
+        self.changes
+            .iter()
+            .filter_map(move |c| match self.revealed(c) {
+                Some(at) if now >= at + self.grace => None,
+                Some(_) => Some((c.pos, None)),
+                None => Some((c.pos, self.excused(c))),
+            })
+    }
+
+    /// The oldest pending position at `now` (`excused`: counting excused ones too), or one
+    /// past the newest.
+    fn horizon(&self, now: Instant, excused: bool) -> u64 {
+        self.pending(now)
+            .filter(|(_, e)| excused || e.is_none())
+            .map(|(pos, _)| pos)
+            .min()
+            .unwrap_or(self.next_pos)
+    }
+
+    /// Applies `change` to page `page`'s presence.
+    fn apply(page: usize, change: &Change, present: &mut bool) {
+        match change.kind {
+            Kind::Page {
+                page: p,
+                present: now,
+            } if usize::from(p) == page => *present = now,
+            Kind::Page { .. } => {}
+            Kind::Restart => *present = false,
+        }
+    }
+
+    /// Page `page`'s presence right after the changes up to position `pos`.
+    fn present_at(&self, page: usize, pos: u64) -> bool {
+        let mut present = false;
+        for c in self.changes.iter().take_while(|c| c.pos <= pos) {
+            Self::apply(page, c, &mut present);
+        }
+        present
+    }
+
+    /// Whether page `page` is present at some position from `from` on.
+    fn present_from(&self, page: usize, from: u64) -> bool {
+        let mut present = self.present_at(page, from);
+        let mut any = present;
+        for c in self.changes.iter().filter(|c| c.pos > from) {
+            Self::apply(page, c, &mut present);
+            any |= present;
+        }
+        any
+    }
+
+    /// Reports whether the last change of page `page` (or a restart after it) is a batch the
+    /// master's queue dropped that nothing revealed: without the master's counters no signal
+    /// can tell it, so an idle master's index cannot be asked to reflect it.
+    pub fn unknowable(&self, page: usize) -> bool {
+        self.changes
+            .iter()
+            .rev()
+            .find(|c| match c.kind {
+                Kind::Page { page: p, .. } => usize::from(p) == page,
+                Kind::Restart => true,
+            })
+            .is_some_and(|c| c.dropped && self.revealed(c).is_none())
+    }
+
+    /// Reports whether the master restarted in this history.
+    pub fn has_restart(&self) -> bool {
+        !self.restarts.is_empty()
+    }
+
+    /// Reports whether any change touched page `page`.
+    pub fn touched(&self, page: usize) -> bool {
+        self.changes
+            .iter()
+            .any(|c| matches!(c.kind, Kind::Page { page: p, .. } if usize::from(p) == page))
+    }
+
+    /// Judges a claim of page `page` at `now`, claimed without a break since `since`.
+    ///
+    /// The excuse covers only what the old run held before the invisible restart (within
+    /// the window the session may still be reflecting), while no change of the page since the
+    /// restart has reached the session, and only a claim held since the restart became
+    /// invisible: a claim made later, or of a page the new run changed visibly, rests on
+    /// something else.
+    pub fn judge(&self, now: Instant, page: usize, since: Instant) -> Judgement {
+        let plain = self.horizon(now, false);
+        if self.present_from(page, plain.saturating_sub(1)) {
+            return Judgement::Fine;
+        }
+        let all = self.horizon(now, true);
+        let excuse = self
+            .restarts
+            .iter()
+            .filter_map(|r| match self.seen(r) {
+                Seen::Invisible { at } if r.pos >= all => Some((r.pos, at)),
+                _ => None,
+            })
+            .min();
+        let Some((restart, excused_since)) = excuse else {
+            return self.judge_masquerade(now, page, since);
+        };
+        let held_before = (all.saturating_sub(1)..restart).any(|q| self.present_at(page, q));
+        let changed_since = self.changes.iter().any(|c| {
+            c.pos > restart
+                && matches!(c.kind, Kind::Page { page: p, .. } if usize::from(p) == page)
+                && self.revealed(c).is_some()
+        });
+        if !held_before || changed_since || since > excused_since {
+            return Judgement::FalseHit;
+        }
+        Judgement::Stale {
+            age: now.saturating_duration_since(excused_since),
+        }
+    }
+
+    /// Judges a claim no invisible restart excuses: stale if a masquerade stored the page, the
+    /// claim is held since then, and no later change of the page reached the session.
+    fn judge_masquerade(&self, now: Instant, page: usize, since: Instant) -> Judgement {
+        let stored = |m: &Masquerade| {
+            self.changes.iter().any(|c| {
+                c.pos == m.pos
+                    && c.kind
+                        == Kind::Page {
+                            page: page as u8,
+                            present: true,
+                        }
+            })
+        };
+        let changed_after = |m: &Masquerade| {
+            self.changes.iter().any(|c| {
+                matches!(c.kind, Kind::Page { page: p, .. } if usize::from(p) == page)
+                    && c.handed.is_some_and(|h| h > m.at)
+            })
+        };
+        match self
+            .masquerades
+            .iter()
+            .filter(|m| stored(m) && !changed_after(m) && since >= m.at)
+            .map(|m| m.at)
+            .min()
+        {
+            Some(at) => Judgement::Stale {
+                age: now.saturating_duration_since(at),
+            },
+            None => Judgement::FalseHit,
+        }
+    }
+
+    /// Returns `pos` counted from the horizon at `now` (0 for a position at or before it: a
+    /// settled one).
+    pub fn relative(&self, now: Instant, pos: u64) -> u64 {
+        pos.saturating_sub(self.horizon(now, true).saturating_sub(1))
+    }
+
+    /// A canonical form of what decides future judgements. Without a restart, what is settled
+    /// stays settled (only a restart's visibility can change later): positions are counted
+    /// from the horizon at `now`, and two histories that differ only in older, settled changes
+    /// agree. With a restart, the whole history counts.
+    pub fn canonical(&self, now: Instant) -> impl std::hash::Hash + '_ {
+        let base = if self.restarts.is_empty() {
+            self.horizon(now, true).saturating_sub(1)
+        } else {
+            0
+        };
+        let at_base: Vec<bool> = (0..PAGES).map(|p| self.present_at(p, base)).collect();
+        let changes: Vec<Change> = self
+            .changes
+            .iter()
+            .filter(|c| c.pos > base)
+            .map(|c| Change {
+                pos: c.pos - base,
+                // A grace over is the same as none.
+                handed: c
+                    .handed
+                    .map(|at| at.max(now.saturating_sub_duration(self.grace))),
+                ..*c
+            })
+            .collect();
+        let restarts: Vec<Restart> = self
+            .restarts
+            .iter()
+            .map(|r| Restart {
+                pos: r.pos.saturating_sub(base),
+                ..*r
+            })
+            .collect();
+        (
+            at_base,
+            changes,
+            restarts,
+            self.known.clone(),
+            self.masquerades.clone(),
+            self.since_status.clone(),
+            self.next_pos - base,
+        )
+    }
+}
+
+/// `Instant` minus a duration, saturating at the origin.
+trait SaturatingSub {
+    fn saturating_sub_duration(self, d: Duration) -> Instant;
+}
+
+impl SaturatingSub for Instant {
+    fn saturating_sub_duration(self, d: Duration) -> Instant {
+        Instant::from_nanos(
+            self.as_nanos()
+                .saturating_sub(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Key;
+
+    const A: usize = 0;
+    const B: usize = 1;
+
+    fn at(ms: u64) -> Instant {
+        Instant::from_millis(ms)
+    }
+
+    /// A one-event message of run `run` carrying the change at `pos`.
+    fn message(run: u8, seq: u64, id: u64, pos: u64) -> Message {
+        Message {
+            run,
+            seq,
+            first_id: id,
+            events: vec![(true, Key::Page(0))],
+            stamp_ms: 0,
+            readable: true,
+            pos,
+        }
+    }
+
+    #[test]
+    fn a_claim_after_the_removal_was_handed_is_a_false_hit() {
+        let mut o = Oracle::new(Duration::ZERO);
+        let stored = o.page(A, true, 1, 1, false);
+        o.handed(at(0), &message(1, 1, 1, stored));
+        assert_eq!(o.judge(at(0), A, at(0)), Judgement::Fine);
+        // Removed, its batch not handed yet (held by the network): the session cannot know.
+        let removed = o.page(A, false, 1, 2, false);
+        assert_eq!(o.judge(at(0), A, at(0)), Judgement::Fine);
+        o.handed(at(1), &message(1, 2, 2, removed));
+        assert_eq!(o.judge(at(1), A, at(0)), Judgement::FalseHit);
+    }
+
+    #[test]
+    fn a_dropped_removal_excuses_the_claim_until_a_later_message_reveals_it() {
+        let mut o = Oracle::new(Duration::ZERO);
+        let stored = o.page(A, true, 1, 1, false);
+        o.handed(at(0), &message(1, 1, 1, stored));
+        let _ = o.page(A, false, 1, 2, true);
+        assert_eq!(o.judge(at(0), A, at(0)), Judgement::Fine);
+        let other = o.page(B, true, 1, 3, false);
+        o.handed(at(1), &message(1, 3, 2, other));
+        assert_eq!(o.judge(at(1), A, at(0)), Judgement::FalseHit);
+    }
+
+    #[test]
+    fn a_status_covering_a_dropped_batch_reveals_it() {
+        let mut o = Oracle::new(Duration::ZERO);
+        let stored = o.page(A, true, 1, 1, false);
+        o.handed(at(0), &message(1, 1, 1, stored));
+        let _ = o.page(A, false, 1, 2, true);
+        o.status_handed(at(1), 1, 1, 1);
+        assert_eq!(
+            o.judge(at(1), A, at(0)),
+            Judgement::Fine,
+            "seq 2 not covered"
+        );
+        o.status_handed(at(2), 1, 2, 1);
+        assert_eq!(o.judge(at(2), A, at(0)), Judgement::FalseHit);
+    }
+
+    #[test]
+    fn a_reorder_window_excuses_a_handed_removal_for_its_delay_only() {
+        let mut o = Oracle::new(Duration::from_millis(50));
+        let stored = o.page(A, true, 1, 1, false);
+        o.handed(at(0), &message(1, 1, 1, stored));
+        let removed = o.page(A, false, 1, 2, false);
+        o.handed(at(10), &message(1, 2, 2, removed));
+        assert_eq!(o.judge(at(59), A, at(0)), Judgement::Fine);
+        assert_eq!(o.judge(at(60), A, at(0)), Judgement::FalseHit);
+    }
+
+    #[test]
+    fn a_restart_whose_first_message_continues_the_old_run_exactly_is_excused_for_a_bound() {
+        let mut o = Oracle::new(Duration::ZERO);
+        let stored = o.page(A, true, 1, 1, false);
+        o.handed(at(0), &message(1, 1, 1, stored));
+        o.restart(2);
+        // The new run's seq 1 was lost after publishing: its seq 2 starts at id 2.
+        let other = o.page(B, true, 2, 2, false);
+        o.handed(at(100), &message(2, 2, 2, other));
+        assert_eq!(
+            o.judge(at(100) + STALE_BOUND, A, at(0)),
+            Judgement::Stale { age: STALE_BOUND }
+        );
+        // A later message of the old run shows the session it was fooled.
+        o.handed(at(200), &message(1, 3, 3, stored));
+        assert_eq!(o.judge(at(200), A, at(0)), Judgement::FalseHit);
+    }
+
+    #[test]
+    fn a_restart_whose_first_message_does_not_continue_the_old_run_is_no_excuse() {
+        let mut o = Oracle::new(Duration::ZERO);
+        let stored = o.page(A, true, 1, 1, false);
+        o.handed(at(0), &message(1, 1, 1, stored));
+        o.restart(2);
+        let other = o.page(B, true, 2, 1, false);
+        o.handed(at(100), &message(2, 1, 1, other));
+        assert_eq!(o.judge(at(100), A, at(0)), Judgement::FalseHit);
+    }
+
+    #[test]
+    fn a_restart_continuing_the_old_runs_status_is_excused_from_when_both_were_handed() {
+        let mut o = Oracle::new(Duration::ZERO);
+        // A was stored, its batch dropped (seq 1, no id); the key list read after shows it.
+        let _ = o.page(A, true, 1, 1, true);
+        o.restart(2);
+        let other = o.page(B, true, 2, 2, false);
+        o.handed(at(100), &message(2, 2, 1, other));
+        assert_eq!(o.judge(at(100), A, at(0)), Judgement::FalseHit);
+        // The status read before the restart, (1, 0), is handed with the key list.
+        o.status_handed(at(300), 1, 1, 0);
+        assert_eq!(
+            o.judge(at(400), A, at(0)),
+            Judgement::Stale {
+                age: Duration::from_millis(100)
+            }
+        );
+    }
+
+    #[test]
+    fn the_old_runs_loss_after_the_known_position_is_hidden_by_an_invisible_restart() {
+        let mut o = Oracle::new(Duration::ZERO);
+        // Status (0, 0) handed; A stored after it (seq 1, dropped), listed by the key list.
+        o.status_handed(at(0), 1, 0, 0);
+        let _ = o.page(A, true, 1, 1, true);
+        // The master restarts; the new run's seq 1 (id 1) continues (0, 0) exactly.
+        o.restart(2);
+        let other = o.page(B, true, 2, 1, false);
+        o.handed(at(100), &message(2, 1, 1, other));
+        assert_eq!(
+            o.judge(at(100), A, at(0)),
+            Judgement::Stale {
+                age: Duration::ZERO
+            }
+        );
+        assert_eq!(o.judge(at(100), B, at(0)), Judgement::Fine);
+    }
+
+    #[test]
+    fn the_excuse_covers_no_claim_made_after_the_restart_became_invisible() {
+        let mut o = Oracle::new(Duration::ZERO);
+        let stored = o.page(A, true, 1, 1, false);
+        o.handed(at(0), &message(1, 1, 1, stored));
+        o.restart(2);
+        let other = o.page(B, true, 2, 2, false);
+        o.handed(at(100), &message(2, 2, 2, other));
+        assert_eq!(
+            o.judge(at(100), A, at(100)),
+            Judgement::Stale {
+                age: Duration::ZERO
+            }
+        );
+        assert_eq!(o.judge(at(200), A, at(150)), Judgement::FalseHit);
+    }
+
+    #[test]
+    fn the_excuse_covers_nothing_the_new_run_stored_and_lost_itself() {
+        let mut o = Oracle::new(Duration::ZERO);
+        // Run 1 published nothing: status (0, 0). The new run's seq 1 continues it exactly.
+        o.status_handed(at(0), 1, 0, 0);
+        o.restart(2);
+        let stored = o.page(A, true, 2, 1, false);
+        o.handed(at(10), &message(2, 1, 1, stored));
+        // The new run removes A; its batch is dropped; its status (2, 1) covers the loss.
+        let _ = o.page(A, false, 2, 2, true);
+        o.status_handed(at(20), 2, 2, 1);
+        assert_eq!(o.judge(at(20), A, at(10)), Judgement::FalseHit);
+    }
+
+    #[test]
+    fn the_excuse_ends_when_a_change_of_the_page_since_the_restart_reaches_the_session() {
+        let mut o = Oracle::new(Duration::ZERO);
+        let stored = o.page(A, true, 1, 1, false);
+        o.handed(at(0), &message(1, 1, 1, stored));
+        o.restart(2);
+        let again = o.page(A, true, 2, 2, false);
+        o.handed(at(100), &message(2, 2, 2, again));
+        assert_eq!(o.judge(at(100), A, at(0)), Judgement::Fine);
+        let removed = o.page(A, false, 2, 3, false);
+        o.handed(at(200), &message(2, 3, 3, removed));
+        assert_eq!(o.judge(at(200), A, at(0)), Judgement::FalseHit);
+    }
+
+    #[test]
+    fn an_older_runs_late_message_continuing_the_newer_runs_status_is_a_masquerade() {
+        let mut o = Oracle::new(Duration::ZERO);
+        // Run 1 stores A in its seq 1 (id 1), delayed by the network, and removes it in its
+        // seq 2 (id 2), handed; the master restarts.
+        let stored = o.page(A, true, 1, 1, false);
+        let removed = o.page(A, false, 1, 2, false);
+        o.handed(at(50), &message(1, 2, 2, removed));
+        o.restart(2);
+        // Run 2's status (0, 0) is handed, then run 1's late seq 1: it continues (0, 0).
+        o.status_handed(at(100), 2, 0, 0);
+        o.handed(at(200), &message(1, 1, 1, stored));
+        assert_eq!(
+            o.judge(at(300), A, at(200)),
+            Judgement::Stale {
+                age: Duration::from_millis(100)
+            }
+        );
+        // A claim older than the masquerade rests on something else.
+        assert_eq!(o.judge(at(300), A, at(150)), Judgement::FalseHit);
+    }
+
+    #[test]
+    fn a_message_held_for_a_newer_runs_status_it_continues_is_a_masquerade() {
+        let mut o = Oracle::new(Duration::ZERO);
+        let stored = o.page(A, true, 1, 1, false);
+        let removed = o.page(A, false, 1, 2, false);
+        o.handed(at(50), &message(1, 2, 2, removed));
+        o.restart(2);
+        // Run 1's late seq 1 is handed first (held for a fetch), then run 2's status (0, 0).
+        o.handed(at(100), &message(1, 1, 1, stored));
+        assert_eq!(o.judge(at(150), A, at(150)), Judgement::FalseHit);
+        o.status_handed(at(200), 2, 0, 0);
+        assert_eq!(
+            o.judge(at(200), A, at(200)),
+            Judgement::Stale {
+                age: Duration::ZERO
+            }
+        );
+    }
+
+    #[test]
+    fn a_dropped_tail_nothing_revealed_is_unknowable_and_a_later_message_reveals_it() {
+        let mut o = Oracle::new(Duration::ZERO);
+        let stored = o.page(A, true, 1, 1, false);
+        o.handed(at(0), &message(1, 1, 1, stored));
+        let _ = o.page(A, false, 1, 2, true);
+        assert!(o.unknowable(A));
+        assert!(!o.unknowable(B));
+        let other = o.page(B, true, 1, 3, false);
+        o.handed(at(1), &message(1, 3, 2, other));
+        assert!(!o.unknowable(A));
+    }
+}

@@ -1,0 +1,63 @@
+//! The exhaustive checker as tests: every history of `EXPLORE_DEPTH` letters (4 unless set;
+//! CI runs 6 in release mode, see `.ci/run`) over the whole alphabet, in each of the four
+//! worlds (reorder window off, the shipped setup, and on; a master with status counters and
+//! one without). Each prints what it explored; any failure class fails the test, with a
+//! shortest history of each in the output.
+
+use hicache_index_explore::{explore, explore::render, Options, Setup};
+
+fn depth() -> usize {
+    std::env::var("EXPLORE_DEPTH")
+        .ok()
+        .and_then(|d| d.parse().ok())
+        .unwrap_or(4)
+}
+
+fn check(window: bool, status: bool) {
+    let options = Options {
+        setup: Setup {
+            window,
+            status,
+            max_runs: 2,
+        },
+        depth: depth(),
+        // The test harness runs the four worlds side by side.
+        jobs: 1,
+        audits: 200,
+    };
+    #[allow(clippy::disallowed_methods)]
+    let started = std::time::Instant::now();
+    let summary = explore(options);
+    let report = render(&summary, started.elapsed());
+    println!("{report}");
+    assert!(summary.audited > 0, "no merge was audited");
+    assert!(
+        summary.unsound.is_none(),
+        "two histories merged into one state behaved differently (see above)"
+    );
+    assert_eq!(
+        summary.failed(),
+        0,
+        "histories break a rule: a shortest one of each way is printed above"
+    );
+}
+
+#[test]
+fn every_history_holds_without_a_reorder_window() {
+    check(false, true);
+}
+
+#[test]
+fn every_history_holds_with_a_reorder_window() {
+    check(true, true);
+}
+
+#[test]
+fn every_history_holds_without_a_window_against_a_master_without_status_counters() {
+    check(false, false);
+}
+
+#[test]
+fn every_history_holds_with_a_window_against_a_master_without_status_counters() {
+    check(true, false);
+}
