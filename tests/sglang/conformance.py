@@ -448,15 +448,29 @@ def free_port() -> int:
 def serve_readyz(ours: Ours, urls: list, expected_models: int, deadline_s: float) -> dict:
     """Starts `serve --workers` on the fake workers and returns /readyz once every worker has
     been polled twice."""
+    # serve logs to stderr, the address too ("http listening on http://..."): into a file read
+    # here, so that a full pipe never blocks it.
+    log = tempfile.NamedTemporaryFile(mode="w+", prefix="sglang-conformance-serve-", suffix=".log")
     proc = subprocess.Popen(
         [ours.binary, "serve", "--events", f"tcp://127.0.0.1:{free_port()}",
          "--listen", "127.0.0.1:0", "--workers", ",".join(urls),
          "--worker-poll-interval", "200ms"],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-        env={**os.environ, "RUST_LOG": "error"})
+        stdout=subprocess.DEVNULL, stderr=log, text=True,
+        env={**os.environ, "RUST_LOG": "warn,hicache_index_serve=info"})
     try:
-        line = proc.stdout.readline()
-        addr = line.rsplit("http://", 1)[-1].strip()
+        addr = None
+        until = time.monotonic() + deadline_s
+        while addr is None:
+            if proc.poll() is not None:
+                log.seek(0)
+                raise SystemExit(f"serve exited with {proc.returncode}: {log.read()}")
+            if time.monotonic() > until:
+                raise SystemExit(f"serve did not say where it listens within {deadline_s} s")
+            log.seek(0)
+            for line in log.read().splitlines():
+                if "http listening on http://" in line:
+                    addr = line.split("http listening on http://", 1)[1].split()[0].strip()
+            time.sleep(0.02)
         start = time.monotonic()
         seen_all = None
         while time.monotonic() - start < deadline_s:
@@ -476,6 +490,7 @@ def serve_readyz(ours: Ours, urls: list, expected_models: int, deadline_s: float
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+        log.close()
 
 
 # --- the comparison -------------------------------------------------------------------------
