@@ -16,7 +16,10 @@
 //! - **Status point**: what the master's `/kv_events/status` said just before its key list was
 //!   read: the last sequence it had assigned (`published_batches + dropped_events`) and the last
 //!   event id it had given (`published_events`).
-//! - **Copy**: a batch with the sequence and the print of one the stream passed (R2).
+//! - **Heard**: arrived over the connection and not a copy, whatever became of it (applied,
+//!   skipped, held, dropped with what was held, or undecodable).
+//! - **Copy**: a batch with the sequence and the print of a decodable one the stream heard
+//!   (R2).
 //! - **Forget**: the index drops what the stream taught it; with resync on, a key list is read
 //!   again, and a fetch under way is superseded (its answer may be of either run).
 //! - **Quiet**: no batch has arrived for the status check's interval ([`crate::ResyncConfig`]).
@@ -28,7 +31,7 @@
 //!   both are known, the next event id. After a loss (without resync) any later sequence with a
 //!   later first event id continues it; at a status point, the point's sequence + 1 starting at
 //!   `published_events` + 1.
-//! - **R2 (copy).** A copy is skipped. Only the batches passed since the stream last forgot
+//! - **R2 (copy).** A copy is skipped. Only the batches heard since the stream last forgot
 //!   for another run tell copies, and an undecodable batch is never taken for one (R8).
 //! - **R3 (before the point).** At a status point, a batch numbered at or before it whose event
 //!   ids stay within `published_events` is skipped: the key list, read after the point, holds
@@ -41,16 +44,18 @@
 //!   position's, shows lost batches: forget. With a reorder window it is held first (R7).
 //! - **R5 (another run).** Any other batch cannot be of the position's run after it: another
 //!   run's (a restart nobody saw), or, with a reorder window, a late one: forget. So is a batch
-//!   with the sequence of one the stream passed since it last forgot for another run, and other
-//!   bytes (a twin: within one run a sequence is given once).
+//!   with the sequence of one the stream heard since it last forgot for another run, and other
+//!   bytes (a twin: within one run a sequence is given once), wherever it falls: before a
+//!   status point too, when the batch heard came before the fetch.
 //! - **R6 (placing).** After a forget, with resync on, only the master's status places the
 //!   stream: the batches that arrive after the next fetch was asked are held, and ruled against
 //!   its status point (R1-R5) when it answers (without a window, one numbered at or below the
 //!   batch heard before it is R5's at once); every other batch came before that status was
 //!   read, so its key list holds what it did (or it is another run's), and it is dropped. Without
 //!   a status (an old master), the stream continues exactly from the last batch heard on the
-//!   connection before the fetch was asked (the key list was read after it); with none heard, or
-//!   with a reorder window, it cannot be placed, and the fetch is asked again (when a batch
+//!   connection before the fetch was asked (the key list was read after it); with none heard,
+//!   the last one undecodable (nothing continues it exactly), or with a reorder window, it
+//!   cannot be placed, and the fetch is asked again (when a batch
 //!   arrives, or after a doubling delay). Without resync, the batch that forgot begins the
 //!   stream: over one connection delivery is in order, so it is the live run's.
 //! - **R7 (reorder window).** The window only reorders: it holds batches numbered past the next
@@ -59,8 +64,8 @@
 //!   ([`crate::ConfigError::ReorderWithoutResync`]): a late batch can pass for any place, so
 //!   after a loss only the master's status can place the stream (R6).
 //! - **R8 (undecodable).** A batch whose sequence can be read but whose events cannot consumed
-//!   its place and changed what is unknown: it forgets (with a reorder window, once its place
-//!   comes); without resync the next batch must run past the point the stream stood at (R1
+//!   its place and changed what is unknown: it forgets wherever it falls (before a status point
+//!   too: it may be another run's; with a reorder window, once its place comes); without resync the next batch must run past the point the stream stood at (R1
 //!   after a loss: the undecodable batch's own sequence may be as garbled as its payload).
 //! - **R9 (reconnect, clear).** A new connection, a stopped driver or an operator's clear
 //!   forgets (R6); without resync the position stays, so that another run's first batch is told
@@ -69,7 +74,10 @@
 //!   exactly (R1 cannot tell it: that run's earlier batches were lost and had the same sizes),
 //!   and, without a status check (R11), a restart that no transport saw after which no batch
 //!   came, leave objects claimed that the master no longer holds: verification finds them
-//!   absent within a round.
+//!   absent within a round. Their other side costs misses, unbounded until the page changes
+//!   again or a key list is read: what such a run stored in batches its queue dropped before
+//!   the continuing one, and what a run stored in dropped batches when its status equals the
+//!   position the index stands at (the status check, R11, cannot tell the two runs).
 //! - **R11 (quiet stream).** With resync on, a stream placed by a status point that hears no
 //!   batch for the check interval reads the master's status again: at the position it
 //!   confirms it; ahead of it (a later sequence, event ids no earlier), it forgets unless a

@@ -387,6 +387,17 @@ pub fn old_batch_released_after_the_new_run(new_run_first_id: u64, sizes: &[usiz
     // The master's status places the new run's stream at its last batch; it goes on from there.
     let _ = h.answer_fetch(next - 1, &[]);
     let _ = h.batch_at(next, filler(1));
+    if next == 9 {
+        // Numbered like the old run's seq 9, which was heard (held, then dropped with the
+        // hole), with other bytes: a twin, so another run's than that one (R5). The stream
+        // cannot tell which of the two the status point is of: it forgets once, and the next
+        // status places it.
+        assert_eq!(h.session.last_applied_seq(), None, "{:?}", h.log);
+        assert_eq!(h.prefix(&t), 0);
+        let _ = h.answer_fetch(next, &[]);
+        next += 1;
+        let _ = h.batch_at(next, filler(1));
+    }
     assert_eq!(h.session.last_applied_seq(), Some(Seq(next)), "{:?}", h.log);
     assert_eq!(h.prefix(&t), 0);
 }

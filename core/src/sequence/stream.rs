@@ -15,13 +15,15 @@ use core::time::Duration;
 /// How many batches the stream remembers to tell copies (R2), at least.
 const PASSED_AT_LEAST: usize = 256;
 
-/// A batch the stream passed.
+/// A batch the stream heard (applied, skipped, held or dropped with what was held).
 #[derive(Clone, Copy, Debug)]
 struct Passed {
     seq: Seq,
     print: Print,
-    /// The run it was passed under ([`Stream`]'s `run`); `None` when undecodable.
-    run: Option<u32>,
+    /// The run it was heard under ([`Stream`]'s `run`).
+    run: u32,
+    /// It could not be decoded: it tells twins, never copies.
+    undecodable: bool,
 }
 
 /// One publisher stream's rules ([`crate::sequence`]); `T` is what the caller keeps of a held
@@ -30,8 +32,8 @@ struct Passed {
 pub struct Stream<T> {
     config: StreamConfig,
     position: Position,
-    /// The batches passed, newest last: what a copy is told by (R2), and a batch of another
-    /// run numbered like one of the followed run (R5).
+    /// The batches heard, newest last, whatever became of them: what a copy is told by (R2),
+    /// and a batch of another run numbered like one of the followed run (R5).
     passed: VecDeque<Passed>,
     /// The number of the run the stream follows: one more at each forget for another run's
     /// batch or status (R5, R11), so that only the followed run's batches tell twins.
@@ -43,7 +45,9 @@ pub struct Stream<T> {
     /// The last batch that arrived on the current connection (no copy), if one did: its
     /// subscription took effect, and the stream stood there.
     heard: Option<Point>,
-    /// `heard` when the fetch under way was asked for.
+    /// The last batch heard could not be decoded: nothing continues it exactly (R6).
+    heard_undecodable: bool,
+    /// `heard` when the fetch under way was asked for, if it was decodable.
     heard_before_fetch: Option<Point>,
     /// At a status point: when a batch came before it while the stream had not continued it.
     unproven_since: Option<Instant>,
@@ -68,6 +72,7 @@ impl<T> Stream<T> {
             hold: Hold::new(config.reorder.is_on()),
             holding: false,
             heard: None,
+            heard_undecodable: false,
             heard_before_fetch: None,
             unproven_since: None,
             placed_with_before: false,
@@ -164,6 +169,12 @@ impl<T> Stream<T> {
                 seq: mark.seq,
                 last,
             });
+            self.heard_undecodable = mark.undecodable;
+            if ruling == Ruling::Hold {
+                // Heard now, whatever becomes of it: if the hold is dropped, its twins still
+                // show another run (R5).
+                self.remember(&mark);
+            }
         }
         match ruling {
             Ruling::Hold => self.keep(now, mark, bytes, keep()),
@@ -178,8 +189,11 @@ impl<T> Stream<T> {
         // taken for one (bytes that cannot be read can be alike in two runs, an empty payload
         // say; its own forget costs misses only), nor a batch like one of a run the stream
         // left (it is placed: a late copy of that run is R5's, a new run's twin continues).
-        let copy = |p: &Passed| p.seq == m.seq && p.print == m.print && p.run == Some(self.run);
-        if !m.undecodable && self.passed.iter().any(copy) {
+        // A held batch released was told from copies as it arrived (and is remembered).
+        let copy = |p: &Passed| {
+            p.seq == m.seq && p.print == m.print && p.run == self.run && !p.undecodable
+        };
+        if arriving && !m.undecodable && self.passed.iter().any(copy) {
             return Ruling::Skip(Skip::Copy);
         }
         let reorder = self.config.reorder.is_on();
@@ -193,7 +207,9 @@ impl<T> Stream<T> {
         let ruling = match place {
             Place::Ahead { .. } if reorder && arriving => return Ruling::Hold, // R7
             Place::Wait if self.holding && arriving => return Ruling::Hold,    // R6
-            Place::Next | Place::Ahead { .. } | Place::Other if m.undecodable => {
+            Place::Next | Place::Ahead { .. } | Place::Before { .. } | Place::Other
+                if m.undecodable =>
+            {
                 self.forgot(Why::Undecodable, m) // R8
             }
             Place::Next => {
@@ -224,7 +240,9 @@ impl<T> Stream<T> {
             Place::Other => self.forgot(Why::OtherRun, m), // R5
             Place::Wait => Ruling::Skip(Skip::Unplaced),   // R6
         };
-        self.remember(m);
+        if arriving {
+            self.remember(m);
+        }
         ruling
     }
 
@@ -331,14 +349,15 @@ impl<T> Stream<T> {
     }
 
     /// Reports whether the batch marked `m` has the sequence of a batch of the followed run
-    /// that the stream passed, and other bytes: within one run a sequence is given once, so it
-    /// is another run's (R5). Undecodable batches take no part (their sequence may be garbled).
+    /// that the stream heard, and other bytes: within one run a sequence is given once, so it
+    /// is another run's (R5). An undecodable batch arriving takes no part (its sequence may be
+    /// garbled; it forgets anyway, R8); one heard tells twins (at worst a needless forget).
     fn twin_of_passed(&self, m: &Mark) -> bool {
         !m.undecodable
             && self
                 .passed
                 .iter()
-                .any(|p| p.seq == m.seq && p.run == Some(self.run) && p.print != m.print)
+                .any(|p| p.seq == m.seq && p.run == self.run && p.print != m.print)
     }
 
     /// Reports whether the batch marked `m`, arriving while the stream holds batches for a
@@ -359,7 +378,7 @@ impl<T> Stream<T> {
         self.run = self.run.wrapping_add(1);
     }
 
-    /// Records a batch passed, to tell its copies (R2).
+    /// Records a batch heard, to tell its copies (R2) and twins (R5).
     fn remember(&mut self, m: &Mark) {
         let cap = PASSED_AT_LEAST.max(self.config.reorder.max_held.saturating_mul(4));
         if self.passed.len() >= cap {
@@ -368,7 +387,8 @@ impl<T> Stream<T> {
         self.passed.push_back(Passed {
             seq: m.seq,
             print: m.print,
-            run: (!m.undecodable).then_some(self.run),
+            run: self.run,
+            undecodable: m.undecodable,
         });
     }
 
@@ -400,9 +420,11 @@ impl<T> Stream<T> {
         self.position = Self::start(&self.config);
     }
 
-    /// Reports whether a batch arrived on the current connection (its subscription took effect).
-    pub fn has_heard(&self) -> bool {
-        self.heard.is_some()
+    /// Reports whether a fetch asked now could be placed without a status (R6): without a
+    /// reorder window, a decodable batch arrived on the current connection (its subscription
+    /// took effect), which the fetch's key list will have been read after.
+    pub fn can_anchor(&self) -> bool {
+        self.heard.is_some() && !self.heard_undecodable && !self.config.reorder.is_on()
     }
 
     /// The subscriber connected again: no batch has arrived on this connection yet.
@@ -414,7 +436,7 @@ impl<T> Stream<T> {
     /// that arrive from now on are held for it (R6).
     pub fn fetch_asked(&mut self) {
         self.hold_for_fetch(self.position == Position::Unplaced);
-        self.heard_before_fetch = self.heard;
+        self.heard_before_fetch = self.heard.filter(|_| !self.heard_undecodable);
     }
 
     /// The fetch under way will not place the stream (it failed, or it was superseded): what

@@ -541,3 +541,78 @@ fn r6_without_a_window_a_held_batch_at_or_below_the_one_heard_is_another_runs() 
     assert_eq!(offer(&mut s, mark(2, 2, 2, 2)), Ruling::Hold);
     assert_eq!(offer(&mut s, mark(2, 2, 2, 2)), Ruling::Skip(Skip::Copy));
 }
+
+fn point(seq: u64, last: u64) -> Option<Point> {
+    Some(Point {
+        seq: Seq(seq),
+        last: Some(last),
+    })
+}
+
+#[test]
+fn r5_a_twin_of_a_batch_held_then_dropped_is_another_runs_even_at_the_point() {
+    for max_held in [0, 4] {
+        let mut s = resync_on(max_held);
+        s.fetch_asked();
+        // Run 1's batch 1 is held for the fetch, then the connection is lost: it is dropped
+        // with what was held, but it was heard.
+        assert_eq!(offer(&mut s, mark(1, 1, 1, 1)), Ruling::Hold);
+        s.forget();
+        s.connected();
+        s.fetch_asked();
+        // The key list is run 1's (at batch 1); run 2 restarts unseen and numbers its first
+        // batch like run 1's: at the point, ending at its event id, yet a twin.
+        assert_eq!(s.place(T0, point(1, 1)), Placed::AtPoint);
+        assert_eq!(
+            offer(&mut s, mark(2, 1, 1, 1)),
+            forgot(Why::OtherRun, false, Some(1)),
+            "max_held {max_held}"
+        );
+    }
+}
+
+#[test]
+fn r5_a_twin_of_an_undecodable_batch_heard_is_another_runs() {
+    let mut s = resync_on(0);
+    s.fetch_asked();
+    s.place(T0, point(0, 0));
+    assert_eq!(
+        offer(&mut s, undecodable(1)),
+        forgot(Why::Undecodable, false, Some(0))
+    );
+    s.fetch_asked();
+    assert_eq!(s.place(T0, point(1, 1)), Placed::AtPoint);
+    // Run 1's batch 1 again would be undecodable again: a decodable batch 1 is another run's.
+    assert_eq!(
+        offer(&mut s, mark(2, 1, 1, 1)),
+        forgot(Why::OtherRun, false, Some(1))
+    );
+}
+
+#[test]
+fn r8_an_undecodable_batch_before_the_point_forgets() {
+    let mut s = resync_on(0);
+    s.fetch_asked();
+    s.place(T0, point(2, 2));
+    // At or before the point, but it may be another run's, and its events are unknown.
+    assert_eq!(
+        offer(&mut s, undecodable(1)),
+        forgot(Why::Undecodable, false, Some(2))
+    );
+    assert!(s.is_unplaced());
+}
+
+#[test]
+fn r6_without_a_status_an_undecodable_last_batch_heard_anchors_nothing() {
+    let mut s = resync_on(0);
+    s.fetch_asked();
+    s.place(T0, point(0, 0));
+    offer(&mut s, undecodable(1));
+    // Nothing continues an undecodable batch exactly: a fetch now could not be placed by it.
+    assert!(!s.can_anchor());
+    s.fetch_asked();
+    assert_eq!(offer(&mut s, mark(1, 2, 2, 2)), Ruling::Hold);
+    assert_eq!(s.place(T0, None), Placed::Unanchored);
+    assert_eq!(releases(&mut s), []);
+    assert!(s.can_anchor());
+}

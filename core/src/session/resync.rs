@@ -327,7 +327,7 @@ impl Session {
                 self.resync.state = ResyncState::AwaitingStream {
                     retry_at: now + delay,
                 };
-                if self.stream.has_heard() && !self.config.reorder.is_on() {
+                if self.stream.can_anchor() {
                     // A batch arrived while this fetch was under way: the subscription took
                     // effect, so a fetch asked now is anchored by the last batch heard (R6).
                     self.start_resync(now, &mut fx);

@@ -39,7 +39,9 @@
 //!   [`oracle::STALE_BOUND`] (verification bounds it);
 //! - once the master is idle (and reachable): the index is live and exact within
 //!   [`world::LIVE_BOUND`]; a master without status counters may instead leave it visibly
-//!   recovering, which is counted as a stall (neither pass nor failure).
+//!   recovering, which is counted as a stall (neither pass nor failure). A page the master
+//!   holds may stay a miss only where no rule can know it ([`oracle::Oracle::missing_unknowable`]:
+//!   the other side of rule R10, and, without counters, a dropped tail or a masquerade).
 //!
 //! It uses only the core's public API.
 

@@ -37,6 +37,12 @@
 //! that newer position exactly (next sequence, next event id) is a *masquerade*: no signal tells
 //! it from the newer run's own. A claim of a page it stored is stale from the moment it was
 //! handed, within the same bound, while no later change of the page reaches the session.
+//!
+//! **Misses no rule can know** (asked of an idle master, [`Oracle::missing_unknowable`]): a
+//! page the master holds whose last change is a batch its queue dropped and that the restart
+//! hid (the invisible restart's own earlier sequences, or a restart of which no message came
+//! whose status equals the position learned of the run before it), and, without the master's
+//! counters, a dropped tail or a page a masquerade changed last. Each is a miss, never a hit.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -84,6 +90,9 @@ struct Restart {
     /// When an undecodable message of the run was handed before any intact one (the session
     /// had to forget: no excuse is needed).
     damaged_first: Option<Instant>,
+    /// No status was handed since `first`: with a reorder window the session may still hold
+    /// it for one, to rule on the held messages in order.
+    first_held: bool,
 }
 
 /// A message of an older run that continued the newest run's known position exactly.
@@ -192,6 +201,7 @@ impl Oracle {
             run,
             first: None,
             damaged_first: None,
+            first_held: false,
         });
         pos
     }
@@ -217,18 +227,37 @@ impl Oracle {
             }
         }
         self.since_status.clear();
+        for r in &mut self.restarts {
+            r.first_held = false;
+        }
         self.learn(now, run, seq, events, true);
     }
 
     /// The session was handed `message` at `now`.
     pub fn handed(&mut self, now: Instant, message: &Message) {
+        let grace = self.grace;
         for r in &mut self.restarts {
-            if r.run == message.run && r.first.is_none() && r.damaged_first.is_none() {
-                if message.readable {
+            if r.run != message.run || r.damaged_first.is_some() {
+                continue;
+            }
+            match r.first {
+                None if message.readable => {
                     r.first = Some((message.seq, message.first_id, now));
-                } else {
-                    r.damaged_first = Some(now);
+                    r.first_held = true;
                 }
+                None => r.damaged_first = Some(now),
+                // With a reorder window the session puts the run's messages in order: its
+                // first is the lowest-numbered one handed while the window, or the wait for a
+                // status point, may hold them.
+                Some((seq, _, at))
+                    if message.readable
+                        && message.seq < seq
+                        && !grace.is_zero()
+                        && (now <= at + grace || r.first_held) =>
+                {
+                    r.first = Some((message.seq, message.first_id, now));
+                }
+                Some(_) => {}
             }
         }
         if let Some(c) = self.changes.iter_mut().find(|c| c.pos == message.pos) {
@@ -282,6 +311,18 @@ impl Oracle {
         self.restarts.iter().find(|r| r.run == run)
     }
 
+    /// Whether the dropped change `c` is hidden by its own run's invisible restart: that run's
+    /// first message continues the old run's position exactly, so the sequences its queue
+    /// skipped before it read as the old run's (R10); no later message or status tells them.
+    fn hidden_by_own_restart(&self, c: &Change) -> bool {
+        c.dropped
+            && matches!(c.kind, Kind::Page { .. })
+            && self.restart_of(c.run).is_some_and(|r| {
+                matches!(self.seen(r), Seen::Invisible { .. })
+                    && r.first.is_some_and(|(seq, _, _)| c.seq < seq)
+            })
+    }
+
     /// When the session learned of change `c`, if it did.
     fn revealed(&self, c: &Change) -> Option<Instant> {
         if let Kind::Restart = c.kind {
@@ -293,6 +334,9 @@ impl Oracle {
         }
         if !c.dropped {
             return c.handed;
+        }
+        if self.hidden_by_own_restart(c) {
+            return None;
         }
         // Its run's later positions learned: a later message, or a status covering it.
         let same_run = self.known.get(&c.run).and_then(|ks| {
@@ -334,6 +378,7 @@ impl Oracle {
     fn excused(&self, c: &Change) -> Option<Instant> {
         let hiding = match c.kind {
             Kind::Restart => self.restart_of(c.run),
+            Kind::Page { .. } if self.hidden_by_own_restart(c) => self.restart_of(c.run),
             Kind::Page { .. } if c.dropped => self.restarts.iter().find(|r| r.run > c.run),
             Kind::Page { .. } => None,
         }?;
@@ -408,6 +453,62 @@ impl Oracle {
                 Kind::Restart => true,
             })
             .is_some_and(|c| c.dropped && self.revealed(c).is_none())
+    }
+
+    /// Reports whether page `page`, held by the master but not claimed once it is idle, is
+    /// beyond what any rule can know (a miss, never a hit), given the master's counters
+    /// (`status`: its run and status point, or `None` when it gives none):
+    /// - without counters, a dropped tail ([`Oracle::unknowable`]), or a change an older run's
+    ///   message carried that continued the newer run exactly (a masquerade, R10's mirror)
+    ///   when no later change of the page reached the session;
+    /// - the page's last change is a dropped batch hidden by its run's invisible restart
+    ///   (R10: the run's first message continues the old run exactly);
+    /// - a restart of which no message came, whose run's status is exactly the position the
+    ///   session learned of the run before it (the status check cannot tell the two runs, R11),
+    ///   and the page's last change is that run's dropped batch (or the restart).
+    pub fn missing_unknowable(&self, page: usize, status: Option<(u8, u64, u64)>) -> bool {
+        let Some((run, seq, events)) = status else {
+            return self.unknowable(page) || self.masquerade_last(page);
+        };
+        let Some(last) = self.last_change(page) else {
+            return false;
+        };
+        if self.hidden_by_own_restart(last) {
+            return true;
+        }
+        let coincides = self.restart_of(run).is_some_and(|r| {
+            matches!(self.seen(r), Seen::Undetermined)
+                && self
+                    .latest_before(run)
+                    .is_some_and(|(_, k)| k.seq == seq && k.last == events)
+        });
+        coincides && last.run == run && (last.dropped || matches!(last.kind, Kind::Restart))
+    }
+
+    /// The last change of page `page`, or a restart after it.
+    fn last_change(&self, page: usize) -> Option<&Change> {
+        self.changes.iter().rev().find(|c| match c.kind {
+            Kind::Page { page: p, .. } => usize::from(p) == page,
+            Kind::Restart => true,
+        })
+    }
+
+    /// Whether the last change of page `page` that reached the session was one a masquerade
+    /// carried.
+    fn masquerade_last(&self, page: usize) -> bool {
+        let of_page = |pos: u64| {
+            self.changes.iter().find(|c| c.pos == pos).is_some_and(
+                |c| matches!(c.kind, Kind::Page { page: p, .. } if usize::from(p) == page),
+            )
+        };
+        self.masquerades.iter().any(|m| {
+            of_page(m.pos)
+                && !self.changes.iter().any(|c| {
+                    c.pos != m.pos
+                        && matches!(c.kind, Kind::Page { page: p, .. } if usize::from(p) == page)
+                        && c.handed.is_some_and(|at| at > m.at)
+                })
+        })
     }
 
     /// Reports whether the master restarted in this history.

@@ -649,6 +649,14 @@ impl World {
             if !self.setup.status && self.oracle.unknowable(page) {
                 continue;
             }
+            // What no rule can know is a miss at worst, never a hit: it is not asked for.
+            let status = self.setup.status.then(|| {
+                let w = self.model.master.watermark();
+                (self.model.master.run, w.seq.0, w.events.unwrap_or(0))
+            });
+            if held && !claimed && self.oracle.missing_unknowable(page, status) {
+                continue;
+            }
             missing |= held && !claimed;
             extra |= claimed && !held;
         }
