@@ -9,17 +9,19 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hicache_index::{
-    Command, Effect, Effects, Health, Input, Instant, LeaderRequest, Session, SnapshotRequest,
-    StatusRequest, VerifyRequest,
-};
+use hicache_index::{Command, Effect, Effects, Health, Input, Instant, LeaderRequest, Session};
 
 use crate::config::SocketConfig;
 use crate::handle::{Control, HoldKind, Inbox, Shared};
-use crate::http::{HttpError, HttpJob, HttpOutcome, MasterHttp};
+use crate::http::{HttpError, HttpJob, MasterHttp};
 use crate::observe::{LinkChange, Observer};
 use crate::report;
 use crate::socket::{self, Link, LinkEvent, MAX_FRAMES};
+
+mod handover;
+mod inbox;
+
+use handover::Handover;
 
 /// The most snapshot lines applied under one hold of the write lock: as many as the master puts
 /// in one batch (64 events), so that a query waits for a chunk no longer than for a live batch;
@@ -34,26 +36,6 @@ pub enum Action {
     Open(Link),
     /// Drop the current link.
     Close,
-}
-
-/// A key list being handed over to the session, chunk by chunk.
-pub(crate) struct Handover {
-    /// The core's request.
-    request: SnapshotRequest,
-    /// The body of `/get_all_keys`.
-    body: Vec<u8>,
-    /// Where its lines end: before its last `\n`, if it ends in one.
-    end: usize,
-    /// Where the next line begins; past `end` once every line was handed over.
-    next: usize,
-    /// Chunks applied so far.
-    chunks: usize,
-    /// The write-lock hold of the last chunk.
-    last: Duration,
-    /// The longest write-lock hold for one chunk.
-    longest: Duration,
-    /// When the body reached the loop.
-    began: std::time::Instant,
 }
 
 /// The runtime-independent state of one subscriber's loop, shown to the observer `O` as it goes
@@ -83,38 +65,6 @@ pub struct Driver<O = ()> {
     pub(crate) log: report::ReportLog,
     /// The endpoint of the connection asked for and not yet up.
     pub(crate) connecting: Option<String>,
-}
-
-impl Handover {
-    fn new(request: SnapshotRequest, body: Vec<u8>) -> Handover {
-        let end = body.strip_suffix(b"\n").map_or(body.len(), <[u8]>::len);
-        Handover {
-            request,
-            // An empty list has no line at all, not one empty line.
-            next: usize::from(end == 0),
-            end,
-            body,
-            chunks: 0,
-            last: Duration::ZERO,
-            longest: Duration::ZERO,
-            began: std::time::Instant::now(),
-        }
-    }
-
-    /// The next lines, at most `max` of them: together, every line exactly as
-    /// [`hicache_index::snapshot_lines`] splits the whole body.
-    fn lines(&mut self, max: usize) -> Lines<'_> {
-        Lines {
-            body: &self.body[..self.end],
-            next: &mut self.next,
-            left: max,
-        }
-    }
-
-    /// Reports whether every line was handed over.
-    fn is_done(&self) -> bool {
-        self.next > self.end
-    }
 }
 
 impl<O> std::fmt::Debug for Driver<O> {
@@ -275,185 +225,6 @@ impl<O: Observer> Driver<O> {
                 None => {}
             }
         }
-    }
-
-    /// Handles a request or an HTTP outcome; returns false when the loop must stop.
-    pub fn handle_inbox(&mut self, msg: Inbox) -> bool {
-        match msg {
-            Inbox::Stop => return false,
-            Inbox::Worker { worker, info } => self.call(|s, now| {
-                s.handle(
-                    now,
-                    Input::Worker {
-                        worker: &worker,
-                        info,
-                    },
-                )
-            }),
-            Inbox::Clear => self.call(|s, now| s.handle(now, Input::Clear)),
-            Inbox::Http(HttpOutcome::Snapshot {
-                request,
-                watermark,
-                keys,
-            }) => match keys {
-                Ok(body) => {
-                    self.shared.episodes.succeeded(KEY_LIST);
-                    let request = SnapshotRequest(request);
-                    // Only begun here: the loop hands the lines over in chunks, feeding the
-                    // live batches queued meanwhile between them (see `advance_snapshot`).
-                    self.call(|s, now| s.handle(now, Input::SnapshotBegin { request, watermark }));
-                    self.handover = Some(Handover::new(request, body));
-                }
-                Err(HttpError::EventsDisabled) => {
-                    tracing::error!(
-                        request,
-                        "the master's KV event publisher is off (\"enabled\":false in \
-                         /kv_events/status): the index stays empty; run a master built with it"
-                    );
-                    let request = SnapshotRequest(request);
-                    self.call(|s, now| s.handle(now, Input::EventsDisabled { request }));
-                }
-                Err(error) => {
-                    let url = self.http_url();
-                    self.shared
-                        .episodes
-                        .failed(KEY_LIST, &url, &error.to_string());
-                    let request = SnapshotRequest(request);
-                    self.call(|s, now| s.handle(now, Input::SnapshotFailed { request }));
-                }
-            },
-            Inbox::LeaderView(view) => {
-                tracing::info!(?view, "HA discovery");
-                self.call(|s, now| s.handle(now, Input::LeaderView(&view)));
-            }
-            Inbox::LeaderStatus { request, status } => {
-                tracing::debug!(request, ?status, "leader check");
-                if status.events == hicache_index::EventsStatus::Disabled && status.serving {
-                    tracing::error!(
-                        request,
-                        "the leader's KV event publisher is off (\"enabled\":false): not followed"
-                    );
-                }
-                let request = LeaderRequest(request);
-                let status = &status;
-                self.call(|s, now| s.handle(now, Input::LeaderStatus { request, status }));
-            }
-            Inbox::Http(HttpOutcome::Status { request, watermark }) => {
-                let watermark = match watermark {
-                    Ok(watermark) => {
-                        self.shared.episodes.succeeded(STATUS_CHECK);
-                        watermark
-                    }
-                    Err(error) => {
-                        let url = self.http_url();
-                        let cause = error.to_string();
-                        self.shared.episodes.failed(STATUS_CHECK, &url, &cause);
-                        None
-                    }
-                };
-                let request = StatusRequest(request);
-                self.call(|s, now| s.handle(now, Input::Status { request, watermark }));
-            }
-            Inbox::Http(HttpOutcome::Verify {
-                request,
-                results,
-                error,
-            }) => {
-                match &error {
-                    Some(error) => {
-                        let url = self.http_url();
-                        let cause = format!("{error} ({} of the keys answered)", results.len());
-                        self.shared.episodes.failed(VERIFICATION, &url, &cause);
-                    }
-                    None => self.shared.episodes.succeeded(VERIFICATION),
-                }
-                let request = VerifyRequest(request);
-                if error.is_some() && results.is_empty() {
-                    self.call(|s, now| s.handle(now, Input::VerifyFailed { request }));
-                } else {
-                    // Keys of chunks that failed are left out: neither present nor absent.
-                    let answers: Vec<(&str, bool)> =
-                        results.iter().map(|(k, ok)| (k.as_str(), *ok)).collect();
-                    let results = &answers[..];
-                    self.call(|s, now| s.handle(now, Input::VerifyResult { request, results }));
-                }
-            }
-        }
-        true
-    }
-
-    /// Applies the next chunk (at most [`SNAPSHOT_CHUNK_LINES`] lines) of the key list being
-    /// handed over, under one hold of the write lock, or finishes the handover once every line
-    /// is in. Returns true while chunks remain: the loop must then come back without waiting,
-    /// after draining the socket, so that live batches go in between chunks.
-    ///
-    /// A handover the session no longer wants (it reconnected, cleared or fetched anew) is
-    /// dropped.
-    pub fn advance_snapshot(&mut self) -> bool {
-        let now = self.now();
-        let Some(h) = &mut self.handover else {
-            return false;
-        };
-        if self.stopped {
-            return false;
-        }
-        if !h.is_done() {
-            let held = std::time::Instant::now();
-            let request = h.request;
-            let lines: Vec<&[u8]> = h.lines(SNAPSHOT_CHUNK_LINES).collect();
-            let taken = hold(
-                &self.shared,
-                HoldKind::SnapshotChunk,
-                "snapshot chunk",
-                |session| {
-                    let lines = &lines[..];
-                    let fx = session.handle(now, Input::SnapshotLines { request, lines });
-                    debug_assert!(fx.is_empty(), "lines of a snapshot have no effects");
-                    session.snapshot_progress(request).is_some()
-                },
-            );
-            drop(lines);
-            h.last = held.elapsed();
-            h.longest = h.longest.max(h.last);
-            h.chunks += 1;
-            if taken != Some(true) {
-                tracing::debug!(
-                    request = h.request.0,
-                    "the session no longer wants this snapshot"
-                );
-                self.handover = None;
-                return false;
-            }
-            return true;
-        }
-        let Some(h) = self.handover.take() else {
-            return false;
-        };
-        let finished = hold(
-            &self.shared,
-            HoldKind::Other,
-            "snapshot finish",
-            |session| {
-                let request = h.request;
-                (
-                    session.handle(now, Input::SnapshotEnd { request }),
-                    session.poll_timeout(),
-                )
-            },
-        );
-        if let Some((fx, deadline)) = finished {
-            self.deadline = deadline;
-            self.observe_and_execute(now, fx);
-        }
-        tracing::debug!(
-            request = h.request.0,
-            bytes = h.body.len(),
-            chunks = h.chunks,
-            longest_chunk_us = h.longest.as_micros() as u64,
-            took_ms = h.began.elapsed().as_millis() as u64,
-            "snapshot handed over"
-        );
-        false
     }
 
     /// Reports that the runtime could not register a link's sockets: the connection failed.
@@ -704,26 +475,6 @@ fn hold<R>(
     Some(r)
 }
 
-/// The next lines of a key list's `body` (cut before its last `\n`), split on `\n` only and
-/// never trimmed, at most `left` of them, moving `next` past each (past the end after the last).
-struct Lines<'b> {
-    body: &'b [u8],
-    next: &'b mut usize,
-    left: usize,
-}
-
-impl<'b> Iterator for Lines<'b> {
-    type Item = &'b [u8];
-
-    fn next(&mut self) -> Option<&'b [u8]> {
-        let rest = self.body.get(*self.next..).filter(|_| self.left > 0)?;
-        self.left -= 1;
-        let len = rest.iter().position(|&b| b == b'\n').unwrap_or(rest.len());
-        *self.next += len + 1;
-        Some(&rest[..len])
-    }
-}
-
 impl<O> Drop for Driver<O> {
     fn drop(&mut self) {
         self.shared.running.store(false, Ordering::Release);
@@ -741,35 +492,4 @@ impl<O> Drop for Driver<O> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn key_lists_handed_over_in_chunks_are_split_like_the_whole_body() {
-        let bodies: [&[u8]; 9] = [
-            b"",
-            b"\n",
-            b"\n\n",
-            b"a",
-            b"a\n",
-            b"a\n\n",
-            b"a\nb",
-            b" a \r\n\nb\n\n\n",
-            b"\na\n\xff\n",
-        ];
-        for body in bodies {
-            let whole: Vec<&[u8]> = hicache_index::snapshot_lines(body).collect();
-            for max in 1..4 {
-                let mut h = Handover::new(SnapshotRequest(1), body.to_vec());
-                let mut chunked: Vec<Vec<u8>> = Vec::new();
-                while !h.is_done() {
-                    let before = chunked.len();
-                    chunked.extend(h.lines(max).map(<[u8]>::to_vec));
-                    assert!(chunked.len() - before <= max);
-                }
-                assert!(h.lines(max).next().is_none());
-                assert_eq!(chunked, whole, "{body:?} in chunks of {max}");
-            }
-        }
-    }
-}
+mod tests;
