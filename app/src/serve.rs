@@ -103,6 +103,12 @@ pub(crate) struct ServeArgs {
     /// Keys checked per verification round.
     #[arg(long, value_name = "N", default_value_t = 1024)]
     verify_sample: usize,
+    /// The least time between two forgets and resyncs for objects verification found gone
+    /// without an event (within it, a round removes only the keys it sampled, and the first
+    /// round once it has passed forgets and resyncs): at most one key-list fetch in this time
+    /// however often a master drops objects. 0s: every time.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "30s")]
+    verify_escalate_every: Duration,
     #[command(flatten)]
     layout: LayoutArgs,
     /// SGLang workers to learn each model's layout from (repeatable, or comma-separated):

@@ -75,8 +75,10 @@ pub enum ClearReason {
     PublisherCleared,
     /// The driver asked for it.
     Requested,
-    /// A verification round found at least `VerifyConfig::resync_stale_percent` of its keys
-    /// gone: the keys it did not sample are as doubtful, and a snapshot only adds.
+    /// A verification round removed a key the master no longer holds and no event removed
+    /// (an escalation, at most one per `VerifyConfig::escalate_every`): the master dropped
+    /// objects silently, the keys the round did not sample are as doubtful, and a snapshot
+    /// only adds.
     Stale,
 }
 
@@ -347,6 +349,15 @@ pub enum Report {
         keys: usize,
         /// Objects checked.
         checked: usize,
+    },
+    /// A verification round removed stale objects, but the index escalated (forgot and
+    /// resynced, [`ClearReason::Stale`]) less than `VerifyConfig::escalate_every` ago: only the
+    /// sampled keys left, and the objects the round did not sample stay claimed until the
+    /// escalation held back happens, with the first round due at or after `until` (unless
+    /// another clear comes first).
+    EscalationHeld {
+        /// When the limit passes.
+        until: crate::time::Instant,
     },
     /// The health changed.
     HealthChanged {

@@ -85,7 +85,8 @@ pub struct Counters {
     pub confirm_failures: u64,
     /// Clears the driver asked for.
     pub clears_requested: u64,
-    /// Clears after a verification round found too many keys gone.
+    /// Clears after a verification round removed a key no event had removed (escalations:
+    /// at most one per `VerifyConfig::escalate_every`).
     pub clears_stale: u64,
     /// Messages with another topic.
     pub stray_topic: u64,
@@ -142,6 +143,10 @@ pub struct Counters {
     pub verified_keys: u64,
     /// Keys verification found absent and removed.
     pub stale_keys_found: u64,
+    /// Verification rounds that removed stale keys within `VerifyConfig::escalate_every` of
+    /// the last escalation: the index did not forget and resync then, and the objects the round
+    /// did not sample stayed claimed until the first round due once the limit had passed.
+    pub stale_escalations_held: u64,
     /// Batches held now, by the reorder window or for a status point (gauge).
     pub held_batches: u64,
     /// Live batches applied during the resynchronisation under way (gauge; each keeps what it
@@ -207,7 +212,7 @@ impl Counters {
     }
 
     /// Lists every figure with its name and kind, so exporters need not name them one by one.
-    pub fn fields(&self) -> [(&'static str, u64, Kind); 68] {
+    pub fn fields(&self) -> [(&'static str, u64, Kind); 69] {
         [
             ("batches", self.batches, Kind::Counter),
             ("events", self.events, Kind::Counter),
@@ -294,6 +299,11 @@ impl Counters {
             ("verify_rounds", self.verify_rounds, Kind::Counter),
             ("verified_keys", self.verified_keys, Kind::Counter),
             ("stale_keys_found", self.stale_keys_found, Kind::Counter),
+            (
+                "stale_escalations_held",
+                self.stale_escalations_held,
+                Kind::Counter,
+            ),
             ("held_batches", self.held_batches, Kind::Gauge),
             ("buffered_batches", self.buffered_batches, Kind::Gauge),
             ("unconfirmed_ms", self.unconfirmed_ms, Kind::Gauge),

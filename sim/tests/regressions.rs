@@ -432,7 +432,7 @@ fn verification_reaches_every_object_of_a_page_split_by_the_sample() {
         interval: std::time::Duration::from_millis(10),
         sample: 3,
         timeout: std::time::Duration::from_secs(1),
-        resync_stale_percent: 100,
+        ..hicache_index::VerifyConfig::default()
     });
     let mut session = Session::new(cfg).expect("a valid config");
     let _ = connect(&mut session);

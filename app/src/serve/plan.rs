@@ -94,6 +94,7 @@ pub(super) fn plan(args: &ServeArgs) -> Result<Plan, String> {
             let verify = VerifyConfig {
                 interval: args.verify_interval,
                 sample: args.verify_sample,
+                escalate_every: args.verify_escalate_every,
                 ..VerifyConfig::default()
             };
             http.request_timeout = http.request_timeout.min(verify.timeout);

@@ -65,10 +65,20 @@ pub struct VerifyConfig {
     pub sample: usize,
     /// How long the driver may take to answer.
     pub timeout: Duration,
-    /// A round that finds at least this percentage of its keys stale clears the index and
-    /// starts a full resync (when resync is on): the keys it did not sample are as doubtful,
-    /// and a snapshot only adds.
-    pub resync_stale_percent: u8,
+    /// The least time between two escalations. A round that removes a stale key (absent at the
+    /// master, and changed by no event since it was sampled) escalates: it forgets the index
+    /// and resyncs (with resync on; without it, it only removes what it sampled), since an
+    /// object gone without an event means the master dropped others silently too (a client's
+    /// segment went away) and the keys the round did not sample are as doubtful. Within this
+    /// time of the last escalation a round only removes the keys it sampled
+    /// ([`crate::Counters::stale_escalations_held`] counts it), and the first round due once
+    /// this time has passed escalates instead of sampling, unless a clear came meanwhile.
+    ///
+    /// The default, 30 s, is six rounds at the default interval: silent losses cost at most one
+    /// key-list fetch (and its seconds of misses on a large store) every 30 s however often a
+    /// master drops objects, and a loss found stays claimed for at most about that long plus
+    /// one interval. `Duration::ZERO`: every such round escalates.
+    pub escalate_every: Duration,
 }
 
 impl Default for VerifyConfig {
@@ -77,7 +87,7 @@ impl Default for VerifyConfig {
             interval: Duration::from_secs(5),
             sample: 1024,
             timeout: Duration::from_secs(5),
-            resync_stale_percent: 10,
+            escalate_every: Duration::from_secs(30),
         }
     }
 }

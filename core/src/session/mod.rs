@@ -465,6 +465,9 @@ impl Session {
     fn drop_index(&mut self, now: Instant, reason: ClearReason, fx: &mut Effects) {
         let (pages, objects) = self.index.clear();
         self.verify.sweep = None;
+        // What a held-back escalation would do is done: the key list is read again (now, or
+        // at the next connection), and nothing the index held is claimed.
+        self.verify.held = false;
         *self.counters.clears_for(reason) += 1;
         fx.push(Report::Cleared {
             reason,

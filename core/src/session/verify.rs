@@ -15,6 +15,14 @@ pub(super) struct Verify {
     /// The backoff of rounds that failed or timed out in a row (`attempts` is zero once one is
     /// answered).
     pub(super) failures: Backoff,
+    /// When a round last escalated (forgot and resynced): the next may not before
+    /// `VerifyConfig::escalate_every` has passed. Kept across resets: it limits key-list
+    /// fetches, whatever happened to the link meanwhile.
+    escalated_at: Option<Instant>,
+    /// A round held an escalation back: the first round due once the limit has passed
+    /// escalates instead of sampling. Any clear of the index satisfies it (the session's
+    /// `drop_index`).
+    pub(super) held: bool,
 }
 
 /// A verification sweep in progress (see `Sampled` in the index).
@@ -45,6 +53,8 @@ impl Verify {
             sweep: None,
             next_request: 1,
             failures: Backoff::new(seed ^ 0x7665_7269),
+            escalated_at: None,
+            held: false,
         }
     }
 
@@ -133,7 +143,12 @@ impl Session {
 
     /// Hands over the master's answer to the verification `request`: each checked key and
     /// whether it exists. Keys found absent are removed unless their page changed since the keys
-    /// were sampled.
+    /// were sampled. A round that removed one escalates, with resync on: the master dropped
+    /// objects without an event, others are gone too, so the index forgets everything and
+    /// resyncs ([`ClearReason::Stale`]), at most once per [`VerifyConfig::escalate_every`]; a
+    /// round within it holds the escalation back (counted in
+    /// [`Counters::stale_escalations_held`], reported as [`Report::EscalationHeld`]) until the
+    /// first round due once the limit has passed.
     ///
     /// A round counts towards a sweep (see [`Counters::unconfirmed_ms`]) only when the answer
     /// names every key asked about, each once, and every key found absent left the index; keys
@@ -203,20 +218,38 @@ impl Session {
             });
         }
         self.emit_deltas(&mut fx);
-        let percent = self
-            .config
-            .verify
-            .map_or(100, |v| usize::from(v.resync_stale_percent));
-        if stale > 0 && stale * 100 >= percent.max(1) * checked && self.config.resync.is_some() {
-            // The keys this round did not sample are as doubtful, and a snapshot only adds:
-            // forget everything (queries miss until the snapshot is in) and resynchronise.
-            self.forget(now, ClearReason::Stale, &mut fx);
+        if stale > 0 {
+            self.escalate_stale(now, &mut fx);
         }
         self.schedule_verify(now);
         self.update_health(&mut fx);
         // Removals of stale keys are over: lock-free queries may use what they read.
         self.index.settle();
         fx
+    }
+
+    /// A round removed stale keys: an object gone without an event means the master dropped
+    /// objects silently (a client's segment went away), and the keys this round did not sample
+    /// are as doubtful while a snapshot only adds. With resync on, forget everything (queries
+    /// miss until the snapshot is in) and resynchronise, unless the last escalation was less
+    /// than `escalate_every` ago: then only the sampled keys left, and the escalation waits
+    /// for the first round due once the limit has passed ([`Session::start_verify`]).
+    fn escalate_stale(&mut self, now: Instant, fx: &mut Effects) {
+        let (Some(v), Some(_)) = (self.config.verify, self.config.resync) else {
+            return;
+        };
+        match self.verify.escalated_at.map(|at| at + v.escalate_every) {
+            Some(until) if now < until => {
+                self.verify.held = true;
+                self.counters.stale_escalations_held += 1;
+                fx.push(Report::EscalationHeld { until });
+            }
+            _ => {
+                self.verify.escalated_at = Some(now);
+                // Clears `held` too (`drop_index`).
+                self.forget(now, ClearReason::Stale, fx);
+            }
+        }
     }
 
     pub(super) fn schedule_verify(&mut self, now: Instant) {
@@ -242,6 +275,14 @@ impl Session {
     pub(super) fn start_verify(&mut self, now: Instant, fx: &mut Effects) {
         let Some(v) = self.config.verify else { return };
         if self.health.health != Health::Live {
+            self.schedule_verify(now);
+            return;
+        }
+        let limit_passed = |at: Instant| now >= at + v.escalate_every;
+        if self.verify.held && self.verify.escalated_at.is_none_or(limit_passed) {
+            // A round held an escalation back and the limit has passed: forget and resync now
+            // rather than wait for another round to find a stale key.
+            self.escalate_stale(now, fx);
             self.schedule_verify(now);
             return;
         }

@@ -633,7 +633,8 @@ impl Options {
                 interval: s.verify_interval,
                 sample: s.verify_sample,
                 timeout: ms(200),
-                resync_stale_percent: 10,
+                // The default's ratio (30 s over rounds every 5 s), at the worlds' time scale.
+                escalate_every: s.verify_interval.saturating_mul(6),
             }),
             page_deltas: s.page_deltas,
             seed: self.seed ^ 0x5e55_1011,

@@ -143,7 +143,7 @@ pub fn counter_help(field: &str) -> Option<&'static str> {
         "snapshot_confirmed_lines" => "Doubted snapshot lines the master confirmed present (applied)",
         "confirm_failures" => "Confirmations of doubted lines that failed or timed out (those lines stay out: misses)",
         "clears_requested" => "Clears the driver asked for",
-        "clears_stale" => "Clears after a verification round found too many keys gone",
+        "clears_stale" => "Clears after a verification round removed a key no event had removed (escalations: at most one per escalate_every)",
         "stray_topic" => "Messages with another topic",
         "stray_frame_count" => "Messages without exactly three frames",
         "malformed_seq" => "Messages whose sequence frame was not 8 bytes",
@@ -170,6 +170,7 @@ pub fn counter_help(field: &str) -> Option<&'static str> {
         "verify_rounds" => "Verification rounds completed",
         "verified_keys" => "Keys checked by verification",
         "stale_keys_found" => "Keys verification found absent and removed",
+        "stale_escalations_held" => "Verification rounds that removed stale keys within escalate_every of the last escalation: no forget and resync then, the objects not sampled stayed claimed until the first round due once the limit had passed",
         "held_batches" => "Batches held now, by the reorder window or for a status point",
         "buffered_batches" => "Live batches applied during the resynchronisation under way",
         "unconfirmed_ms" => "How long the index's content has gone without confirmation from the master: now - confirmed_at, where every object the index holds is known to have been present at the master at or after confirmed_at; 0 while the index is empty",
@@ -271,6 +272,17 @@ pub fn log_report(report: &Report) {
             objects: 0,
         } => tracing::debug!(reason = reason.as_str(), "empty index cleared"),
         Report::Cleared {
+            reason: reason @ ClearReason::Stale,
+            pages,
+            objects,
+        } => tracing::warn!(
+            reason = reason.as_str(),
+            pages,
+            objects,
+            "index cleared: verification found objects gone without an event (the master \
+             dropped them silently, others are as doubtful); resyncing"
+        ),
+        Report::Cleared {
             reason,
             pages,
             objects,
@@ -312,6 +324,11 @@ pub fn log_report(report: &Report) {
         Report::StaleFound { keys, checked } => {
             tracing::info!(keys, checked, "verification removed stale objects")
         }
+        Report::EscalationHeld { .. } => tracing::info!(
+            "verification found objects gone without an event, but the last forget and resync \
+             was less than escalate_every ago: only the sampled keys were removed, the rest \
+             waits for the limit"
+        ),
         Report::HealthChanged { from, to } => {
             // Each try of a connection that does not come up goes connecting -> disconnected
             // and back: logged once, as a failure episode, by the driver.
