@@ -22,8 +22,10 @@ struct Passed {
     print: Print,
     /// The run it was heard under ([`Stream`]'s `run`).
     run: u32,
-    /// It could not be decoded: it tells twins, never copies.
-    undecodable: bool,
+    /// It tells copies: it was ruled on and decoded. A batch only held (dropped with the hold,
+    /// say) or undecodable tells twins only: a copy of a batch dropped with the hold may be
+    /// what a key list read before it lacks.
+    tells_copies: bool,
 }
 
 /// One publisher stream's rules ([`crate::sequence`]); `T` is what the caller keeps of a held
@@ -173,7 +175,7 @@ impl<T> Stream<T> {
             if ruling == Ruling::Hold {
                 // Heard now, whatever becomes of it: if the hold is dropped, its twins still
                 // show another run (R5).
-                self.remember(&mark);
+                self.remember(&mark, false);
             }
         }
         match ruling {
@@ -189,11 +191,10 @@ impl<T> Stream<T> {
         // taken for one (bytes that cannot be read can be alike in two runs, an empty payload
         // say; its own forget costs misses only), nor a batch like one of a run the stream
         // left (it is placed: a late copy of that run is R5's, a new run's twin continues).
-        // A held batch released was told from copies as it arrived (and is remembered).
         let copy = |p: &Passed| {
-            p.seq == m.seq && p.print == m.print && p.run == self.run && !p.undecodable
+            p.seq == m.seq && p.print == m.print && p.run == self.run && p.tells_copies
         };
-        if arriving && !m.undecodable && self.passed.iter().any(copy) {
+        if !m.undecodable && self.passed.iter().any(copy) {
             return Ruling::Skip(Skip::Copy);
         }
         let reorder = self.config.reorder.is_on();
@@ -240,9 +241,7 @@ impl<T> Stream<T> {
             Place::Other => self.forgot(Why::OtherRun, m), // R5
             Place::Wait => Ruling::Skip(Skip::Unplaced),   // R6
         };
-        if arriving {
-            self.remember(m);
-        }
+        self.remember(m, !m.undecodable);
         ruling
     }
 
@@ -379,7 +378,7 @@ impl<T> Stream<T> {
     }
 
     /// Records a batch heard, to tell its copies (R2) and twins (R5).
-    fn remember(&mut self, m: &Mark) {
+    fn remember(&mut self, m: &Mark, tells_copies: bool) {
         let cap = PASSED_AT_LEAST.max(self.config.reorder.max_held.saturating_mul(4));
         if self.passed.len() >= cap {
             self.passed.pop_front();
@@ -388,7 +387,7 @@ impl<T> Stream<T> {
             seq: m.seq,
             print: m.print,
             run: self.run,
-            undecodable: m.undecodable,
+            tells_copies,
         });
     }
 
