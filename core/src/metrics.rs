@@ -147,6 +147,12 @@ pub struct Counters {
     /// the last escalation: the index did not forget and resync then, and the objects the round
     /// did not sample stayed claimed until the first round due once the limit had passed.
     pub stale_escalations_held: u64,
+    /// Status points proven only after batches before them came (R3), checked with the master
+    /// before queries trust them: a sample of what the index claims asked of `/batch_query_keys`.
+    pub point_checks: u64,
+    /// Point checks that found a claimed key absent (the key list was of another run than the
+    /// stream, or failed): the index forgot and resynced.
+    pub point_checks_failed: u64,
     /// Batches held now, by the reorder window or for a status point (gauge).
     pub held_batches: u64,
     /// Live batches applied during the resynchronisation under way (gauge; each keeps what it
@@ -212,7 +218,7 @@ impl Counters {
     }
 
     /// Lists every figure with its name and kind, so exporters need not name them one by one.
-    pub fn fields(&self) -> [(&'static str, u64, Kind); 69] {
+    pub fn fields(&self) -> [(&'static str, u64, Kind); 71] {
         [
             ("batches", self.batches, Kind::Counter),
             ("events", self.events, Kind::Counter),
@@ -302,6 +308,12 @@ impl Counters {
             (
                 "stale_escalations_held",
                 self.stale_escalations_held,
+                Kind::Counter,
+            ),
+            ("point_checks", self.point_checks, Kind::Counter),
+            (
+                "point_checks_failed",
+                self.point_checks_failed,
                 Kind::Counter,
             ),
             ("held_batches", self.held_batches, Kind::Gauge),

@@ -39,7 +39,10 @@
 //!   continues the point (the key list may be of another run than the stream: a restart between
 //!   the two reads), and a point not continued within the fetch timeout forgets. The batch at
 //!   the point ending at `published_events`, or the next one (R1), continues it: from then on
-//!   the stream stands at a batch, and a batch numbered at or before it is R5's.
+//!   the stream stands at a batch, and a batch numbered at or before it is R5's. Numbers alone
+//!   proved it, and another run of the same batch sizes has the same: before queries trust the
+//!   point, the session asks the master whether it holds a sample of what the index claims
+//!   (`/batch_query_keys`), and forgets if one is absent (the point check).
 //! - **R4 (loss).** A batch numbered past the next one, with a first event id past the
 //!   position's, shows lost batches: forget. With a reorder window it is held first (R7).
 //! - **R5 (another run).** Any other batch cannot be of the position's run after it: another

@@ -55,10 +55,11 @@ pub struct Stream<T> {
     unproven_since: Option<Instant>,
     /// Since the last placement, a held batch was skipped before its point.
     placed_with_before: bool,
+    /// The stream continued a status point after batches before it came: only numbers proved
+    /// it, and they cannot tell another run of the same sizes (R3).
+    proved_after_doubt: bool,
     /// The holes the stream showed: how many, and how many sequences they skipped.
     holes: (u64, u64),
-    /// The batch being offered showed a hole as it arrived, counted already.
-    hole_counted: bool,
     /// The check of the quiet stream against the master's status (R11).
     check: StatusCheck,
 }
@@ -78,8 +79,8 @@ impl<T> Stream<T> {
             heard_before_fetch: None,
             unproven_since: None,
             placed_with_before: false,
+            proved_after_doubt: false,
             holes: (0, 0),
-            hole_counted: false,
             check: StatusCheck::new(
                 config.resync.and_then(|b| b.status_check),
                 config.resync.map_or(Duration::ZERO, |b| b.point_timeout),
@@ -131,6 +132,12 @@ impl<T> Stream<T> {
         self.unproven_since.is_some()
     }
 
+    /// Reports whether the stream continued a status point after batches before it came since
+    /// this was last asked (R3: the master is asked whether it holds what the index claims).
+    pub fn take_proved_after_doubt(&mut self) -> bool {
+        core::mem::take(&mut self.proved_after_doubt)
+    }
+
     /// Reports whether the stream waits for a status point to place it (R6).
     pub fn is_unplaced(&self) -> bool {
         self.position == Position::Unplaced
@@ -155,9 +162,7 @@ impl<T> Stream<T> {
             .filter(|_| !self.config.reorder.is_on() && !mark.undecodable)
             .map_or(0, |h| mark.seq.0.saturating_sub(h.seq.0.saturating_add(1)));
         self.count_hole(arrival_hole);
-        self.hole_counted = arrival_hole > 0;
         let ruling = self.rule(now, &mark, true);
-        self.hole_counted = false;
         if ruling != Ruling::Skip(Skip::Copy) {
             self.check.heard(now);
             let last = if mark.undecodable {
@@ -232,10 +237,9 @@ impl<T> Stream<T> {
                 Ruling::Skip(Skip::BeforePoint)
             }
             Place::Ahead { expected } => {
+                // Its hole was counted as it arrived (here without a window: with one it was
+                // held, R7), against the batch heard before it, as the stream showed it.
                 let received = m.seq;
-                if !self.hole_counted {
-                    self.count_hole(received.0.saturating_sub(expected.0));
-                }
                 self.forgot(Why::Loss { expected, received }, m) // R4
             }
             Place::Other => self.forgot(Why::OtherRun, m), // R5
@@ -250,7 +254,7 @@ impl<T> Stream<T> {
     /// placement continues it (R3: the held batches' order cannot show a run change among them).
     fn continued(&mut self, now: Instant, arriving: bool) {
         if arriving {
-            self.unproven_since = None;
+            self.proved_after_doubt |= self.unproven_since.take().is_some();
         } else if self.placed_with_before {
             self.unproven_since.get_or_insert(now);
         }
@@ -397,6 +401,7 @@ impl<T> Stream<T> {
         self.holding = false;
         self.unproven_since = None;
         self.placed_with_before = false;
+        self.proved_after_doubt = false;
         if self.config.resync.is_some() {
             self.position = Position::Unplaced;
         }

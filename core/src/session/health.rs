@@ -32,7 +32,11 @@ impl Session {
             Link::Down { .. } => Health::Disconnected,
             Link::Connecting { .. } => Health::Connecting,
             Link::Up { .. } => match self.resync.state {
-                ResyncState::Idle if !self.stream.is_unproven() && !self.stream.is_unplaced() => {
+                ResyncState::Idle
+                    if !self.stream.is_unproven()
+                        && !self.stream.is_unplaced()
+                        && self.verify.point_check.is_none() =>
+                {
                     Health::Live
                 }
                 _ => Health::Recovering,
@@ -64,7 +68,9 @@ impl Session {
     /// at the end of every input and, where queries must start to miss, before the index
     /// changes that depend on it.
     pub(super) fn publish_query_state(&self) {
-        self.reader
-            .publish(self.health.health, self.stream.is_unproven());
+        self.reader.publish(
+            self.health.health,
+            self.stream.is_unproven() || self.verify.point_check.is_some(),
+        );
     }
 }

@@ -237,7 +237,7 @@ impl Session {
         if self.health.health != Health::Recovering {
             return None;
         }
-        if self.stream.is_unproven() {
+        if self.stream.is_unproven() || self.verify.point_check.is_some() {
             return Some(Recovering::Unproven);
         }
         Some(
@@ -468,6 +468,7 @@ impl Session {
         // What a held-back escalation would do is done: the key list is read again (now, or
         // at the next connection), and nothing the index held is claimed.
         self.verify.held = false;
+        self.verify.point_check = None;
         *self.counters.clears_for(reason) += 1;
         fx.push(Report::Cleared {
             reason,

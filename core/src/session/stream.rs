@@ -92,6 +92,9 @@ impl Session {
         let batch = decoded.as_ref().ok().map(|b| (b, frames[2].len(), now));
         self.act(now, Some(&mark), batch, ruling, &mut fx);
         self.release_held(now, &mut fx);
+        if self.stream.take_proved_after_doubt() {
+            self.check_point(&mut fx);
+        }
         self.update_health(&mut fx);
         fx
     }

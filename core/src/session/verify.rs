@@ -23,6 +23,8 @@ pub(super) struct Verify {
     /// escalates instead of sampling. Any clear of the index satisfies it (the session's
     /// `drop_index`).
     pub(super) held: bool,
+    /// The check of a status point proven after doubt under way (R3): its request.
+    pub(super) point_check: Option<VerifyRequest>,
 }
 
 /// A verification sweep in progress (see `Sampled` in the index).
@@ -55,6 +57,7 @@ impl Verify {
             failures: Backoff::new(seed ^ 0x7665_7269),
             escalated_at: None,
             held: false,
+            point_check: None,
         }
     }
 
@@ -129,6 +132,14 @@ impl Session {
             self.confirmation_failed(now, &mut fx);
             return fx;
         }
+        if self.verify.point_check == Some(request) {
+            // The master could not tell: neither can the stream (R3).
+            let mut fx = Effects::new();
+            self.counters.point_checks_failed += 1;
+            self.forget(now, ClearReason::Unproven, &mut fx);
+            self.update_health(&mut fx);
+            return fx;
+        }
         match &self.verify.in_flight {
             Some(round) if round.request == request => {
                 self.verify.in_flight = None;
@@ -168,6 +179,9 @@ impl Session {
             let fx = self.confirm_lines(now, results);
             self.index.settle();
             return fx;
+        }
+        if self.verify.point_check == Some(request) {
+            return self.point_checked(now, results);
         }
         let mut fx = Effects::new();
         let round = match self.verify.in_flight.take() {
@@ -250,6 +264,48 @@ impl Session {
                 self.forget(now, ClearReason::Stale, fx);
             }
         }
+    }
+
+    /// R3: the stream proved its status point only after batches before it came, by numbers
+    /// that another run of the same sizes has too (a restart between the status and the key
+    /// list, or after both, that no transport saw). Asks the master (`/batch_query_keys`, which
+    /// resync needs anyway, verification rounds on or off) whether it holds a sample of what the
+    /// index claims; queries miss until it answers.
+    pub(super) fn check_point(&mut self, fx: &mut Effects) {
+        let sample = self.config.verify.unwrap_or_default().sample;
+        let mut keys = Vec::new();
+        let _ = self.index.sample_keys(DEFAULT_TENANT, sample, &mut keys);
+        if keys.is_empty() {
+            return; // nothing claimed: nothing to check
+        }
+        // The sample moved the sweep's place outside a round: the sweep confirms nothing.
+        self.verify.sweep = None;
+        let request = self.verify.reserve_request();
+        self.verify.point_check = Some(request);
+        self.counters.point_checks += 1;
+        fx.push(Command::VerifyKeys { request, keys });
+    }
+
+    /// The master's answer to a point check: a key the index claims (and no event changed
+    /// since) absent at the master shows the key list was not the master's state: forget.
+    fn point_checked<'k>(
+        &mut self,
+        now: Instant,
+        results: impl IntoIterator<Item = (&'k str, bool)>,
+    ) -> Effects {
+        let mut fx = Effects::new();
+        self.verify.point_check = None;
+        let index = &self.index;
+        let absent = results
+            .into_iter()
+            .any(|(key, present)| !present && index.contains_key(DEFAULT_TENANT, key));
+        if absent {
+            self.counters.point_checks_failed += 1;
+            self.forget(now, ClearReason::Restart, &mut fx);
+        }
+        self.update_health(&mut fx);
+        self.index.settle();
+        fx
     }
 
     pub(super) fn schedule_verify(&mut self, now: Instant) {

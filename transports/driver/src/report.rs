@@ -170,6 +170,8 @@ pub fn counter_help(field: &str) -> Option<&'static str> {
         "verify_rounds" => "Verification rounds completed",
         "verified_keys" => "Keys checked by verification",
         "stale_keys_found" => "Keys verification found absent and removed",
+        "point_checks" => "Status points proven only after batches before them came, checked with a sample of the index's keys at the master before queries trusted them",
+        "point_checks_failed" => "Point checks that found a claimed key absent at the master (its key list was of another run than the stream) or failed: the index forgot and resynced",
         "stale_escalations_held" => "Verification rounds that removed stale keys within escalate_every of the last escalation: no forget and resync then, the objects not sampled stayed claimed until the first round due once the limit had passed",
         "held_batches" => "Batches held now, by the reorder window or for a status point",
         "buffered_batches" => "Live batches applied during the resynchronisation under way",

@@ -1,0 +1,93 @@
+//! Rule R3's point check: a status point the stream proved only after batches before it came is
+//! checked with the master (`/batch_query_keys` of a sample of what the index claims) before
+//! queries trust it, because another run of the same batch sizes proves it just as well.
+
+use hicache_index::{ClearReason, Command, Effect, Health, Input, VerifyRequest};
+use hicache_index_tests::{cleared, config, filler, mha, page_hashes, resync, tokens, Harness};
+
+/// What [`proved_after_doubt`] returns.
+type Doubted = (
+    Harness,
+    Vec<u32>,
+    Vec<String>,
+    Option<(VerifyRequest, Vec<String>)>,
+);
+
+/// The index holds page A from a key list whose status point is (3, 3); batches 2 and 3 of
+/// event ids 2 and 3 come after it was placed (the numbers of the run the key list is of, and
+/// of a new run of the same sizes, alike). Returns the harness, the tokens of A, its keys, and
+/// the point check asked, if one was.
+fn proved_after_doubt() -> Doubted {
+    let layout = mha(1);
+    let mut h = Harness::connected(resync(config(layout.clone())));
+    let t = tokens(1);
+    let page = page_hashes(&layout, &t)[0];
+    let keys: Vec<String> = layout.object_keys(&page).collect();
+    let lines: Vec<&str> = keys.iter().map(String::as_str).collect();
+    let _ = h.answer_fetch_at(3, 3, &lines);
+    assert_eq!(h.health(), Health::Live, "{:?}", h.log);
+    assert_eq!(h.prefix(&t), 1);
+    h.set_next_event_id(2);
+    let _ = h.batch_at(2, filler(1));
+    assert_eq!(h.prefix(&t), 0, "unproven: queries miss");
+    let fx = h.batch_at(3, filler(1));
+    let check = fx.iter().find_map(|e| match e {
+        Effect::Command(Command::VerifyKeys { request, keys }) => Some((*request, keys.clone())),
+        _ => None,
+    });
+    (h, t, keys, check)
+}
+
+fn answer(h: &mut Harness, request: VerifyRequest, keys: &[String], present: bool) -> Vec<Effect> {
+    let results: Vec<(&str, bool)> = keys.iter().map(|k| (k.as_str(), present)).collect();
+    let fx = h.session.handle(
+        h.now,
+        Input::VerifyResult {
+            request,
+            results: &results,
+        },
+    );
+    h.record(fx).to_vec()
+}
+
+#[test]
+fn a_point_proven_after_batches_before_it_misses_until_the_master_holds_a_sample() {
+    let (mut h, t, keys, check) = proved_after_doubt();
+    let (request, sampled) = check.expect("the point is checked with the master");
+    assert_eq!(
+        {
+            let mut s = sampled.clone();
+            s.sort();
+            s
+        },
+        {
+            let mut k = keys.clone();
+            k.sort();
+            k
+        }
+    );
+    assert_ne!(h.health(), Health::Live);
+    assert_eq!(h.prefix(&t), 0, "queries miss until the master answers");
+    let fx = answer(&mut h, request, &sampled, true);
+    assert!(cleared(&fx).is_empty(), "{fx:?}");
+    assert_eq!(h.health(), Health::Live, "{:?}", h.log);
+    assert_eq!(h.prefix(&t), 1);
+    assert_eq!(
+        (
+            h.session.counters().point_checks,
+            h.session.counters().point_checks_failed
+        ),
+        (1, 0)
+    );
+}
+
+#[test]
+fn a_point_check_that_finds_a_claimed_key_absent_forgets_the_key_list_of_another_run() {
+    let (mut h, t, _, check) = proved_after_doubt();
+    let (request, sampled) = check.expect("the point is checked with the master");
+    let fx = answer(&mut h, request, &sampled, false);
+    assert_eq!(cleared(&fx), [ClearReason::Restart], "{fx:?}");
+    assert_eq!(h.prefix(&t), 0);
+    assert!(h.fetch_request().is_some(), "the key list is read again");
+    assert_eq!(h.session.counters().point_checks_failed, 1);
+}
