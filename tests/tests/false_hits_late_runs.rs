@@ -18,7 +18,7 @@ use hicache_index_tests::{
 };
 
 #[test]
-fn an_old_runs_late_batch_whose_event_ids_run_on_after_a_restart_is_bounded_by_verification() {
+fn an_old_runs_late_batch_whose_event_ids_run_on_after_a_restart_is_caught_by_the_point_check() {
     let layout = mha(1);
     let cfg = Config {
         verify: Some(VerifyConfig {
@@ -44,13 +44,11 @@ fn an_old_runs_late_batch_whose_event_ids_run_on_after_a_restart_is_bounded_by_v
     let _ = h.answer_fetch(2, &[]);
     assert_eq!(h.prefix(&t), 0);
     // The old run's seq 3 arrives now: seq 2 + 1, first id 4 + 1. It continues the position
-    // exactly (R10): no stream rule can tell it from the new run's seq 3.
-    let _ = h.feed_frames(&old_3);
-    assert_eq!(h.prefix(&t), 1, "indistinguishable from a continuation");
-    // Verification finds A absent at the master within a round.
-    let fx = h
-        .fire_timeout()
-        .expect("a verification round within the interval");
+    // exactly (R10): no stream rule can tell it from the new run's seq 3. But the point was
+    // proven after a batch before it (the new run's seq 2, held for it): the point check (R3)
+    // asks the master for what the index claims before queries trust it.
+    let fx = h.feed_frames(&old_3);
+    assert_eq!(h.prefix(&t), 0, "queries miss while the master is asked");
     let (request, keys) = fx
         .iter()
         .find_map(|e| match e {
@@ -59,11 +57,16 @@ fn an_old_runs_late_batch_whose_event_ids_run_on_after_a_restart_is_bounded_by_v
             }
             _ => None,
         })
-        .expect("a verification round");
-    let _ =
+        .expect("a point check");
+    // The new master never stored A: absent, so the key list and the stream disagree: forget.
+    let fx =
         h.session
             .handle_verify_result(h.now, request, keys.iter().map(|k| (k.as_str(), false)));
-    assert_eq!(h.prefix(&t), 0, "gone within one verification interval");
+    assert_eq!(
+        hicache_index_tests::cleared(&fx),
+        [hicache_index::ClearReason::Restart]
+    );
+    assert_eq!(h.prefix(&t), 0, "page A is not at the master");
 }
 
 #[test]
