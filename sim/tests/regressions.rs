@@ -716,13 +716,30 @@ fn a_batch_from_before_an_unreadable_one_never_begins_a_stream() {
         &[],
     );
     assert_eq!(hit_pages(&session, &a_tokens), 0);
-    // The run's next batch after 7 goes on from the point.
-    let _ = feed(
+    // The run's next batch after 7 goes on from the point; batch 5 came before it, so the
+    // master is asked for what the index claims before queries trust it (R3's point check).
+    let fx = feed(
         &mut session,
         Instant::from_millis(400),
         &stores(8, 1_008, 9, &ka),
     );
+    assert_eq!(hit_pages(&session, &a_tokens), 0, "checked first");
+    answer_point_check(&mut session, &fx, Instant::from_millis(401));
     assert_eq!(hit_pages(&session, &a_tokens), 1);
+}
+
+/// Answers the point check among `fx` (R3): the master holds every key asked.
+fn answer_point_check(session: &mut Session, fx: &Effects, now: Instant) {
+    let (request, keys) = fx
+        .iter()
+        .find_map(|e| match e {
+            Effect::Command(Command::VerifyKeys { request, keys }) => {
+                Some((*request, keys.clone()))
+            }
+            _ => None,
+        })
+        .expect("a point check");
+    let _ = session.handle_verify_result(now, request, keys.iter().map(|k| (k.as_str(), true)));
 }
 
 /// An unreadable batch that arrives first (after a connect, say) fences the sequences before
@@ -1216,12 +1233,15 @@ fn a_batch_after_an_unreadable_one_waits_for_the_status_point_that_places_it() {
         &ka,
     );
     assert_eq!(session.counters().held_batches, 0);
-    // A fresh batch continues the point: the key list's A is a hit.
-    let _ = feed(
+    // A fresh batch continues the point; batches came before it, so the master is asked for
+    // what the index claims (R3's point check): then the key list's A is a hit.
+    let fx = feed(
         &mut session,
         Instant::from_millis(13),
         &batch(7, 1_007, 8, &[(EventKind::Stored, "other")]),
     );
+    assert_eq!(hit_pages(&session, &a_tokens), 0, "checked first");
+    answer_point_check(&mut session, &fx, Instant::from_millis(14));
     assert_eq!(hit_pages(&session, &a_tokens), 1);
 }
 

@@ -60,6 +60,9 @@ pub struct Stream<T> {
     proved_after_doubt: bool,
     /// The holes the stream showed: how many, and how many sequences they skipped.
     holes: (u64, u64),
+    /// The batch being offered was measured against a batch heard before it (its hole, if
+    /// any, is counted already).
+    hole_measured: bool,
     /// The check of the quiet stream against the master's status (R11).
     check: StatusCheck,
 }
@@ -81,6 +84,7 @@ impl<T> Stream<T> {
             placed_with_before: false,
             proved_after_doubt: false,
             holes: (0, 0),
+            hole_measured: false,
             check: StatusCheck::new(
                 config.resync.and_then(|b| b.status_check),
                 config.resync.map_or(Duration::ZERO, |b| b.point_timeout),
@@ -157,12 +161,15 @@ impl<T> Stream<T> {
         // Without a window, the order batches arrive in is the publisher's: a batch numbered past
         // the one heard before it shows a hole, whatever it is ruled.
         // (An undecodable batch's own sequence may be as garbled as its payload: no hole.)
-        let arrival_hole = self
+        let before = self
             .heard
-            .filter(|_| !self.config.reorder.is_on() && !mark.undecodable)
-            .map_or(0, |h| mark.seq.0.saturating_sub(h.seq.0.saturating_add(1)));
+            .filter(|_| !self.config.reorder.is_on() && !mark.undecodable);
+        self.hole_measured = before.is_some();
+        let arrival_hole =
+            before.map_or(0, |h| mark.seq.0.saturating_sub(h.seq.0.saturating_add(1)));
         self.count_hole(arrival_hole);
         let ruling = self.rule(now, &mark, true);
+        self.hole_measured = false;
         if ruling != Ruling::Skip(Skip::Copy) {
             self.check.heard(now);
             let last = if mark.undecodable {
@@ -237,9 +244,13 @@ impl<T> Stream<T> {
                 Ruling::Skip(Skip::BeforePoint)
             }
             Place::Ahead { expected } => {
-                // Its hole was counted as it arrived (here without a window: with one it was
-                // held, R7), against the batch heard before it, as the stream showed it.
+                // Its hole is counted as it arrived, against the batch heard before it, as the
+                // stream showed it (a held batch released was measured so, or had none before
+                // it); the first batch of a connection is measured against the position.
                 let received = m.seq;
+                if arriving && !self.hole_measured {
+                    self.count_hole(received.0.saturating_sub(expected.0));
+                }
                 self.forgot(Why::Loss { expected, received }, m) // R4
             }
             Place::Other => self.forgot(Why::OtherRun, m), // R5
