@@ -609,10 +609,10 @@ fn restart_scenario(via: Via, hide_disconnects: bool) {
     });
     w.settle(&mut [&mut index]);
     let last_seq = w.observer.stats().last_seq.expect("batches arrived");
-    // 12 puts: 12 batches on a quiet master, fewer on a busy one (it batches what queued up).
-    // The scenario needs only that the new run's first sequence comes out below the old run's
-    // last.
-    assert!(last_seq >= 3, "the old run published {last_seq} batches");
+    // 12 puts: 12 batches on a quiet master, fewer on a busy one (it batches what queued up;
+    // 2 seen under CI's load). The scenario needs only that the new run's first sequence (1)
+    // comes out below the old run's last.
+    assert!(last_seq >= 2, "the old run published {last_seq} batches");
 
     // Crash the master (its client goes too: its segment lived in that master's world).
     w.client = StoreClient::start(&w.venvs);
