@@ -32,11 +32,7 @@ impl Session {
             Link::Down { .. } => Health::Disconnected,
             Link::Connecting { .. } => Health::Connecting,
             Link::Up { .. } => match self.resync.state {
-                ResyncState::Idle
-                    if !self.stream.is_unproven()
-                        && !self.stream.is_unplaced()
-                        && self.verify.point_check.is_none() =>
-                {
+                ResyncState::Idle if !self.point_in_doubt() && !self.stream.is_unplaced() => {
                     Health::Live
                 }
                 _ => Health::Recovering,
@@ -68,9 +64,14 @@ impl Session {
     /// at the end of every input and, where queries must start to miss, before the index
     /// changes that depend on it.
     pub(super) fn publish_query_state(&self) {
-        self.reader.publish(
-            self.health.health,
-            self.stream.is_unproven() || self.verify.point_check.is_some(),
-        );
+        self.reader
+            .publish(self.health.health, self.point_in_doubt());
+    }
+
+    /// Reports whether queries must miss for the status point (R3): a batch came before it and
+    /// the stream has not continued it, or it did and the master is being asked (the point
+    /// check).
+    pub(super) fn point_in_doubt(&self) -> bool {
+        self.stream.is_unproven() || self.verify.point_check.is_some()
     }
 }

@@ -237,7 +237,7 @@ impl Session {
         if self.health.health != Health::Recovering {
             return None;
         }
-        if self.stream.is_unproven() || self.verify.point_check.is_some() {
+        if self.point_in_doubt() {
             return Some(Recovering::Unproven);
         }
         Some(
