@@ -42,7 +42,9 @@
 //!   the stream stands at a batch, and a batch numbered at or before it is R5's. Numbers alone
 //!   proved it, and another run of the same batch sizes has the same: before queries trust the
 //!   point, the session asks the master whether it holds a sample of what the index claims
-//!   (`/batch_query_keys`), and forgets if one is absent (the point check).
+//!   (`/batch_query_keys`), and forgets if one is absent or no answer comes within the round
+//!   timeout (the point check). The point's own batch arriving after the point placed the
+//!   stream came late like those before it: it is checked so too.
 //! - **R4 (loss).** A batch numbered past the next one, with a first event id past the
 //!   position's, shows lost batches: forget. With a reorder window it is held first (R7).
 //! - **R5 (another run).** Any other batch cannot be of the position's run after it: another

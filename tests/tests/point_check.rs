@@ -91,3 +91,24 @@ fn a_point_check_that_finds_a_claimed_key_absent_forgets_the_key_list_of_another
     assert!(h.fetch_request().is_some(), "the key list is read again");
     assert_eq!(h.session.counters().point_checks_failed, 1);
 }
+
+#[test]
+fn a_point_check_never_answered_is_given_up_and_forgets() {
+    // A `/batch_query_keys` that hangs (a driver without a deadline of its own, a lost
+    // answer) must not keep queries missing for good: at the round timeout the master could
+    // not tell, and neither can the stream (R3).
+    let (mut h, t, _, check) = proved_after_doubt();
+    check.expect("the point is checked with the master");
+    let mut seen = Vec::new();
+    for _ in 0..8 {
+        let Some(fx) = h.fire_timeout() else { break };
+        seen.extend(fx.iter().cloned());
+        if !cleared(&seen).is_empty() {
+            break;
+        }
+    }
+    assert_eq!(cleared(&seen), [ClearReason::Unproven], "{:?}", h.log);
+    assert_eq!(h.prefix(&t), 0);
+    assert!(h.fetch_request().is_some(), "the key list is read again");
+    assert_eq!(h.session.counters().point_checks_failed, 1);
+}

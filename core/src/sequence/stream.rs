@@ -236,6 +236,11 @@ impl<T> Stream<T> {
                 self.placed_with_before |= !arriving;
                 if proves {
                     self.position = Position::Batch(self.position.after(m));
+                    // Arriving after the point placed the stream, it came late like the others
+                    // before the point: numbers alone prove the point, so it is checked.
+                    if arriving {
+                        self.unproven_since.get_or_insert(now);
+                    }
                     self.continued(now, arriving);
                 } else {
                     self.position = self.position.skipped_before(m);

@@ -284,6 +284,31 @@ fn r3_the_batch_at_the_point_ending_at_its_event_id_continues_it() {
 }
 
 #[test]
+fn r3_the_batch_at_the_point_arriving_after_placement_asks_the_point_check() {
+    // Placed by a status point with no batch heard; the point's own batch then arrives. A
+    // restarted run whose batch sizes equal the old run's numbers it the same, so the point is
+    // proven by numbers alone and the master is asked (seed 315304 of the simulator).
+    let mut s = resync_on(0);
+    s.fetch_asked();
+    s.place(
+        T0,
+        Some(Point {
+            seq: Seq(2),
+            last: Some(32),
+        }),
+    );
+    assert!(!s.take_proved_after_doubt());
+    assert_eq!(
+        offer(&mut s, mark(2, 2, 17, 32)),
+        Ruling::Skip(Skip::BeforePoint)
+    );
+    assert!(!s.is_unproven());
+    assert!(s.take_proved_after_doubt());
+    assert_eq!(offer(&mut s, mark(2, 3, 33, 48)), Ruling::Apply);
+    assert!(!s.take_proved_after_doubt());
+}
+
+#[test]
 fn r3_a_batch_before_the_point_past_its_event_ids_is_another_run() {
     let mut s = resync_on(0);
     s.fetch_asked();

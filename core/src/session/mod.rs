@@ -412,6 +412,7 @@ impl Session {
         }
         match self.verify.handle_timeout(now) {
             Some(VerifyDue::RoundTimedOut) => self.schedule_verify_after_failure(now),
+            Some(VerifyDue::PointCheckTimedOut) => self.point_check_failed(now, &mut fx),
             Some(VerifyDue::Round) => self.start_verify(now, &mut fx),
             None => {}
         }

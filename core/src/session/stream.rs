@@ -93,7 +93,7 @@ impl Session {
         self.act(now, Some(&mark), batch, ruling, &mut fx);
         self.release_held(now, &mut fx);
         if self.stream.take_proved_after_doubt() {
-            self.check_point(&mut fx);
+            self.check_point(now, &mut fx);
         }
         self.update_health(&mut fx);
         fx

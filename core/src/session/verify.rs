@@ -23,8 +23,9 @@ pub(super) struct Verify {
     /// escalates instead of sampling. Any clear of the index satisfies it (the session's
     /// `drop_index`).
     pub(super) held: bool,
-    /// The check of a status point proven after doubt under way (R3): its request.
-    pub(super) point_check: Option<VerifyRequest>,
+    /// The check of a status point proven after doubt under way (R3): its request, and when
+    /// it is given up unanswered (the round timeout: a check that never returns fails).
+    pub(super) point_check: Option<(VerifyRequest, Instant)>,
 }
 
 /// A verification sweep in progress (see `Sampled` in the index).
@@ -43,6 +44,8 @@ pub(super) enum VerifyDue {
     /// The round in flight was not answered in time: it was dropped (and its sweep with it);
     /// schedule the next.
     RoundTimedOut,
+    /// The point check was not answered in time: the master could not tell (R3).
+    PointCheckTimedOut,
     /// The next round is due: sample and ask.
     Round,
 }
@@ -77,15 +80,29 @@ impl Verify {
 
     /// Returns when [`Verify::handle_timeout`] is next due.
     pub(super) fn poll_timeout(&self) -> Option<Instant> {
-        match &self.in_flight {
+        let round = match &self.in_flight {
             Some(round) => Some(round.deadline),
             None => self.next_at,
-        }
+        };
+        let check = self.point_check.map(|(_, deadline)| deadline);
+        round.into_iter().chain(check).min()
+    }
+
+    /// Reports whether `request` is the point check under way.
+    pub(super) fn is_point_check(&self, request: VerifyRequest) -> bool {
+        self.point_check.is_some_and(|(r, _)| r == request)
     }
 
     /// Returns what is due at `now`, if anything; a round that timed out is dropped here (the
     /// session schedules the next).
     pub(super) fn handle_timeout(&mut self, now: Instant) -> Option<VerifyDue> {
+        if self
+            .point_check
+            .is_some_and(|(_, deadline)| deadline <= now)
+        {
+            self.point_check = None;
+            return Some(VerifyDue::PointCheckTimedOut);
+        }
         match &self.in_flight {
             Some(round) if round.deadline <= now => {
                 self.in_flight = None;
@@ -132,11 +149,10 @@ impl Session {
             self.confirmation_failed(now, &mut fx);
             return fx;
         }
-        if self.verify.point_check == Some(request) {
-            // The master could not tell: neither can the stream (R3).
+        if self.verify.is_point_check(request) {
             let mut fx = Effects::new();
-            self.counters.point_checks_failed += 1;
-            self.forget(now, ClearReason::Unproven, &mut fx);
+            self.verify.point_check = None;
+            self.point_check_failed(now, &mut fx);
             self.update_health(&mut fx);
             return fx;
         }
@@ -180,7 +196,7 @@ impl Session {
             self.index.settle();
             return fx;
         }
-        if self.verify.point_check == Some(request) {
+        if self.verify.is_point_check(request) {
             return self.point_checked(now, results);
         }
         let mut fx = Effects::new();
@@ -271,7 +287,7 @@ impl Session {
     /// list, or after both, that no transport saw). Asks the master (`/batch_query_keys`, which
     /// resync needs anyway, verification rounds on or off) whether it holds a sample of what the
     /// index claims; queries miss until it answers.
-    pub(super) fn check_point(&mut self, fx: &mut Effects) {
+    pub(super) fn check_point(&mut self, now: Instant, fx: &mut Effects) {
         let sample = self.config.verify.unwrap_or_default().sample;
         let mut keys = Vec::new();
         let _ = self.index.sample_keys(DEFAULT_TENANT, sample, &mut keys);
@@ -281,9 +297,17 @@ impl Session {
         // The sample moved the sweep's place outside a round: the sweep confirms nothing.
         self.verify.sweep = None;
         let request = self.verify.reserve_request();
-        self.verify.point_check = Some(request);
+        let timeout = self.config.verify.unwrap_or_default().timeout;
+        self.verify.point_check = Some((request, now + timeout));
         self.counters.point_checks += 1;
         fx.push(Command::VerifyKeys { request, keys });
+    }
+
+    /// The point check failed or was not answered: the master could not tell, neither can the
+    /// stream (R3): forget.
+    pub(super) fn point_check_failed(&mut self, now: Instant, fx: &mut Effects) {
+        self.counters.point_checks_failed += 1;
+        self.forget(now, ClearReason::Unproven, fx);
     }
 
     /// The master's answer to a point check: a key the index claims (and no event changed

@@ -363,11 +363,10 @@ impl<S: System> World<S> {
         let forced = self
             .last_forced_at
             .is_some_and(|f| handed.is_none_or(|h| h <= f));
-        // A reordering stream without status counters is never placed again after a loss
-        // (rule R7 of the core's sequence module), though batches keep coming.
-        let unplaceable = self.opts.session.reorder.is_on()
-            && self.recovering == Some(hicache_index::Recovering::NoStatus)
-            && self.last_forced_at.is_some();
+        // A reordering stream without status counters is never placed (rules R6 and R7 of the
+        // core's sequence module), though batches keep coming; between its fetches, asked again
+        // and again, it says why (`Recovering::NoStatus`), and during one, that it fetches.
+        let unplaceable = self.opts.session.reorder.is_on();
         if !self.http_opts.watermark
             && health == Health::Recovering
             && ((unanchored && forced) || unplaceable)
