@@ -10,6 +10,7 @@
 
 mod common;
 
+use hicache_index_shortcuts::Shortcuts;
 use std::hint::black_box;
 use std::time::Duration;
 

@@ -4,6 +4,7 @@
 
 mod common;
 
+use hicache_index_shortcuts::Shortcuts;
 use std::collections::HashSet;
 use std::hint::black_box;
 

@@ -3,6 +3,7 @@
 //! The default sweep must catch every one of them (see `sim/tests/planted_bug.rs` and the CI
 //! sweep); [`crate::GapBlindSession`] is the first of the kind.
 
+use hicache_index_shortcuts::Shortcuts;
 use std::collections::BTreeMap;
 
 use hicache_index::{

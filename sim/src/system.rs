@@ -1,6 +1,7 @@
 //! The system under test: the part of [`Session`]'s public API the world drives, as a trait, so
 //! that the same checker runs against the real session and against deliberately broken ones.
 
+use hicache_index_shortcuts::Shortcuts;
 use std::collections::BTreeMap;
 
 use hicache_index::{

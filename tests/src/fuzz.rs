@@ -5,6 +5,7 @@
 //! panic" they check round trips, the safety rule against an exact-key oracle, and that no
 //! single allocation is larger than a bounded multiple of the input (see [`meter`]).
 
+use hicache_index_shortcuts::Shortcuts;
 use std::collections::{BTreeMap, BTreeSet};
 
 use hicache_index::{

@@ -3,6 +3,7 @@
 
 pub mod fuzz;
 
+use hicache_index_shortcuts::Shortcuts;
 use std::fmt::Write as _;
 use std::time::Duration;
 

@@ -1,6 +1,7 @@
 //! Differential test: for arbitrary gap-free event streams, the index answers every query exactly
 //! as a naive exact-key set does.
 
+use hicache_index_shortcuts::Shortcuts;
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
 

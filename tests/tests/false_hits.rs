@@ -2,6 +2,7 @@
 //! every test asserts the miss that the rule above all demands ("never claim a page that is not
 //! there"). Each one failed on the core before the fix.
 
+use hicache_index_shortcuts::Shortcuts;
 use std::time::Duration;
 
 use hicache_index::sequence::Skip;

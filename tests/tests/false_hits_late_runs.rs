@@ -9,6 +9,7 @@
 //! continues the position exactly it is rule R10's class (bounded by verification, asserted
 //! here), and when it does not, it never applies.
 
+use hicache_index_shortcuts::Shortcuts;
 use std::time::Duration;
 
 use hicache_index::{Command, Config, Effect, VerifyConfig};

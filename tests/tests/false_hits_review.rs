@@ -4,6 +4,7 @@
 //! a keyless removal costing two fetches, a fetch per stale batch). Each test asserts what the
 //! rule above all demands, and failed on the core as reviewed.
 
+use hicache_index_shortcuts::Shortcuts;
 use std::time::Duration;
 
 use hicache_index::{

@@ -3,6 +3,7 @@
 //! confirms it, and `cleared` clears a tenant on every medium. Each test was checked to fail
 //! with the rule it names taken out of the core.
 
+use hicache_index_shortcuts::Shortcuts;
 use std::time::Duration;
 
 use hicache_index::{

@@ -2,6 +2,7 @@
 //! answer while the session, on another thread, changes what the query depends on besides the
 //! page table.
 
+use hicache_index_shortcuts::Shortcuts;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Barrier;
 

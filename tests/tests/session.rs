@@ -1,5 +1,6 @@
 //! The session's rules, one test each, through the public API with real Mooncake frames.
 
+use hicache_index_shortcuts::Shortcuts;
 use std::time::Duration;
 
 use hicache_index::sequence::Skip;

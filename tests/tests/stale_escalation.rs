@@ -4,6 +4,7 @@
 //! the escalation it held back, which the first round due once the limit has passed does.
 //! Without resync, a round only removes what it sampled.
 
+use hicache_index_shortcuts::Shortcuts;
 use std::time::Duration;
 
 use hicache_index::{

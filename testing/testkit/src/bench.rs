@@ -2,6 +2,7 @@
 //! ingest rate with zero gaps, and query latency while ingesting at full speed. The `e2e`
 //! bench of this crate runs them (`cargo bench -p hicache-index-testkit --bench e2e`).
 
+use hicache_index_shortcuts::Shortcuts;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};

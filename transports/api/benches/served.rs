@@ -4,6 +4,7 @@
 //! default (prefix only: one page hashed) and with `"page_map": true` (every page hashed and
 //! probed, as every query was before). The parse of the long body is measured apart.
 
+use hicache_index_shortcuts::Shortcuts;
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion};

@@ -5,6 +5,7 @@
 #[path = "../../../core/benches/common/mod.rs"]
 mod common;
 
+use hicache_index_shortcuts::Shortcuts;
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion};

@@ -24,6 +24,7 @@
 #[path = "../../../core/benches/common/mod.rs"]
 mod common;
 
+use hicache_index_shortcuts::Shortcuts;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
