@@ -165,8 +165,8 @@ pub use input::{Input, LeaderRequest, SnapshotRequest, StatusRequest, VerifyRequ
 pub use layout::{parse_object_key, HitPolicy, Layout, LayoutError, ObjectKey, Pool, SglangParams};
 pub use leader::{EventsStatus, LeaderConfig, LeaderInfo, LeaderStatus, LeaderView};
 pub use metrics::{Counters, Kind};
-pub use query::{Hits, LazyHashes, Lookup, MapCover, Pages, PlanHashes, QueryPlan, Tokens};
-pub use reader::Reader;
+pub use query::{Hits, Lookup, MapCover, Pages, Tokens};
+pub use reader::{Query, Reader};
 pub use sequence::ReorderConfig;
 pub use session::{
     BackoffConfig, Config, ModelLayout, ResyncConfig, Session, VerifyConfig, Watermark, WorkerInfo,

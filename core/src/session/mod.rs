@@ -48,7 +48,7 @@ use crate::leader::{
     Leader, LeaderConfig, LeaderInfo, LeaderStatus, LeaderView, StatusStep, ViewStep,
 };
 use crate::metrics::Counters;
-use crate::query::{Hits, Lookup, QueryPlan};
+use crate::query::{Hits, Lookup};
 use crate::reader::Reader;
 use crate::sequence::{
     HoldBounds, Mark, Placed, Point, ReorderConfig, Ruling, Skip, Stream, StreamConfig, Why,
