@@ -3,13 +3,13 @@
 //! The default sweep must catch every one of them (see `sim/tests/planted_bug.rs` and the CI
 //! sweep); [`crate::GapBlindSession`] is the first of the kind.
 
-use hicache_index_shortcuts::Shortcuts;
 use std::collections::BTreeMap;
 
 use hicache_index::{
     decode, Config, ConfigError, Counters, Effects, EventKind, Health, Hits, Input, Instant,
     Lookup, Medium, QueryError, Seq, Session, SnapshotRequest, Timestamp, Watermark,
 };
+use hicache_index_shortcuts::Shortcuts;
 
 use crate::encode::{encode_payload, MasterFlavor, OwnedBatch};
 use crate::system::System;

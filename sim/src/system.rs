@@ -1,13 +1,13 @@
 //! The system under test: the part of [`Session`]'s public API the world drives, as a trait, so
 //! that the same checker runs against the real session and against deliberately broken ones.
 
-use hicache_index_shortcuts::Shortcuts;
 use std::collections::BTreeMap;
 
 use hicache_index::{
     Config, ConfigError, Counters, Effects, Health, Hits, Input, Instant, Lookup, QueryError, Seq,
     Session, Watermark,
 };
+use hicache_index_shortcuts::Shortcuts;
 
 use crate::master::Status;
 

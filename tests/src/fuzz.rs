@@ -5,7 +5,6 @@
 //! panic" they check round trips, the safety rule against an exact-key oracle, and that no
 //! single allocation is larger than a bounded multiple of the input (see [`meter`]).
 
-use hicache_index_shortcuts::Shortcuts;
 use std::collections::{BTreeMap, BTreeSet};
 
 use hicache_index::{
@@ -14,6 +13,7 @@ use hicache_index::{
     Timestamp,
 };
 use hicache_index_api::{Limits, QueryRequest};
+use hicache_index_shortcuts::Shortcuts;
 use hicache_index_sim::encode::{
     encode_message, encode_payload, MasterFlavor, OwnedBatch, OwnedEvent,
 };

@@ -1,7 +1,6 @@
 //! Differential test: for arbitrary gap-free event streams, the index answers every query exactly
 //! as a naive exact-key set does.
 
-use hicache_index_shortcuts::Shortcuts;
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -9,6 +8,7 @@ use hicache_index::{
     EventKind, HitPolicy, Layout, Lookup, Medium, ModelLayout, PageHash, Pool, QueryError, Session,
     SglangParams,
 };
+use hicache_index_shortcuts::Shortcuts;
 use hicache_index_sim::encode::OwnedEvent;
 use hicache_index_tests::{config, Harness};
 use quickcheck::{Arbitrary, Gen};

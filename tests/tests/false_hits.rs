@@ -2,7 +2,6 @@
 //! every test asserts the miss that the rule above all demands ("never claim a page that is not
 //! there"). Each one failed on the core before the fix.
 
-use hicache_index_shortcuts::Shortcuts;
 use std::time::Duration;
 
 use hicache_index::sequence::Skip;
@@ -10,6 +9,7 @@ use hicache_index::{
     ClearReason, Command, Config, Effect, EventKind, Health, Input, Report, Seq, SnapshotRequest,
     VerifyConfig, Watermark,
 };
+use hicache_index_shortcuts::Shortcuts;
 use hicache_index_sim::encode::OwnedEvent;
 use hicache_index_tests::{
     cleared, config, filler, mha, old_batch_released_after_the_new_run, page_hashes, removed,

@@ -9,10 +9,10 @@
 //! continues the position exactly it is rule R10's class (bounded by verification, asserted
 //! here), and when it does not, it never applies.
 
-use hicache_index_shortcuts::Shortcuts;
 use std::time::Duration;
 
 use hicache_index::{Command, Config, Effect, VerifyConfig};
+use hicache_index_shortcuts::Shortcuts;
 use hicache_index_tests::{
     config, filler, mha, old_batch_released_after_the_new_run, page_hashes, reorder, store_page,
     tokens, Harness,

@@ -3,12 +3,12 @@
 //! confirms it, and `cleared` clears a tenant on every medium. Each test was checked to fail
 //! with the rule it names taken out of the core.
 
-use hicache_index_shortcuts::Shortcuts;
 use std::time::Duration;
 
 use hicache_index::{
     Command, Config, Effect, EventKind, Lookup, Medium, Report, VerifyConfig, VerifyRequest,
 };
+use hicache_index_shortcuts::Shortcuts;
 use hicache_index_sim::encode::OwnedEvent;
 use hicache_index_tests::{config, mha, on_disk, page_hashes, stored, tokens, Harness};
 

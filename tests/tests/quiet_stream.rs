@@ -1,10 +1,10 @@
 //! The check of a quiet stream against the master's status (rule R11 of the core's sequence
 //! module): what no batch can reveal, because no batch comes, the master's counters do.
 
-use hicache_index_shortcuts::Shortcuts;
 use std::time::Duration;
 
 use hicache_index::{ClearReason, Command, Effect, Effects, Health, ResyncConfig};
+use hicache_index_shortcuts::Shortcuts;
 use hicache_index_tests::*;
 
 const CHECK: Duration = Duration::from_secs(1);

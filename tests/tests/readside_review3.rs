@@ -2,11 +2,11 @@
 //! answer while the session, on another thread, changes what the query depends on besides the
 //! page table.
 
-use hicache_index_shortcuts::Shortcuts;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Barrier;
 
 use hicache_index::{Config, IndexConfig, Lookup, QueryError, WorkerInfo};
+use hicache_index_shortcuts::Shortcuts;
 use hicache_index_tests::{mha, page_hashes, removed, store_page, tokens, Harness, ENDPOINT};
 
 /// Pages the query probes before the one the writer stores: enough that the query is still

@@ -1,6 +1,5 @@
 //! The session's rules, one test each, through the public API with real Mooncake frames.
 
-use hicache_index_shortcuts::Shortcuts;
 use std::time::Duration;
 
 use hicache_index::sequence::Skip;
@@ -10,6 +9,7 @@ use hicache_index::{
     Report, ResyncConfig, ResyncFailure, Seq, Session, SnapshotRequest, StrayReason, VerifyConfig,
     VerifyRequest, WorkerInfo,
 };
+use hicache_index_shortcuts::Shortcuts;
 use hicache_index_sim::encode::OwnedEvent;
 use hicache_index_tests::{
     config, mha, page_hashes, removed, store_page, stored, Harness, ENDPOINT,

@@ -4,13 +4,13 @@
 //! the escalation it held back, which the first round due once the limit has passed does.
 //! Without resync, a round only removes what it sampled.
 
-use hicache_index_shortcuts::Shortcuts;
 use std::time::Duration;
 
 use hicache_index::{
     ClearReason, Command, Config, Effect, Effects, Health, Layout, Lookup, PageHash, Report,
     ResyncConfig, VerifyConfig, VerifyRequest,
 };
+use hicache_index_shortcuts::Shortcuts;
 use hicache_index_tests::{cleared, config, mha, page_hashes, store_page, stored, tokens, Harness};
 
 const ESCALATE_EVERY: Duration = Duration::from_secs(30);

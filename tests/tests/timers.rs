@@ -1,10 +1,10 @@
 //! Style rule 3: after `handle_timeout` fires at the deadline, the next deadline lies strictly
 //! later (or nothing is pending), whatever happened before; a driver never spins.
 
-use hicache_index_shortcuts::Shortcuts;
 use std::time::Duration;
 
 use hicache_index::{Command, Config, Effect, ReorderConfig, ResyncConfig, VerifyConfig};
+use hicache_index_shortcuts::Shortcuts;
 use hicache_index_tests::{config, mha, stored, Harness};
 use quickcheck_macros::quickcheck;
 

@@ -2,7 +2,6 @@
 //! ingest rate with zero gaps, and query latency while ingesting at full speed. The `e2e`
 //! bench of this crate runs them (`cargo bench -p hicache-index-testkit --bench e2e`).
 
-use hicache_index_shortcuts::Shortcuts;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -11,6 +10,7 @@ use hdrhistogram::Histogram;
 use hicache_index::{Config, EventKind, Layout, Lookup, ModelLayout, SglangParams};
 use hicache_index_driver::{QueryHandle, SubscriberConfig};
 use hicache_index_emulator::{Emulator, EmulatorConfig};
+use hicache_index_shortcuts::Shortcuts;
 use hicache_index_wire::{EventIdSlots, FIXED_WIDTH_EVENT_ID};
 
 use crate::{wait_subscribed, EmulatorPeer, Runtime};

@@ -4,7 +4,6 @@
 //! default (prefix only: one page hashed) and with `"page_map": true` (every page hashed and
 //! probed, as every query was before). The parse of the long body is measured apart.
 
-use hicache_index_shortcuts::Shortcuts;
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion};
@@ -13,6 +12,7 @@ use hicache_index::{
     Timestamp,
 };
 use hicache_index_api::{answer_front, Limits, QueryRequest};
+use hicache_index_shortcuts::Shortcuts;
 use hicache_index_wire::{encode_message, MasterFlavor, OwnedBatch, OwnedEvent};
 
 fn served(c: &mut Criterion) {

@@ -5,7 +5,6 @@
 #[path = "../../../core/benches/common/mod.rs"]
 mod common;
 
-use hicache_index_shortcuts::Shortcuts;
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion};
@@ -14,6 +13,7 @@ use hicache_index::{
     Session,
 };
 use hicache_index_driver::{PrefixMemo, DEFAULT_MEMO_BYTES};
+use hicache_index_shortcuts::Shortcuts;
 
 const PAGES: usize = 256;
 

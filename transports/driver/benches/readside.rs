@@ -24,7 +24,6 @@
 #[path = "../../../core/benches/common/mod.rs"]
 mod common;
 
-use hicache_index_shortcuts::Shortcuts;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -35,6 +34,7 @@ use hicache_index::{
     PageHash, PageHashes, QueryError, Reader, Session,
 };
 use hicache_index_driver::{PrefixMemo, DEFAULT_MEMO_BYTES};
+use hicache_index_shortcuts::Shortcuts;
 use hicache_index_sim::encode::{EventIdSlots, FIXED_WIDTH_EVENT_ID};
 use hicache_index_sim::perf::{self, BenchArgs};
 
