@@ -9,6 +9,7 @@ use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use hicache_index::{Config, Instant, Lookup, ModelLayout, Namespace, PageHashes, Session};
+use hicache_index_shortcuts::Shortcuts;
 use hicache_index_sim::reference::ReferenceIndex;
 
 const PAGES: usize = 256;

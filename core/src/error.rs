@@ -12,9 +12,6 @@ pub enum QueryError {
     UnknownModel,
     /// No model was named and there is not exactly one layout to default to.
     NoDefaultLayout,
-    /// The layout changed between [`crate::Session::plan`] and [`crate::Session::probe`]: plan
-    /// again.
-    PlanChanged,
     /// The model's workers disagree on its layout (or one cannot be read): nothing can be
     /// claimed for it until they agree. Answer a miss.
     LayoutConflict {
@@ -39,9 +36,6 @@ impl fmt::Display for QueryError {
             QueryError::UnknownModel => f.write_str("no layout is known for that model"),
             QueryError::NoDefaultLayout => {
                 f.write_str("no model was named and there is not exactly one layout to use")
-            }
-            QueryError::PlanChanged => {
-                f.write_str("the layout changed since the query was planned")
             }
             QueryError::LayoutConflict { reason } => {
                 write!(f, "the model's layout is in doubt: {reason}")

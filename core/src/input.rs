@@ -52,8 +52,8 @@ request_id!(
 /// ([`crate::Counters::stale_answers`]) and otherwise ignored.
 #[derive(Clone, Debug)]
 pub enum Input<'a> {
-    /// A multipart message from the subscriber, `[topic, seq, payload]` (the shortcut is
-    /// [`crate::Session::feed`]).
+    /// A multipart message from the subscriber, `[topic, seq, payload]`; nothing of it is kept
+    /// borrowed.
     Message(&'a [&'a [u8]]),
     /// Time passed: do whatever is due; before [`crate::Session::poll_timeout`] it does nothing.
     Timeout,
@@ -63,8 +63,9 @@ pub enum Input<'a> {
     /// The subscriber's connection was lost or failed: events may have been missed, the index
     /// forgets and a reconnect is scheduled.
     Disconnected,
-    /// The driver stopped for good: the index forgets and nothing is scheduled, until
-    /// [`Input::Restart`] or a new endpoint.
+    /// The driver stopped for good: the index forgets, nothing is scheduled, and the health is
+    /// [`crate::Health::Disconnected`] until a new endpoint, or [`Input::Timeout`] after
+    /// [`Input::Restart`].
     Stopped,
     /// Connect again now after [`Input::Stopped`], with the backoff reset (no effects).
     Restart,
@@ -72,7 +73,11 @@ pub enum Input<'a> {
     /// is from before the clear (see [`crate::sequence`]'s fence).
     Clear,
     /// What an SGLang worker advertises; `None`: the worker is gone. A configured endpoint and
-    /// configured layouts always win; disagreement among workers is reported.
+    /// configured layouts always win. Workers of one model that disagree on its layout (or
+    /// whose layout cannot be read) make that model answer [`crate::QueryError::LayoutConflict`]
+    /// until they agree again (see [`crate::layout::LayoutVotes`]); a model none of whose
+    /// workers advertises a layout answers [`crate::QueryError::NoLayout`]; a change of the
+    /// layout in force makes every query under way hash again under the new one.
     Worker {
         /// The worker's name.
         worker: &'a str,
@@ -82,7 +87,17 @@ pub enum Input<'a> {
     /// The whole answer to [`crate::Command::FetchSnapshot`]: the [`Watermark`] read just
     /// before the key list (`None` when the master does not tell) and the key list's lines
     /// (default tenant), each exactly as the master wrote it (see [`crate::snapshot_lines`]).
-    /// See [`crate::Session::handle_snapshot`] for when a snapshot holds.
+    ///
+    /// The watermark is a status point that places the stream (rules R3 and R6 of
+    /// [`crate::sequence`]): the batches that arrived since the fetch was asked for are ruled
+    /// against it, those at or before it are in the key list and skipped, and the stream goes
+    /// on from it. Until the stream continues the point, once a batch before it came, queries
+    /// miss; a point not continued within the fetch timeout forgets and fetches again. Without
+    /// a watermark, the first batch since the fetch begins the stream if a batch had arrived on
+    /// the connection before the fetch was asked; otherwise the snapshot cannot be anchored,
+    /// and the session fetches again once a batch arrives, or after the resync's retry delay
+    /// (backing off up to 64 times it). Lines that are not exactly keys are never applied, and
+    /// lines next to them only once the master confirms them (see [`crate::snapshot`]).
     Snapshot {
         /// The fetch answered.
         request: SnapshotRequest,
@@ -130,6 +145,17 @@ pub enum Input<'a> {
     },
     /// The master's answer to [`crate::Command::VerifyKeys`]: each checked key and whether it
     /// exists. Keys the driver could not check MUST be left out, never reported present.
+    ///
+    /// Keys found absent are removed unless their page changed since the keys were sampled. A
+    /// round that removed one escalates, with resync on: the master dropped objects without an
+    /// event, others are gone too, so the index forgets everything and resyncs
+    /// ([`crate::ClearReason::Stale`]), at most once per
+    /// [`crate::VerifyConfig::escalate_every`]; a round within it holds the escalation back
+    /// (counted in [`crate::Counters::stale_escalations_held`], reported as
+    /// [`crate::Report::EscalationHeld`]) until the first round due once the limit has passed.
+    /// A round counts towards a sweep (see [`crate::Counters::unconfirmed_ms`]) only when the
+    /// answer names every key asked about, each once, and every key found absent left the
+    /// index.
     VerifyResult {
         /// The round answered.
         request: VerifyRequest,
@@ -149,10 +175,17 @@ pub enum Input<'a> {
         /// What the status said.
         watermark: Option<Watermark>,
     },
-    /// What HA discovery says about the leader: every value of the master view key, with its
-    /// version (see [`crate::leader`]). Without HA configured, ignored.
+    /// What HA discovery says about the leader: every value the driver reads of the master view
+    /// key (watched or polled), with its version (see [`crate::leader`]). Another incarnation
+    /// than the one followed forgets at once, drops the connection and asks to check the new
+    /// leader ([`crate::Command::CheckLeader`]); nothing connects before it serves. The same
+    /// incarnation again changes nothing. Without HA configured, ignored.
     LeaderView(&'a LeaderView),
-    /// The answer to [`crate::Command::CheckLeader`].
+    /// The answer to [`crate::Command::CheckLeader`]. A leader that serves, at the address
+    /// discovery named, with a master view no older than any followed, whose status answers, is
+    /// followed: [`crate::Command::UseMaster`], then [`crate::Command::Connect`] to the endpoint
+    /// with its host. Otherwise it is checked again later; a status saying the publisher is off
+    /// is [`crate::Health::EventsDisabled`].
     LeaderStatus {
         /// The check answered.
         request: LeaderRequest,

@@ -3,8 +3,8 @@
 //!
 //! In HA mode several masters run and one, elected through etcd, serves; its RPC address is the
 //! value of `mooncake-store/<cluster_id>/master_view` (spec section 9). The driver watches that
-//! key and hands every value it reads to [`crate::Session::handle_leader_view`]; this module
-//! decides what the value means.
+//! key and hands every value it reads over as [`crate::Input::LeaderView`]; this module decides
+//! what the value means.
 //!
 //! # The rules
 //! - **An incarnation is an address with a view version** (the key's etcd create revision: the

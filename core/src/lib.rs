@@ -17,7 +17,7 @@
 //! ```text
 //! ingest:  frames --decode--> Batch --sequence--> applied batches --index--> pages  (+ Effects out)
 //! query:   tokens --page hashes (lazy)--> probe per page --> Hits (prefix, map, trust)
-//! time:    poll_timeout() -> deadline; the driver sleeps until then; handle_timeout(now)
+//! time:    poll_timeout() -> deadline; the driver sleeps until then; handle(now, Timeout)
 //! ```
 //!
 //! # Telling one run of the master from the next
@@ -61,8 +61,7 @@
 //! # The driving contract
 //! Everything that happens reaches the session as an [`Input`], through one method,
 //! [`Session::handle`]`(now, input)`, which returns the [`Effects`] of that input: each is a
-//! [`Command`] the driver MUST execute, or a [`Report`] it may log or count. ([`Session::feed`]
-//! is the shortcut for messages; the `handle_*` methods are shortcuts for the other inputs.)
+//! [`Command`] the driver MUST execute, or a [`Report`] it may log or count.
 //! 1. Make a [`Session`] from a [`Config`]. With an endpoint configured, [`Session::poll_timeout`]
 //!    is due at once and [`Input::Timeout`] returns [`Command::Connect`].
 //! 2. Execute every command in order: connect or disconnect the SUB socket, fetch a snapshot
@@ -78,10 +77,11 @@
 //! 5. Ask [`Session::query`] (`&self`) at any time in between.
 //!
 //! # Features
-//! - `internals`: makes the index's writer side
-//!   (`Index::standalone`, `store_object`, `remove_object`) for the benches and tests that measure
-//!   the index alone. It switches visibility only, never behaviour; a driver or a router needs
-//!   none of it (the core's own benches get it through their dev-dependency on the simulator).
+//! - `internals`: makes the index's writer side (`Index::standalone`, `store_object`,
+//!   `remove_object`) for the benches and tests that measure the index alone, and the session's
+//!   `index` for the judges of tests and simulators. It switches visibility
+//!   only, never behaviour; a driver or a router needs none of it (the core's own benches get
+//!   it through their dev-dependency on the simulator).
 //!
 //! # Example
 //! A master stored both objects of one page (TP 1, page size 4); the router asks about ten
@@ -165,8 +165,8 @@ pub use input::{Input, LeaderRequest, SnapshotRequest, StatusRequest, VerifyRequ
 pub use layout::{parse_object_key, HitPolicy, Layout, LayoutError, ObjectKey, Pool, SglangParams};
 pub use leader::{EventsStatus, LeaderConfig, LeaderInfo, LeaderStatus, LeaderView};
 pub use metrics::{Counters, Kind};
-pub use query::{Hits, LazyHashes, Lookup, MapCover, Pages, PlanHashes, QueryPlan, Tokens};
-pub use reader::Reader;
+pub use query::{Hits, Lookup, MapCover, Pages, Tokens};
+pub use reader::{Query, Reader};
 pub use sequence::ReorderConfig;
 pub use session::{
     BackoffConfig, Config, ModelLayout, ResyncConfig, Session, VerifyConfig, Watermark, WorkerInfo,

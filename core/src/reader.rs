@@ -31,10 +31,10 @@ use spin::RwLock;
 
 use crate::effect::Health;
 use crate::error::QueryError;
-use crate::hash::{DigestMemo, PageHashes};
+use crate::hash::{page_count, DigestMemo, Namespace, NoMemo, PageHash, PageHashes};
 use crate::index::shared::{Claims, PageTable, Shared, Still};
 use crate::layout::{Layout, LayoutVotes, ModelVerdict};
-use crate::query::{Hits, LazyHashes, Lookup, MapCover, PageSource, Pages, QueryPlan, Tokens};
+use crate::query::{Hits, Lookup, MapCover, Pages, Tokens};
 use crate::session::ModelLayout;
 
 /// How many times a query reads the index before it answers [`QueryError::Busy`], when the state keeps
@@ -62,7 +62,7 @@ pub(crate) struct Layouts {
 }
 
 impl Layouts {
-    /// Returns the generation of the workers' verdicts (see [`QueryPlan::layouts`]).
+    /// Returns the generation of the workers' verdicts.
     fn generation(&self) -> u64 {
         self.votes.generation()
     }
@@ -228,17 +228,15 @@ impl Reader {
     /// [`QueryError::Busy`] when the writer kept changing what the query reads: the caller asks
     /// again under the session's lock ([`crate::Session::query`]), which always answers.
     pub fn query(&self, lookup: &Lookup<'_>) -> Result<Hits, QueryError> {
-        let hits = self.answer(None, lookup, None, None, MapCover::UntilMiss)?;
-        self.count_answer(&hits);
-        Ok(hits)
+        self.ask(lookup, &NoMemo, None, None, MapCover::UntilMiss)
+            .answer()
     }
 
     /// Answers like [`Reader::query`] and also fills `map[i]` with whether page `i` has every
     /// object of every pool; pages past the map's length are not examined.
     pub fn query_map(&self, lookup: &Lookup<'_>, map: &mut [bool]) -> Result<Hits, QueryError> {
-        let hits = self.answer(None, lookup, None, Some(map), MapCover::Every)?;
-        self.count_answer(&hits);
-        Ok(hits)
+        self.ask(lookup, &NoMemo, None, Some(map), MapCover::Every)
+            .answer()
     }
 
     /// Answers like [`Reader::query`] and fills `map[i]` for the pages checked, until the first
@@ -249,54 +247,39 @@ impl Reader {
         lookup: &Lookup<'_>,
         map: &mut [bool],
     ) -> Result<Hits, QueryError> {
-        let hits = self.answer(None, lookup, None, Some(map), MapCover::UntilMiss)?;
-        self.count_answer(&hits);
-        Ok(hits)
+        self.ask(lookup, &NoMemo, None, Some(map), MapCover::UntilMiss)
+            .answer()
     }
 
-    /// Plans a lookup: how its tokens are hashed under the layout it resolves to, and the
-    /// generation of the layouts in force (see [`crate::Session::plan`]).
-    pub fn plan(&self, lookup: &Lookup<'_>) -> Result<QueryPlan, QueryError> {
-        let (layouts, _) = self.layouts().ok_or(QueryError::Busy)?;
-        plan_under(&layouts, lookup)
-    }
-
-    /// Answers for page hashes computed under `plan`, under the very layouts it was planned
-    /// with: [`QueryError::PlanChanged`] if the layouts in force are of another generation; not
-    /// counted (see [`Reader::count_answer`]).
-    pub fn probe(
-        &self,
-        plan: QueryPlan,
-        lookup: &Lookup<'_>,
-        map: Option<&mut [bool]>,
-    ) -> Result<Hits, QueryError> {
-        self.answer(Some(plan), lookup, None, map, MapCover::Every)
-    }
-
-    /// Answers a token lookup planned as `plan`, hashing its pages as the probe reaches them
-    /// (`hashes`, made under the same plan): with no map, or a map covering
-    /// [`MapCover::UntilMiss`], no page after the first miss is hashed or probed, whatever the
-    /// request's length; a reading done again (the writer moved) hashes no page twice. Not
-    /// counted (see [`Reader::count_answer`]); [`QueryError::PlanChanged`] as for
-    /// [`Reader::probe`] (make new `hashes` under a new plan). On [`QueryError::Busy`] the
-    /// caller asks again with the same `hashes` under the session's lock.
-    pub fn probe_lazily<M: DigestMemo + ?Sized>(
-        &self,
-        plan: QueryPlan,
-        lookup: &Lookup<'_>,
-        hashes: &mut LazyHashes<'_, '_, '_, M>,
-        map: Option<&mut [bool]>,
+    /// Prepares a query as a driver asks it: a token lookup's pages are hashed through `memo`
+    /// as the probe reaches them and kept in `kept` (cleared here; reuse one buffer per thread
+    /// so that a query does not allocate), `map`, if given, is filled as `cover` says. Nothing
+    /// is read before [`Query::answer`].
+    ///
+    /// With no map, or a map covering [`MapCover::UntilMiss`], no page after the first miss is
+    /// hashed or probed, whatever the request's length. Without `kept`, a reading done again
+    /// hashes again from the first page.
+    pub fn ask<'q, M: DigestMemo + ?Sized>(
+        &'q self,
+        lookup: &'q Lookup<'q>,
+        memo: &'q M,
+        kept: Option<&'q mut Vec<PageHash>>,
+        map: Option<&'q mut [bool]>,
         cover: MapCover,
-    ) -> Result<Hits, QueryError> {
-        self.answer(Some(plan), lookup, Some(hashes), map, cover)
-    }
-
-    /// Counts one query answered by probes in [`crate::Counters::queries`] and
-    /// [`crate::Counters::hit_pages`].
-    pub fn count_answer(&self, hits: &Hits) {
-        self.queries.fetch_add(1, Ordering::Relaxed);
-        self.hit_pages
-            .fetch_add(hits.prefix_pages, Ordering::Relaxed);
+    ) -> Query<'q, M> {
+        let pages = match lookup.pages {
+            Pages::Tokens { tokens, namespace } => {
+                Some(TokenPages::new(tokens, namespace, memo, kept))
+            }
+            Pages::Hashes(_) => None,
+        };
+        Query {
+            reader: self,
+            lookup,
+            pages,
+            map,
+            cover,
+        }
     }
 
     /// Returns the queries counted and the pages they hit.
@@ -307,15 +290,29 @@ impl Reader {
         )
     }
 
-    /// Answers a lookup, uncounted, under one snapshot of the layouts (the one `plan` was made
-    /// under, if given): read, check that the state held, else read again; [`QueryError::Busy`]
-    /// when it kept moving. `lazy`, if given, supplies the token lookup's pages (hashed under
-    /// `plan` as they are reached, and kept across readings).
+    /// Answers a lookup: each reading takes the layouts in force (a token lookup's pages,
+    /// from `tokens`, are hashed again only if the page shape changed), probes, and checks that
+    /// the state held; else it reads again, and answers [`QueryError::Busy`] when the state
+    /// kept moving. Counted once it answers.
     fn answer(
         &self,
-        plan: Option<QueryPlan>,
         lookup: &Lookup<'_>,
-        mut lazy: Option<&mut dyn PageSource>,
+        tokens: Option<&mut dyn PageSource>,
+        map: Option<&mut [bool]>,
+        cover: MapCover,
+    ) -> Result<Hits, QueryError> {
+        let hits = self.read(lookup, tokens, map, cover)?;
+        self.queries.fetch_add(1, Ordering::Relaxed);
+        self.hit_pages
+            .fetch_add(hits.prefix_pages, Ordering::Relaxed);
+        Ok(hits)
+    }
+
+    /// Reads the index for [`Reader::answer`], uncounted.
+    fn read(
+        &self,
+        lookup: &Lookup<'_>,
+        mut tokens: Option<&mut dyn PageSource>,
         mut map: Option<&mut [bool]>,
         cover: MapCover,
     ) -> Result<Hits, QueryError> {
@@ -330,16 +327,11 @@ impl Reader {
             // worker that puts a layout in doubt moves no page, yet the pages stored after it
             // are not to be read under the old layout.
             let (layouts, swaps) = self.layouts().ok_or(QueryError::Busy)?;
-            if let Some(plan) = plan {
-                if plan_under(&layouts, lookup)? != plan {
-                    return Err(QueryError::PlanChanged);
-                }
-            }
             let layout = layouts.layout_for(lookup.model)?;
             let total = match lookup.pages {
                 Pages::Hashes(hashes) => hashes.len(),
                 Pages::Tokens { tokens, .. } => {
-                    crate::hash::page_count(tokens.len(), layout.page_size, layout.eagle)
+                    page_count(tokens.len(), layout.page_size, layout.eagle)
                 }
             };
             // A bracketed change is under way: wait for its end a little, without a lock.
@@ -373,38 +365,20 @@ impl Reader {
             let tenant = lookup.tenant;
             let page_map = map.as_deref_mut();
             let claimed = Some(&mut claims);
-            let found = match (lazy.as_deref_mut(), lookup.pages) {
-                (Some(source), Pages::Tokens { .. }) => {
-                    let pages = (0..).map_while(|i| source.page(i));
-                    self.index
-                        .query(tenant, layout, pages, page_map, claimed, cover)
-                }
+            let found = match (tokens.as_deref_mut(), lookup.pages) {
                 (_, Pages::Hashes(hashes)) => {
                     let hashes = hashes.iter().copied();
                     self.index
                         .query(tenant, layout, hashes, page_map, claimed, cover)
                 }
-                (
-                    None,
-                    Pages::Tokens {
-                        tokens: Tokens::U32(t),
-                        namespace,
-                    },
-                ) => {
-                    let pages = PageHashes::new(t, layout.page_size, layout.eagle, namespace);
+                (Some(source), Pages::Tokens { .. }) => {
+                    source.reshape(Shape::of(layout));
+                    let pages = (0..).map_while(|i| source.page(i));
                     self.index
                         .query(tenant, layout, pages, page_map, claimed, cover)
                 }
-                (
-                    None,
-                    Pages::Tokens {
-                        tokens: Tokens::U64(t),
-                        namespace,
-                    },
-                ) => {
-                    let pages = PageHashes::new(t, layout.page_size, layout.eagle, namespace);
-                    self.index
-                        .query(tenant, layout, pages, page_map, claimed, cover)
+                (None, Pages::Tokens { .. }) => {
+                    unreachable!("a token lookup is asked with its pages (Reader::ask)")
                 }
             };
             let stands = match self.pages().still(state) {
@@ -431,12 +405,151 @@ impl Reader {
     }
 }
 
-/// Plans `lookup` under one snapshot of the layouts.
-fn plan_under(layouts: &Layouts, lookup: &Lookup<'_>) -> Result<QueryPlan, QueryError> {
-    let layout = layouts.layout_for(lookup.model)?;
-    Ok(QueryPlan {
-        page_size: layout.page_size,
-        eagle: layout.eagle,
-        layouts: layouts.generation(),
-    })
+/// One query as a driver asks it ([`Reader::ask`]): its lookup, its map, and the pages it
+/// hashed so far, kept across its readings.
+pub struct Query<'q, M: DigestMemo + ?Sized> {
+    reader: &'q Reader,
+    lookup: &'q Lookup<'q>,
+    pages: Option<TokenPages<'q, M>>,
+    map: Option<&'q mut [bool]>,
+    cover: MapCover,
 }
+
+impl<M: DigestMemo + ?Sized> Query<'_, M> {
+    /// Answers, counted in [`crate::Counters::queries`] and [`crate::Counters::hit_pages`].
+    /// A layout put in force while the query reads makes it read again under the new one
+    /// (hashing again only if the page shape changed). On [`QueryError::Busy`] (the writer kept
+    /// changing what the query read) the caller SHOULD call it again with the session's
+    /// writer held still (under its lock): the pages already hashed are not hashed again, and
+    /// the query then answers.
+    pub fn answer(&mut self) -> Result<Hits, QueryError> {
+        let pages = self.pages.as_mut().map(|p| p as &mut dyn PageSource);
+        self.reader
+            .answer(self.lookup, pages, self.map.as_deref_mut(), self.cover)
+    }
+}
+
+impl<M: DigestMemo + ?Sized> core::fmt::Debug for Query<'_, M> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Query")
+            .field("lookup", self.lookup)
+            .field("cover", &self.cover)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How a token lookup's pages are hashed: the page size and mode of the layout it resolves to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Shape {
+    page_size: u32,
+    eagle: bool,
+}
+
+impl Shape {
+    fn of(layout: &Layout) -> Shape {
+        Shape {
+            page_size: layout.page_size,
+            eagle: layout.eagle,
+        }
+    }
+}
+
+/// Pages a reading probes in order, by position, from page 0: the object-safe face of
+/// [`TokenPages`].
+trait PageSource {
+    /// Makes the pages those of `shape` (hashing again from page 0 if it is another one).
+    fn reshape(&mut self, shape: Shape);
+    /// Returns the hash of page `i`, computing it if it is the next one; `None` past the last.
+    fn page(&mut self, i: usize) -> Option<PageHash>;
+}
+
+/// A token lookup's page hashes: the one way a query hashes. Computed one at a time as the
+/// probe asks for them, through a memo, and kept when a buffer is given: a reading done again
+/// (the writer moved under it) hashes no page twice, and a reading that stops at a miss hashed
+/// no page after it.
+struct TokenPages<'q, M: DigestMemo + ?Sized> {
+    tokens: Tokens<'q>,
+    namespace: Namespace<'q>,
+    memo: &'q M,
+    kept: Option<&'q mut Vec<PageHash>>,
+    /// The shape hashed under, and the chain from where it stands (`None` until the first
+    /// reading).
+    chain: Option<(Shape, Chain<'q>)>,
+    /// Pages the chain has hashed.
+    hashed: usize,
+}
+
+/// The chain of page hashes of tokens of either width.
+enum Chain<'t> {
+    U32(PageHashes<'t, u32>),
+    U64(PageHashes<'t, u64>),
+}
+
+impl<'q, M: DigestMemo + ?Sized> TokenPages<'q, M> {
+    fn new(
+        tokens: Tokens<'q>,
+        namespace: Namespace<'q>,
+        memo: &'q M,
+        mut kept: Option<&'q mut Vec<PageHash>>,
+    ) -> TokenPages<'q, M> {
+        if let Some(kept) = kept.as_deref_mut() {
+            kept.clear();
+        }
+        TokenPages {
+            tokens,
+            namespace,
+            memo,
+            kept,
+            chain: None,
+            hashed: 0,
+        }
+    }
+
+    /// Starts the chain again from page 0 under `shape`.
+    fn restart(&mut self, shape: Shape) {
+        let (size, eagle, ns) = (shape.page_size, shape.eagle, self.namespace);
+        let chain = match self.tokens {
+            Tokens::U32(t) => Chain::U32(PageHashes::new(t, size, eagle, ns)),
+            Tokens::U64(t) => Chain::U64(PageHashes::new(t, size, eagle, ns)),
+        };
+        self.chain = Some((shape, chain));
+        self.hashed = 0;
+        if let Some(kept) = self.kept.as_deref_mut() {
+            kept.clear();
+        }
+    }
+}
+
+impl<M: DigestMemo + ?Sized> PageSource for TokenPages<'_, M> {
+    fn reshape(&mut self, shape: Shape) {
+        if self.chain.as_ref().is_none_or(|(had, _)| *had != shape) {
+            self.restart(shape);
+        }
+    }
+
+    fn page(&mut self, i: usize) -> Option<PageHash> {
+        if let Some(kept) = self.kept.as_deref().and_then(|k| k.get(i)) {
+            return Some(*kept);
+        }
+        let (shape, _) = self.chain.as_ref().expect("reshaped before the first page");
+        if i < self.hashed {
+            // Nothing kept: a reading done again hashes again from page 0.
+            debug_assert_eq!(i, 0, "pages are asked for in order from page 0");
+            self.restart(*shape);
+        }
+        debug_assert_eq!(i, self.hashed, "pages are asked for in order");
+        let (_, chain) = self.chain.as_mut().expect("reshaped before the first page");
+        let page = match chain {
+            Chain::U32(p) => p.next_with(self.memo),
+            Chain::U64(p) => p.next_with(self.memo),
+        }?;
+        self.hashed += 1;
+        if let Some(kept) = self.kept.as_deref_mut() {
+            kept.push(page);
+        }
+        Some(page)
+    }
+}
+
+#[cfg(test)]
+mod tests;

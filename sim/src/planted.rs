@@ -9,6 +9,7 @@ use hicache_index::{
     decode, Config, ConfigError, Counters, Effects, EventKind, Health, Hits, Input, Instant,
     Lookup, Medium, QueryError, Seq, Session, SnapshotRequest, Timestamp, Watermark,
 };
+use hicache_index_shortcuts::Shortcuts;
 
 use crate::encode::{encode_payload, MasterFlavor, OwnedBatch};
 use crate::system::System;

@@ -7,6 +7,7 @@ use hicache_index::{
     Config, ConfigError, Counters, Effects, Health, Hits, Input, Instant, Lookup, QueryError, Seq,
     Session, Watermark,
 };
+use hicache_index_shortcuts::Shortcuts;
 
 use crate::master::Status;
 

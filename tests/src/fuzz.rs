@@ -13,6 +13,7 @@ use hicache_index::{
     Timestamp,
 };
 use hicache_index_api::{Limits, QueryRequest};
+use hicache_index_shortcuts::Shortcuts;
 use hicache_index_sim::encode::{
     encode_message, encode_payload, MasterFlavor, OwnedBatch, OwnedEvent,
 };

@@ -11,6 +11,7 @@ use hicache_index::{
     Lookup, Medium, ModelLayout, PageHash, ReorderConfig, Report, ResyncConfig, Seq, Session,
     SglangParams, SnapshotRequest, Timestamp, Watermark,
 };
+use hicache_index_shortcuts::Shortcuts;
 use hicache_index_sim::encode::{encode_message, MasterFlavor, OwnedBatch, OwnedEvent};
 
 /// The endpoint every harness session is configured with.

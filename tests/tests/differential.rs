@@ -8,6 +8,7 @@ use hicache_index::{
     EventKind, HitPolicy, Layout, Lookup, Medium, ModelLayout, PageHash, Pool, QueryError, Session,
     SglangParams,
 };
+use hicache_index_shortcuts::Shortcuts;
 use hicache_index_sim::encode::OwnedEvent;
 use hicache_index_tests::{config, Harness};
 use quickcheck::{Arbitrary, Gen};
@@ -51,12 +52,16 @@ fn layouts() -> Vec<(Option<String>, Layout)> {
     ]
 }
 
+/// The tokens of eight pages of 4 (every layout's page size).
+fn chain_tokens() -> Vec<u32> {
+    (100..132).collect()
+}
+
 /// Eight pages of one token chain, so prefixes matter.
 fn pages() -> Vec<PageHash> {
-    let tokens: Vec<u32> = (100..132).collect();
     layouts()[0]
         .1
-        .page_hashes(&tokens, hicache_index::Namespace::NONE)
+        .page_hashes(&chain_tokens(), hicache_index::Namespace::NONE)
         .collect()
 }
 
@@ -194,6 +199,22 @@ fn agrees(
                 if got != want {
                     eprintln!("tenant {tenant} model {model:?} from page {start}: index {got}, reference {want}");
                     return None;
+                }
+                if start == 0 {
+                    // The same pages asked by their tokens: the reader hashes them itself.
+                    let tokens = chain_tokens();
+                    let mut lookup = Lookup::tokens(&tokens).with_tenant(tenant);
+                    if let Some(m) = model {
+                        lookup = lookup.with_model(m);
+                    }
+                    let by_tokens = session.query(&lookup).expect("configured layout");
+                    if by_tokens.prefix_pages != want {
+                        eprintln!(
+                            "tenant {tenant} model {model:?} by tokens: index {}, reference {want}",
+                            by_tokens.prefix_pages
+                        );
+                        return None;
+                    }
                 }
                 nonzero += usize::from(got > 0);
             }

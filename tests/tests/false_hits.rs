@@ -9,6 +9,7 @@ use hicache_index::{
     ClearReason, Command, Config, Effect, EventKind, Health, Input, Report, Seq, SnapshotRequest,
     VerifyConfig, Watermark,
 };
+use hicache_index_shortcuts::Shortcuts;
 use hicache_index_sim::encode::OwnedEvent;
 use hicache_index_tests::{
     cleared, config, filler, mha, old_batch_released_after_the_new_run, page_hashes, removed,

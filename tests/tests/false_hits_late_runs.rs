@@ -12,6 +12,7 @@
 use std::time::Duration;
 
 use hicache_index::{Command, Config, Effect, VerifyConfig};
+use hicache_index_shortcuts::Shortcuts;
 use hicache_index_tests::{
     config, filler, mha, old_batch_released_after_the_new_run, page_hashes, reorder, store_page,
     tokens, Harness,

@@ -9,6 +9,7 @@ use std::time::Duration;
 use hicache_index::{
     Command, Config, Effect, Health, Seq, SnapshotRequest, Timestamp, VerifyConfig, Watermark,
 };
+use hicache_index_shortcuts::Shortcuts;
 use hicache_index_sim::encode::{encode_message, MasterFlavor, OwnedBatch, OwnedEvent};
 use hicache_index_tests::{
     config, filler, mha, page_hashes, removed, reorder, resync, store_page, tokens, Harness,

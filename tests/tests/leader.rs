@@ -6,6 +6,7 @@ use hicache_index::{
     ClearReason, Command, Config, Effect, EventsStatus, Health, LeaderConfig, LeaderRequest,
     LeaderStatus, LeaderView, SnapshotRequest, Watermark,
 };
+use hicache_index_shortcuts::Shortcuts;
 use hicache_index_tests::{cleared, config, mha, page_hashes, resync, store_page, tokens, Harness};
 
 const A: &str = "127.0.0.1:50051";

@@ -8,6 +8,7 @@ use std::time::Duration;
 use hicache_index::{
     Command, Config, Effect, EventKind, Lookup, Medium, Report, VerifyConfig, VerifyRequest,
 };
+use hicache_index_shortcuts::Shortcuts;
 use hicache_index_sim::encode::OwnedEvent;
 use hicache_index_tests::{config, mha, on_disk, page_hashes, stored, tokens, Harness};
 

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use hicache_index::{ClearReason, Command, Effect, Effects, Health, ResyncConfig};
+use hicache_index_shortcuts::Shortcuts;
 use hicache_index_tests::*;
 
 const CHECK: Duration = Duration::from_secs(1);

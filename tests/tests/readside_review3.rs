@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Barrier;
 
 use hicache_index::{Config, IndexConfig, Lookup, QueryError, WorkerInfo};
+use hicache_index_shortcuts::Shortcuts;
 use hicache_index_tests::{mha, page_hashes, removed, store_page, tokens, Harness, ENDPOINT};
 
 /// Pages the query probes before the one the writer stores: enough that the query is still

@@ -5,10 +5,11 @@ use std::time::Duration;
 use hicache_index::sequence::Skip;
 use hicache_index::{
     ClearReason, Command, Config, Effect, EventKind, Health, HitPolicy, IndexConfig, Input,
-    Instant, Layout, Lookup, ModelLayout, Namespace, Pages, Pool, QueryError, Recovering,
-    ReorderConfig, Report, ResyncConfig, ResyncFailure, Seq, Session, SnapshotRequest, StrayReason,
-    VerifyConfig, VerifyRequest, WorkerInfo, DEFAULT_TENANT,
+    Instant, Layout, Lookup, ModelLayout, Namespace, Pool, QueryError, Recovering, ReorderConfig,
+    Report, ResyncConfig, ResyncFailure, Seq, Session, SnapshotRequest, StrayReason, VerifyConfig,
+    VerifyRequest, WorkerInfo,
 };
+use hicache_index_shortcuts::Shortcuts;
 use hicache_index_sim::encode::OwnedEvent;
 use hicache_index_tests::{
     config, mha, page_hashes, removed, store_page, stored, Harness, ENDPOINT,
@@ -1272,7 +1273,7 @@ fn layouts_are_per_model_and_disagreement_is_reported() {
 }
 
 #[test]
-fn a_query_planned_before_a_layout_change_is_planned_again() {
+fn a_query_after_a_layout_change_is_answered_under_the_new_layout() {
     let mut cfg = config(mha(1));
     cfg.layouts.clear();
     let mut h = Harness::connected(cfg);
@@ -1282,22 +1283,17 @@ fn a_query_planned_before_a_layout_change_is_planned_again() {
         ..WorkerInfo::default()
     };
     let _ = h.session.handle_worker(h.now, "w1", Some(w(mha(2))));
-    let hashes = page_hashes(&mha(2), &tokens(1));
-    let lookup = Lookup {
-        tenant: DEFAULT_TENANT,
-        model: Some("m"),
-        pages: Pages::Hashes(&hashes),
-    };
-    let plan = h.session.plan(&lookup).unwrap();
-    // Same page size, other keys: the plan must not be answered under the new layout.
+    let toks = tokens(1);
+    let page = page_hashes(&mha(2), &toks)[0];
+    let _ = h.batch(store_page(&mha(2), &page));
+    let lookup = Lookup::tokens(&toks).with_model("m");
+    assert_eq!(h.session.query(&lookup).unwrap().prefix_pages, 1);
+    // Same page size, other keys: the page's objects under the new layout are not there.
     let _ = h.session.handle_worker(h.now, "w1", Some(w(mha(4))));
     assert_eq!(h.session.layout_for(Some("m")).unwrap(), &mha(4));
-    assert_eq!(
-        h.session.probe(plan, &lookup, None),
-        Err(QueryError::PlanChanged)
-    );
-    let again = h.session.plan(&lookup).unwrap();
-    assert!(h.session.probe(again, &lookup, None).is_ok());
+    assert_eq!(h.session.query(&lookup).unwrap().prefix_pages, 0);
+    let _ = h.batch(store_page(&mha(4), &page));
+    assert_eq!(h.session.query(&lookup).unwrap().prefix_pages, 1);
 }
 
 #[test]

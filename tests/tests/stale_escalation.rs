@@ -10,6 +10,7 @@ use hicache_index::{
     ClearReason, Command, Config, Effect, Effects, Health, Layout, Lookup, PageHash, Report,
     ResyncConfig, VerifyConfig, VerifyRequest,
 };
+use hicache_index_shortcuts::Shortcuts;
 use hicache_index_tests::{cleared, config, mha, page_hashes, store_page, stored, tokens, Harness};
 
 const ESCALATE_EVERY: Duration = Duration::from_secs(30);

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use hicache_index::{Command, Config, Effect, ReorderConfig, ResyncConfig, VerifyConfig};
+use hicache_index_shortcuts::Shortcuts;
 use hicache_index_tests::{config, mha, stored, Harness};
 use quickcheck_macros::quickcheck;
 

@@ -2,6 +2,7 @@
 //! checked-in transcript under `tests/transcripts/`. The same recorder shows determinism.
 
 use hicache_index::{Command, Config, Effect, Lookup, ResyncConfig};
+use hicache_index_shortcuts::Shortcuts;
 use hicache_index_tests::{
     assert_transcript, config, mha, page_hashes, removed, store_page, stored, transcript_lines,
     Harness,

@@ -126,7 +126,7 @@ pub struct Config {
     pub seed: u64,
     /// Follow the leader of a Mooncake HA cluster (see [`crate::leader`]); `endpoint` is then
     /// a template whose host is replaced by the leader's, and nothing connects until
-    /// [`Session::handle_leader_view`] names a leader that serves. `None`: one fixed master.
+    /// [`Input::LeaderView`] names a leader that serves. `None`: one fixed master.
     pub leader: Option<LeaderConfig>,
 }
 

@@ -9,17 +9,6 @@ impl Session {
         self.leader.as_ref().map(Leader::info)
     }
 
-    /// Hands over what HA discovery says about the leader: every value the driver reads of the
-    /// master view key (watched or polled), with its version (see [`crate::leader`]).
-    ///
-    /// Another incarnation than the one followed forgets at once, drops the connection and
-    /// asks to check the new leader ([`Command::CheckLeader`]); nothing connects before it
-    /// serves. The same incarnation again changes nothing. Without HA configured, ignored.
-    /// Shortcut for [`Input::LeaderView`].
-    pub fn handle_leader_view(&mut self, now: Instant, view: &LeaderView) -> Effects {
-        self.handle(now, Input::LeaderView(view))
-    }
-
     pub(super) fn on_leader_view(&mut self, now: Instant, view: &LeaderView) -> Effects {
         self.see(now);
         let mut fx = Effects::new();
@@ -48,20 +37,6 @@ impl Session {
         }
         self.update_health(&mut fx);
         fx
-    }
-
-    /// Hands over the answer to the [`Command::CheckLeader`] `request`. A leader that serves, at
-    /// the address discovery named, with a master view no older than any followed, whose
-    /// status answers, is followed: [`Command::UseMaster`], then [`Command::Connect`] to the
-    /// endpoint with its host. Otherwise it is checked again later; a status saying the
-    /// publisher is off is [`Health::EventsDisabled`]. Shortcut for [`Input::LeaderStatus`].
-    pub fn handle_leader_status(
-        &mut self,
-        now: Instant,
-        request: LeaderRequest,
-        status: &LeaderStatus,
-    ) -> Effects {
-        self.handle(now, Input::LeaderStatus { request, status })
     }
 
     pub(super) fn on_leader_status(
@@ -97,14 +72,6 @@ impl Session {
         }
         self.update_health(&mut fx);
         fx
-    }
-
-    /// Reports that the fetch `request`'s `/kv_events/status` said `"enabled":false`: the
-    /// master publishes nothing, so the index can learn nothing true from it. The health is
-    /// [`Health::EventsDisabled`] until a later status says otherwise (the fetch is retried).
-    /// Shortcut for [`Input::EventsDisabled`].
-    pub fn handle_events_disabled(&mut self, now: Instant, request: SnapshotRequest) -> Effects {
-        self.handle(now, Input::EventsDisabled { request })
     }
 
     pub(super) fn check_leader(&mut self, request: u64, fx: &mut Effects) {

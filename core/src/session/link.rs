@@ -106,24 +106,12 @@ impl Backoff {
 }
 
 impl Session {
-    /// Reports that the subscriber connected to the endpoint last asked for (shortcut for
-    /// [`Input::Connected`]).
-    pub fn handle_connected(&mut self, now: Instant) -> Effects {
-        self.handle(now, Input::Connected)
-    }
-
     pub(super) fn on_connected(&mut self, now: Instant) -> Effects {
         self.see(now);
         let mut fx = Effects::new();
         self.link_up(now, &mut fx);
         self.update_health(&mut fx);
         fx
-    }
-
-    /// Reports that the subscriber's connection was lost or failed. Events may have been missed:
-    /// the index forgets, and a reconnect is scheduled (shortcut for [`Input::Disconnected`]).
-    pub fn handle_disconnected(&mut self, now: Instant) -> Effects {
-        self.handle(now, Input::Disconnected)
     }
 
     pub(super) fn on_disconnected(&mut self, now: Instant) -> Effects {
@@ -134,13 +122,6 @@ impl Session {
         }
         self.update_health(&mut fx);
         fx
-    }
-
-    /// Reports that the driver stopped for good: the index forgets, nothing is scheduled, and the
-    /// health is [`Health::Disconnected`] until a new endpoint or [`Session::handle_timeout`]
-    /// after [`Session::restart`] (shortcut for [`Input::Stopped`]).
-    pub fn handle_stopped(&mut self, now: Instant) -> Effects {
-        self.handle(now, Input::Stopped)
     }
 
     pub(super) fn on_stopped(&mut self, now: Instant) -> Effects {

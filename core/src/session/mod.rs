@@ -10,7 +10,7 @@
 //! loop {
 //!     deadline = session.poll_timeout()            // None: nothing timed is pending
 //!     wait until a message arrives, an answer comes back, or the deadline passes
-//!     message  -> session.handle(now, Input::Message(&frames))     (or session.feed)
+//!     message  -> session.handle(now, Input::Message(&frames))
 //!     socket   -> session.handle(now, Input::Connected / Input::Disconnected)
 //!     HTTP     -> session.handle(now, Input::Snapshot { .. } / SnapshotFailed / VerifyResult ..)
 //!     deadline -> session.handle(now, Input::Timeout)
@@ -48,7 +48,7 @@ use crate::leader::{
     Leader, LeaderConfig, LeaderInfo, LeaderStatus, LeaderView, StatusStep, ViewStep,
 };
 use crate::metrics::Counters;
-use crate::query::{Hits, Lookup, QueryPlan};
+use crate::query::{Hits, Lookup};
 use crate::reader::Reader;
 use crate::sequence::{
     HoldBounds, Mark, Placed, Point, ReorderConfig, Ruling, Skip, Stream, StreamConfig, Why,
@@ -81,23 +81,16 @@ use self::workers::Workers;
 /// The sans-IO machine a transport drives (see the module docs for the loop).
 ///
 /// Its methods, by kind:
-/// - **Input**: [`Session::handle`] takes every [`Input`]. Shortcuts for one input each:
-///   [`Session::feed`] (messages), [`Session::handle_timeout`], [`Session::handle_connected`],
-///   [`Session::handle_disconnected`], [`Session::handle_stopped`], [`Session::restart`],
-///   [`Session::clear`], [`Session::handle_worker`], [`Session::handle_snapshot`] and
-///   [`Session::handle_verify_result`] (which take any iterator),
-///   [`Session::handle_snapshot_failed`], [`Session::handle_events_disabled`],
-///   [`Session::handle_verify_failed`],
-///   [`Session::handle_leader_view`], [`Session::handle_leader_status`].
+/// - **Input**: [`Session::handle`] takes every [`Input`]: the one way in.
 /// - **Output**: the [`Effects`] every input returns, and [`Session::poll_timeout`], when
 ///   [`Input::Timeout`] is next due.
 /// - **Queries** (`&self`, at any time): [`Session::query`], [`Session::query_map`],
-///   [`Session::plan`] with [`Session::probe`] and [`Session::count_answer`],
-///   [`Session::layout_for`].
-/// - **Getters**: [`Session::health`], [`Session::counters`], [`Session::counters_at`],
-///   [`Session::confirmed_at`], [`Session::config`], [`Session::endpoint`],
+///   [`Session::layout_for`], and the read view [`Session::reader`] for other threads.
+/// - **Getters**: [`Session::health`], [`Session::recovering`], [`Session::counters`],
+///   [`Session::counters_at`], [`Session::config`], [`Session::endpoint`],
 ///   [`Session::last_applied_seq`], [`Session::leader`], [`Session::snapshot_progress`],
-///   [`Session::index`].
+///   [`Session::workers`], [`Session::layout_votes`], [`Session::confirmed_at`]; with the
+///   feature `internals`, also `index`, for the judges of tests.
 #[derive(Debug)]
 pub struct Session {
     config: Config,
@@ -118,8 +111,8 @@ pub struct Session {
 }
 
 impl Session {
-    /// Makes a session; with a configured endpoint, the first [`Session::handle_timeout`] asks
-    /// to connect.
+    /// Makes a session; with a configured endpoint, the first [`Input::Timeout`] asks to
+    /// connect.
     pub fn new(config: Config) -> Result<Session, ConfigError> {
         if config.index.max_pages == 0 {
             return Err(ConfigError::NoPages);
@@ -254,7 +247,9 @@ impl Session {
         Arc::clone(&self.reader)
     }
 
-    /// Returns the index (read only).
+    /// Returns the index (read only; feature `internals`: for the judges of tests and
+    /// simulators, which compare it with the master).
+    #[cfg(feature = "internals")]
     pub fn index(&self) -> &Index {
         &self.index
     }
@@ -309,7 +304,7 @@ impl Session {
         self.ledger.confirmed_at(self.index.object_count() > 0)
     }
 
-    /// Returns when [`Session::handle_timeout`] must next be called; `None` when nothing timed is
+    /// Returns when [`Input::Timeout`] must next be handed over; `None` when nothing timed is
     /// pending.
     pub fn poll_timeout(&self) -> Option<Instant> {
         [
@@ -351,7 +346,7 @@ impl Session {
                 request,
                 watermark,
                 lines,
-            } => self.handle_snapshot(now, request, watermark, lines),
+            } => self.on_snapshot(now, request, watermark, lines),
             Input::SnapshotBegin { request, watermark } => {
                 self.begin_snapshot(now, request, watermark)
             }
@@ -367,18 +362,13 @@ impl Session {
                 self.fetch_failed(now, request, ResyncFailure::EventsDisabled)
             }
             Input::VerifyResult { request, results } => {
-                self.handle_verify_result(now, request, results.iter().copied())
+                self.on_verify_result(now, request, results.iter().copied())
             }
             Input::VerifyFailed { request } => self.on_verify_failed(now, request),
             Input::Status { request, watermark } => self.on_status(now, request, watermark),
             Input::LeaderView(view) => self.on_leader_view(now, view),
             Input::LeaderStatus { request, status } => self.on_leader_status(now, request, status),
         }
-    }
-
-    /// Does whatever is due at `now`; early calls do nothing (shortcut for [`Input::Timeout`]).
-    pub fn handle_timeout(&mut self, now: Instant) -> Effects {
-        self.handle(now, Input::Timeout)
     }
 
     fn on_timeout(&mut self, now: Instant) -> Effects {
@@ -420,13 +410,6 @@ impl Session {
         fx
     }
 
-    /// Asks to connect again at `now` after [`Session::handle_stopped`] (backoff reset; shortcut
-    /// for [`Input::Restart`], which has no effects).
-    pub fn restart(&mut self, now: Instant) {
-        let fx = self.handle(now, Input::Restart);
-        debug_assert!(fx.is_empty(), "a restart only schedules");
-    }
-
     fn on_restart(&mut self, now: Instant) {
         self.see(now);
         self.link.backoff.attempts = 0;
@@ -435,13 +418,6 @@ impl Session {
                 retry_at: Some(now),
             };
         }
-    }
-
-    /// Forgets every page now (for example when an operator asks). The next batch is a silent
-    /// baseline, unless it is from before the clear (see [`crate::sequence`]'s fence). Shortcut
-    /// for [`Input::Clear`].
-    pub fn clear(&mut self, now: Instant) -> Effects {
-        self.handle(now, Input::Clear)
     }
 
     fn on_clear(&mut self, now: Instant) -> Effects {

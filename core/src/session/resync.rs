@@ -219,22 +219,9 @@ pub(super) fn key_checksum(key: &str) -> u64 {
 }
 
 impl Session {
-    /// Hands over the master's key list (default tenant) for the fetch `request`, one item per
-    /// line exactly as the master wrote it (see [`crate::snapshot_lines`]), with the
-    /// [`Watermark`] read just before it, or `None` when the master does not tell.
-    ///
-    /// The watermark is a status point that places the stream (rules R3 and R6 of
-    /// [`crate::sequence`]): the batches that arrived since the fetch was asked for are ruled
-    /// against it, those at or before it are in the key list and skipped, and the stream goes
-    /// on from it. Until the stream continues the point, once a batch before it came, queries
-    /// miss; a point not continued within the fetch timeout forgets and fetches again. Without
-    /// a watermark, the first batch since the fetch begins the stream if a batch had arrived on
-    /// the connection before the fetch was asked; otherwise the snapshot cannot be anchored,
-    /// and the session fetches again once a batch arrives, or after the resync's retry delay
-    /// (backing off up to 64 times it). Lines that are not exactly keys are never applied, and
-    /// lines next to them only once the master confirms them (see [`crate::snapshot`]).
-    /// Shortcut for [`Input::Snapshot`] that takes any iterator of lines.
-    pub fn handle_snapshot<I>(
+    /// Takes the master's key list for the fetch `request` in one piece, from any iterator of
+    /// lines (the contract is [`Input::Snapshot`]'s).
+    pub(super) fn on_snapshot<I>(
         &mut self,
         now: Instant,
         request: SnapshotRequest,
@@ -514,12 +501,6 @@ impl Session {
         self.emit_deltas(fx);
         self.schedule_verify(now);
         self.update_health(fx);
-    }
-
-    /// Reports that the fetch `request` failed; it is retried later (shortcut for
-    /// [`Input::SnapshotFailed`]).
-    pub fn handle_snapshot_failed(&mut self, now: Instant, request: SnapshotRequest) -> Effects {
-        self.handle(now, Input::SnapshotFailed { request })
     }
 
     /// Ends the fetch `request` with `failure` if it is the current one (it is retried later);

@@ -33,12 +33,6 @@ impl HeldBatch {
 type Decoded<'b, 'a> = Option<(&'b Batch<'a>, usize, Instant)>;
 
 impl Session {
-    /// Feeds one multipart message (`[topic, seq, payload]`). Nothing of `frames` is kept
-    /// borrowed (shortcut for [`Input::Message`]).
-    pub fn feed(&mut self, now: Instant, frames: &[&[u8]]) -> Effects {
-        self.handle(now, Input::Message(frames))
-    }
-
     pub(super) fn on_message(&mut self, now: Instant, frames: &[&[u8]]) -> Effects {
         self.see(now);
         let mut fx = Effects::new();

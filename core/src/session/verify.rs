@@ -136,12 +136,6 @@ pub(super) struct Round {
 }
 
 impl Session {
-    /// Reports that the verification `request` failed; the next round comes after the interval
-    /// (shortcut for [`Input::VerifyFailed`]).
-    pub fn handle_verify_failed(&mut self, now: Instant, request: VerifyRequest) -> Effects {
-        self.handle(now, Input::VerifyFailed { request })
-    }
-
     pub(super) fn on_verify_failed(&mut self, now: Instant, request: VerifyRequest) -> Effects {
         self.see(now);
         if self.is_confirmation(request) {
@@ -168,20 +162,9 @@ impl Session {
         Effects::new()
     }
 
-    /// Hands over the master's answer to the verification `request`: each checked key and
-    /// whether it exists. Keys found absent are removed unless their page changed since the keys
-    /// were sampled. A round that removed one escalates, with resync on: the master dropped
-    /// objects without an event, others are gone too, so the index forgets everything and
-    /// resyncs ([`ClearReason::Stale`]), at most once per [`VerifyConfig::escalate_every`]; a
-    /// round within it holds the escalation back (counted in
-    /// [`Counters::stale_escalations_held`], reported as [`Report::EscalationHeld`]) until the
-    /// first round due once the limit has passed.
-    ///
-    /// A round counts towards a sweep (see [`Counters::unconfirmed_ms`]) only when the answer
-    /// names every key asked about, each once, and every key found absent left the index; keys
-    /// the driver could not check MUST be left out, never reported present. Shortcut for
-    /// [`Input::VerifyResult`] that takes any iterator.
-    pub fn handle_verify_result<'k, I>(
+    /// Takes the master's answer to the verification `request`, from any iterator (the contract
+    /// is [`Input::VerifyResult`]'s).
+    pub(super) fn on_verify_result<'k, I>(
         &mut self,
         now: Instant,
         request: VerifyRequest,

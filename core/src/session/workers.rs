@@ -21,22 +21,6 @@ impl Workers {
 }
 
 impl Session {
-    /// Reports what a worker advertises (`None`: the worker is gone). A configured endpoint and
-    /// configured layouts always win. Workers of one model that disagree on its layout (or
-    /// whose layout cannot be read) make that model answer [`QueryError::LayoutConflict`]
-    /// until they agree again (see [`LayoutVotes`]); a model none of whose workers advertises
-    /// a layout answers [`QueryError::NoLayout`]; a change of the layout in force makes every
-    /// query planned before it plan again ([`QueryPlan::layouts`]). Shortcut for
-    /// [`Input::Worker`].
-    pub fn handle_worker(
-        &mut self,
-        now: Instant,
-        worker: &str,
-        info: Option<WorkerInfo>,
-    ) -> Effects {
-        self.handle(now, Input::Worker { worker, info })
-    }
-
     pub(super) fn on_worker(
         &mut self,
         now: Instant,

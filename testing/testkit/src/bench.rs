@@ -10,6 +10,7 @@ use hdrhistogram::Histogram;
 use hicache_index::{Config, EventKind, Layout, Lookup, ModelLayout, SglangParams};
 use hicache_index_driver::{QueryHandle, SubscriberConfig};
 use hicache_index_emulator::{Emulator, EmulatorConfig};
+use hicache_index_shortcuts::Shortcuts;
 use hicache_index_wire::{EventIdSlots, FIXED_WIDTH_EVENT_ID};
 
 use crate::{wait_subscribed, EmulatorPeer, Runtime};

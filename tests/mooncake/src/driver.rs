@@ -8,10 +8,10 @@
 //!
 //! ```text
 //! step(max_wait):
-//!     deadline due      -> session.handle_timeout(now)
-//!     SUB messages      -> session.feed(now, &frames)            (drained before the monitor)
-//!     monitor events    -> handle_connected / handle_disconnected
-//!     HTTP answers      -> handle_snapshot / handle_snapshot_failed / handle_verify_result
+//!     deadline due      -> session.handle(now, Input::Timeout)
+//!     SUB messages      -> session.handle(now, Input::Message(&frames)) (before the monitor)
+//!     monitor events    -> Input::Connected / Input::Disconnected
+//!     HTTP answers      -> Input::Snapshot / SnapshotFailed / VerifyResult / Status
 //!     every Effect      -> Connect: new SUB socket (+ monitor); Disconnect: drop it;
 //!                          FetchSnapshot: GET /kv_events/status, then /get_all_keys, on a thread;
 //!                          VerifyKeys: GET /batch_query_keys on a thread; others: recorded
@@ -176,7 +176,7 @@ impl IndexDriver {
     pub fn step(&mut self, max_wait: Duration) {
         let now = self.now();
         if self.session.poll_timeout().is_some_and(|at| at <= now) {
-            let fx = self.session.handle_timeout(now);
+            let fx = self.session.handle(now, Input::Timeout);
             self.execute(now, fx);
         }
         let mut wait = max_wait;
@@ -242,7 +242,7 @@ impl IndexDriver {
             };
             let now = self.now();
             let frames: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
-            let fx = self.session.feed(now, &frames);
+            let fx = self.session.handle(now, Input::Message(&frames));
             self.execute(now, fx);
         }
     }
@@ -263,7 +263,7 @@ impl IndexDriver {
                 continue;
             }
             let fx = match event {
-                zmq::SocketEvent::HANDSHAKE_SUCCEEDED => self.session.handle_connected(now),
+                zmq::SocketEvent::HANDSHAKE_SUCCEEDED => self.session.handle(now, Input::Connected),
                 zmq::SocketEvent::DISCONNECTED
                 | zmq::SocketEvent::CLOSED
                 | zmq::SocketEvent::HANDSHAKE_FAILED_NO_DETAIL
@@ -271,7 +271,7 @@ impl IndexDriver {
                     // The socket will not reconnect by itself (reconnect_ivl -1): drop it; the
                     // session schedules the next Connect.
                     self.link = None;
-                    self.session.handle_disconnected(now)
+                    self.session.handle(now, Input::Disconnected)
                 }
                 _ => continue,
             };
@@ -287,27 +287,34 @@ impl IndexDriver {
                 Answer::Snapshot {
                     request,
                     keys: Ok((watermark, keys)),
-                } => self.session.handle_snapshot(
-                    now,
-                    request,
-                    watermark,
-                    keys.iter().map(String::as_str),
-                ),
+                } => {
+                    let lines: Vec<&[u8]> = keys.iter().map(String::as_bytes).collect();
+                    let snapshot = Input::Snapshot {
+                        request,
+                        watermark,
+                        lines: &lines,
+                    };
+                    self.session.handle(now, snapshot)
+                }
                 Answer::Snapshot {
                     request,
                     keys: Err(e),
                 } => {
                     self.http_errors.push(e);
-                    self.session.handle_snapshot_failed(now, request)
+                    self.session.handle(now, Input::SnapshotFailed { request })
                 }
                 Answer::Verify {
                     request,
                     results: Ok(results),
-                } => self.session.handle_verify_result(
-                    now,
-                    request,
-                    results.iter().map(|(k, ok)| (k.as_str(), *ok)),
-                ),
+                } => {
+                    let results: Vec<(&str, bool)> =
+                        results.iter().map(|(k, ok)| (k.as_str(), *ok)).collect();
+                    let answer = Input::VerifyResult {
+                        request,
+                        results: &results,
+                    };
+                    self.session.handle(now, answer)
+                }
                 Answer::Status { request, watermark } => self
                     .session
                     .handle(now, Input::Status { request, watermark }),
@@ -333,7 +340,7 @@ impl IndexDriver {
                         Ok(link) => self.link = Some(link),
                         Err(e) => {
                             self.http_errors.push(format!("connect {endpoint}: {e}"));
-                            let more = self.session.handle_disconnected(now);
+                            let more = self.session.handle(now, Input::Disconnected);
                             self.effects.push((now, effect));
                             self.execute(now, more);
                             continue;

@@ -12,6 +12,7 @@ use hicache_index::{
     Timestamp,
 };
 use hicache_index_api::{answer_front, Limits, QueryRequest};
+use hicache_index_shortcuts::Shortcuts;
 use hicache_index_wire::{encode_message, MasterFlavor, OwnedBatch, OwnedEvent};
 
 fn served(c: &mut Criterion) {

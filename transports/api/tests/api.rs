@@ -8,6 +8,7 @@ use hicache_index_api::{
     answer, respond_batch_json, respond_json, respond_msgpack, ApiError, Limits, QueryRequest,
     MAX_ECHO_BYTES,
 };
+use hicache_index_shortcuts::Shortcuts;
 use hicache_index_wire::{encode_message, MasterFlavor, OwnedBatch, OwnedEvent};
 use quickcheck_macros::quickcheck;
 use serde_json::Value;

@@ -1,5 +1,5 @@
 //! Row 1, the prefix memo: a 256-page token query at TP 8 whose pages are all in the memo
-//! (hashed through [`PrefixMemo`] outside any lock, then probed), against the SHA-256-only
+//! (hashed through [`PrefixMemo`] outside any lock as the probe reaches them), against the SHA-256-only
 //! bound of the same pages measured in the same run.
 
 #[path = "../../../core/benches/common/mod.rs"]
@@ -9,14 +9,16 @@ use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use hicache_index::{
-    Config, DigestMemo, Instant, Lookup, ModelLayout, Namespace, NoMemo, PageHash, Pages, Session,
-    Tokens,
+    Config, DigestMemo, Instant, Lookup, MapCover, ModelLayout, Namespace, NoMemo, PageHash,
+    Session,
 };
 use hicache_index_driver::{PrefixMemo, DEFAULT_MEMO_BYTES};
+use hicache_index_shortcuts::Shortcuts;
 
 const PAGES: usize = 256;
 
-/// Plans, hashes through `memo` and probes, as the query handle does.
+/// Asks the session's reader, hashing through `memo` as the probe reaches each page and
+/// keeping the hashes in `out`, as the query handle does.
 fn query(
     session: &Session,
     memo: &impl DigestMemo,
@@ -24,17 +26,9 @@ fn query(
     out: &mut Vec<PageHash>,
 ) -> usize {
     let lookup = Lookup::tokens(tokens);
-    let plan = session.plan(&lookup).unwrap();
-    let mut pages = plan.hashes(Tokens::U32(tokens), Namespace::NONE);
-    out.clear();
-    while let Some(p) = pages.next_with(memo) {
-        out.push(p);
-    }
-    let hashed = Lookup {
-        pages: Pages::Hashes(out),
-        ..lookup
-    };
-    session.probe(plan, &hashed, None).unwrap().prefix_pages
+    let reader = session.reader();
+    let mut query = reader.ask(&lookup, memo, Some(out), None, MapCover::UntilMiss);
+    query.answer().unwrap().prefix_pages
 }
 
 fn memo(c: &mut Criterion) {

@@ -30,10 +30,11 @@ use std::time::Duration;
 
 use hdrhistogram::Histogram;
 use hicache_index::{
-    Config, EventKind, Hits, IndexConfig, Instant, Lookup, ModelLayout, PageHash, Pages,
-    QueryError, Reader, Session,
+    Config, EventKind, Hits, IndexConfig, Instant, Lookup, MapCover, ModelLayout, Namespace,
+    PageHash, PageHashes, QueryError, Reader, Session,
 };
 use hicache_index_driver::{PrefixMemo, DEFAULT_MEMO_BYTES};
+use hicache_index_shortcuts::Shortcuts;
 use hicache_index_sim::encode::{EventIdSlots, FIXED_WIDTH_EVENT_ID};
 use hicache_index_sim::perf::{self, BenchArgs};
 
@@ -139,8 +140,17 @@ fn reader_query(fx: &Fixture, lookup: &Lookup<'_>) -> Result<Hits, QueryError> {
     }
 }
 
-/// Plans, hashes `tokens` through the prefix memo outside any lock, and probes, as the driver's
-/// query handle does: through the session's lock or through the reader.
+/// Reads the page shape of the default layout under the session's lock.
+fn shape_under_lock(fx: &Fixture) -> (u32, bool) {
+    let session = fx.session.read().expect("no panic");
+    let layout = session.layout_for(None).expect("a layout");
+    (layout.page_size, layout.eagle)
+}
+
+/// Hashes `tokens` through the prefix memo: through the session's lock (the page shape read
+/// under it, the pages hashed outside it, probed under it), or through the reader as the
+/// driver's query handle does (hashed as the probe reaches each page; asked again under the
+/// lock when the writer kept changing what it read).
 fn memo_query(
     fx: &Fixture,
     side: Side,
@@ -148,41 +158,30 @@ fn memo_query(
     scratch: &mut Vec<PageHash>,
 ) -> Result<Hits, QueryError> {
     let lookup = Lookup::tokens(tokens);
-    let plan = match side {
-        Side::Lock => fx.session.read().expect("no panic").plan(&lookup)?,
-        Side::Reader => match fx.reader.plan(&lookup) {
-            Err(QueryError::Busy) => {
-                BUSY.fetch_add(1, Ordering::Relaxed);
-                fx.session.read().expect("no panic").plan(&lookup)?
-            }
-            plan => plan?,
-        },
-    };
-    let Pages::Tokens { tokens, namespace } = lookup.pages else {
-        unreachable!("a token lookup")
-    };
-    scratch.clear();
-    let mut pages = plan.hashes(tokens, namespace);
-    while let Some(page) = pages.next_with(&fx.memo) {
-        scratch.push(page);
-    }
-    let hashed = Lookup::page_hashes(scratch);
     match side {
-        Side::Lock => fx
-            .session
-            .read()
-            .expect("no panic")
-            .probe(plan, &hashed, None),
-        Side::Reader => match fx.reader.probe(plan, &hashed, None) {
-            Err(QueryError::Busy) => {
-                BUSY.fetch_add(1, Ordering::Relaxed);
-                fx.session
-                    .read()
-                    .expect("no panic")
-                    .probe(plan, &hashed, None)
+        Side::Lock => {
+            let (page_size, eagle) = shape_under_lock(fx);
+            scratch.clear();
+            let mut pages = PageHashes::new(tokens, page_size, eagle, Namespace::NONE);
+            while let Some(page) = pages.next_with(&fx.memo) {
+                scratch.push(page);
             }
-            answered => answered,
-        },
+            let hashed = Lookup::page_hashes(scratch);
+            fx.session.read().expect("no panic").query(&hashed)
+        }
+        Side::Reader => {
+            let mut query =
+                fx.reader
+                    .ask(&lookup, &fx.memo, Some(scratch), None, MapCover::UntilMiss);
+            match query.answer() {
+                Err(QueryError::Busy) => {
+                    BUSY.fetch_add(1, Ordering::Relaxed);
+                    let _still = fx.session.read().expect("no panic");
+                    query.answer()
+                }
+                answered => answered,
+            }
+        }
     }
 }
 
@@ -299,19 +298,13 @@ fn query_loop(
                 let lookup = Lookup::tokens(tokens);
                 match side {
                     Side::Lock => {
-                        // As the driver did: plan under the lock, hash outside it, probe under it.
-                        let plan = fx.session.read().expect("no panic").plan(&lookup);
-                        let plan = plan.expect("a layout");
-                        let Pages::Tokens { tokens, namespace } = lookup.pages else {
-                            unreachable!("a token lookup")
-                        };
+                        // As the driver did: the shape under the lock, hashed outside it,
+                        // probed under it.
+                        let (page_size, eagle) = shape_under_lock(fx);
                         scratch.clear();
-                        scratch.extend(plan.hashes(tokens, namespace));
+                        scratch.extend(PageHashes::new(tokens, page_size, eagle, Namespace::NONE));
                         let hashed = Lookup::page_hashes(&scratch);
-                        fx.session
-                            .read()
-                            .expect("no panic")
-                            .probe(plan, &hashed, None)
+                        fx.session.read().expect("no panic").query(&hashed)
                     }
                     Side::Reader => reader_query(fx, &lookup),
                 }

@@ -5,8 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use hicache_index::{
-    Counters, Health, Hits, Instant, LazyHashes, Lookup, MapCover, PageHash, Pages, QueryError,
-    Reader, Seq, Session,
+    Counters, Health, Hits, Instant, Lookup, MapCover, PageHash, QueryError, Reader, Seq, Session,
 };
 
 use crate::memo::{MemoStats, PrefixMemo};
@@ -66,7 +65,7 @@ impl QueryHandle {
     /// Tokens are hashed outside any lock, through the subscriber's prefix memo (a repeated page
     /// costs no SHA-256), and lazily: each page is hashed when the probe reaches it, so a query
     /// whose first page misses hashes one page, whatever its length
-    /// ([`hicache_index::Reader::probe_lazily`]).
+    /// ([`hicache_index::Reader::ask`], where the whole query is).
     ///
     /// If the subscriber died while changing the index (a panic), the answer is a miss with
     /// trust [`Health::Disconnected`]: a miss is always safe. The query takes no lock (see
@@ -104,52 +103,31 @@ impl QueryHandle {
         self.shared.episodes.describe()
     }
 
+    /// Asks the reader (the core's one query path, through the prefix memo); when the writer
+    /// kept changing what it read, asks again under the session's read lock, with the pages
+    /// already hashed. A subscriber that died while changing the session answers a miss.
     fn answer(
         &self,
         lookup: &Lookup<'_>,
         mut map: Option<&mut [bool]>,
         cover: MapCover,
     ) -> Result<Hits, QueryError> {
-        let Pages::Tokens { tokens, namespace } = lookup.pages else {
-            return self.probe(lookup, map, cover);
-        };
-        let reader = &self.shared.reader;
-        // Twice at most: a layout advertised between planning and probing changes the plan.
-        for _ in 0..2 {
-            if self.died() {
-                return Ok(miss(map));
-            }
-            let plan = match self.or_locked(reader.plan(lookup), |s| s.plan(lookup)) {
-                Some(plan) => plan?,
-                None => return Ok(miss(map)),
-            };
-            let answered = HASHES.with_borrow_mut(|kept| {
-                let memo = &self.shared.memo;
-                let mut hashes = LazyHashes::new(&plan, tokens, namespace, kept, memo);
-                let first =
-                    reader.probe_lazily(plan, lookup, &mut hashes, map.as_deref_mut(), cover);
-                // Under the lock the writer is still: the reader answers, with the pages
-                // already hashed.
-                let again = |_: &Session| {
-                    reader.probe_lazily(plan, lookup, &mut hashes, map.as_deref_mut(), cover)
-                };
-                match self.or_locked(first, again) {
-                    Some(hits) => hits,
-                    None => Ok(miss(map.as_deref_mut())),
-                }
-            });
-            match answered {
-                Err(QueryError::PlanChanged) => continue,
-                Ok(_) if self.died() => return Ok(miss(map)),
-                Ok(hits) => {
-                    reader.count_answer(&hits);
-                    return Ok(hits);
-                }
-                other => return other,
-            }
+        if self.died() {
+            return Ok(miss(map));
         }
-        // The layout keeps changing under the query: let the reader hash as it probes.
-        self.probe(lookup, map, cover)
+        let reader = &self.shared.reader;
+        let answered = HASHES.with_borrow_mut(|kept| {
+            let memo = &self.shared.memo;
+            let mut query = reader.ask(lookup, memo, Some(kept), map.as_deref_mut(), cover);
+            let first = query.answer();
+            // Under the lock the writer is still: the query answers.
+            self.or_locked(first, |_| query.answer())
+        });
+        match answered {
+            Some(Ok(_)) if self.died() => Ok(miss(map)),
+            Some(answered) => answered,
+            None => Ok(miss(map)),
+        }
     }
 
     /// Reports whether the subscriber died while changing the session (a panic poisons its
@@ -161,42 +139,6 @@ impl QueryHandle {
     /// Returns the longest write-lock holds by kind and the longest read-lock wait so far.
     pub fn lock_times(&self) -> LockTimes {
         self.shared.locks.get()
-    }
-
-    fn probe(
-        &self,
-        lookup: &Lookup<'_>,
-        map: Option<&mut [bool]>,
-        cover: MapCover,
-    ) -> Result<Hits, QueryError> {
-        if self.died() {
-            return Ok(miss(map));
-        }
-        let reader = &self.shared.reader;
-        let answered = match map {
-            Some(map) => {
-                let ask = |r: &Reader, map: &mut [bool]| match cover {
-                    MapCover::UntilMiss => r.query_prefix_map(lookup, map),
-                    MapCover::Every => r.query_map(lookup, map),
-                };
-                let first = ask(reader, map);
-                let Some(hits) = self.or_locked(first, |_| ask(reader, map)) else {
-                    return Ok(miss(Some(map)));
-                };
-                if self.died() {
-                    return Ok(miss(Some(map)));
-                }
-                hits
-            }
-            None => match self.or_locked(reader.query(lookup), |s| s.query(lookup)) {
-                Some(hits) => hits,
-                None => return Ok(miss(None)),
-            },
-        };
-        if self.died() {
-            return Ok(miss(None));
-        }
-        answered
     }
 
     /// Returns the session's health ([`Health::Disconnected`] once the subscriber stopped).
@@ -264,7 +206,6 @@ thread_local! {
     static HASHES: RefCell<Vec<PageHash>> = const { RefCell::new(Vec::new()) };
 }
 
-/// The page size and EAGLE mode the lookup's layout hashes with.
 /// A miss for everything, trusted by no one.
 fn miss(map: Option<&mut [bool]>) -> Hits {
     if let Some(map) = map {

@@ -5,6 +5,7 @@ use super::*;
 use hicache_index::{
     Command, Config, Effect, Instant, Layout, ModelLayout, Namespace, ResyncConfig, SglangParams,
 };
+use hicache_index_shortcuts::Shortcuts;
 
 /// A handle over a session whose index holds pages 0..3 of `tokens(1)` whole and page 1 of
 /// them without its last object, learned from a snapshot.
