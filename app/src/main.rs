@@ -12,7 +12,6 @@
 
 mod demo;
 mod latency;
-mod layout_args;
 mod layout_report;
 mod plumbing;
 mod serve;
@@ -20,7 +19,6 @@ mod tools;
 mod watch;
 
 use std::process::ExitCode;
-use std::time::Duration;
 
 use clap::error::ErrorKind;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
@@ -181,36 +179,11 @@ fn init_logging(default: &str) {
         .try_init();
 }
 
-/// Parses a duration with `humantime` (`30s`, `250ms`, `2m`, `1h 30m`, ...); a bare number,
-/// fractions allowed, is seconds (`1.5`).
-fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
-        // A bare number is seconds (humantime asks for a unit).
-        let value: f64 = text
-            .parse()
-            .map_err(|_| format!("{text:?} is not a duration like 30s, 250ms or 2m"))?;
-        return Duration::try_from_secs_f64(value).map_err(|_| format!("{text:?} is out of range"));
-    }
-    humantime::parse_duration(text)
-        .map_err(|e| format!("{text:?} is not a duration like 30s, 250ms or 2m ({e})"))
-}
+use hicache_index_options::parse_duration;
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn durations_parse_with_and_without_units() {
-        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
-        assert_eq!(parse_duration("1.5"), Ok(Duration::from_millis(1500)));
-        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
-        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
-        assert!(parse_duration("").is_err());
-        assert!(parse_duration("5 parsecs").is_err());
-        assert!(parse_duration("1e400").is_err());
-        assert!(parse_duration("99999999999999999999999h").is_err());
-    }
 
     #[test]
     fn the_command_line_is_consistent() {

@@ -93,7 +93,7 @@ mod tests {
     use serde_json::Value;
 
     use super::{decode_line, object_keys, page_hashes_hex, thousands};
-    use crate::layout_args::LayoutArgs;
+    use hicache_index_options::LayoutArgs;
 
     const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../core/tests/fixtures");
 

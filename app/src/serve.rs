@@ -33,16 +33,16 @@ use hicache_index_api::Limits;
 use hicache_index_driver::report::{HTTP_REJECTED_TOTAL, QUERY_DURATION_SECONDS};
 use hicache_index_driver::workers::LastPolls;
 use hicache_index_driver::WorkerPoller;
-use hicache_index_tokio::{HttpConfig, QueryHandle, Subscriber};
+use hicache_index_tokio::{QueryHandle, Subscriber};
 use metrics_exporter_prometheus::PrometheusHandle;
 
 use self::plan::{plan, Plan};
 use self::routes::{error_json, router, MODEL_LAYOUT_CONFLICT, MODEL_WORKERS};
 use self::signals::Signals;
 use self::telemetry::STOPPING;
-use crate::layout_args::LayoutArgs;
 use crate::layout_report;
 use crate::{parse_duration, Failure, Outcome};
+use hicache_index_options::IndexArgs;
 
 /// How log lines are written (on stderr).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -66,69 +66,8 @@ pub(crate) struct ServeArgs {
     /// the effective configuration on stderr if it is valid, 2 and the reason if not.
     #[arg(long)]
     check: bool,
-    /// The master's KV event endpoint (its --kv_events_bind_endpoint), e.g. tcp://10.0.0.5:5557.
-    #[arg(long, value_name = "URL")]
-    events: String,
-    /// The topic subscribed to; the Mooncake master sends an empty one.
-    #[arg(long, value_name = "T", default_value = "")]
-    topic: String,
-    /// The master's HTTP admin side (e.g. http://10.0.0.5:9003). Turns on the bootstrap from
-    /// its key list at start, resync after loss, and periodic verification.
-    #[arg(long, value_name = "URL")]
-    master_http: Option<String>,
-    /// Follow a Mooncake HA cluster's leader, named in etcd (Mooncake's own form, e.g.
-    /// etcd://10.0.0.1:2379;10.0.0.2:2379): the leader's host replaces the host of --events and
-    /// --master-http, their ports kept. Needs --master-http.
-    #[arg(
-        long,
-        value_name = "etcd://HOST:PORT[;HOST:PORT...]",
-        requires = "master_http"
-    )]
-    ha_locator: Option<String>,
-    /// The Mooncake cluster id of --ha-locator (the masters' MC_STORE_CLUSTER_ID).
-    #[arg(long, value_name = "ID", requires = "ha_locator")]
-    cluster_id: Option<String>,
-    /// Turn the bootstrap and the resync after loss off (loss then only clears).
-    #[arg(long, requires = "master_http")]
-    no_resync: bool,
-    /// How long fetching the master's key list may take.
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "10s")]
-    resync_timeout: Duration,
-    /// Turn the periodic verification against silent removals off.
-    #[arg(long, requires = "master_http")]
-    no_verify: bool,
-    /// Time between verification rounds.
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "5s")]
-    verify_interval: Duration,
-    /// Keys checked per verification round.
-    #[arg(long, value_name = "N", default_value_t = 1024)]
-    verify_sample: usize,
-    /// The least time between two forgets and resyncs for objects verification found gone
-    /// without an event (within it, a round removes only the keys it sampled, and the first
-    /// round once it has passed forgets and resyncs): at most one key-list fetch in this time
-    /// however often a master drops objects. 0s: every time.
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "30s")]
-    verify_escalate_every: Duration,
     #[command(flatten)]
-    layout: LayoutArgs,
-    /// SGLang workers to learn each model's layout from (repeatable, or comma-separated):
-    /// their served model name (GET /v1/models) and layout (GET /get_hicache_l3_cache_layout),
-    /// polled every --worker-poll-interval. Layouts given with the flags above win for their
-    /// model; workers of one model that disagree make that model answer misses. SGLang 0.5.23
-    /// advertises layouts for MLA, DSA and DeepSeek-V4 models only: give MHA models (and DCP
-    /// launches) --layout MODEL=FILE or the layout flags with --model. /readyz, /metrics and a
-    /// WARN line say per worker what it advertises or why not, and per model whether it is ready.
-    #[arg(long, value_name = "URL[,URL...]", value_delimiter = ',')]
-    workers: Vec<String>,
-    /// Time between two polls of the workers (a change is seen within one).
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "2s")]
-    worker_poll_interval: Duration,
-    /// How long one request to a worker may take.
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "2s")]
-    worker_timeout: Duration,
-    /// The most pages the index holds; a full index evicts the least recently useful.
-    #[arg(long, value_name = "N", default_value_t = 1 << 20)]
-    max_pages: usize,
+    pub(crate) index: IndexArgs,
     /// The HTTP address to listen on, HOST:PORT (a host name resolves; every address it
     /// resolves to must be loopback unless a token or --allow-unauthenticated is given).
     #[arg(long, value_name = "HOST:PORT", default_value = "127.0.0.1:9100")]
@@ -148,10 +87,6 @@ pub(crate) struct ServeArgs {
     /// The most queries in one batch (POST /v1/query_batch, or a batch over nng).
     #[arg(long, value_name = "N", default_value_t = Limits::default().max_batch_queries)]
     max_batch_queries: usize,
-    /// The prefix memo's budget in bytes: page digests of repeated prefixes, so that a token
-    /// query over a known prefix costs no SHA-256 (0 turns it off).
-    #[arg(long, value_name = "BYTES", default_value_t = hicache_index_tokio::DEFAULT_MEMO_BYTES)]
-    prefix_memo_bytes: usize,
     /// Time a client has to send a request's headers, and then its body.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "10s")]
     client_timeout: Duration,
@@ -215,10 +150,7 @@ struct App {
 
 /// The optional features built in, comma-separated (`--version`, `build_info`).
 pub(crate) fn features() -> String {
-    let mut on = Vec::new();
-    if cfg!(feature = "ha") {
-        on.push("ha");
-    }
+    let mut on = hicache_index_options::features();
     if cfg!(feature = "nng") {
         on.push("nng");
     }
@@ -284,25 +216,7 @@ async fn serve(args: ServeArgs, plan: Plan, listener: std::net::TcpListener) -> 
     let (prometheus, process) = telemetry::install(&features())?;
     let (index, task) = Subscriber::spawn(plan.config).map_err(|e| e.to_string())?;
     // Stopped (and joined) when this function returns.
-    let _workers = match args.workers.is_empty() {
-        true => None,
-        false => {
-            let http = HttpConfig {
-                request_timeout: args.worker_timeout,
-                max_body_bytes: 4 << 20,
-                ..HttpConfig::default()
-            };
-            let poller = WorkerPoller::spawn(
-                &args.workers,
-                args.worker_poll_interval,
-                http,
-                args.layout.eagle,
-                task.control(),
-            )
-            .map_err(|e| e.to_string())?;
-            Some(poller)
-        }
-    };
+    let _workers = args.index.spawn_workers(task.control())?;
     let app = Arc::new(App {
         index: index.clone(),
         limits: plan.limits,
@@ -310,7 +224,7 @@ async fn serve(args: ServeArgs, plan: Plan, listener: std::net::TcpListener) -> 
         http_latency: metrics::histogram!(QUERY_DURATION_SECONDS, "transport" => "http"),
         rejected: metrics::counter!(HTTP_REJECTED_TOTAL),
         prometheus,
-        workers: args.workers.clone(),
+        workers: args.index.workers.clone(),
         polls: _workers
             .as_ref()
             .map(WorkerPoller::last_polls)
@@ -320,12 +234,12 @@ async fn serve(args: ServeArgs, plan: Plan, listener: std::net::TcpListener) -> 
     });
     // What each worker and model is, logged the first time and on every change (aborted when
     // this function returns).
-    let _layout_log = (!args.workers.is_empty()).then(|| {
-        let period = (args.worker_poll_interval / 4)
+    let _layout_log = (!args.index.workers.is_empty()).then(|| {
+        let period = (args.index.worker_poll_interval / 4)
             .clamp(Duration::from_millis(10), Duration::from_millis(500));
         AbortOnDrop(tokio::spawn(layout_report::log_changes(
             index.clone(),
-            args.workers.clone(),
+            args.index.workers.clone(),
             app.polls.clone(),
             period,
         )))
@@ -344,12 +258,12 @@ async fn serve(args: ServeArgs, plan: Plan, listener: std::net::TcpListener) -> 
     tracing::info!(
         target: "hicache_index_serve",
         "subscribing to {} (master http: {})",
-        args.events,
-        args.master_http
+        args.index.events,
+        args.index.master_http
             .as_deref()
             .unwrap_or("none: loss only clears")
     );
-    if let Some(locator) = &args.ha_locator {
+    if let Some(locator) = &args.index.ha_locator {
         tracing::info!(target: "hicache_index_serve", "following the HA leader named in {locator}");
     }
     let router = router(app.clone());
@@ -365,10 +279,7 @@ async fn serve(args: ServeArgs, plan: Plan, listener: std::net::TcpListener) -> 
     let outcome = tokio::select! {
         () = signals.stop() => Ok(ExitCode::SUCCESS),
         () = events_disabled(&index) => Err(Failure::Failed(
-            "the master's KV event publisher is off (\"enabled\":false in /kv_events/status): \
-             it was built without it, and the index would stay empty; run a master with the \
-             publisher (e.g. PyPI mooncake-transfer-engine-cuda13 0.3.14)"
-                .to_owned(),
+            hicache_index_options::EVENTS_DISABLED.to_owned(),
         )),
     };
     if outcome.is_ok() {
@@ -448,21 +359,7 @@ async fn events_disabled(index: &QueryHandle) {
     }
 }
 
-/// Checks that `url` is a ZeroMQ endpoint a SUB socket can connect to.
-pub(crate) fn check_endpoint(url: &str) -> Result<(), String> {
-    let bad = || format!("--events {url:?} is not tcp://HOST:PORT or ipc://PATH");
-    if let Some(rest) = url.strip_prefix("tcp://") {
-        let (host, port) = rest.rsplit_once(':').ok_or_else(bad)?;
-        if host.is_empty() || port.parse::<u16>().map_or(true, |p| p == 0) {
-            return Err(bad());
-        }
-        return Ok(());
-    }
-    match url.strip_prefix("ipc://") {
-        Some(path) if !path.is_empty() => Ok(()),
-        _ => Err(bad()),
-    }
-}
+pub(crate) use hicache_index_options::check_endpoint;
 
 #[cfg(test)]
 mod tests;

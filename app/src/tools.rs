@@ -4,10 +4,10 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use crate::layout_args::LayoutArgs;
 use crate::plumbing::{decode_line, object_keys, page_hashes_hex};
 use clap::Args;
 use hicache_index::{Namespace, PageHash};
+use hicache_index_options::LayoutArgs;
 use serde::Serialize;
 use serde_json::Value;
 

@@ -4,11 +4,10 @@
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
 
-use hicache_index::{Config, IndexConfig, LeaderConfig, ResyncConfig, VerifyConfig};
 use hicache_index_api::Limits;
-use hicache_index_tokio::{HaLocator, HttpConfig, SubscriberConfig};
+use hicache_index_tokio::SubscriberConfig;
 
-use super::{check_endpoint, listen, ServeArgs};
+use super::{listen, ServeArgs};
 
 /// Everything checked before the service starts.
 pub(super) struct Plan {
@@ -20,7 +19,6 @@ pub(super) struct Plan {
 
 /// Checks the arguments and everything they name (files, addresses); a usage error otherwise.
 pub(super) fn plan(args: &ServeArgs) -> Result<Plan, String> {
-    check_endpoint(&args.events)?;
     if args.max_connections == 0 || args.max_body_bytes == 0 || args.client_timeout.is_zero() {
         return Err(
             "--max-connections, --max-body-bytes and --client-timeout must be positive".into(),
@@ -28,9 +26,6 @@ pub(super) fn plan(args: &ServeArgs) -> Result<Plan, String> {
     }
     if cfg!(not(feature = "nng")) && args.nng_listen.is_some() {
         return Err("--nng-listen: this hicache-index was built without nng support (build with --features nng)".into());
-    }
-    if args.worker_poll_interval.is_zero() || args.worker_timeout.is_zero() {
-        return Err("--worker-poll-interval and --worker-timeout must be positive".into());
     }
     if args.shutdown_grace.is_zero() {
         return Err("--shutdown-grace must be positive".into());
@@ -66,67 +61,7 @@ pub(super) fn plan(args: &ServeArgs) -> Result<Plan, String> {
         (Some(cert), Some(key)) => Some(listen::tls_acceptor(cert, key)?),
         _ => None,
     };
-    let layouts = if args.layout.is_given() || args.workers.is_empty() {
-        args.layout.to_model_layouts()?
-    } else {
-        Vec::new()
-    };
-    let mut session = Config {
-        endpoint: Some(args.events.clone()),
-        topic: args.topic.clone().into_bytes(),
-        layouts,
-        index: IndexConfig {
-            max_pages: args.max_pages,
-            ..IndexConfig::default()
-        },
-        ..Config::default()
-    };
-    let mut http = HttpConfig::default();
-    if args.master_http.is_some() {
-        if !args.no_resync {
-            session.resync = Some(ResyncConfig {
-                fetch_timeout: args.resync_timeout,
-                ..ResyncConfig::default()
-            });
-            http.request_timeout = http.request_timeout.min(args.resync_timeout);
-        }
-        if !args.no_verify {
-            let verify = VerifyConfig {
-                interval: args.verify_interval,
-                sample: args.verify_sample,
-                escalate_every: args.verify_escalate_every,
-                ..VerifyConfig::default()
-            };
-            http.request_timeout = http.request_timeout.min(verify.timeout);
-            session.verify = Some(verify);
-        }
-        if let Some(url) = &args.master_http {
-            hicache_index_driver::MasterHttp::new(url, http).map_err(|e| e.to_string())?;
-        }
-    }
-    let ha = args
-        .ha_locator
-        .as_deref()
-        .map(|l| HaLocator::parse(l, args.cluster_id.as_deref()))
-        .transpose()
-        .map_err(|e| format!("--ha-locator: {e}"))?;
-    if ha.is_some() {
-        if cfg!(not(feature = "ha")) {
-            return Err(
-                "--ha-locator: this hicache-index was built without HA support (the \
-                        `ha` feature, a default one)"
-                    .into(),
-            );
-        }
-        session.leader = Some(LeaderConfig::default());
-    }
-    let config = SubscriberConfig {
-        master_http: args.master_http.clone(),
-        http,
-        prefix_memo_bytes: args.prefix_memo_bytes,
-        ha,
-        ..SubscriberConfig::new(session)
-    };
+    let config = args.index.plan()?;
     let limits = Limits {
         max_body_bytes: args.max_body_bytes,
         max_tokens: args.max_tokens,

@@ -10,8 +10,8 @@ pub mod request;
 
 pub use layout_document::layout_from_document_json;
 pub use request::{
-    answer, answer_batch, answer_front, answer_with, clip, known_models, respond_batch_json,
-    respond_json, respond_msgpack, ApiError, BatchAnswer, BatchItem, BatchRequest, ErrorAnswer,
-    Front, Limits, Query, QueryAnswer, QueryRequest, MAX_ECHO_BYTES, TRUST_LAYOUT_CONFLICT,
-    TRUST_NO_LAYOUT,
+    answer, answer_batch, answer_front, answer_lookup, answer_with, clip, known_models,
+    respond_batch_json, respond_json, respond_msgpack, ApiError, BatchAnswer, BatchItem,
+    BatchRequest, ErrorAnswer, Front, Limits, Query, QueryAnswer, QueryRequest, MAX_ECHO_BYTES,
+    TRUST_LAYOUT_CONFLICT, TRUST_NO_LAYOUT,
 };

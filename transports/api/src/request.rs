@@ -20,8 +20,8 @@ pub use answer::{
 };
 pub use error::ApiError;
 pub use front::{
-    answer, answer_batch, answer_front, answer_with, known_models, respond_batch_json,
-    respond_json, respond_msgpack, Front,
+    answer, answer_batch, answer_front, answer_lookup, answer_with, known_models,
+    respond_batch_json, respond_json, respond_msgpack, Front,
 };
 
 /// The most bytes of a client's input an error message repeats (a model name, a field name,

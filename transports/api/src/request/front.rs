@@ -152,7 +152,18 @@ pub fn answer_with(
     page_shape: impl FnOnce(Option<&str>) -> Result<(u32, bool), QueryError>,
     ask: impl FnOnce(&Lookup<'_>, &mut [bool], MapCover) -> Result<Hits, QueryError>,
 ) -> Result<QueryAnswer, ApiError> {
-    let lookup = query.lookup();
+    answer_lookup(&query.lookup(), query.cover(), page_shape, ask)
+}
+
+/// Answers a lookup made without a [`Query`] (an embedding program's own, e.g. page hashes it
+/// holds as bytes) as [`answer_with`] answers a query's: `cover` says which pages the answer's
+/// `pages` covers.
+pub fn answer_lookup(
+    lookup: &Lookup<'_>,
+    cover: MapCover,
+    page_shape: impl FnOnce(Option<&str>) -> Result<(u32, bool), QueryError>,
+    ask: impl FnOnce(&Lookup<'_>, &mut [bool], MapCover) -> Result<Hits, QueryError>,
+) -> Result<QueryAnswer, ApiError> {
     let (page_size, eagle) = match page_shape(lookup.model) {
         Ok(shape) => shape,
         Err(QueryError::LayoutConflict { reason }) => {
@@ -168,8 +179,7 @@ pub fn answer_with(
         }
     };
     let mut map = vec![false; total];
-    let cover = query.cover();
-    match ask(&lookup, &mut map, cover) {
+    match ask(lookup, &mut map, cover) {
         Ok(hits) => {
             if cover == MapCover::UntilMiss {
                 map.truncate(hits.pages_checked);

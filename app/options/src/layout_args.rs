@@ -12,45 +12,45 @@ use hicache_index_api::layout_from_document_json;
 /// [--tag T] [--model NAME] [--key-prefix P] [--eagle] [--pool SPEC ...] [--logical-kv]`, or
 /// `--layout [MODEL=]FILE` (repeatable: one document per model).
 #[derive(Args, Clone, Debug, Default, PartialEq, Eq)]
-pub(crate) struct LayoutArgs {
+pub struct LayoutArgs {
     /// SGLang's --page-size (tokens per page).
     #[arg(long, value_name = "N")]
-    pub(crate) page_size: Option<u32>,
+    pub page_size: Option<u32>,
     /// The TP size (attention TP under DP attention).
     #[arg(long, value_name = "N")]
-    pub(crate) tp: Option<u32>,
+    pub tp: Option<u32>,
     /// The PP size.
     #[arg(long, value_name = "N", default_value_t = 1)]
-    pub(crate) pp: u32,
+    pub pp: u32,
     /// The model uses MLA (one K object per PP stage).
     #[arg(long)]
-    pub(crate) mla: bool,
+    pub mla: bool,
     /// SGLang's tp_lcm_size (heads split over it when larger than --tp).
     #[arg(long, value_name = "N")]
-    pub(crate) tp_lcm: Option<u32>,
+    pub tp_lcm: Option<u32>,
     /// The storage backend's extra_backend_tag (an empty string still counts).
     #[arg(long, value_name = "T")]
-    pub(crate) tag: Option<String>,
+    pub tag: Option<String>,
     /// The served model name, part of the key prefix since SGLang 0.5.17.
     #[arg(long, value_name = "NAME")]
-    pub(crate) model: Option<String>,
+    pub model: Option<String>,
     /// Decode-context-parallel size (MLA only; with --pp, --cp and --pool too). SGLang 0.5.23
     /// advertises no layout for such launches: these flags are how to describe one.
     #[arg(long, value_name = "N")]
-    pub(crate) dcp: Option<u32>,
+    pub dcp: Option<u32>,
     /// The attention context-parallel size (SGLang's attn_cp_size): with --dcp, every CP rank
     /// writes its own shard; without DCP it changes no key.
     #[arg(long, value_name = "N")]
-    pub(crate) cp: Option<u32>,
+    pub cp: Option<u32>,
     /// Keys as SGLang <= 0.5.16 wrote them (the tag alone as prefix).
     #[arg(long)]
-    pub(crate) tag_only_prefix: bool,
+    pub tag_only_prefix: bool,
     /// The key prefix as SGLang advertises it, overriding the derived one ("" for a leading _).
     #[arg(long, value_name = "P")]
-    pub(crate) key_prefix: Option<String>,
+    pub key_prefix: Option<String>,
     /// EAGLE speculative decoding (pages of token bigrams).
     #[arg(long)]
-    pub(crate) eagle: bool,
+    pub eagle: bool,
     /// A side pool of a hybrid model, after the KV pool, in SGLang's order (repeatable):
     /// NAME[,conv=N][,temporal=BOOL][,mla=BOOL][,trailing=W]. NAME is SGLang's pool name:
     /// mamba, draft, draft_swa, swa, indexer, draft_indexer, and DeepSeek-V4's deepseek_v4_ c1,
@@ -59,19 +59,19 @@ pub(crate) struct LayoutArgs {
     /// temporal are mamba's, mla is draft's and draft_swa's; trailing=W makes the pool needed
     /// only on the last W pages of a hit (all pages without it).
     #[arg(long = "pool", value_name = "SPEC", value_parser = parse_side_pool)]
-    pub(crate) pools: Vec<SidePool>,
+    pub pools: Vec<SidePool>,
     /// The KV pool is a logical anchor (DeepSeek-V4): it stores no object; the side pools decide.
     #[arg(long, requires = "pools")]
-    pub(crate) logical_kv: bool,
+    pub logical_kv: bool,
     /// SGLang's layout document (JSON, as GET /get_hicache_l3_cache_layout returns it) instead of
     /// the flags above. Repeatable as MODEL=FILE, one document per served model name; a lone
     /// FILE is the layout of requests that name no model.
     #[arg(long, value_name = "[MODEL=]FILE", conflicts_with_all = ["page_size", "tp", "mla", "tp_lcm", "tag", "model", "dcp", "cp", "pools"])]
-    pub(crate) layout: Vec<String>,
+    pub layout: Vec<String>,
 }
 
 /// Parses a `--pool` value (see [`LayoutArgs::pools`]).
-pub(crate) fn parse_side_pool(spec: &str) -> Result<SidePool, String> {
+pub fn parse_side_pool(spec: &str) -> Result<SidePool, String> {
     let mut parts = spec.split(',');
     let name = parts.next().unwrap_or_default().trim();
     let (mut conv, mut temporal, mut mla, mut trailing) = (None, true, None, None);
@@ -129,7 +129,7 @@ pub(crate) fn parse_side_pool(spec: &str) -> Result<SidePool, String> {
 
 impl LayoutArgs {
     /// Builds the one layout the flags describe; the error is one line for a person.
-    pub(crate) fn to_layout(&self) -> Result<Layout, String> {
+    pub fn to_layout(&self) -> Result<Layout, String> {
         match self.layout.as_slice() {
             [] => self.flags_layout(),
             [one] => {
@@ -142,7 +142,7 @@ impl LayoutArgs {
 
     /// Builds the layout of every model the flags describe: the launch flags' (named by
     /// `--model`), or one per `--layout` document. Two documents for one model are refused.
-    pub(crate) fn to_model_layouts(&self) -> Result<Vec<ModelLayout>, String> {
+    pub fn to_model_layouts(&self) -> Result<Vec<ModelLayout>, String> {
         if self.layout.is_empty() {
             return Ok(vec![ModelLayout {
                 model: self.model.clone(),
@@ -171,7 +171,7 @@ impl LayoutArgs {
     }
 
     /// Whether any layout flag or document was given.
-    pub(crate) fn is_given(&self) -> bool {
+    pub fn is_given(&self) -> bool {
         !self.layout.is_empty() || self.page_size.is_some() || self.tp.is_some()
     }
 

@@ -1,0 +1,145 @@
+"""Stubs of the native module (hicache_index._native)."""
+
+import os
+from datetime import timedelta
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+__version__: str
+
+_Duration = Union[float, int, str, timedelta]
+_Hash = Union[bytes, str]
+
+class Error(Exception):
+    """A failure that is not the caller's input (could not start, unreachable, publisher off)."""
+
+class Answer:
+    prefix_pages: int
+    trust: str
+    total_pages: int
+    memory_pages: int
+    disk_only_pages: int
+    reason: Optional[str]
+    def __init__(
+        self,
+        *,
+        prefix_pages: int,
+        pages: Sequence[bool],
+        trust: str,
+        total_pages: int,
+        memory_pages: int,
+        disk_only_pages: int,
+        reason: Optional[str] = None,
+    ) -> None: ...
+    @property
+    def pages(self) -> List[bool]: ...
+    @property
+    def live(self) -> bool: ...
+
+class Layout:
+    def __init__(
+        self,
+        *,
+        page_size: Optional[int] = None,
+        tp: Optional[int] = None,
+        pp: Optional[int] = None,
+        mla: bool = False,
+        tp_lcm: Optional[int] = None,
+        tag: Optional[str] = None,
+        model: Optional[str] = None,
+        dcp: Optional[int] = None,
+        cp: Optional[int] = None,
+        tag_only_prefix: bool = False,
+        key_prefix: Optional[str] = None,
+        eagle: bool = False,
+        pool: Optional[Sequence[str]] = None,
+        logical_kv: bool = False,
+        layout: Union[str, "os.PathLike[str]", None] = None,
+    ) -> None: ...
+    @staticmethod
+    def from_sglang(document: Union[str, bytes, Mapping[str, Any]], eagle: bool = False) -> "Layout": ...
+    def object_keys(self, page_hash: _Hash) -> List[str]: ...
+    @property
+    def page_size(self) -> int: ...
+    @property
+    def eagle(self) -> bool: ...
+    @property
+    def object_count(self) -> int: ...
+
+class Index:
+    def __init__(
+        self,
+        events: str,
+        *,
+        topic: Optional[str] = None,
+        master_http: Optional[str] = None,
+        ha_locator: Optional[str] = None,
+        cluster_id: Optional[str] = None,
+        no_resync: bool = False,
+        resync_timeout: Optional[_Duration] = None,
+        no_verify: bool = False,
+        verify_interval: Optional[_Duration] = None,
+        verify_sample: Optional[int] = None,
+        verify_escalate_every: Optional[_Duration] = None,
+        page_size: Optional[int] = None,
+        tp: Optional[int] = None,
+        pp: Optional[int] = None,
+        mla: bool = False,
+        tp_lcm: Optional[int] = None,
+        tag: Optional[str] = None,
+        model: Optional[str] = None,
+        dcp: Optional[int] = None,
+        cp: Optional[int] = None,
+        tag_only_prefix: bool = False,
+        key_prefix: Optional[str] = None,
+        eagle: bool = False,
+        pool: Optional[Sequence[str]] = None,
+        logical_kv: bool = False,
+        layout: Union[
+            str,
+            "os.PathLike[str]",
+            Layout,
+            Sequence[str],
+            Mapping[str, Union[str, "os.PathLike[str]"]],
+            Mapping[str, Layout],
+            None,
+        ] = None,
+        workers: Optional[Sequence[str]] = None,
+        worker_poll_interval: Optional[_Duration] = None,
+        worker_timeout: Optional[_Duration] = None,
+        max_pages: Optional[int] = None,
+        prefix_memo_bytes: Optional[int] = None,
+    ) -> None: ...
+    def query(
+        self,
+        tokens: Optional[Sequence[int]] = None,
+        page_hashes: Optional[Sequence[_Hash]] = None,
+        cache_salt: Optional[str] = None,
+        extra_key: Optional[str] = None,
+        model: Optional[str] = None,
+        prefix_only: bool = True,
+        tenant: Optional[str] = None,
+    ) -> Answer: ...
+    @property
+    def health(self) -> str: ...
+    @property
+    def endpoint(self) -> Optional[str]: ...
+    @property
+    def closed(self) -> bool: ...
+    def failures(self) -> List[str]: ...
+    def models(self) -> List[str]: ...
+    def metrics(self) -> Dict[str, Union[int, float]]: ...
+    def wait_live(self, timeout: Optional[float] = None) -> bool: ...
+    def close(self) -> None: ...
+    def __enter__(self) -> "Index": ...
+    def __exit__(self, *exc: object) -> bool: ...
+
+def page_hashes(
+    tokens: Sequence[int],
+    page_size: int,
+    cache_salt: Optional[str] = None,
+    extra_key: Optional[str] = None,
+    eagle: bool = False,
+) -> List[bytes]: ...
+def object_keys(page_hash: _Hash, layout: Optional[Layout] = None, **flags: Any) -> List[str]: ...
+def index_options() -> List[Tuple[str, bool]]: ...
+def bench_rust(index: Index, page_hashes: Sequence[_Hash], iterations: int) -> Tuple[float, float]: ...

@@ -1,0 +1,272 @@
+"""The sidecar client: ``Client(url)`` asks ``hicache-index serve`` over HTTP keep-alive, with
+the same ``query`` as the in-process ``Index``. Python's standard library only."""
+
+from __future__ import annotations
+
+import asyncio
+import http.client
+import json
+import ssl
+import threading
+import time
+import urllib.parse
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
+
+from ._native import Answer, Error
+
+_ANSWER_FIELDS = (
+    "prefix_pages",
+    "pages",
+    "trust",
+    "total_pages",
+    "memory_pages",
+    "disk_only_pages",
+    "reason",
+)
+
+_RETRYABLE = (
+    http.client.RemoteDisconnected,
+    http.client.CannotSendRequest,
+    http.client.BadStatusLine,
+    BrokenPipeError,
+    ConnectionResetError,
+    ConnectionAbortedError,
+)
+
+
+def _answer(doc: Mapping[str, Any]) -> Answer:
+    return Answer(**{k: doc[k] for k in _ANSWER_FIELDS if k in doc})
+
+
+def _hex(hashes: Any) -> List[str]:
+    if isinstance(hashes, (str, bytes)):
+        raise ValueError("page_hashes must be a sequence of page hashes, not a string")
+    return [h.hex() if isinstance(h, (bytes, bytearray, memoryview)) else h for h in hashes]
+
+
+def _request(
+    tokens: Optional[Sequence[int]] = None,
+    page_hashes: Optional[Sequence[Union[bytes, str]]] = None,
+    cache_salt: Optional[str] = None,
+    extra_key: Optional[str] = None,
+    model: Optional[str] = None,
+    prefix_only: bool = True,
+    tenant: Optional[str] = None,
+) -> Dict[str, Any]:
+    if isinstance(tokens, (str, bytes)):
+        raise ValueError("tokens must be a sequence of token ids, not a string")
+    body: Dict[str, Any] = {}
+    if tokens is not None:
+        body["tokens"] = tokens if isinstance(tokens, list) else list(tokens)
+    if page_hashes is not None:
+        body["page_hashes"] = _hex(page_hashes)
+    for key, value in (
+        ("cache_salt", cache_salt),
+        ("extra_key", extra_key),
+        ("model", model),
+        ("tenant", tenant),
+    ):
+        if value is not None:
+            body[key] = value
+    if not prefix_only:
+        body["page_map"] = True
+    return body
+
+
+class Client:
+    """Asks a ``hicache-index serve`` at ``url`` (``http://127.0.0.1:9100``; ``https://`` with
+    ``--tls-cert``), with the bearer ``token`` of its ``--auth-token-file`` if it has one.
+
+    Each thread keeps one connection alive; the client may be shared by threads. A refused
+    query (400, 413) raises ``ValueError`` with ``serve``'s message; anything else that fails
+    (unreachable, 401, 5xx) raises ``hicache_index.Error``.
+    """
+
+    def __init__(
+        self,
+        url: str = "http://127.0.0.1:9100",
+        token: Optional[str] = None,
+        timeout: float = 5.0,
+        ssl_context: Optional[ssl.SSLContext] = None,
+    ) -> None:
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"{url!r} is not http://HOST:PORT or https://HOST:PORT")
+        self.url = url.rstrip("/")
+        self._https = parts.scheme == "https"
+        self._host = parts.hostname
+        self._port = parts.port or (443 if self._https else 80)
+        self._base = parts.path.rstrip("/")
+        self._timeout = timeout
+        self._ssl = ssl_context
+        self._headers = {"Content-Type": "application/json", "Connection": "keep-alive"}
+        if token is not None:
+            self._headers["Authorization"] = f"Bearer {token}"
+        self._local = threading.local()
+        self._all: List[http.client.HTTPConnection] = []
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def _connection(self) -> http.client.HTTPConnection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            if self._closed:
+                raise Error("the client is closed")
+            if self._https:
+                conn = http.client.HTTPSConnection(
+                    self._host, self._port, timeout=self._timeout, context=self._ssl
+                )
+            else:
+                conn = http.client.HTTPConnection(self._host, self._port, timeout=self._timeout)
+            self._local.conn = conn
+            with self._lock:
+                self._all.append(conn)
+        return conn
+
+    def _drop(self) -> None:
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn.close()
+            self._local.conn = None
+
+    def _call(self, method: str, path: str, body: Optional[bytes] = None) -> "tuple[int, bytes]":
+        for attempt in (0, 1):
+            conn = self._connection()
+            try:
+                conn.request(method, self._base + path, body=body, headers=self._headers)
+                response = conn.getresponse()
+                data = response.read()
+                if response.will_close:
+                    self._drop()
+                return response.status, data
+            except _RETRYABLE as e:
+                # A kept-alive connection the server closed meanwhile: once more on a new one.
+                self._drop()
+                if attempt == 1:
+                    raise Error(f"{self.url}: {e.__class__.__name__}: {e}") from e
+            except (OSError, http.client.HTTPException) as e:
+                self._drop()
+                raise Error(f"cannot reach {self.url}: {e}") from e
+        raise AssertionError("unreachable")
+
+    def _post(self, path: str, doc: Mapping[str, Any]) -> Any:
+        status, data = self._call("POST", path, json.dumps(doc, separators=(",", ":")).encode())
+        try:
+            answer = json.loads(data)
+        except ValueError as e:
+            raise Error(f"{self.url}{path}: HTTP {status}, not JSON: {data[:200]!r}") from e
+        if status == 200:
+            return answer
+        message = answer.get("error", "") if isinstance(answer, dict) else ""
+        if status in (400, 413):
+            raise ValueError(message)
+        raise Error(f"{self.url}{path}: HTTP {status}: {message}")
+
+    def query(
+        self,
+        tokens: Optional[Sequence[int]] = None,
+        page_hashes: Optional[Sequence[Union[bytes, str]]] = None,
+        cache_salt: Optional[str] = None,
+        extra_key: Optional[str] = None,
+        model: Optional[str] = None,
+        prefix_only: bool = True,
+        tenant: Optional[str] = None,
+    ) -> Answer:
+        """Answers like ``Index.query``, over ``POST /v1/query``."""
+        body = _request(tokens, page_hashes, cache_salt, extra_key, model, prefix_only, tenant)
+        return _answer(self._post("/v1/query", body))
+
+    def query_batch(self, queries: Sequence[Mapping[str, Any]]) -> List[Union[Answer, ValueError]]:
+        """Answers several queries (each a mapping of ``query``'s keywords) in one request,
+        ``POST /v1/query_batch``: one ``Answer`` per query, in order, or the ``ValueError`` that
+        refused that query alone."""
+        doc = {"queries": [_request(**q) for q in queries]}
+        answers = self._post("/v1/query_batch", doc)["answers"]
+        return [ValueError(a["error"]) if "error" in a else _answer(a) for a in answers]
+
+    @property
+    def health(self) -> str:
+        """The sidecar's health (``/readyz``): ``live``, ``recovering``, ..., or ``stopping``."""
+        status, data = self._call("GET", "/readyz")
+        try:
+            return str(json.loads(data)["health"])
+        except (ValueError, KeyError, TypeError) as e:
+            raise Error(f"{self.url}/readyz: HTTP {status}: {data[:200]!r}") from e
+
+    def metrics(self) -> Dict[str, float]:
+        """Every sample of ``/metrics``, keyed as Prometheus names it (labels included)."""
+        status, data = self._call("GET", "/metrics")
+        if status != 200:
+            raise Error(f"{self.url}/metrics: HTTP {status}")
+        out: Dict[str, float] = {}
+        for line in data.decode().splitlines():
+            if not line or line.startswith("#"):
+                continue
+            name, _, value = line.rpartition(" ")
+            try:
+                number = float(value)
+            except ValueError:
+                continue
+            out[name] = int(number) if number.is_integer() and "." not in value else number
+        return out
+
+    def wait_live(self, timeout: Optional[float] = None) -> bool:
+        """Waits until the sidecar is live, at most ``timeout`` seconds; returns whether it is."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            try:
+                if self.health == "live":
+                    return True
+            except Error:
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+            time.sleep(0.02)
+
+    def close(self) -> None:
+        """Closes every connection; the client cannot be used after."""
+        self._closed = True
+        with self._lock:
+            for conn in self._all:
+                conn.close()
+            self._all.clear()
+        self._local = threading.local()
+
+    async def query_async(self, *args: Any, **kwargs: Any) -> Answer:
+        """Answers like ``query`` on the loop's default executor."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(None, lambda: self.query(*args, **kwargs))
+
+    async def query_batch_async(
+        self, queries: Sequence[Mapping[str, Any]]
+    ) -> List[Union[Answer, ValueError]]:
+        """Answers like ``query_batch`` on the loop's default executor."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(None, self.query_batch, queries)
+
+    async def wait_live_async(self, timeout: Optional[float] = None) -> bool:
+        """Waits like ``wait_live`` on the loop's default executor."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(None, self.wait_live, timeout)
+
+    async def close_async(self) -> None:
+        """Closes like ``close``."""
+        self.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: object) -> bool:
+        self.close()
+        return False
+
+    async def __aenter__(self) -> "Client":
+        return self
+
+    async def __aexit__(self, *exc: object) -> bool:
+        self.close()
+        return False
+
+    def __repr__(self) -> str:
+        return f"Client({self.url!r})"
