@@ -96,6 +96,7 @@ use core::time::Duration;
 mod check;
 mod hold;
 mod mark;
+mod passed;
 mod place;
 mod ruling;
 pub mod stream;

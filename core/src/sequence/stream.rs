@@ -1,32 +1,15 @@
 //! The stream machine: the position, the batches it passed (to tell copies) and the batches it
 //! holds, and the one ruling that turns a batch's place into what the session does.
 
-use alloc::collections::VecDeque;
-
 use super::check::StatusCheck;
 use super::hold::Hold;
-use super::mark::{Mark, Print};
+use super::mark::Mark;
+use super::passed::Heard;
 use super::place::{Place, Point, Position};
 use super::ruling::{Forgot, Placed, Ruling, Skip, StreamConfig, Why};
 use crate::frame::Seq;
 use crate::time::Instant;
 use core::time::Duration;
-
-/// How many batches the stream remembers to tell copies (R2), at least.
-const PASSED_AT_LEAST: usize = 256;
-
-/// A batch the stream heard (applied, skipped, held or dropped with what was held).
-#[derive(Clone, Copy, Debug)]
-struct Passed {
-    seq: Seq,
-    print: Print,
-    /// The run it was heard under ([`Stream`]'s `run`).
-    run: u32,
-    /// It tells copies: it was ruled on and decoded. A batch only held (dropped with the hold,
-    /// say) or undecodable tells twins only: a copy of a batch dropped with the hold may be
-    /// what a key list read before it lacks.
-    tells_copies: bool,
-}
 
 /// One publisher stream's rules ([`crate::sequence`]); `T` is what the caller keeps of a held
 /// batch.
@@ -34,12 +17,8 @@ struct Passed {
 pub struct Stream<T> {
     config: StreamConfig,
     position: Position,
-    /// The batches heard, newest last, whatever became of them: what a copy is told by (R2),
-    /// and a batch of another run numbered like one of the followed run (R5).
-    passed: VecDeque<Passed>,
-    /// The number of the run the stream follows: one more at each forget for another run's
-    /// batch or status (R5, R11), so that only the followed run's batches tell twins.
-    run: u32,
+    /// The batches heard and the run they were heard under (R2, R5).
+    passed: Heard,
     hold: Hold<T>,
     /// While unplaced: a fetch is under way whose status will place the stream, so batches are
     /// held for it (R6).
@@ -73,8 +52,7 @@ impl<T> Stream<T> {
         Stream {
             position: Self::start(&config),
             config,
-            passed: VecDeque::new(),
-            run: 0,
+            passed: Heard::default(),
             hold: Hold::new(config.reorder.is_on()),
             holding: false,
             heard: None,
@@ -199,18 +177,12 @@ impl<T> Stream<T> {
     /// The rules (module [`crate::sequence`]): the batch's place, then what the session does.
     /// `arriving`: it just arrived (a held batch released is never held again).
     fn rule(&mut self, now: Instant, m: &Mark, arriving: bool) -> Ruling {
-        // R2: a copy of a batch passed under the followed run. An undecodable batch is never
-        // taken for one (bytes that cannot be read can be alike in two runs, an empty payload
-        // say; its own forget costs misses only), nor a batch like one of a run the stream
-        // left (it is placed: a late copy of that run is R5's, a new run's twin continues).
-        let copy = |p: &Passed| {
-            p.seq == m.seq && p.print == m.print && p.run == self.run && p.tells_copies
-        };
-        if !m.undecodable && self.passed.iter().any(copy) {
+        // R2: a copy of a batch heard under the followed run.
+        if self.passed.copy_of(m) {
             return Ruling::Skip(Skip::Copy);
         }
         let reorder = self.config.reorder.is_on();
-        let place = if self.twin_of_passed(m) || (arriving && self.behind_heard(m)) {
+        let place = if self.passed.twin_of(m) || (arriving && self.behind_heard(m)) {
             // R5: numbered like a batch of the followed run with other bytes, or, held for a
             // status point, at or below the batch heard before it over one connection.
             Place::Other
@@ -367,18 +339,6 @@ impl<T> Stream<T> {
         }
     }
 
-    /// Reports whether the batch marked `m` has the sequence of a batch of the followed run
-    /// that the stream heard, and other bytes: within one run a sequence is given once, so it
-    /// is another run's (R5). An undecodable batch arriving takes no part (its sequence may be
-    /// garbled; it forgets anyway, R8); one heard tells twins (at worst a needless forget).
-    fn twin_of_passed(&self, m: &Mark) -> bool {
-        !m.undecodable
-            && self
-                .passed
-                .iter()
-                .any(|p| p.seq == m.seq && p.run == self.run && p.print != m.print)
-    }
-
     /// Reports whether the batch marked `m`, arriving while the stream holds batches for a
     /// status point, is numbered at or below the last batch heard on the connection: without a
     /// window the transport keeps one run's order, so it is another run's than that one, and
@@ -391,24 +351,15 @@ impl<T> Stream<T> {
             && !self.hold.holds_copy_of(m)
     }
 
-    /// The stream forgot because of another run's batch or status: the batches passed are
-    /// that other run's, or the followed one's before it; neither tells twins any more.
+    /// The stream forgot because of another run's batch or status (R5, R11).
     pub(super) fn run_changed(&mut self) {
-        self.run = self.run.wrapping_add(1);
+        self.passed.run_changed();
     }
 
     /// Records a batch heard, to tell its copies (R2) and twins (R5).
     fn remember(&mut self, m: &Mark, tells_copies: bool) {
-        let cap = PASSED_AT_LEAST.max(self.config.reorder.max_held.saturating_mul(4));
-        if self.passed.len() >= cap {
-            self.passed.pop_front();
-        }
-        self.passed.push_back(Passed {
-            seq: m.seq,
-            print: m.print,
-            run: self.run,
-            tells_copies,
-        });
+        let keep = self.config.reorder.max_held.saturating_mul(4);
+        self.passed.remember(m, tells_copies, keep);
     }
 
     /// Drops what is held and unplaces the stream (resync on).
@@ -439,72 +390,10 @@ impl<T> Stream<T> {
         self.passed.clear();
         self.position = Self::start(&self.config);
     }
-
-    /// Reports whether a fetch asked now could be placed without a status (R6): without a
-    /// reorder window, a decodable batch arrived on the current connection (its subscription
-    /// took effect), which the fetch's key list will have been read after.
-    pub fn can_anchor(&self) -> bool {
-        self.heard.is_some() && !self.heard_undecodable && !self.config.reorder.is_on()
-    }
-
-    /// The subscriber connected again: no batch has arrived on this connection yet.
-    pub fn connected(&mut self) {
-        self.heard = None;
-    }
-
-    /// A fetch whose status will place the stream was asked for: while unplaced, the batches
-    /// that arrive from now on are held for it (R6).
-    pub fn fetch_asked(&mut self) {
-        self.hold_for_fetch(self.position == Position::Unplaced);
-        self.heard_before_fetch = self.heard.filter(|_| !self.heard_undecodable);
-    }
-
-    /// The fetch under way will not place the stream (it failed, or it was superseded): what
-    /// is held for it is dropped (the next fetch's key list holds it).
-    pub fn fetch_dropped(&mut self) {
-        if self.position == Position::Unplaced {
-            self.hold_for_fetch(false);
-        }
-    }
-
-    fn hold_for_fetch(&mut self, on: bool) {
-        self.hold.clear();
-        self.holding = on;
-    }
-
-    /// Places an unplaced stream at a fetch's status point (`None`: the master did not tell),
-    /// at `now` (R6). Then the caller takes what [`Stream::release`] releases.
-    pub fn place(&mut self, now: Instant, at: Option<Point>) -> Placed {
-        self.holding = false;
-        self.unproven_since = None;
-        self.placed_with_before = false;
-        self.check.placed(now, at.is_some());
-        match at {
-            Some(point) => {
-                self.position = Position::Status {
-                    point,
-                    before: None,
-                };
-                Placed::AtPoint
-            }
-            None => match self
-                .heard_before_fetch
-                .filter(|_| !self.config.reorder.is_on())
-            {
-                // The key list was read after the last batch heard before the fetch: the stream
-                // continues from that batch, exactly.
-                Some(point) => {
-                    self.position = Position::Batch(point);
-                    Placed::LastHeard
-                }
-                None => {
-                    self.hold.clear();
-                    Placed::Unanchored
-                }
-            },
-        }
-    }
 }
+
+#[path = "placing.rs"]
+mod placing;
 
 #[path = "timers.rs"]
 mod timers;
