@@ -10,16 +10,20 @@
 //! ```no_run
 //! use hicache_index::{Config, Layout, Lookup, ModelLayout, SglangParams};
 //! use hicache_index_tokio::{Subscriber, SubscriberConfig};
-//!
+//! #
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//!
+//! // The model's pages: 64 tokens a page, TP 8 (or SGLang's layout document, one per model).
 //! let layout = Layout::from_sglang(&SglangParams::new(64, 8)).expect("a valid layout");
 //! let config = SubscriberConfig::new(Config {
-//!     endpoint: Some("tcp://10.0.0.5:5557".into()),
+//!     endpoint: Some("tcp://10.0.0.5:5557".into()), // the master's KV events
 //!     layouts: vec![ModelLayout { model: None, layout }],
 //!     ..Config::default()
 //! })
-//! .with_master_http("http://10.0.0.5:9003");
-//! let (index, task) = Subscriber::spawn(config)?;
+//! .with_master_http("http://10.0.0.5:9003"); // bootstrap, resync after loss, verification
+//! let (index, task) = Subscriber::spawn(config)?; // on the current tokio runtime
+//!
+//! // Any thread, any time, no network call: how many leading pages can a worker load from L3?
 //! let tokens: Vec<u32> = (0..4096).collect();
 //! let hits = index.query(&Lookup::tokens(&tokens)).expect("one layout");
 //! println!("{} of {} pages cached ({:?})", hits.prefix_pages, hits.total_pages, hits.trust);
