@@ -422,7 +422,7 @@ impl Drop for LoggedServe {
 }
 
 #[test]
-fn workers_playing_sglangs_documents_end_in_the_state_the_readme_describes_with_the_reason() {
+fn workers_playing_sglangs_documents_end_in_the_state_the_manual_describes_with_the_reason() {
     let emulator = Emulator::start(EmulatorConfig::default()).expect("the emulator starts");
     let dir = TempDir::new("sglang-documents");
     let (mha, _mha) = fake_worker("Qwen/Qwen3-8B", Some(MHA_DISABLED.into()));

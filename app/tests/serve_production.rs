@@ -15,7 +15,8 @@ use hicache_index_testkit::{object_keys, tokens};
 use serde_json::{json, Value};
 
 const BIN: &str = env!("CARGO_BIN_EXE_hicache-index");
-const README: &str = include_str!("../../README.md");
+/// The manual of the binary, which holds the production configuration file.
+const MANUAL: &str = include_str!("../../docs/cli.md");
 
 fn emulator() -> Emulator {
     Emulator::start(EmulatorConfig::default()).expect("the emulator starts")
@@ -631,12 +632,12 @@ fn settings_come_from_flags_then_the_environment_then_the_file() {
     }
 }
 
-/// The README's production configuration file (the `toml` block after its marker).
-fn readme_config() -> String {
-    let at = README
+/// The production configuration file of `docs/cli.md` (the `toml` block after its marker).
+fn manual_config() -> String {
+    let at = MANUAL
         .find("<!-- production config -->")
-        .expect("the README's marker");
-    let rest = &README[at..];
+        .expect("the manual's marker");
+    let rest = &MANUAL[at..];
     let start = rest.find("```toml\n").expect("a toml block") + "```toml\n".len();
     let end = rest[start..].find("```").expect("its end");
     rest[start..start + end].to_owned()
@@ -674,9 +675,9 @@ fn certificate(dir: &TempDir) -> (String, String) {
 }
 
 #[test]
-fn the_readme_production_configuration_passes_check() {
-    let dir = TempDir::new("readme");
-    let file = dir.file("serve.toml", &readme_config());
+fn the_manuals_production_configuration_passes_check() {
+    let dir = TempDir::new("manual");
+    let file = dir.file("serve.toml", &manual_config());
     let token = dir.file("token", "a-long-random-token\n");
     let (cert, key) = certificate(&dir);
     // The file names /etc paths; the environment points them at this test's files.
