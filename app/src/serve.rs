@@ -102,7 +102,7 @@ pub(crate) struct ServeArgs {
     #[arg(long, requires = "auth_token_file")]
     metrics_auth: bool,
     /// Listen on a non-loopback address (HTTP or nng) without a token: anyone who reaches the
-    /// port learns which prompt prefixes are cached (see the README's threat model).
+    /// port learns which prompt prefixes are cached (see the threat model, docs/guarantees.md).
     #[arg(long)]
     allow_unauthenticated: bool,
     /// Serve HTTPS with this PEM certificate chain (with --tls-key).

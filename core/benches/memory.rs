@@ -1,6 +1,7 @@
 //! Row 3: bytes per page and per object at 1M pages, TP 8 (16 objects a page), counted by a
 //! global allocator: ours against the reference (a set of `String` keys). Writes
-//! `<target>/perf/memory.json` for the README table. `cargo bench -- --test` runs it small.
+//! `<target>/perf/memory.json` for the table of docs/performance.md. `cargo bench -- --test`
+//! runs it small.
 //!
 //! Row 6: the same pages dealt round robin over four models side by side (each its own key
 //! prefix): one index for all of them, so the bytes per page should stay those of one model.

@@ -1,4 +1,5 @@
-//! Turns benchmark results into the README's performance table (markdown on stdout).
+//! Turns benchmark results into the performance table of `docs/performance.md` (markdown on
+//! stdout).
 //!
 //! Run `cargo bench` first: it leaves criterion's estimates under `<target>/criterion/` (rows 1
 //! and 2) and the figures of the other benches under `<target>/perf/` (`memory.json`,
