@@ -9,7 +9,7 @@ use crate::frame::{FrameError, Seq};
 use crate::hash::PageHash;
 #[cfg(doc)]
 use crate::input::Input;
-use crate::input::{LeaderRequest, SnapshotRequest, StatusRequest, VerifyRequest};
+use crate::input::{LeaderRequest, SignalsRequest, SnapshotRequest, StatusRequest, VerifyRequest};
 use crate::sequence::Skip;
 
 /// The session's health, which a router can gate on and which every query answer carries.
@@ -24,6 +24,14 @@ pub enum Health {
     /// Connected, and a resynchronisation is under way: present pages may be missing (misses),
     /// never the other way round.
     Recovering,
+    /// Connected and following the stream, but the master's own signals
+    /// ([`crate::signals`]) showed objects hidden, dropped or brought back without an event,
+    /// and no key list read since has been applied yet: a hit may be an object the master
+    /// stopped listing a moment ago (a router may discount it), a miss may be one it lists
+    /// again. It ends when a key list asked for after the signal is applied (a reconcile:
+    /// present pages stay hits throughout), within about the watch interval plus the time to
+    /// read and apply the key list.
+    Reconciling,
     /// The master says its KV event publisher is off (`"enabled":false` in
     /// `/kv_events/status`: a build without it): the index stays empty, and it is an error of
     /// the deployment, not a wait.
@@ -38,6 +46,7 @@ impl Health {
             Health::Connecting => "connecting",
             Health::Live => "live",
             Health::Recovering => "recovering",
+            Health::Reconciling => "reconciling",
             Health::EventsDisabled => "events_disabled",
         }
     }
@@ -80,6 +89,10 @@ pub enum ClearReason {
     /// objects silently, the keys the round did not sample are as doubtful, and a snapshot
     /// only adds.
     Stale,
+    /// The master's signals showed objects hidden or dropped without an event, and a reconcile
+    /// could not bring the index to the key list exactly (the master gave no status point, or
+    /// its point was another run's or was not reached in time): the index forgets and resyncs.
+    StoreChanged,
 }
 
 impl ClearReason {
@@ -94,7 +107,8 @@ impl ClearReason {
             | ClearReason::Undecodable
             | ClearReason::Unproven
             | ClearReason::Requested
-            | ClearReason::Stale => true,
+            | ClearReason::Stale
+            | ClearReason::StoreChanged => true,
             ClearReason::Disconnected
             | ClearReason::Reconnected
             | ClearReason::EndpointChanged
@@ -118,6 +132,7 @@ impl ClearReason {
             ClearReason::PublisherCleared => "publisher_cleared",
             ClearReason::Requested => "requested",
             ClearReason::Stale => "stale",
+            ClearReason::StoreChanged => "store_changed",
         }
     }
 }
@@ -243,6 +258,14 @@ pub enum Command {
         /// The candidate's host.
         host: String,
     },
+    /// Read the master's `GET /metrics` and hand the families of
+    /// [`crate::signals::STORE_SIGNAL_FAMILIES`] over as [`Input::Signals`] (`None` when the
+    /// read failed; an empty [`crate::StoreSignals`] when the master answered without them, or
+    /// has no `/metrics`: a 404).
+    ReadSignals {
+        /// The request to answer.
+        request: SignalsRequest,
+    },
     /// Point the master HTTP side at `host` (ports and path kept): the leader now followed.
     /// Every later fetch and verification goes there.
     UseMaster {
@@ -358,6 +381,23 @@ pub enum Report {
     EscalationHeld {
         /// When the limit passes.
         until: crate::time::Instant,
+    },
+    /// The master's signals moved: objects were hidden, dropped or brought back without an
+    /// event; the index reconciles with the key list ([`Health::Reconciling`]).
+    StoreChanged {
+        /// The first family that moved (one of [`crate::signals::STORE_SIGNAL_FAMILIES`]).
+        family: &'static str,
+    },
+    /// The master lists none of the signal families (or has no `/metrics`): objects it hides
+    /// without an event are found by verification only. Said once; it is asked again every 64
+    /// watch intervals.
+    SignalsAbsent,
+    /// A reconcile brought the index to the master's key list without forgetting it.
+    Reconciled {
+        /// Objects the index held that the master no longer listed: removed.
+        removed: usize,
+        /// Objects the master listed that the index did not hold: stored.
+        restored: usize,
     },
     /// The health changed.
     HealthChanged {

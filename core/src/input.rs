@@ -5,6 +5,7 @@ use core::fmt;
 
 use crate::leader::{LeaderStatus, LeaderView};
 use crate::session::{Watermark, WorkerInfo};
+use crate::signals::StoreSignals;
 
 macro_rules! request_id {
     ($(#[$doc:meta])* $name:ident) => {
@@ -39,6 +40,11 @@ request_id!(
 request_id!(
     /// Names one status check ([`crate::Command::ReadStatus`]): its answer carries it.
     StatusRequest
+);
+request_id!(
+    /// Names one read of the master's signals ([`crate::Command::ReadSignals`]): its answer
+    /// carries it.
+    SignalsRequest
 );
 request_id!(
     /// Names one leader check ([`crate::Command::CheckLeader`]): its answer carries it.
@@ -174,6 +180,17 @@ pub enum Input<'a> {
         request: StatusRequest,
         /// What the status said.
         watermark: Option<Watermark>,
+    },
+    /// The answer to [`crate::Command::ReadSignals`]: what the master's `/metrics` said of the
+    /// signal families, `None` when the read failed (it is asked again after a doubling delay).
+    /// The first answer is the baseline; any later change of any family makes the session
+    /// reconcile ([`crate::Health::Reconciling`]); an answer without any of the families stops
+    /// the watch for 64 intervals ([`crate::Report::SignalsAbsent`], said once).
+    Signals {
+        /// The read answered.
+        request: SignalsRequest,
+        /// What the master said.
+        signals: Option<StoreSignals>,
     },
     /// What HA discovery says about the leader: every value the driver reads of the master view
     /// key (watched or polled), with its version (see [`crate::leader`]). Another incarnation

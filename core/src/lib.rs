@@ -149,6 +149,7 @@ pub mod query;
 pub mod reader;
 pub mod sequence;
 pub mod session;
+pub mod signals;
 pub mod snapshot;
 pub mod time;
 
@@ -161,7 +162,9 @@ pub use frame::{
 };
 pub use hash::{DigestMemo, Namespace, NoMemo, PageHash, PageHashes, Token};
 pub use index::{Index, IndexConfig, DEFAULT_TENANT};
-pub use input::{Input, LeaderRequest, SnapshotRequest, StatusRequest, VerifyRequest};
+pub use input::{
+    Input, LeaderRequest, SignalsRequest, SnapshotRequest, StatusRequest, VerifyRequest,
+};
 pub use layout::{parse_object_key, HitPolicy, Layout, LayoutError, ObjectKey, Pool, SglangParams};
 pub use leader::{EventsStatus, LeaderConfig, LeaderInfo, LeaderStatus, LeaderView};
 pub use metrics::{Counters, Kind};
@@ -171,5 +174,6 @@ pub use sequence::ReorderConfig;
 pub use session::{
     BackoffConfig, Config, ModelLayout, ResyncConfig, Session, VerifyConfig, Watermark, WorkerInfo,
 };
+pub use signals::StoreSignals;
 pub use snapshot::snapshot_lines;
 pub use time::Instant;

@@ -88,6 +88,9 @@ pub struct Counters {
     /// Clears after a verification round removed a key no event had removed (escalations:
     /// at most one per `VerifyConfig::escalate_every`).
     pub clears_stale: u64,
+    /// Clears after the master's signals moved and a reconcile could not be exact (no status
+    /// point, another run's, or not reached in time): the index forgot and resynced.
+    pub clears_store_changed: u64,
     /// Messages with another topic.
     pub stray_topic: u64,
     /// Messages without exactly three frames.
@@ -153,6 +156,21 @@ pub struct Counters {
     /// Point checks that found a claimed key absent (the key list was of another run than the
     /// stream, or failed): the index forgot and resynced.
     pub point_checks_failed: u64,
+    /// Reads of the master's signals answered ([`crate::signals`]).
+    pub signal_reads: u64,
+    /// Reads of the master's signals that failed or timed out.
+    pub signal_failures: u64,
+    /// Reads whose signals differed from the read before: objects hidden, dropped or brought
+    /// back without an event.
+    pub store_changes: u64,
+    /// Reconciles asked for (a key list read to bring the index to it without forgetting it).
+    pub reconciles_started: u64,
+    /// Reconciles applied.
+    pub reconciles_completed: u64,
+    /// Objects reconciles removed: held by the index, no longer listed by the master.
+    pub reconciled_removed: u64,
+    /// Objects reconciles stored: listed by the master, not held by the index.
+    pub reconciled_restored: u64,
     /// Batches held now, by the reorder window or for a status point (gauge).
     pub held_batches: u64,
     /// Live batches applied during the resynchronisation under way (gauge; each keeps what it
@@ -213,12 +231,13 @@ impl Counters {
             ClearReason::Unproven => &mut self.clears_unproven,
             ClearReason::Requested => &mut self.clears_requested,
             ClearReason::Stale => &mut self.clears_stale,
+            ClearReason::StoreChanged => &mut self.clears_store_changed,
             ClearReason::PublisherCleared => &mut self.publisher_clears,
         }
     }
 
     /// Lists every figure with its name and kind, so exporters need not name them one by one.
-    pub fn fields(&self) -> [(&'static str, u64, Kind); 71] {
+    pub fn fields(&self) -> [(&'static str, u64, Kind); 79] {
         [
             ("batches", self.batches, Kind::Counter),
             ("events", self.events, Kind::Counter),
@@ -271,6 +290,11 @@ impl Counters {
             ("confirm_failures", self.confirm_failures, Kind::Counter),
             ("clears_requested", self.clears_requested, Kind::Counter),
             ("clears_stale", self.clears_stale, Kind::Counter),
+            (
+                "clears_store_changed",
+                self.clears_store_changed,
+                Kind::Counter,
+            ),
             ("stray_topic", self.stray_topic, Kind::Counter),
             ("stray_frame_count", self.stray_frame_count, Kind::Counter),
             ("malformed_seq", self.malformed_seq, Kind::Counter),
@@ -314,6 +338,21 @@ impl Counters {
             (
                 "point_checks_failed",
                 self.point_checks_failed,
+                Kind::Counter,
+            ),
+            ("signal_reads", self.signal_reads, Kind::Counter),
+            ("signal_failures", self.signal_failures, Kind::Counter),
+            ("store_changes", self.store_changes, Kind::Counter),
+            ("reconciles_started", self.reconciles_started, Kind::Counter),
+            (
+                "reconciles_completed",
+                self.reconciles_completed,
+                Kind::Counter,
+            ),
+            ("reconciled_removed", self.reconciled_removed, Kind::Counter),
+            (
+                "reconciled_restored",
+                self.reconciled_restored,
                 Kind::Counter,
             ),
             ("held_batches", self.held_batches, Kind::Gauge),

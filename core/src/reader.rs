@@ -149,6 +149,7 @@ fn health_bits(health: Health) -> u32 {
         Health::Live => 2,
         Health::Recovering => 3,
         Health::EventsDisabled => 4,
+        Health::Reconciling => 5,
     }
 }
 
@@ -158,6 +159,7 @@ fn health_of(flags: u32) -> Health {
         2 => Health::Live,
         3 => Health::Recovering,
         4 => Health::EventsDisabled,
+        5 => Health::Reconciling,
         _ => Health::Disconnected,
     }
 }

@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 
 use hicache_index::{
     Command, Effect, Effects, Health, Input, Layout, Lookup, PageHash, Seq, SnapshotRequest,
-    Timestamp, Watermark,
+    StoreSignals, Timestamp, Watermark,
 };
 use hicache_index_sim::encode::{encode_message, MasterFlavor, OwnedBatch, OwnedEvent};
 use hicache_index_tests::{
@@ -108,6 +108,13 @@ fn drive(h: &mut Harness, fx: Effects, held: &[String], watermark: Option<Waterm
             Command::ReadStatus { request } => h
                 .session
                 .handle(h.now, Input::Status { request, watermark }),
+            Command::ReadSignals { request } => {
+                // A master whose clients never leave: its signals never move.
+                let mut signals = StoreSignals::default();
+                signals.add("master_unmount_segment_requests_total", 0.0);
+                let signals = Some(signals);
+                h.session.handle(h.now, Input::Signals { request, signals })
+            }
             Command::VerifyKeys { request, keys } => {
                 let results: Vec<(&str, bool)> = keys
                     .iter()

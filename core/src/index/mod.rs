@@ -20,6 +20,7 @@
 //! the crate docs for why.
 
 mod lookup;
+mod reconcile;
 mod sample;
 pub(crate) mod shared;
 mod suspects;
@@ -64,6 +65,7 @@ pub struct IndexConfig {
 }
 
 pub use self::lookup::IndexHits;
+pub(crate) use self::reconcile::ObjectSet;
 pub(crate) use self::shared::PageTable;
 use self::shared::{Claims, PageWords, Shared, SharedNamespaces};
 use self::suspects::SuspectPage;

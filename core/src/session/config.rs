@@ -41,6 +41,10 @@ pub struct ResyncConfig {
     /// read to check it (rule R11 of [`crate::sequence`]): a tail lost after the last batch,
     /// or a restart after which nothing came, is found within about twice this. `None`: never.
     pub status_check: Option<Duration>,
+    /// How often the master's own signals ([`crate::signals`]: its `/metrics`) are read while
+    /// connected, so that objects it stops listing without an event are no longer claimed
+    /// within about this plus the time to read and apply its key list. `None`: never.
+    pub store_watch: Option<Duration>,
 }
 
 impl Default for ResyncConfig {
@@ -51,6 +55,7 @@ impl Default for ResyncConfig {
             fetch_timeout: Duration::from_secs(10),
             retry_after: Duration::from_secs(1),
             status_check: Some(Duration::from_secs(1)),
+            store_watch: Some(Duration::from_millis(250)),
         }
     }
 }

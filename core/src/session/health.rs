@@ -31,10 +31,18 @@ impl Session {
             _ if self.health.events_disabled => Health::EventsDisabled,
             Link::Down { .. } => Health::Disconnected,
             Link::Connecting { .. } => Health::Connecting,
+            Link::Up { .. } if self.point_in_doubt() || self.stream.is_unplaced() => {
+                Health::Recovering
+            }
             Link::Up { .. } => match self.resync.state {
-                ResyncState::Idle if !self.point_in_doubt() && !self.stream.is_unplaced() => {
-                    Health::Live
-                }
+                ResyncState::Idle
+                | ResyncState::Fetching {
+                    reconcile: Some(_), ..
+                } if self.resync.watch.wanted.is_some() => Health::Reconciling,
+                ResyncState::Idle
+                | ResyncState::Fetching {
+                    reconcile: Some(_), ..
+                } => Health::Live,
                 _ => Health::Recovering,
             },
         };

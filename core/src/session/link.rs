@@ -160,6 +160,9 @@ impl Session {
         // silently (the position stays, without resync, for its first batch to be placed by).
         self.stream.connected();
         self.stream.forget();
+        if self.config.resync.is_some_and(|r| r.store_watch.is_some()) {
+            self.resync.watch.start(now);
+        }
         if self.index.page_count() > 0 {
             self.drop_index(now, ClearReason::Reconnected, fx);
         }
@@ -179,6 +182,7 @@ impl Session {
         self.counters.disconnects += 1;
         self.link.state = Link::Down { retry_at: None };
         self.verify.reset();
+        self.resync.watch.stop();
         self.forget(now, ClearReason::Disconnected, fx);
         let delay = self.link.backoff.delay(&self.config.backoff);
         let retry_at = self.link.endpoint.as_ref().map(|_| now + delay);

@@ -25,9 +25,11 @@ mod follow;
 mod health;
 mod ledger;
 mod link;
+mod reconcile;
 mod resync;
 mod stream;
 mod verify;
+mod watch;
 mod workers;
 
 use alloc::collections::BTreeMap;
@@ -73,9 +75,11 @@ pub use self::config::{
 use self::health::HealthState;
 use self::ledger::Ledger;
 use self::link::{Backoff, Connection, Link, LinkDue};
+use self::reconcile::Reconcile;
 use self::resync::{key_checksum, Resync, ResyncDue, ResyncState};
 use self::stream::HeldBatch;
 use self::verify::{Verify, VerifyDue};
+use self::watch::Watch;
 use self::workers::Workers;
 
 /// The sans-IO machine a transport drives (see the module docs for the loop).
@@ -312,6 +316,7 @@ impl Session {
             self.stream.poll_timeout(),
             self.stream.status_due(),
             self.resync.state.poll_timeout(),
+            self.resync.watch.poll_timeout(),
             self.verify.poll_timeout(),
             self.leader.as_ref().and_then(Leader::poll_timeout),
         ]
@@ -323,7 +328,8 @@ impl Session {
     /// Hands over one input (see [`Input`] for each): the one way into the session. Every
     /// returned effect MUST be executed (commands) or may be logged (reports), in order.
     pub fn handle(&mut self, now: Instant, input: Input<'_>) -> Effects {
-        let fx = self.dispatch(now, input);
+        let mut fx = self.dispatch(now, input);
+        self.reconcile_if_wanted(now, &mut fx);
         // A change that removed something is over: lock-free queries may use what they read.
         self.index.settle();
         fx
@@ -366,6 +372,7 @@ impl Session {
             }
             Input::VerifyFailed { request } => self.on_verify_failed(now, request),
             Input::Status { request, watermark } => self.on_status(now, request, watermark),
+            Input::Signals { request, signals } => self.on_signals(now, request, signals),
             Input::LeaderView(view) => self.on_leader_view(now, view),
             Input::LeaderStatus { request, status } => self.on_leader_status(now, request, status),
         }
@@ -400,6 +407,7 @@ impl Session {
             Some(ResyncDue::Retry) => self.start_resync(now, &mut fx),
             None => {}
         }
+        self.watch_timeout(now, &mut fx);
         match self.verify.handle_timeout(now) {
             Some(VerifyDue::RoundTimedOut) => self.schedule_verify_after_failure(now),
             Some(VerifyDue::PointCheckTimedOut) => self.point_check_failed(now, &mut fx),

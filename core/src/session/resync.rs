@@ -2,6 +2,8 @@
 //! stream (rule R6 of [`crate::sequence`]), the key list applied under the live stream, and
 //! doubted lines confirmed with `/batch_query_keys`.
 
+use alloc::boxed::Box;
+
 use super::*;
 
 impl From<Seq> for Watermark {
@@ -35,6 +37,8 @@ pub(super) struct Resync {
     /// The backoff of fetches that failed or timed out in a row (`attempts` is zero once the
     /// master answers one).
     pub(super) failures: Backoff,
+    /// The watch of the master's signals, whose changes ask for reconciles.
+    pub(super) watch: Watch,
 }
 
 impl Resync {
@@ -45,6 +49,7 @@ impl Resync {
             next_status: 1,
             unanchored: Backoff::new(seed ^ 0x5bd1_e995),
             failures: Backoff::new(seed ^ 0x6874_7470),
+            watch: Watch::new(seed),
         }
     }
 }
@@ -88,6 +93,9 @@ pub(super) enum ResyncState {
         superseded: bool,
         /// The doubted lines are being confirmed by this request ([`Command::VerifyKeys`]).
         confirming: Option<VerifyRequest>,
+        /// This fetch reconciles: the stream stays placed and the index keeps answering (see
+        /// `reconcile.rs`); `None`: a resync after a forget.
+        reconcile: Option<Box<Reconcile>>,
     },
     Waiting {
         retry_at: Instant,
@@ -145,9 +153,18 @@ impl ResyncState {
         }
     }
 
-    /// Records a live default-tenant event applied while the key list is handed over: the
-    /// event wins over the list for its key.
-    pub(super) fn saw(&mut self, event: &crate::frame::Event<'_>) {
+    /// Records a live default-tenant event of the batch `seq` applied while a key list is
+    /// fetched: for a resync, once the stream is placed, the event wins over the list for its
+    /// key; a reconcile keeps every one (see `reconcile.rs`).
+    pub(super) fn saw(&mut self, seq: Seq, event: &crate::frame::Event<'_>) {
+        if let ResyncState::Fetching {
+            reconcile: Some(reconcile),
+            ..
+        } = self
+        {
+            reconcile.saw(seq, event);
+            return;
+        }
         let ResyncState::Fetching {
             applied: Some(_),
             seen,
@@ -189,6 +206,22 @@ impl ResyncState {
 /// How many times the retry delay (or the verification interval) the backoff of the master's
 /// HTTP side failing grows to at most.
 pub(super) const RETRY_BACKOFF_CAP: u32 = 8;
+
+/// Takes one key of a key list: a reconcile lists it (see `reconcile.rs`), a resync stores it
+/// ([`store_snapshot_key`]).
+fn take_key(
+    index: &mut Index,
+    seen: &BTreeMap<u64, bool>,
+    cleared: bool,
+    applied: &mut usize,
+    reconcile: Option<&mut Reconcile>,
+    key: &str,
+) {
+    match reconcile {
+        Some(r) => *applied += usize::from(index.list_key(DEFAULT_TENANT, key, &mut r.listed)),
+        None => store_snapshot_key(index, seen, cleared, applied, key),
+    }
+}
 
 /// Applies one key of a snapshot unless a live batch since the stream was placed decided its
 /// state: removed (or cleared) keys stay out, stored ones are in already.
@@ -289,6 +322,9 @@ impl Session {
         // The master's status answered and did not say its publisher is off.
         self.health.events_disabled = false;
         self.resync.failures.attempts = 0;
+        if self.reconciling() {
+            return self.begin_reconcile(now, watermark);
+        }
         debug_assert!(
             self.stream.is_unplaced(),
             "a fetch answers an unplaced stream: {:?} {:?}",
@@ -368,6 +404,7 @@ impl Session {
             seen,
             cleared,
             lines: filter,
+            reconcile,
             ..
         } = &mut self.resync.state
         else {
@@ -376,7 +413,14 @@ impl Session {
         let index = &mut self.index;
         for line in lines {
             filter.push(line.as_ref(), |key| {
-                store_snapshot_key(index, seen, *cleared, applied, key)
+                take_key(
+                    index,
+                    seen,
+                    *cleared,
+                    applied,
+                    reconcile.as_deref_mut(),
+                    key,
+                )
             });
         }
         Some(*applied)
@@ -403,10 +447,20 @@ impl Session {
                 cleared,
                 lines,
                 deadline,
+                reconcile,
                 ..
             } if *current == request => {
                 let index = &mut self.index;
-                lines.finish(|key| store_snapshot_key(index, seen, *cleared, applied, key));
+                lines.finish(|key| {
+                    take_key(
+                        index,
+                        seen,
+                        *cleared,
+                        applied,
+                        reconcile.as_deref_mut(),
+                        key,
+                    )
+                });
                 let doubted = core::mem::take(&mut lines.doubted_keys);
                 if !doubted.is_empty() {
                     *confirming = Some(confirm);
@@ -449,13 +503,22 @@ impl Session {
             applied: Some(applied),
             seen,
             cleared,
+            reconcile,
             ..
         } = &mut self.resync.state
         {
             let before = *applied;
             for (key, _) in results.into_iter().filter(|(_, present)| *present) {
                 if parse_object_key(key).is_some() {
-                    store_snapshot_key(&mut self.index, seen, *cleared, applied, key);
+                    let index = &mut self.index;
+                    take_key(
+                        index,
+                        seen,
+                        *cleared,
+                        applied,
+                        reconcile.as_deref_mut(),
+                        key,
+                    );
                 }
             }
             confirmed = *applied - before;
@@ -474,6 +537,9 @@ impl Session {
     /// Ends the resync under way: the index is live again (once the stream has continued the
     /// status point).
     fn complete_resync(&mut self, now: Instant, confirmed: usize, fx: &mut Effects) {
+        if self.reconciling() {
+            return self.reconcile_listed(now, fx);
+        }
         let ResyncState::Fetching {
             batches,
             applied: Some(applied),
@@ -485,6 +551,9 @@ impl Session {
             return;
         };
         let (batches, applied, confirms) = (*batches, *applied, *confirms);
+        if let ResyncState::Fetching { asked_at, .. } = self.resync.state {
+            self.resync.watch.satisfied_by(asked_at);
+        }
         self.counters.snapshot_odd_lines += lines.odd;
         self.counters.snapshot_doubted_lines += lines.doubted;
         self.resync.state = ResyncState::Idle;
@@ -598,6 +667,7 @@ impl Session {
             lines: LineFilter::default(),
             superseded: false,
             confirming: None,
+            reconcile: None,
         };
         self.stream.fetch_asked();
         fx.push(Command::FetchSnapshot { request });
@@ -608,6 +678,11 @@ impl Session {
     /// [`RETRY_BACKOFF_CAP`] times it: an unreachable master costs a request every 4-8 s, not
     /// every second, and one that comes back is fetched from within 8 retry delays.
     pub(super) fn resync_failed(&mut self, now: Instant, reason: ResyncFailure, fx: &mut Effects) {
+        if self.reconciling() {
+            // The index was not forgotten for it: it is now.
+            fx.push(Report::ResyncFailed { reason });
+            return self.reconcile_fell_back(now, fx);
+        }
         let retry = self
             .config
             .resync

@@ -292,7 +292,7 @@ impl Session {
                 }
             }
             if tenant == DEFAULT_TENANT {
-                self.resync.state.saw(event);
+                self.resync.state.saw(batch.seq, event);
             }
         }
         self.counters.batches += 1;
@@ -301,6 +301,7 @@ impl Session {
             self.forget(now, ClearReason::UnreadableRemoval, fx);
         } else {
             self.count_for_resync(now, payload_len, fx);
+            self.reconcile_if_reached(now, fx);
         }
         self.emit_deltas(fx);
     }

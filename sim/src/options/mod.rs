@@ -628,6 +628,9 @@ impl Options {
                 fetch_timeout: s.fetch_timeout,
                 retry_after: ms(50),
                 status_check: s.status_check,
+                // The watch of the master's signals, on whenever the quiet stream's check is
+                // (the worlds choose that at random).
+                store_watch: s.status_check,
             }),
             verify: s.verify.then_some(VerifyConfig {
                 interval: s.verify_interval,

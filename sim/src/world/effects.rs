@@ -81,6 +81,7 @@ impl<S: System> World<S> {
                     self.on_verify(request, keys)
                 }
                 Effect::Command(Command::ReadStatus { request }) => self.on_status_check(request),
+                Effect::Command(Command::ReadSignals { request }) => self.on_signals_read(request),
                 Effect::Report(CoreReport::Cleared { reason, .. })
                     if reason != ClearReason::PublisherCleared =>
                 {

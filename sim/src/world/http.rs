@@ -3,7 +3,9 @@
 use super::*;
 use crate::flight::Point;
 use crate::master::{Served, Status};
-use hicache_index::{SnapshotRequest, StatusRequest, VerifyRequest, Watermark};
+use hicache_index::{
+    SignalsRequest, SnapshotRequest, StatusRequest, StoreSignals, VerifyRequest, Watermark,
+};
 
 /// A snapshot handed to the session: the history position its key list was read at, and its
 /// status point with the run that served it.
@@ -52,6 +54,15 @@ pub(super) enum HttpItem {
     StatusServer {
         request: StatusRequest,
     },
+    /// A read of the master's signals reaches the master: `GET /metrics` is read.
+    SignalsServer {
+        request: SignalsRequest,
+    },
+    /// The signals read's answer (`None`: failed).
+    SignalsAnswer {
+        request: SignalsRequest,
+        signals: Option<StoreSignals>,
+    },
     /// A status check's answer (`None`: failed, or no counters).
     StatusAnswer {
         request: StatusRequest,
@@ -80,6 +91,7 @@ impl HttpItem {
                 | HttpItem::SnapshotKeys { .. }
                 | HttpItem::VerifyServer { .. }
                 | HttpItem::StatusServer { .. }
+                | HttpItem::SignalsServer { .. }
         )
     }
 }
@@ -144,6 +156,20 @@ impl<S: System> World<S> {
                 },
             ),
             (Some(true), at) => self.http_at(at, HttpItem::StatusServer { request }),
+        }
+    }
+
+    pub(super) fn on_signals_read(&mut self, request: SignalsRequest) {
+        match self.http_fate() {
+            (None, _) => {}
+            (Some(false), at) => self.http_at(
+                at,
+                HttpItem::SignalsAnswer {
+                    request,
+                    signals: None,
+                },
+            ),
+            (Some(true), at) => self.http_at(at, HttpItem::SignalsServer { request }),
         }
     }
 
@@ -311,6 +337,22 @@ impl<S: System> World<S> {
                 });
                 let lat = self.http_latency();
                 self.http_at(now + lat, HttpItem::StatusAnswer { request, watermark });
+            }
+            HttpItem::SignalsServer { request } => {
+                // Every object the master removes without an event moves its unmount counter,
+                // as a client's segment leaving does (spec section 10).
+                let signals = self.master.serving_new(now).map(|_| {
+                    let mut s = StoreSignals::default();
+                    let moved = self.master.stats().silent_removals;
+                    s.add("master_unmount_segment_requests_total", moved as f64);
+                    s
+                });
+                let lat = self.http_latency();
+                self.http_at(now + lat, HttpItem::SignalsAnswer { request, signals });
+            }
+            HttpItem::SignalsAnswer { request, signals } => {
+                let fx = self.sut.handle(now, Input::Signals { request, signals });
+                self.absorb(fx, None);
             }
             HttpItem::StatusAnswer { request, watermark } => {
                 let fx = self.sut.handle(now, Input::Status { request, watermark });

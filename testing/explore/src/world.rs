@@ -621,6 +621,9 @@ impl World {
                         Command::CheckLeader { .. } | Command::UseMaster { .. } => {
                             // No HA leader is configured: never asked.
                         }
+                        Command::ReadSignals { .. } => {
+                            // The watch is off (`Setup::config`): never asked.
+                        }
                     }
                 }
                 hicache_index::Effect::Report(report) => {

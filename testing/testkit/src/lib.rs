@@ -134,7 +134,10 @@ pub const PATIENCE: Duration = Duration::from_secs(10);
 /// until one is applied.
 pub fn wait_subscribed<P: Peer>(peer: &P, q: &QueryHandle) {
     wait_until(q, "a connection", PATIENCE, || {
-        matches!(q.health(), Health::Live | Health::Recovering)
+        matches!(
+            q.health(),
+            Health::Live | Health::Recovering | Health::Reconciling
+        )
     });
     let start = Instant::now();
     let mut probes = Vec::new();

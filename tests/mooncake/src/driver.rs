@@ -26,8 +26,8 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use hicache_index::{
-    Command, Config, Effect, Effects, Input, Instant, Seq, Session, SnapshotRequest, StatusRequest,
-    VerifyRequest, Watermark,
+    Command, Config, Effect, Effects, Input, Instant, Seq, Session, SignalsRequest,
+    SnapshotRequest, StatusRequest, StoreSignals, VerifyRequest, Watermark,
 };
 
 use crate::http;
@@ -52,6 +52,10 @@ enum Answer {
     Status {
         request: StatusRequest,
         watermark: Option<Watermark>,
+    },
+    Signals {
+        request: SignalsRequest,
+        signals: Option<StoreSignals>,
     },
 }
 
@@ -318,6 +322,9 @@ impl IndexDriver {
                 Answer::Status { request, watermark } => self
                     .session
                     .handle(now, Input::Status { request, watermark }),
+                Answer::Signals { request, signals } => self
+                    .session
+                    .handle(now, Input::Signals { request, signals }),
                 Answer::Verify {
                     results: Err(e), ..
                 } => {
@@ -378,6 +385,19 @@ impl IndexDriver {
                         let status = http::kv_events_status(addr, Duration::from_secs(10));
                         let watermark = status.ok().map(|s| watermark(&s));
                         let _ = tx.send(Answer::Status { request, watermark });
+                    });
+                }
+                Effect::Command(Command::ReadSignals { request }) => {
+                    let (tx, addr, request) = (self.answers_tx.clone(), self.http, *request);
+                    self.in_flight += 1;
+                    std::thread::spawn(move || {
+                        // The production driver's parser of the Prometheus text.
+                        let signals = match http::get(addr, "/metrics", Duration::from_secs(10)) {
+                            Ok((200, body)) => hicache_index_driver::parse_signals(&body).ok(),
+                            Ok((404, _)) => Some(StoreSignals::default()),
+                            _ => None,
+                        };
+                        let _ = tx.send(Answer::Signals { request, signals });
                     });
                 }
                 // The real-master scenarios follow one fixed master (their HA runs go through

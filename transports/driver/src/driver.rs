@@ -383,6 +383,13 @@ impl<O: Observer> Driver<O> {
                     s.handle(now, Input::Status { request, watermark })
                 }),
             },
+            Command::ReadSignals { request } => match self.http {
+                Some(_) => self.spawn_job(HttpJob::Signals { request: request.0 }),
+                None => self.call(|s, now| {
+                    let signals = None;
+                    s.handle(now, Input::Signals { request, signals })
+                }),
+            },
             Command::CheckLeader { request, host } => self.spawn_check(request, &host),
             Command::UseMaster { host } => {
                 tracing::info!(host, "following the HA leader");
@@ -398,6 +405,8 @@ const KEY_LIST: &str = "key list";
 const VERIFICATION: &str = "verification";
 /// ... of the checks of a quiet stream against the master's status.
 const STATUS_CHECK: &str = "status check";
+/// ... of the reads of the master's signals.
+const SIGNALS: &str = "store signals";
 /// ... of the event endpoint.
 const EVENTS: &str = "events";
 

@@ -12,6 +12,7 @@
 //!                          (split so every target stays short)         "data":{"k1":{"ok":true}}}
 //!                                                                     -> handle_verify_result
 //! Effect::ReadStatus    -> GET {base}/kv_events/status             -> Input::Status
+//! Effect::ReadSignals   -> GET {base}/metrics                      -> Input::Signals
 //! ```
 
 use std::fmt;
@@ -27,7 +28,7 @@ use crate::config::{Error, HttpConfig};
 mod job;
 mod response;
 
-pub use job::{parse_batch_query, parse_watermark, HttpJob, HttpOutcome};
+pub use job::{parse_batch_query, parse_signals, parse_watermark, HttpJob, HttpOutcome};
 pub use response::ResponseReader;
 
 /// Where the master's HTTP side is, and the client's limits.

@@ -60,7 +60,7 @@ pub use config::{Error, HttpConfig, SocketConfig, SubscriberConfig};
 pub use driver::{Action, Driver, SNAPSHOT_CHUNK_LINES};
 pub use etcd::{HaLocator, LocatorError};
 pub use handle::{Control, Inbox, LockTimes, QueryHandle};
-pub use http::{HttpError, HttpJob, HttpOutcome, MasterHttp, ResponseReader};
+pub use http::{parse_signals, HttpError, HttpJob, HttpOutcome, MasterHttp, ResponseReader};
 pub use memo::{MemoStats, PrefixMemo, DEFAULT_MEMO_BYTES};
 pub use observe::{LinkChange, Observer};
 pub use workers::WorkerPoller;

@@ -27,8 +27,9 @@ pub const QUERY_DURATION_BUCKETS: [f64; 16] = [
 ];
 
 /// Every health state, as `hicache_index_health{state}` labels them.
-const HEALTH_STATES: [Health; 5] = [
+const HEALTH_STATES: [Health; 6] = [
     Health::Live,
+    Health::Reconciling,
     Health::Recovering,
     Health::Connecting,
     Health::Disconnected,
@@ -173,6 +174,14 @@ pub fn counter_help(field: &str) -> Option<&'static str> {
         "point_checks" => "Status points proven only after batches before them came, checked with a sample of the index's keys at the master before queries trusted them",
         "point_checks_failed" => "Point checks that found a claimed key absent at the master (its key list was of another run than the stream) or failed: the index forgot and resynced",
         "stale_escalations_held" => "Verification rounds that removed stale keys within escalate_every of the last escalation: no forget and resync then, the objects not sampled stayed claimed until the first round due once the limit had passed",
+        "clears_store_changed" => "Clears after the master's signals moved and a reconcile could not bring the index to its key list exactly (no status point, another run's, or not reached in time)",
+        "signal_reads" => "Reads of the master's store signals (its /metrics) answered",
+        "signal_failures" => "Reads of the master's store signals that failed or timed out",
+        "store_changes" => "Reads whose store signals differed from the read before: objects hidden, dropped or brought back without an event",
+        "reconciles_started" => "Reconciles asked for: a key list read to bring the index to it without forgetting it",
+        "reconciles_completed" => "Reconciles applied",
+        "reconciled_removed" => "Objects reconciles removed: held by the index, no longer listed by the master",
+        "reconciled_restored" => "Objects reconciles stored: listed by the master, not held by the index",
         "held_batches" => "Batches held now, by the reorder window or for a status point",
         "buffered_batches" => "Live batches applied during the resynchronisation under way",
         "unconfirmed_ms" => "How long the index's content has gone without confirmation from the master: now - confirmed_at, where every object the index holds is known to have been present at the master at or after confirmed_at; 0 while the index is empty",
@@ -201,7 +210,10 @@ pub fn counter_metric(field: &str, kind: Kind) -> (String, f64) {
 
 /// Exports the connected, healthy and per-state health gauges for `health`.
 pub fn export_health(health: Health) {
-    let connected = matches!(health, Health::Live | Health::Recovering);
+    let connected = matches!(
+        health,
+        Health::Live | Health::Recovering | Health::Reconciling
+    );
     metrics::gauge!("hicache_index_connected").set(f64::from(u8::from(connected)));
     metrics::gauge!("hicache_index_healthy").set(f64::from(u8::from(health == Health::Live)));
     for state in HEALTH_STATES {
@@ -331,6 +343,18 @@ pub fn log_report(report: &Report) {
              was less than escalate_every ago: only the sampled keys were removed, the rest \
              waits for the limit"
         ),
+        Report::StoreChanged { family } => tracing::info!(
+            family,
+            "the master's store signals moved: objects hidden, dropped or brought back without \
+             an event; reconciling with its key list"
+        ),
+        Report::SignalsAbsent => tracing::warn!(
+            "the master's /metrics lists none of the store signals: objects it drops without an \
+             event (a client leaving) are found by verification only"
+        ),
+        Report::Reconciled { removed, restored } => {
+            tracing::info!(removed, restored, "reconciled with the master's key list")
+        }
         Report::HealthChanged { from, to } => {
             // Each try of a connection that does not come up goes connecting -> disconnected
             // and back: logged once, as a failure episode, by the driver.

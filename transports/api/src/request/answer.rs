@@ -15,7 +15,9 @@ pub struct QueryAnswer {
     /// checked until the first that misses, that one included (nothing after it was hashed);
     /// with `"page_map": true`, every full page of the request.
     pub pages: Vec<bool>,
-    /// The index's health when it answered: `"live"`, `"recovering"`, `"connecting"`,
+    /// The index's health when it answered: `"live"`, `"reconciling"` (the master's signals
+    /// showed objects hidden or dropped without an event a moment ago: a hit may be one of
+    /// them until the reconcile under way is applied), `"recovering"`, `"connecting"`,
     /// `"disconnected"` or `"events_disabled"`; `"layout_conflict"` when the model's workers
     /// disagree on its layout, `"no_layout"` when none of them advertises one (nothing is
     /// claimed, see `reason`).

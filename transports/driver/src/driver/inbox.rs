@@ -1,9 +1,11 @@
 //! What reaches the loop through its inbox: requests of the handles and the outcomes of HTTP
 //! jobs.
 
-use hicache_index::{Input, LeaderRequest, SnapshotRequest, StatusRequest, VerifyRequest};
+use hicache_index::{
+    Input, LeaderRequest, SignalsRequest, SnapshotRequest, StatusRequest, VerifyRequest,
+};
 
-use super::{Driver, Handover, KEY_LIST, STATUS_CHECK, VERIFICATION};
+use super::{Driver, Handover, KEY_LIST, SIGNALS, STATUS_CHECK, VERIFICATION};
 use crate::handle::Inbox;
 use crate::http::{HttpError, HttpOutcome};
 use crate::observe::Observer;
@@ -85,6 +87,22 @@ impl<O: Observer> Driver<O> {
                 };
                 let request = StatusRequest(request);
                 self.call(|s, now| s.handle(now, Input::Status { request, watermark }));
+            }
+            Inbox::Http(HttpOutcome::Signals { request, signals }) => {
+                let signals = match signals {
+                    Ok(signals) => {
+                        self.shared.episodes.succeeded(SIGNALS);
+                        Some(signals)
+                    }
+                    Err(error) => {
+                        let url = self.http_url();
+                        let cause = error.to_string();
+                        self.shared.episodes.failed(SIGNALS, &url, &cause);
+                        None
+                    }
+                };
+                let request = SignalsRequest(request);
+                self.call(|s, now| s.handle(now, Input::Signals { request, signals }));
             }
             Inbox::Http(HttpOutcome::Verify {
                 request,

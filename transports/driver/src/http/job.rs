@@ -1,7 +1,7 @@
 //! The jobs the core asks for over HTTP ([`HttpJob`]), what they give back ([`HttpOutcome`]), and
 //! the parsers of the master's answers.
 
-use hicache_index::{Seq, Watermark};
+use hicache_index::{Seq, StoreSignals, Watermark};
 
 use super::{HttpError, MasterHttp};
 
@@ -15,6 +15,11 @@ pub enum HttpJob {
     },
     /// `GET /kv_events/status` for the status check `request`.
     Status {
+        /// The core's request number.
+        request: u64,
+    },
+    /// `GET /metrics` for the signals read `request`.
+    Signals {
         /// The core's request number.
         request: u64,
     },
@@ -48,6 +53,14 @@ pub enum HttpOutcome {
         /// What `/kv_events/status` said (`Ok(None)`: it gave no counters).
         watermark: Result<Option<Watermark>, HttpError>,
     },
+    /// The master's signals, or why they could not be read.
+    Signals {
+        /// The core's request number.
+        request: u64,
+        /// What `/metrics` said of the signal families (empty for a master without them or
+        /// without `/metrics`).
+        signals: Result<StoreSignals, HttpError>,
+    },
     /// Which keys exist; keys the master did not answer about are left out.
     Verify {
         /// The core's request number.
@@ -65,6 +78,7 @@ impl HttpJob {
         match self {
             HttpJob::Snapshot { request }
             | HttpJob::Status { request }
+            | HttpJob::Signals { request }
             | HttpJob::Verify { request, .. } => *request,
         }
     }
@@ -80,6 +94,10 @@ impl HttpJob {
             HttpJob::Status { request } => HttpOutcome::Status {
                 request,
                 watermark: Err(error),
+            },
+            HttpJob::Signals { request } => HttpOutcome::Signals {
+                request,
+                signals: Err(error),
             },
             HttpJob::Verify { request, .. } => HttpOutcome::Verify {
                 request,
@@ -127,6 +145,15 @@ impl HttpJob {
                     .get("/kv_events/status")
                     .map(|body| parse_watermark(&body)),
             },
+            HttpJob::Signals { request } => HttpOutcome::Signals {
+                request,
+                signals: match http.get("/metrics") {
+                    Ok(body) => parse_signals(&body),
+                    // A master without `/metrics` has nothing to watch.
+                    Err(HttpError::Status(404)) => Ok(StoreSignals::default()),
+                    Err(e) => Err(e),
+                },
+            },
             HttpJob::Verify { request, keys } => {
                 let mut results = Vec::with_capacity(keys.len());
                 let mut error = None;
@@ -159,6 +186,23 @@ pub fn parse_watermark(body: &[u8]) -> Option<Watermark> {
         seq: Seq(seq),
         events: field("published_events"),
     })
+}
+
+/// Reads the store signals ([`hicache_index::signals`]) from a `/metrics` answer in the
+/// Prometheus text format (parsed by `prometheus-parse`): each family's samples summed, the
+/// others ignored.
+pub fn parse_signals(body: &[u8]) -> Result<StoreSignals, HttpError> {
+    let text = std::str::from_utf8(body).map_err(|_| HttpError::Malformed("not UTF-8"))?;
+    let scrape = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_owned())))
+        .map_err(|_| HttpError::Malformed("not the Prometheus text format"))?;
+    let mut signals = StoreSignals::default();
+    for sample in &scrape.samples {
+        use prometheus_parse::Value;
+        if let Value::Counter(v) | Value::Gauge(v) | Value::Untyped(v) = sample.value {
+            signals.add(&sample.metric, v);
+        }
+    }
+    Ok(signals)
 }
 
 /// Reads a `/batch_query_keys` answer: `{"success":true,"data":{"<key>":{"ok":bool,...}}}`.

@@ -1,0 +1,246 @@
+//! Reconciling: a key list read while the stream stays placed and the index keeps answering,
+//! then brought into the index exactly, without a window of misses.
+//!
+//! The fetch is an ordinary [`Command::FetchSnapshot`]; its status point `P` (the last sequence
+//! the master had assigned before its key list was read) decides, object by object, who is
+//! newer: a live batch numbered after `P` decides the objects it touched; for every other
+//! object the key list does. Once the list is whole and the stream has applied every batch up
+//! to `P`, the index is brought to it in one step ([`Index::reconcile`]): objects held and not
+//! listed are removed, objects listed and not held are stored, and objects present all along
+//! stay hits throughout. Whatever cannot be placed so (the master gives no status point, the
+//! point is before where the stream stood when the fetch was asked and so another run's, or the
+//! stream does not reach it within the fetch timeout, or the fetch fails) forgets and resyncs
+//! instead ([`ClearReason::StoreChanged`]): misses, never a hit.
+
+use alloc::boxed::Box;
+
+use super::*;
+use crate::index::ObjectSet;
+use crate::sequence::Position;
+
+/// The most live object events a reconcile keeps while its key list is read; past it, it
+/// forgets and resyncs instead.
+const MAX_LIVE_EVENTS: usize = 1 << 20;
+
+/// A reconcile under way (carried by [`ResyncState::Fetching`]).
+#[derive(Debug)]
+pub(super) struct Reconcile {
+    /// The sequence the stream stood at when the fetch was asked for: a status point before it
+    /// is another run's.
+    at_ask: Option<Seq>,
+    /// The fetch's status point, once its answer began.
+    point: Option<Point>,
+    /// The objects the key list holds, numbered as the index numbers them.
+    pub(super) listed: ObjectSet,
+    /// Every default-tenant object key a live batch touched since the fetch was asked, with
+    /// the batch's sequence.
+    live: Vec<(String, Seq)>,
+    /// The sequence of the last live `cleared` of the default tenant since the ask.
+    cleared: Option<Seq>,
+    /// The key list was handed over whole (its doubted lines confirmed): it waits for the
+    /// stream to reach the status point.
+    listed_all: bool,
+}
+
+impl Reconcile {
+    /// Records a live default-tenant event of the batch `seq`.
+    pub(super) fn saw(&mut self, seq: Seq, event: &crate::frame::Event<'_>) {
+        match (event.kind, event.object_key) {
+            (EventKind::Cleared, _) => self.cleared = Some(seq),
+            (_, Some(key)) if self.live.len() < MAX_LIVE_EVENTS => {
+                self.live.push((String::from(key), seq));
+            }
+            (_, Some(_)) => self.live_overflowed(),
+            _ => {}
+        }
+    }
+
+    fn live_overflowed(&mut self) {
+        // Marks the reconcile unplaceable: it falls back once its list is in.
+        self.at_ask = Some(Seq(u64::MAX));
+    }
+}
+
+/// The stream's sequence, where it stands at a batch or a status point.
+fn stands_at(position: Position) -> Option<Seq> {
+    match position {
+        Position::Batch(p) | Position::Status { point: p, .. } => Some(p.seq),
+        _ => None,
+    }
+}
+
+impl Session {
+    /// Starts a reconcile when a change of the master's signals waits for one and nothing else
+    /// reads a key list: connected, the stream placed and trusted, no fetch under way.
+    pub(super) fn reconcile_if_wanted(&mut self, now: Instant, fx: &mut Effects) {
+        let Some(limits) = self.config.resync else {
+            return;
+        };
+        if self.resync.watch.wanted.is_none()
+            || !self.link.is_up()
+            || !matches!(self.resync.state, ResyncState::Idle)
+            || self.stream.is_unplaced()
+            || self.point_in_doubt()
+        {
+            return;
+        }
+        let request = SnapshotRequest(self.resync.next_request);
+        self.resync.next_request += 1;
+        self.counters.reconciles_started += 1;
+        self.resync.state = ResyncState::Fetching {
+            request,
+            deadline: now + limits.fetch_timeout,
+            asked_at: now,
+            // Every object left after the reconcile is listed (read after now) or was decided
+            // by a live batch since (its arrival lowers this).
+            confirms: now,
+            batches: 0,
+            bytes: 0,
+            applied: None,
+            seen: BTreeMap::new(),
+            cleared: false,
+            lines: LineFilter::default(),
+            superseded: false,
+            confirming: None,
+            reconcile: Some(Box::new(Reconcile {
+                at_ask: stands_at(self.stream.position()),
+                point: None,
+                listed: ObjectSet::default(),
+                live: Vec::new(),
+                cleared: None,
+                listed_all: false,
+            })),
+        };
+        fx.push(Command::FetchSnapshot { request });
+        self.update_health(fx);
+    }
+
+    /// The reconcile's answer began with the status point `watermark`: it can be placed, or it
+    /// falls back.
+    pub(super) fn begin_reconcile(
+        &mut self,
+        now: Instant,
+        watermark: Option<Watermark>,
+    ) -> Effects {
+        let mut fx = Effects::new();
+        let ResyncState::Fetching {
+            applied,
+            reconcile: Some(reconcile),
+            ..
+        } = &mut self.resync.state
+        else {
+            return fx;
+        };
+        let placeable = match (watermark, reconcile.at_ask) {
+            (None, _) => false,
+            (Some(w), Some(at)) => w.seq >= at,
+            (Some(_), None) => true,
+        };
+        if placeable {
+            reconcile.point = watermark.map(Watermark::point);
+            *applied = Some(0);
+        } else {
+            self.reconcile_fell_back(now, &mut fx);
+        }
+        self.update_health(&mut fx);
+        fx
+    }
+
+    /// The reconcile's key list is whole: it is applied once the stream reaches its point.
+    pub(super) fn reconcile_listed(&mut self, now: Instant, fx: &mut Effects) {
+        if let ResyncState::Fetching {
+            reconcile: Some(reconcile),
+            deadline,
+            ..
+        } = &mut self.resync.state
+        {
+            reconcile.listed_all = true;
+            // The stream has the fetch timeout again to reach the point.
+            *deadline = now
+                + self
+                    .config
+                    .resync
+                    .map_or(Duration::ZERO, |r| r.fetch_timeout);
+        }
+        self.reconcile_if_reached(now, fx);
+    }
+
+    /// Applies the reconcile whose key list is whole once the stream has applied every batch
+    /// up to its status point.
+    pub(super) fn reconcile_if_reached(&mut self, now: Instant, fx: &mut Effects) {
+        let ResyncState::Fetching {
+            reconcile: Some(reconcile),
+            ..
+        } = &self.resync.state
+        else {
+            return;
+        };
+        let Some(point) = reconcile.point.filter(|_| reconcile.listed_all) else {
+            return;
+        };
+        if reconcile.at_ask == Some(Seq(u64::MAX)) {
+            return self.reconcile_fell_back(now, fx);
+        }
+        if stands_at(self.stream.position()).is_none_or(|at| at < point.seq) {
+            return;
+        }
+        let ResyncState::Fetching {
+            reconcile: Some(reconcile),
+            asked_at,
+            confirms,
+            lines,
+            ..
+        } = core::mem::replace(&mut self.resync.state, ResyncState::Idle)
+        else {
+            unreachable!("matched above");
+        };
+        // A live batch after the point decides the objects it touched; a `cleared` after it
+        // leaves nothing of the list to add.
+        let mut kept = ObjectSet::default();
+        for (key, seq) in &reconcile.live {
+            if *seq > point.seq {
+                self.index.name_key(DEFAULT_TENANT, key, &mut kept);
+            }
+        }
+        let listed = match reconcile.cleared.is_some_and(|seq| seq > point.seq) {
+            true => ObjectSet::default(),
+            false => reconcile.listed,
+        };
+        let done = self.index.reconcile(DEFAULT_TENANT, &listed, &kept);
+        self.counters.snapshot_odd_lines += lines.odd;
+        self.counters.snapshot_doubted_lines += lines.doubted;
+        self.counters.reconciles_completed += 1;
+        self.counters.reconciled_removed += done.removed as u64;
+        self.counters.reconciled_restored += done.restored as u64;
+        // The key list covers the default tenant only: objects of others keep their own
+        // confirmation.
+        if !done.other_tenants {
+            self.confirm(confirms);
+        }
+        self.resync.watch.satisfied_by(asked_at);
+        fx.push(Report::Reconciled {
+            removed: done.removed,
+            restored: done.restored,
+        });
+        self.emit_deltas(fx);
+        self.update_health(fx);
+    }
+
+    /// A reconcile that cannot bring the index to its key list exactly forgets and resyncs
+    /// (a key list asked for now satisfies the change).
+    pub(super) fn reconcile_fell_back(&mut self, now: Instant, fx: &mut Effects) {
+        self.resync.state = ResyncState::Idle;
+        self.forget(now, ClearReason::StoreChanged, fx);
+    }
+
+    /// Reports whether the fetch under way is a reconcile.
+    pub(super) fn reconciling(&self) -> bool {
+        matches!(
+            self.resync.state,
+            ResyncState::Fetching {
+                reconcile: Some(_),
+                ..
+            }
+        )
+    }
+}

@@ -1,0 +1,201 @@
+//! The watch of the master's own signals ([`crate::signals`]): objects it stops or starts
+//! listing without an event make the session reconcile with its key list.
+//!
+//! One rule: **a change seen is satisfied by the first key list asked for after it**; until
+//! that list is applied, answers say [`Health::Reconciling`]. The first read is the baseline; a
+//! baseline taken while the index holds, or is fetching, a key list that may be older than it
+//! asks for a reconcile too (the list may predate a change the baseline already counts).
+
+use super::*;
+use crate::input::SignalsRequest;
+use crate::signals::StoreSignals;
+
+/// How many watch intervals a master without the signal families waits before it is asked
+/// again (it may be upgraded, or a failover may bring one that has them).
+const ABSENT_INTERVALS: u32 = 64;
+
+/// The watch: the next read, the one in flight, what the last answer said, and the change
+/// waiting for a key list.
+#[derive(Debug)]
+pub(super) struct Watch {
+    next_at: Option<Instant>,
+    /// The read under way and when it is given up.
+    in_flight: Option<(SignalsRequest, Instant)>,
+    next_request: u64,
+    /// The last answer that listed the families (kept across connections: a change while
+    /// disconnected is still a change).
+    last: Option<StoreSignals>,
+    /// [`Report::SignalsAbsent`] was said.
+    absent_said: bool,
+    /// The backoff of reads that failed in a row.
+    failures: Backoff,
+    /// When a change was seen that no key list asked for since has satisfied.
+    pub(super) wanted: Option<Instant>,
+}
+
+/// What the watch's timer asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum WatchDue {
+    /// Read the signals.
+    Read,
+    /// The read under way was not answered in time.
+    TimedOut,
+}
+
+impl Watch {
+    pub(super) fn new(seed: u64) -> Watch {
+        Watch {
+            next_at: None,
+            in_flight: None,
+            next_request: 1,
+            last: None,
+            absent_said: false,
+            failures: Backoff::new(seed ^ 0x7761_7463),
+            wanted: None,
+        }
+    }
+
+    /// The link came up: read now (unless a read is under way).
+    pub(super) fn start(&mut self, now: Instant) {
+        if self.in_flight.is_none() {
+            self.next_at = Some(now);
+        }
+    }
+
+    /// The link went down: nothing is read until it comes up again (the next connection
+    /// reads a key list anyway).
+    pub(super) fn stop(&mut self) {
+        self.next_at = None;
+        self.in_flight = None;
+    }
+
+    /// Returns when [`Watch::handle_timeout`] is next due.
+    pub(super) fn poll_timeout(&self) -> Option<Instant> {
+        match self.in_flight {
+            Some((_, deadline)) => Some(deadline),
+            None => self.next_at,
+        }
+    }
+
+    /// Returns what is due at `now`, if anything.
+    pub(super) fn handle_timeout(&mut self, now: Instant) -> Option<WatchDue> {
+        match self.in_flight {
+            Some((_, deadline)) if deadline <= now => {
+                self.in_flight = None;
+                Some(WatchDue::TimedOut)
+            }
+            None if self.next_at.is_some_and(|at| at <= now) => Some(WatchDue::Read),
+            _ => None,
+        }
+    }
+
+    /// A key list asked for at `asked_at` was applied: it satisfies a change seen at or
+    /// before then.
+    pub(super) fn satisfied_by(&mut self, asked_at: Instant) {
+        if self.wanted.is_some_and(|seen| seen <= asked_at) {
+            self.wanted = None;
+        }
+    }
+}
+
+impl Session {
+    /// The watch's timer: asks for a read, or ends one that was not answered in time.
+    pub(super) fn watch_timeout(&mut self, now: Instant, fx: &mut Effects) {
+        let (Some(interval), Some(limits)) = (self.watch_interval(), self.config.resync) else {
+            return;
+        };
+        match self.resync.watch.handle_timeout(now) {
+            Some(WatchDue::Read) => {
+                let watch = &mut self.resync.watch;
+                let request = SignalsRequest(watch.next_request);
+                watch.next_request += 1;
+                watch.next_at = None;
+                watch.in_flight = Some((request, now + limits.fetch_timeout.max(interval)));
+                fx.push(Command::ReadSignals { request });
+            }
+            Some(WatchDue::TimedOut) => self.signals_failed(now, interval),
+            None => {}
+        }
+    }
+
+    /// Takes the answer to a read of the master's signals ([`Input::Signals`]).
+    pub(super) fn on_signals(
+        &mut self,
+        now: Instant,
+        request: SignalsRequest,
+        signals: Option<StoreSignals>,
+    ) -> Effects {
+        self.see(now);
+        let mut fx = Effects::new();
+        match (self.resync.watch.in_flight, self.watch_interval()) {
+            (Some((current, _)), Some(interval)) if current == request => {
+                self.resync.watch.in_flight = None;
+                match signals {
+                    None => self.signals_failed(now, interval),
+                    Some(signals) => self.signals_read(now, interval, signals, &mut fx),
+                }
+            }
+            _ => self.counters.stale_answers += 1,
+        }
+        self.update_health(&mut fx);
+        fx
+    }
+
+    fn signals_read(
+        &mut self,
+        now: Instant,
+        interval: Duration,
+        signals: StoreSignals,
+        fx: &mut Effects,
+    ) {
+        self.counters.signal_reads += 1;
+        let holds_a_list =
+            self.index.object_count() > 0 || !matches!(self.resync.state, ResyncState::Idle);
+        let watch = &mut self.resync.watch;
+        watch.failures.attempts = 0;
+        if signals.is_empty() {
+            if !watch.absent_said {
+                watch.absent_said = true;
+                fx.push(Report::SignalsAbsent);
+            }
+            watch.last = None;
+            watch.next_at = Some(now + interval.saturating_mul(ABSENT_INTERVALS));
+            return;
+        }
+        watch.next_at = Some(now + interval);
+        let changed = match &watch.last {
+            Some(last) => signals.changed_since(last),
+            // The baseline: the index's key list may be older than it.
+            None => None,
+        };
+        let baseline = watch.last.is_none();
+        watch.last = Some(signals);
+        if let Some(family) = changed {
+            self.counters.store_changes += 1;
+            fx.push(Report::StoreChanged { family });
+        }
+        if changed.is_some() || (baseline && holds_a_list) {
+            // The first change waiting keeps its time: a list asked after it satisfies both.
+            let watch = &mut self.resync.watch;
+            watch.wanted = Some(watch.wanted.unwrap_or(now));
+        }
+    }
+
+    fn signals_failed(&mut self, now: Instant, interval: Duration) {
+        self.counters.signal_failures += 1;
+        let watch = &mut self.resync.watch;
+        let delay = watch.failures.delay(&BackoffConfig {
+            initial: interval,
+            max: interval.saturating_mul(super::resync::RETRY_BACKOFF_CAP),
+            ..BackoffConfig::default()
+        });
+        watch.failures.attempts = watch.failures.attempts.saturating_add(1);
+        watch.next_at = Some(now + delay);
+    }
+
+    /// The watch interval, when the watch is on (it needs resync: a change is met with a key
+    /// list).
+    fn watch_interval(&self) -> Option<Duration> {
+        self.config.resync.and_then(|r| r.store_watch)
+    }
+}

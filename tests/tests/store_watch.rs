@@ -1,0 +1,248 @@
+//! The watch of the master's own signals (issue 27): objects the master stops listing without
+//! an event (a client's segment leaving) are no longer claimed once a key list asked for after
+//! the signal moved is applied, and the pages it still lists stay hits throughout (a reconcile,
+//! not a forget). A live batch after the key list's status point wins over the list; a batch at
+//! or before it loses, even when it arrives after the list.
+
+use std::time::Duration;
+
+use hicache_index::{
+    ClearReason, Command, Config, Effect, Effects, Health, Input, Layout, PageHash, Report,
+    ResyncConfig, StoreSignals,
+};
+use hicache_index_tests::{
+    cleared, config, mha, page_hashes, removed, store_page, tokens, Harness,
+};
+
+const UNMOUNTS: &str = "master_unmount_segment_requests_total";
+
+/// Eight pages of two objects stored by events after the watch's baseline (resync on, no status
+/// checks or verification: only the watch asks the master).
+fn setup() -> (Harness, Layout, Vec<PageHash>) {
+    let layout = mha(1);
+    let cfg = Config {
+        resync: Some(ResyncConfig {
+            status_check: None,
+            store_watch: Some(Duration::from_millis(250)),
+            ..ResyncConfig::default()
+        }),
+        verify: None,
+        ..config(layout.clone())
+    };
+    let mut h = Harness::placed(cfg);
+    let fx = read_signals(&mut h, Some(0));
+    assert!(
+        !asks_fetch(&fx),
+        "an empty index needs no reconcile: {fx:?}"
+    );
+    let pages = page_hashes(&layout, &tokens(8));
+    for page in &pages {
+        let _ = h.batch(store_page(&layout, page));
+    }
+    assert_eq!(claimed(&h, &pages), [true; 8]);
+    assert_eq!(h.health(), Health::Live);
+    (h, layout, pages)
+}
+
+/// Fires timers until the session reads the master's signals, and answers with `unmounts` as
+/// the unmount counter (`None`: the master lists no signal family).
+fn read_signals(h: &mut Harness, unmounts: Option<u64>) -> Effects {
+    for _ in 0..20 {
+        let fx = h.fire_timeout().expect("the watch is scheduled");
+        let Some(request) = fx.iter().find_map(|e| match e {
+            Effect::Command(Command::ReadSignals { request }) => Some(*request),
+            _ => None,
+        }) else {
+            continue;
+        };
+        let mut signals = StoreSignals::default();
+        if let Some(n) = unmounts {
+            signals.add(UNMOUNTS, n as f64);
+        }
+        let fx = h.session.handle(
+            h.now,
+            Input::Signals {
+                request,
+                signals: Some(signals),
+            },
+        );
+        return h.record(fx);
+    }
+    panic!("no signals read within 20 timers");
+}
+
+fn asks_fetch(fx: &Effects) -> bool {
+    fx.iter()
+        .any(|e| matches!(e, Effect::Command(Command::FetchSnapshot { .. })))
+}
+
+/// Whether each page is claimed on its own.
+fn claimed(h: &Harness, pages: &[PageHash]) -> Vec<bool> {
+    pages
+        .iter()
+        .map(|p| {
+            h.session
+                .query(&hicache_index::Lookup::page_hashes(std::slice::from_ref(p)))
+                .expect("the default layout answers")
+                .prefix_pages
+                == 1
+        })
+        .collect()
+}
+
+/// Every object key of the pages whose index is not in `gone`.
+fn keys_but(layout: &Layout, pages: &[PageHash], gone: &[usize]) -> Vec<String> {
+    pages
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| !gone.contains(i))
+        .flat_map(|(_, p)| layout.object_keys(p))
+        .collect()
+}
+
+fn reconciled(fx: &Effects) -> Option<(usize, usize)> {
+    fx.iter().find_map(|e| match e {
+        Effect::Report(Report::Reconciled { removed, restored }) => Some((*removed, *restored)),
+        _ => None,
+    })
+}
+
+#[test]
+fn a_segment_leaving_unclaims_its_pages_and_the_others_stay_hits_throughout() {
+    let (mut h, layout, pages) = setup();
+    // A client closed: pages 2 and 5 vanished from the master's listing, no event.
+    let fx = read_signals(&mut h, Some(1));
+    assert!(asks_fetch(&fx), "a change asks for a key list: {fx:?}");
+    assert_eq!(h.health(), Health::Reconciling);
+    assert_eq!(claimed(&h, &pages), [true; 8], "no forget, no miss window");
+    let listed = keys_but(&layout, &pages, &[2, 5]);
+    let listed: Vec<&str> = listed.iter().map(String::as_str).collect();
+    let fx = h.answer_fetch(h.next_seq - 1, &listed);
+    assert_eq!(reconciled(&fx), Some((4, 0)), "{fx:?}");
+    assert!(cleared(&fx).is_empty(), "{fx:?}");
+    assert_eq!(
+        claimed(&h, &pages),
+        [true, true, false, true, true, false, true, true]
+    );
+    assert_eq!(h.health(), Health::Live);
+    let c = h.session.counters();
+    assert_eq!((c.store_changes, c.reconciles_completed), (1, 1));
+    assert_eq!((c.reconciled_removed, c.reconciled_restored), (4, 0));
+}
+
+#[test]
+fn objects_listed_again_after_a_stall_are_restored() {
+    let (mut h, layout, pages) = setup();
+    let _ = read_signals(&mut h, Some(1));
+    let listed = keys_but(&layout, &pages, &[3]);
+    let listed: Vec<&str> = listed.iter().map(String::as_str).collect();
+    let _ = h.answer_fetch(h.next_seq - 1, &listed);
+    assert!(!claimed(&h, &pages)[3]);
+    // The stalled client resumed: its objects are listed again, no event says so.
+    let _ = read_signals(&mut h, Some(2));
+    let all = keys_but(&layout, &pages, &[]);
+    let all: Vec<&str> = all.iter().map(String::as_str).collect();
+    let fx = h.answer_fetch(h.next_seq - 1, &all);
+    assert_eq!(reconciled(&fx), Some((0, 2)), "{fx:?}");
+    assert_eq!(claimed(&h, &pages), [true; 8]);
+}
+
+#[test]
+fn a_live_batch_after_the_status_point_wins_over_the_key_list() {
+    let (mut h, layout, pages) = setup();
+    let point = h.next_seq - 1;
+    let _ = read_signals(&mut h, Some(1));
+    // After the status point: page 1 is removed and page 6 stored again (it vanished, then
+    // the router's worker put it back).
+    let events: Vec<_> = layout
+        .object_keys(&pages[1])
+        .map(removed)
+        .chain(store_page(&layout, &pages[6]))
+        .collect();
+    let _ = h.batch(events);
+    // The list was read before that batch: it holds page 1 and lacks page 6.
+    let listed = keys_but(&layout, &pages, &[6]);
+    let listed: Vec<&str> = listed.iter().map(String::as_str).collect();
+    let fx = h.answer_fetch_at(point, 16, &listed);
+    assert_eq!(reconciled(&fx), Some((0, 0)), "{fx:?}");
+    let c = claimed(&h, &pages);
+    assert!(
+        !c[1],
+        "the live removal after the point is newer than the list"
+    );
+    assert!(
+        c[6],
+        "the live store after the point is newer than the list"
+    );
+}
+
+#[test]
+fn a_batch_before_the_status_point_that_arrives_after_the_list_does_not_bring_back_a_page() {
+    let (mut h, layout, pages) = setup();
+    let _ = read_signals(&mut h, Some(1));
+    // The master stored page 7's objects again in batch `point` and then lost them with the
+    // segment; the list, read after `point`, lacks page 7. The batch arrives after the list.
+    let point = h.next_seq;
+    let listed = keys_but(&layout, &pages, &[7]);
+    let listed: Vec<&str> = listed.iter().map(String::as_str).collect();
+    let fx = h.answer_fetch_at(point, 17, &listed);
+    assert_eq!(
+        reconciled(&fx),
+        None,
+        "the stream has not reached the point: {fx:?}"
+    );
+    assert_eq!(h.health(), Health::Reconciling);
+    let fx = h.batch(store_page(&layout, &pages[7]));
+    assert_eq!(reconciled(&fx), Some((2, 0)), "{fx:?}");
+    assert!(!claimed(&h, &pages)[7], "the list is newer than the batch");
+    assert_eq!(h.health(), Health::Live);
+}
+
+#[test]
+fn a_reconcile_without_a_status_point_forgets_and_resyncs() {
+    let (mut h, _layout, pages) = setup();
+    let _ = read_signals(&mut h, Some(1));
+    let request = h.fetch_request().expect("a reconcile fetch");
+    let lines: [&[u8]; 0] = [];
+    let fx = h.session.handle(
+        h.now,
+        Input::Snapshot {
+            request,
+            watermark: None,
+            lines: &lines,
+        },
+    );
+    let fx = h.record(fx);
+    assert_eq!(cleared(&fx), [ClearReason::StoreChanged], "{fx:?}");
+    assert!(asks_fetch(&fx), "a resync follows: {fx:?}");
+    assert_eq!(claimed(&h, &pages), [false; 8]);
+    assert_eq!(h.health(), Health::Recovering);
+}
+
+#[test]
+fn a_status_point_behind_the_stream_is_another_runs_and_forgets() {
+    let (mut h, layout, pages) = setup();
+    let _ = read_signals(&mut h, Some(1));
+    let listed = keys_but(&layout, &pages, &[]);
+    let listed: Vec<&str> = listed.iter().map(String::as_str).collect();
+    // The stream stood at batch 8 when the fetch was asked; a point at 3 is another run's.
+    let fx = h.answer_fetch_at(3, 6, &listed);
+    assert_eq!(cleared(&fx), [ClearReason::StoreChanged], "{fx:?}");
+    assert_eq!(claimed(&h, &pages), [false; 8]);
+}
+
+#[test]
+fn a_master_without_the_signal_families_is_said_once_and_asked_rarely() {
+    let (mut h, _layout, _pages) = setup();
+    let fx = read_signals(&mut h, None);
+    assert!(fx
+        .iter()
+        .any(|e| matches!(e, Effect::Report(Report::SignalsAbsent))));
+    let asked_at = h.now;
+    let fx = read_signals(&mut h, None);
+    assert!(h.now.saturating_duration_since(asked_at) >= Duration::from_millis(250 * 64));
+    assert!(!fx
+        .iter()
+        .any(|e| matches!(e, Effect::Report(Report::SignalsAbsent))));
+    assert_eq!(h.health(), Health::Live);
+}
