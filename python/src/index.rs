@@ -86,7 +86,9 @@ impl Index {
             };
             let objects: Vec<(String, Layout)> = dict
                 .iter()
-                .filter_map(|(k, v)| Some((k.extract().ok()?, v.cast::<Layout>().ok()?.get().clone())))
+                .filter_map(|(k, v)| {
+                    Some((k.extract().ok()?, v.cast::<Layout>().ok()?.get().clone()))
+                })
                 .collect();
             if objects.is_empty() {
                 return Ok(false);
@@ -160,20 +162,29 @@ impl Index {
                     ask(handle, &lookup, cover)
                 })
             }
-            (None, Some(hashes)) => {
-                let hashes = self::hashes(hashes)?;
-                py.detach(|| {
-                    let lookup = Lookup {
-                        tenant,
-                        model,
-                        pages: Pages::Hashes(&hashes),
-                    };
-                    ask(handle, &lookup, cover)
-                })
+            (None, Some(given)) => {
+                let mut hashes = HASHES.take();
+                let read = self::hashes(given, &mut hashes);
+                let answered = read.map(|()| {
+                    py.detach(|| {
+                        let lookup = Lookup {
+                            tenant,
+                            model,
+                            pages: Pages::Hashes(&hashes),
+                        };
+                        ask(handle, &lookup, cover)
+                    })
+                });
+                if hashes.capacity() <= KEPT_HASHES {
+                    HASHES.set(hashes);
+                }
+                answered?
             }
             _ => return Err(value_error(ApiError::NeedTokensOrHashes.to_string())),
         };
-        answered.map(Answer::from).map_err(|e| value_error(e.to_string()))
+        answered
+            .map(Answer::from)
+            .map_err(|e| value_error(e.to_string()))
     }
 
     /// The index's health: `live`, `recovering`, `connecting`, `disconnected` (also once
@@ -249,7 +260,9 @@ impl Index {
     fn wait_live(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<bool> {
         let deadline = match timeout {
             Some(t) if !(t >= 0.0 && t.is_finite()) => {
-                return Err(value_error("timeout must be a non-negative number of seconds"))
+                return Err(value_error(
+                    "timeout must be a non-negative number of seconds",
+                ))
             }
             Some(t) => Some(Instant::now() + Duration::from_secs_f64(t)),
             None => None,
@@ -406,7 +419,9 @@ fn stop(runner: Runner) {
 /// Reads token ids (0 to 2^64-1) from a sequence; a bad one is a `ValueError` naming it.
 pub(crate) fn tokens(value: &Bound<'_, PyAny>) -> PyResult<Vec<u64>> {
     if value.is_instance_of::<PyString>() {
-        return Err(value_error("tokens must be a sequence of token ids, not a string"));
+        return Err(value_error(
+            "tokens must be a sequence of token ids, not a string",
+        ));
     }
     if let Ok(tokens) = value.extract::<Vec<u64>>() {
         return Ok(tokens);
@@ -426,22 +441,32 @@ pub(crate) fn tokens(value: &Bound<'_, PyAny>) -> PyResult<Vec<u64>> {
     Ok(out)
 }
 
-/// Reads page hashes (32-byte `bytes` or 64 lowercase hex characters each).
-fn hashes(value: &Bound<'_, PyAny>) -> PyResult<Vec<PageHash>> {
+/// Reads page hashes (32-byte `bytes` or 64 lowercase hex characters each) into `out`
+/// (cleared first).
+fn hashes(value: &Bound<'_, PyAny>, out: &mut Vec<PageHash>) -> PyResult<()> {
+    out.clear();
     let bad = |position: usize| value_error(ApiError::BadPageHash { position }.to_string());
     if let Ok(list) = value.cast::<PyList>() {
-        let mut out = Vec::with_capacity(list.len());
-        for (position, item) in list.iter().enumerate() {
-            out.push(crate::page_hash(&item).ok_or_else(|| bad(position))?);
+        // Nothing below runs Python code, so the list keeps its length and items meanwhile.
+        let len = list.len();
+        out.reserve(len);
+        let offset = bytes_data_offset(value.py());
+        for position in 0..len {
+            match bytes_hash(list, position, offset) {
+                Some(hash) => out.push(hash),
+                None => {
+                    let item = list.get_item(position)?;
+                    out.push(crate::page_hash(&item).ok_or_else(|| bad(position))?);
+                }
+            }
         }
-        return Ok(out);
+        return Ok(());
     }
     if value.is_instance_of::<PyString>() {
         return Err(value_error(
             "page_hashes must be a sequence of page hashes, not a string",
         ));
     }
-    let mut out = Vec::new();
     for (position, item) in value
         .try_iter()
         .map_err(|_| value_error("page_hashes must be a sequence of page hashes"))?
@@ -449,20 +474,72 @@ fn hashes(value: &Bound<'_, PyAny>) -> PyResult<Vec<PageHash>> {
     {
         out.push(crate::page_hash(&item?).ok_or_else(|| bad(position))?);
     }
-    Ok(out)
+    Ok(())
+}
+
+/// Where an exact `bytes` object keeps its bytes, from the object's address: `PyBytes_AsString`
+/// of one `bytes` object, measured once (CPython stores them inline, at the same place in
+/// every `bytes` object).
+fn bytes_data_offset(py: Python<'_>) -> usize {
+    static OFFSET: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *OFFSET.get_or_init(|| {
+        let probe = pyo3::types::PyBytes::new(py, &[0; 32]);
+        let object = probe.as_ptr();
+        // SAFETY: `probe` is a live `bytes` object and the GIL is held.
+        let data = unsafe { pyo3::ffi::PyBytes_AsString(object) };
+        (data as usize) - (object as usize)
+    })
+}
+
+/// The fast path of [`hashes`]: item `position` of `list` when it is exactly a `bytes` of 32
+/// bytes, read with one call of the stable ABI (the borrowed item) and no reference counting;
+/// `None` for anything else (the caller takes the general path).
+fn bytes_hash(list: &Bound<'_, PyList>, position: usize, offset: usize) -> Option<PageHash> {
+    use pyo3::ffi;
+    let index = ffi::Py_ssize_t::try_from(position).ok()?;
+    // SAFETY: `list` is a live list and the GIL is held (the `Bound`). PyList_GetItem returns a
+    // borrowed reference (or NULL with an IndexError, cleared), valid while the list holds it,
+    // which it does until Python code runs; none runs before the bytes are copied. An exact
+    // `bytes` object (its type checked first) is a variable-size object whose `ob_size` is its
+    // length, its bytes immutable and inline at `offset` (`bytes_data_offset`).
+    unsafe {
+        let item = ffi::PyList_GetItem(list.as_ptr(), index);
+        if item.is_null() {
+            ffi::PyErr_Clear();
+            return None;
+        }
+        if ffi::PyBytes_CheckExact(item) == 0 || ffi::Py_SIZE(item) != 32 {
+            return None;
+        }
+        let data = item.cast::<u8>().add(offset).cast::<[u8; 32]>();
+        Some(PageHash(std::ptr::read_unaligned(data)))
+    }
+}
+
+/// The most page hashes [`HASHES`] keeps between queries (128 KiB).
+const KEPT_HASHES: usize = 4096;
+
+thread_local! {
+    /// The page hashes of a query, reused by the next query on the same thread (no allocation
+    /// per call once it has grown).
+    static HASHES: std::cell::Cell<Vec<PageHash>> = const { std::cell::Cell::new(Vec::new()) };
 }
 
 /// Times `iterations` queries of `page_hashes` in Rust, through the same answer path as
-/// `Index.query` (hashes converted beforehand), and through the bare query handle: returns the
-/// seconds per query of each. For the benchmark of the Python package (not a test).
+/// `Index.query` (hashes converted beforehand), or with `bare` through the query handle alone
+/// (no answer built): returns the seconds per query. Releases the GIL throughout. For the
+/// benchmark of the Python package (not a test).
 #[pyfunction]
+#[pyo3(signature = (index, page_hashes, iterations, bare=false))]
 pub(crate) fn bench_rust(
     py: Python<'_>,
     index: &Index,
     page_hashes: &Bound<'_, PyAny>,
     iterations: usize,
-) -> PyResult<(f64, f64)> {
-    let hashes = self::hashes(page_hashes)?;
+    bare: bool,
+) -> PyResult<f64> {
+    let mut hashes = Vec::new();
+    self::hashes(page_hashes, &mut hashes)?;
     let handle = &index.handle;
     Ok(py.detach(|| {
         let lookup = Lookup {
@@ -470,17 +547,15 @@ pub(crate) fn bench_rust(
             model: None,
             pages: Pages::Hashes(&hashes),
         };
-        let start = Instant::now();
-        for _ in 0..iterations {
-            std::hint::black_box(ask(handle, &lookup, MapCover::UntilMiss).ok());
-        }
-        let answered = start.elapsed().as_secs_f64() / iterations.max(1) as f64;
         let mut map = vec![false; hashes.len()];
         let start = Instant::now();
         for _ in 0..iterations {
-            std::hint::black_box(handle.query_prefix_map(&lookup, &mut map).ok());
+            if bare {
+                std::hint::black_box(handle.query_prefix_map(&lookup, &mut map).ok());
+            } else {
+                std::hint::black_box(ask(handle, &lookup, MapCover::UntilMiss).ok());
+            }
         }
-        let bare = start.elapsed().as_secs_f64() / iterations.max(1) as f64;
-        (answered, bare)
+        start.elapsed().as_secs_f64() / iterations.max(1) as f64
     }))
 }

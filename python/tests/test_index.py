@@ -66,6 +66,45 @@ def test_bad_input_is_a_value_error_with_serves_message(master: Master) -> None:
             index.query(tokens=[1, 2, 3, 4], model="nope")
 
 
+def test_every_form_of_page_hashes_gives_the_same_answer(master: Master) -> None:
+    """The list of exact 32-byte `bytes` is read on a fast path; every other form (hex, a
+    `bytes` subclass, a tuple, an iterator, mixed) on the general one: the same answers."""
+
+    class Sub(bytes):
+        pass
+
+    layout = hi.Layout(**LAYOUT)
+    hashes = hi.page_hashes(tokens(6), 4)
+    with hi.Index(master.events, **LAYOUT) as index:
+        assert index.wait_live(timeout=20)
+        master.store_pages(layout, hashes[:4])
+        assert eventually(lambda: index.query(page_hashes=hashes).prefix_pages == 4)
+        expected = index.query(page_hashes=hashes, prefix_only=False)
+        assert expected.pages == [True] * 4 + [False] * 2
+        mixed = [h if i % 3 == 0 else h.hex() if i % 3 == 1 else Sub(h) for i, h in enumerate(hashes)]
+        for form in (
+            [h.hex() for h in hashes],
+            [Sub(h) for h in hashes],
+            tuple(hashes),
+            iter(hashes),
+            mixed,
+        ):
+            assert index.query(page_hashes=form, prefix_only=False) == expected, form
+        for i in range(3):  # the same buffer reused by the next query on this thread
+            assert index.query(page_hashes=hashes[i:]).prefix_pages == 4 - i
+        assert index.query(page_hashes=[]).total_pages == 0
+        for bad, position in (
+            ([*hashes[:2], hashes[2][:31]], 2),
+            ([hashes[0], hashes[1] + b"\0"], 1),
+            ([bytearray(hashes[0])], 0),
+            ([hashes[0], None], 1),
+            ([hashes[0], hashes[1].hex().upper()], 1),
+        ):
+            with pytest.raises(ValueError, match=rf"page_hashes\[{position}\] is not 64 lowercase hex"):
+                index.query(page_hashes=bad)
+        assert index.query(page_hashes=hashes).prefix_pages == 4
+
+
 def test_options_are_serves_flags_with_serves_messages(master: Master) -> None:
     with pytest.raises(ValueError, match="is not tcp://HOST:PORT or ipc://PATH"):
         hi.Index("http://nowhere", **LAYOUT)
