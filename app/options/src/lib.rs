@@ -48,6 +48,11 @@ pub struct IndexArgs {
     /// How long fetching the master's key list may take.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "10s")]
     pub resync_timeout: Duration,
+    /// How often the master's /metrics is read for its store signals (a client's segment
+    /// unmounted, a client suspected, offline or recovered: objects hidden, dropped or brought
+    /// back without an event); a change reconciles the index with the key list. 0s: never.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "250ms")]
+    pub store_watch_interval: Duration,
     /// Turn the periodic verification against silent removals off.
     #[arg(long, requires = "master_http")]
     pub no_verify: bool,
@@ -129,6 +134,8 @@ impl IndexArgs {
             if !self.no_resync {
                 session.resync = Some(ResyncConfig {
                     fetch_timeout: self.resync_timeout,
+                    store_watch: Some(self.store_watch_interval)
+                        .filter(|interval| !interval.is_zero()),
                     ..ResyncConfig::default()
                 });
                 http.request_timeout = http.request_timeout.min(self.resync_timeout);

@@ -158,7 +158,8 @@ async fn healthz() -> Response {
     json(StatusCode::OK, r#"{"status":"alive"}"#.to_owned())
 }
 
-/// `GET /readyz`: 200 only while the index is live and the service is not stopping.
+/// `GET /readyz`: 200 only while the index is live and the service is not stopping (503 while
+/// `reconciling` too: answers are served, but a hit may be an object the master just dropped).
 async fn readyz(State(app): State<Arc<App>>) -> Response {
     let health = app.index.health();
     let stopping = app.stopping.load(Ordering::Acquire);
@@ -176,6 +177,18 @@ async fn readyz(State(app): State<Arc<App>>) -> Response {
     if let Some(why) = app.index.read(|s| s.recovering()).flatten() {
         // Why the index is recovering (issue 26): fetching, retrying, unproven, no status...
         body["recovering"] = serde_json::Value::from(why.describe());
+    }
+    let counters = app.index.read(|s| s.counters());
+    if let Some(c) = counters.filter(|c| c.store_changes > 0 || c.reconciles_started > 0) {
+        // Once the master's store signals moved: what they asked for and what the reconciles
+        // changed (issue 27; every figure is in /metrics too).
+        body["store"] = serde_json::json!({
+            "changes_seen": c.store_changes,
+            "reconciles_started": c.reconciles_started,
+            "reconciles_completed": c.reconciles_completed,
+            "reconciled_removed": c.reconciled_removed,
+            "reconciled_restored": c.reconciled_restored,
+        });
     }
     let failures = app.index.failures();
     if !failures.is_empty() {

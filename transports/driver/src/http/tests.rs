@@ -227,3 +227,43 @@ fn the_watermark_is_published_batches_plus_dropped_events() {
     assert_eq!(parse_watermark(br#"{"enabled":true}"#), None);
     assert_eq!(parse_watermark(b"not found"), None);
 }
+
+/// `/metrics` of a real Mooncake master 0.3.14 with one store client mounted (captured on
+/// loopback, spec section 8).
+const REAL_METRICS: &[u8] = include_bytes!("mooncake_0_3_14_metrics.txt");
+
+#[test]
+fn the_real_masters_metrics_give_every_store_signal() {
+    let signals = parse_signals(REAL_METRICS).expect("the Prometheus text format");
+    for family in hicache_index::signals::STORE_SIGNAL_FAMILIES {
+        assert!(signals.get(family).is_some(), "{family} missing");
+    }
+    assert_eq!(
+        signals.get("master_remount_segment_requests_total"),
+        Some(1)
+    );
+    assert_eq!(
+        signals.get("master_unmount_segment_requests_total"),
+        Some(0)
+    );
+}
+
+#[test]
+fn a_moved_counter_is_a_change_and_other_families_are_not_watched() {
+    let before = parse_signals(REAL_METRICS).expect("parses");
+    let text = String::from_utf8(REAL_METRICS.to_vec()).expect("UTF-8");
+    let moved = text.replace(
+        "master_unmount_segment_requests_total 0",
+        "master_unmount_segment_requests_total 1",
+    );
+    let after = parse_signals(moved.as_bytes()).expect("parses");
+    assert_eq!(
+        after.changed_since(&before),
+        Some("master_unmount_segment_requests_total")
+    );
+    let other = text.replace("master_active_clients 1", "master_active_clients 2");
+    let other = parse_signals(other.as_bytes()).expect("parses");
+    assert_eq!(other.changed_since(&before), None);
+    let none = parse_signals(b"# HELP x y\n# TYPE x counter\nx_total 3\n").expect("parses");
+    assert!(none.is_empty());
+}
