@@ -84,13 +84,9 @@ pub enum ClearReason {
     PublisherCleared,
     /// The driver asked for it.
     Requested,
-    /// A verification round removed a key the master no longer holds and no event removed
-    /// (an escalation, at most one per `VerifyConfig::escalate_every`): the master dropped
-    /// objects silently, the keys the round did not sample are as doubtful, and a snapshot
-    /// only adds.
-    Stale,
-    /// The master's signals showed objects hidden or dropped without an event, and a reconcile
-    /// could not bring the index to the key list exactly (the master gave no status point, or
+    /// The master's signals, or a verification round that found a key gone without an event,
+    /// showed objects hidden or dropped silently, and a reconcile could not bring the index to
+    /// the key list exactly (the master gave no status point, or
     /// its point was another run's or was not reached in time): the index forgets and resyncs.
     StoreChanged,
 }
@@ -107,7 +103,6 @@ impl ClearReason {
             | ClearReason::Undecodable
             | ClearReason::Unproven
             | ClearReason::Requested
-            | ClearReason::Stale
             | ClearReason::StoreChanged => true,
             ClearReason::Disconnected
             | ClearReason::Reconnected
@@ -131,7 +126,6 @@ impl ClearReason {
             ClearReason::Unproven => "unproven",
             ClearReason::PublisherCleared => "publisher_cleared",
             ClearReason::Requested => "requested",
-            ClearReason::Stale => "stale",
             ClearReason::StoreChanged => "store_changed",
         }
     }

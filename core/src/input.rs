@@ -154,8 +154,8 @@ pub enum Input<'a> {
     ///
     /// Keys found absent are removed unless their page changed since the keys were sampled. A
     /// round that removed one escalates, with resync on: the master dropped objects without an
-    /// event, others are gone too, so the index forgets everything and resyncs
-    /// ([`crate::ClearReason::Stale`]), at most once per
+    /// event, others are gone too, so the index reconciles with the key list
+    /// ([`crate::Health::Reconciling`]), at most once per
     /// [`crate::VerifyConfig::escalate_every`]; a round within it holds the escalation back
     /// (counted in [`crate::Counters::stale_escalations_held`], reported as
     /// [`crate::Report::EscalationHeld`]) until the first round due once the limit has passed.

@@ -85,9 +85,9 @@ pub struct Counters {
     pub confirm_failures: u64,
     /// Clears the driver asked for.
     pub clears_requested: u64,
-    /// Clears after a verification round removed a key no event had removed (escalations:
-    /// at most one per `VerifyConfig::escalate_every`).
-    pub clears_stale: u64,
+    /// Verification rounds that escalated: a key found gone without an event asked for a
+    /// reconcile with the master's key list (at most one per `VerifyConfig::escalate_every`).
+    pub stale_escalations: u64,
     /// Clears after the master's signals moved and a reconcile could not be exact (no status
     /// point, another run's, or not reached in time): the index forgot and resynced.
     pub clears_store_changed: u64,
@@ -230,7 +230,6 @@ impl Counters {
             ClearReason::Undecodable => &mut self.clears_undecodable,
             ClearReason::Unproven => &mut self.clears_unproven,
             ClearReason::Requested => &mut self.clears_requested,
-            ClearReason::Stale => &mut self.clears_stale,
             ClearReason::StoreChanged => &mut self.clears_store_changed,
             ClearReason::PublisherCleared => &mut self.publisher_clears,
         }
@@ -289,7 +288,7 @@ impl Counters {
             ),
             ("confirm_failures", self.confirm_failures, Kind::Counter),
             ("clears_requested", self.clears_requested, Kind::Counter),
-            ("clears_stale", self.clears_stale, Kind::Counter),
+            ("stale_escalations", self.stale_escalations, Kind::Counter),
             (
                 "clears_store_changed",
                 self.clears_store_changed,

@@ -9,6 +9,9 @@
 //! them (a counter that moves, in either direction: a master restart or failover sets them back)
 //! makes it reconcile the index with the master's key list (see [`crate::Health::Reconciling`]).
 
+/// The watch interval drivers use when they turn the watch on with their defaults.
+pub const DEFAULT_STORE_WATCH: core::time::Duration = core::time::Duration::from_millis(250);
+
 /// The `/metrics` families whose movement means objects were hidden, dropped or brought back
 /// without an event: a segment unmounted or mounted again, a client suspected, gone offline or
 /// recovered, and the gauge of clients suspected now.

@@ -1108,7 +1108,7 @@ fn verification_removes_stale_keys_but_a_racing_store_wins() {
 }
 
 #[test]
-fn a_mostly_stale_round_forgets_the_unsampled_pages_too_and_resyncs() {
+fn a_mostly_stale_round_unclaims_the_unsampled_pages_too_by_a_reconcile() {
     let layout = mha(1);
     let cfg = Config {
         verify: Some(VerifyConfig {
@@ -1144,17 +1144,22 @@ fn a_mostly_stale_round_forgets_the_unsampled_pages_too_and_resyncs() {
     let fx =
         h.session
             .handle_verify_result(h.now, request, keys.iter().map(|k| (k.as_str(), false)));
-    assert_eq!(cleared(&fx), vec![ClearReason::Stale]);
-    let again = fetch_request(&fx).expect("a resync");
-    // Page 1 was never sampled, yet it is no longer claimed, during the fetch or after it.
+    assert_eq!(cleared(&fx), vec![]);
+    let again = fetch_request(&fx).expect("a reconcile");
+    // Page 1 was never sampled: during the fetch it is claimed, said to be doubtful; once the
+    // key list is applied it is no longer claimed.
     let one = Lookup::page_hashes(&pages[1..]);
-    assert_eq!(h.session.query(&one).unwrap().prefix_pages, 0);
+    let during = h.session.query(&one).unwrap();
+    assert_eq!(
+        (during.prefix_pages, during.trust),
+        (1, Health::Reconciling)
+    );
     let _ = h
         .session
         .handle_snapshot(h.now, again, Some(Seq(2).into()), [""; 0]);
     assert_eq!(h.health(), Health::Live);
     assert_eq!(h.session.query(&one).unwrap().prefix_pages, 0);
-    assert_eq!(h.session.counters().clears_stale, 1);
+    assert_eq!(h.session.counters().stale_escalations, 1);
 }
 
 #[test]

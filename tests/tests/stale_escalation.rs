@@ -1,5 +1,6 @@
-//! Verification escalates (issue 27's stopgap): a round that removes a key the master dropped
-//! without an event forgets the index and resyncs, since others are gone too, at most once per
+//! Verification escalates (issue 27): a round that removes a key the master dropped without an
+//! event asks for a reconcile with the master's key list, since others are gone too (the index
+//! keeps answering, `reconciling`, and pages still listed stay hits), at most once per
 //! `VerifyConfig::escalate_every`; within it, a round removes only what it sampled and counts
 //! the escalation it held back, which the first round due once the limit has passed does.
 //! Without resync, a round only removes what it sampled.
@@ -7,8 +8,8 @@
 use std::time::Duration;
 
 use hicache_index::{
-    ClearReason, Command, Config, Effect, Effects, Health, Layout, Lookup, PageHash, Report,
-    ResyncConfig, VerifyConfig, VerifyRequest,
+    Command, Config, Effect, Effects, Health, Layout, Lookup, PageHash, Report, ResyncConfig,
+    VerifyConfig, VerifyRequest,
 };
 use hicache_index_shortcuts::Shortcuts;
 use hicache_index_tests::{cleared, config, mha, page_hashes, store_page, stored, tokens, Harness};
@@ -82,7 +83,12 @@ fn claims(h: &Harness, pages: &[PageHash], i: usize) -> usize {
         .prefix_pages
 }
 
-/// Answers the resync an escalation asked for with every key the master holds: all of `pages`
+fn asks_fetch(fx: &Effects) -> bool {
+    fx.iter()
+        .any(|e| matches!(e, Effect::Command(Command::FetchSnapshot { .. })))
+}
+
+/// Answers the reconcile an escalation asked for with every key the master holds: all of `pages`
 /// but `gone`.
 fn answer_resync(h: &mut Harness, layout: &Layout, pages: &[PageHash], gone: &[&str]) {
     let keys: Vec<String> = pages
@@ -97,10 +103,10 @@ fn answer_resync(h: &mut Harness, layout: &Layout, pages: &[PageHash], gone: &[&
 }
 
 #[test]
-fn the_first_stale_key_of_a_round_forgets_every_page_and_resyncs() {
+fn the_first_stale_key_of_a_round_reconciles_every_page_with_the_key_list() {
     let (mut h, layout, t, pages) = setup(true);
     // A client left: one object of page 3 went without an event (1 key of 16, under the old
-    // 10 % threshold). Every other page is as doubtful: forget them all, read the key list.
+    // 10 % threshold). Every other page is as doubtful: read the key list and follow it.
     let gone = first_key(&layout, &pages[3]);
     let fx = round_with_gone(&mut h, &[&gone]);
     assert!(
@@ -110,15 +116,15 @@ fn the_first_stale_key_of_a_round_forgets_every_page_and_resyncs() {
         })),
         "{fx:?}"
     );
-    assert_eq!(cleared(&fx), [ClearReason::Stale], "{fx:?}");
+    assert_eq!(cleared(&fx), [], "a reconcile forgets nothing: {fx:?}");
     assert!(
         fx.iter()
             .any(|e| matches!(e, Effect::Command(Command::FetchSnapshot { .. }))),
-        "a resync: {fx:?}"
+        "a reconcile: {fx:?}"
     );
-    assert_eq!((h.prefix(&t), h.health()), (0, Health::Recovering));
+    assert_eq!((h.prefix(&t), h.health()), (3, Health::Reconciling));
     let c = h.session.counters();
-    assert_eq!((c.clears_stale, c.stale_escalations_held), (1, 0));
+    assert_eq!((c.stale_escalations, c.stale_escalations_held), (1, 0));
     // The key list brings back what the master holds, and only that.
     answer_resync(&mut h, &layout, &pages, &[&gone]);
     assert_eq!(h.prefix(&t), 3);
@@ -130,7 +136,7 @@ fn a_stale_round_within_escalate_every_removes_its_sample_only_and_counts_the_he
     let (mut h, layout, t, pages) = setup(true);
     let first = first_key(&layout, &pages[3]);
     let fx = round_with_gone(&mut h, &[&first]);
-    assert_eq!(cleared(&fx), [ClearReason::Stale], "{fx:?}");
+    assert!(asks_fetch(&fx), "{fx:?}");
     let escalated_at = h.now;
     answer_resync(&mut h, &layout, &pages, &[&first]);
     // A second client left a second later: page 5 lost an object. The last escalation was a
@@ -161,7 +167,11 @@ fn a_stale_round_within_escalate_every_removes_its_sample_only_and_counts_the_he
     assert_eq!((h.prefix(&t), h.health()), (3, Health::Live));
     let c = h.session.counters();
     assert_eq!(
-        (c.clears_stale, c.stale_escalations_held, c.stale_keys_found),
+        (
+            c.stale_escalations,
+            c.stale_escalations_held,
+            c.stale_keys_found
+        ),
         (1, 1, 2)
     );
 }
@@ -178,15 +188,11 @@ fn once_escalate_every_has_passed_a_stale_round_escalates_again() {
     let k5 = first_key(&layout, &pages[5]);
     let fx = round_with_gone(&mut h, &[&k3, &k5]);
     assert_eq!(h.now, escalated_at + ESCALATE_EVERY);
-    assert_eq!(cleared(&fx), [ClearReason::Stale], "{fx:?}");
-    assert!(
-        fx.iter()
-            .any(|e| matches!(e, Effect::Command(Command::FetchSnapshot { .. }))),
-        "a resync: {fx:?}"
-    );
-    assert_eq!(claims(&h, &pages, 4), 0);
+    assert_eq!(cleared(&fx), [], "{fx:?}");
+    assert!(asks_fetch(&fx), "a reconcile: {fx:?}");
+    assert_eq!(claims(&h, &pages, 4), 1, "still listed pages stay hits");
     let c = h.session.counters();
-    assert_eq!((c.clears_stale, c.stale_escalations_held), (2, 0));
+    assert_eq!((c.stale_escalations, c.stale_escalations_held), (2, 0));
     // The limit runs from this escalation now.
     answer_resync(&mut h, &layout, &pages, &[&k3, &k5]);
     let k6 = first_key(&layout, &pages[6]);
@@ -216,25 +222,26 @@ fn a_held_back_escalation_happens_with_the_first_round_due_once_escalate_every_h
     // Then page 4 goes silently too, and no round finds it: it is claimed until the limit.
     let k4 = first_key(&layout, &pages[4]);
     assert_eq!(claims(&h, &pages, 4), 1);
-    // The first round due at the limit forgets and resyncs instead of sampling.
+    // The first round due at the limit reconciles instead of sampling.
     let fx = h.fire_timeout().expect("verification is scheduled");
     assert_eq!(h.now, escalated_at + ESCALATE_EVERY);
-    assert_eq!(cleared(&fx), [ClearReason::Stale], "{fx:?}");
-    assert!(
-        fx.iter()
-            .any(|e| matches!(e, Effect::Command(Command::FetchSnapshot { .. }))),
-        "a resync: {fx:?}"
-    );
+    assert_eq!(cleared(&fx), [], "{fx:?}");
+    assert!(asks_fetch(&fx), "a reconcile: {fx:?}");
     assert!(
         !fx.iter()
             .any(|e| matches!(e, Effect::Command(Command::VerifyKeys { .. }))),
         "{fx:?}"
     );
-    assert_eq!((claims(&h, &pages, 4), h.health()), (0, Health::Recovering));
+    // Claimed, and said to be doubtful, until the key list is applied; then gone though no
+    // round sampled it.
+    assert_eq!(
+        (claims(&h, &pages, 4), h.health()),
+        (1, Health::Reconciling)
+    );
     answer_resync(&mut h, &layout, &pages, &[&k3, &k4, &k5]);
     assert_eq!(claims(&h, &pages, 4), 0);
     let c = h.session.counters();
-    assert_eq!((c.clears_stale, c.stale_escalations_held), (2, 1));
+    assert_eq!((c.stale_escalations, c.stale_escalations_held), (2, 1));
 }
 
 #[test]
@@ -254,7 +261,7 @@ fn a_clear_meanwhile_does_what_a_held_back_escalation_would() {
     h.now = escalated_at + ESCALATE_EVERY;
     let fx = round_with_gone(&mut h, &[&k3, &k5]);
     assert_eq!(cleared(&fx), [], "{fx:?}");
-    assert_eq!(h.session.counters().clears_stale, 1);
+    assert_eq!(h.session.counters().stale_escalations, 1);
 }
 
 #[test]
@@ -280,7 +287,11 @@ fn without_resync_a_stale_round_removes_its_sample_and_forgets_nothing() {
     assert_eq!((claims(&h, &pages, 4), claims(&h, &pages, 7)), (1, 1));
     let c = h.session.counters();
     assert_eq!(
-        (c.clears_stale, c.stale_escalations_held, c.stale_keys_found),
+        (
+            c.stale_escalations,
+            c.stale_escalations_held,
+            c.stale_keys_found
+        ),
         (0, 0, 4)
     );
 }
@@ -299,7 +310,11 @@ fn a_key_absent_at_the_master_but_stored_again_since_the_sample_does_not_escalat
     assert_eq!(h.prefix(&t), 8);
     let c = h.session.counters();
     assert_eq!(
-        (c.clears_stale, c.stale_escalations_held, c.stale_keys_found),
+        (
+            c.stale_escalations,
+            c.stale_escalations_held,
+            c.stale_keys_found
+        ),
         (0, 0, 0)
     );
 }

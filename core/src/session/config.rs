@@ -43,7 +43,10 @@ pub struct ResyncConfig {
     pub status_check: Option<Duration>,
     /// How often the master's own signals ([`crate::signals`]: its `/metrics`) are read while
     /// connected, so that objects it stops listing without an event are no longer claimed
-    /// within about this plus the time to read and apply its key list. `None`: never.
+    /// within about this plus the time to read and apply its key list. `None`: never (the
+    /// core's default: a session asks only what its driver was configured for; the driver's
+    /// `with_master_http` and `hicache-index serve` turn it on at
+    /// [`crate::signals::DEFAULT_STORE_WATCH`]).
     pub store_watch: Option<Duration>,
 }
 
@@ -55,7 +58,7 @@ impl Default for ResyncConfig {
             fetch_timeout: Duration::from_secs(10),
             retry_after: Duration::from_secs(1),
             status_check: Some(Duration::from_secs(1)),
-            store_watch: Some(Duration::from_millis(250)),
+            store_watch: None,
         }
     }
 }

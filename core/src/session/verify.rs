@@ -243,10 +243,11 @@ impl Session {
 
     /// A round removed stale keys: an object gone without an event means the master dropped
     /// objects silently (a client's segment went away), and the keys this round did not sample
-    /// are as doubtful while a snapshot only adds. With resync on, forget everything (queries
-    /// miss until the snapshot is in) and resynchronise, unless the last escalation was less
-    /// than `escalate_every` ago: then only the sampled keys left, and the escalation waits
-    /// for the first round due once the limit has passed ([`Session::start_verify`]).
+    /// are as doubtful. With resync on, ask for a reconcile (the key list brought into the
+    /// index without forgetting it; answers say `reconciling` until it is applied), unless the
+    /// last escalation was less than `escalate_every` ago: then only the sampled keys left,
+    /// and the escalation waits for the first round due once the limit has passed
+    /// ([`Session::start_verify`]).
     fn escalate_stale(&mut self, now: Instant, fx: &mut Effects) {
         let (Some(v), Some(_)) = (self.config.verify, self.config.resync) else {
             return;
@@ -259,8 +260,11 @@ impl Session {
             }
             _ => {
                 self.verify.escalated_at = Some(now);
-                // Clears `held` too (`drop_index`).
-                self.forget(now, ClearReason::Stale, fx);
+                self.verify.held = false;
+                self.counters.stale_escalations += 1;
+                let wanted = &mut self.resync.watch.wanted;
+                *wanted = Some(wanted.unwrap_or(now));
+                self.reconcile_if_wanted(now, fx);
             }
         }
     }

@@ -172,6 +172,6 @@ pub fn clears(c: &Counters) -> u64 {
         + c.clears_unreadable_removal
         + c.clears_undecodable
         + c.clears_unproven
-        + c.clears_stale
+        + c.clears_store_changed
         + c.clears_requested
 }

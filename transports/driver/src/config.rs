@@ -50,13 +50,15 @@ impl SubscriberConfig {
         self
     }
 
-    /// Sets the master's HTTP base URL and turns on resynchronisation and verification with
-    /// their defaults where the session configuration left them off.
+    /// Sets the master's HTTP base URL and turns on resynchronisation (with the watch of the
+    /// master's store signals, [`hicache_index::signals`]) and verification with their
+    /// defaults where the session configuration left them off.
     pub fn with_master_http(mut self, url: impl Into<String>) -> SubscriberConfig {
         self.master_http = Some(url.into());
-        self.session
-            .resync
-            .get_or_insert_with(ResyncConfig::default);
+        self.session.resync.get_or_insert_with(|| ResyncConfig {
+            store_watch: Some(hicache_index::signals::DEFAULT_STORE_WATCH),
+            ..ResyncConfig::default()
+        });
         self.session
             .verify
             .get_or_insert_with(VerifyConfig::default);

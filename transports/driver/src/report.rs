@@ -144,7 +144,7 @@ pub fn counter_help(field: &str) -> Option<&'static str> {
         "snapshot_confirmed_lines" => "Doubted snapshot lines the master confirmed present (applied)",
         "confirm_failures" => "Confirmations of doubted lines that failed or timed out (those lines stay out: misses)",
         "clears_requested" => "Clears the driver asked for",
-        "clears_stale" => "Clears after a verification round removed a key no event had removed (escalations: at most one per escalate_every)",
+        "stale_escalations" => "Verification rounds that escalated: a key found gone without an event asked for a reconcile with the master's key list (at most one per escalate_every)",
         "stray_topic" => "Messages with another topic",
         "stray_frame_count" => "Messages without exactly three frames",
         "malformed_seq" => "Messages whose sequence frame was not 8 bytes",
@@ -286,15 +286,15 @@ pub fn log_report(report: &Report) {
             objects: 0,
         } => tracing::debug!(reason = reason.as_str(), "empty index cleared"),
         Report::Cleared {
-            reason: reason @ ClearReason::Stale,
+            reason: reason @ ClearReason::StoreChanged,
             pages,
             objects,
         } => tracing::warn!(
             reason = reason.as_str(),
             pages,
             objects,
-            "index cleared: verification found objects gone without an event (the master \
-             dropped them silently, others are as doubtful); resyncing"
+            "index cleared: the master dropped objects without an event and the reconcile could \
+             not place its key list (no status point, another run's, or a failure); resyncing"
         ),
         Report::Cleared {
             reason,
