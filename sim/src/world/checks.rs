@@ -387,7 +387,10 @@ impl<S: System> World<S> {
             return;
         }
         let (stale_left, first_stale) = self.sweep_pages("final", true);
-        if self.opts.session.verify && stale_left > 0 {
+        // Verification finds what the master dropped silently, and so does the watch of its
+        // signals (every silent removal of this master moves its unmount counter).
+        let watched = self.opts.session.resync && self.opts.session.status_check.is_some();
+        if (self.opts.session.verify || watched) && stale_left > 0 {
             let mut detail =
                 format!("{stale_left} stale pages of the default tenant still hit after settling");
             if let Some(page) = first_stale {

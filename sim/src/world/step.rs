@@ -245,9 +245,13 @@ impl<S: System> World<S> {
                 // checked, and verification has had its rounds.
                 let verified = self.sut.counters().verified_keys - self.verified_at_settle;
                 let verifying = self.opts.session.verify && verified < self.settle_keys;
+                // A reconcile asked for by the master's signals (its silent removals) is under
+                // way: settled once it is applied.
+                let reconciling = self.sut.health() == Health::Reconciling;
                 let busy = self.master.queued() > 0
                     || self.net.in_flight() > 0
                     || verifying
+                    || reconciling
                     || !self.idle_checked;
                 if busy && now < self.settle_cap {
                     self.phase = Phase::Settle {
