@@ -8,6 +8,8 @@ goes to stderr: stdout is kept for answers alone.
 
 Commands
   {"op":"setup","master":"127.0.0.1:P"}              connect a store client to the master
+  {"op":"hostname"}                                  the client's hostname (its segment's name,
+                                                     `127.0.0.1:PORT`) and the driver's pid
   {"op":"put","keys":[...]}                          put each key on its own (one event each)
   {"op":"put_batch","keys":[...]}                    one put_batch call (one event batch)
   {"op":"remove","keys":[...]}                       force-remove each key
@@ -25,6 +27,11 @@ Commands
                                                      possible; during each call but the first,
                                                      a thread force-removes the first R keys of
                                                      the previous one
+
+put, put_pages, put_batch and put_requests take `"own_segment": true`: every object is placed
+on this client's own segment (`ReplicateConfig.preferred_segment` = its hostname; without it the
+master spreads objects over all mounted segments), so that a test gives a client an exact share
+of the store, which leaves the master's listing when this client closes, crashes or stalls.
 
 The key computation is written here independently of the Rust core (SGLang 0.5.23,
 `mem_cache/utils.py` and the Mooncake HiCache backend): page i's hash is
@@ -107,20 +114,32 @@ class Driver:
         self.store = store
         return {}
 
-    def put_each(self, keys):
+    def config(self, cmd):
+        """The ReplicateConfig a put of `cmd` uses: the client's own segment when asked."""
+        from mooncake.store import ReplicateConfig
+
+        config = ReplicateConfig()
+        if cmd.get("own_segment"):
+            config.preferred_segment = self.need_store().get_hostname()
+        return config
+
+    def op_hostname(self, cmd):
+        return {"hostname": self.need_store().get_hostname(), "pid": os.getpid()}
+
+    def put_each(self, keys, config):
         store = self.need_store()
-        codes = [store.put(k, VALUE) for k in keys]
+        codes = [store.put(k, VALUE, config) for k in keys]
         failed = [(k, c) for k, c in zip(keys, codes) if c != 0]
         if failed:
             raise RuntimeError(f"{len(failed)} puts failed, first {failed[0]}")
         return {"count": len(keys)}
 
     def op_put(self, cmd):
-        return self.put_each(cmd["keys"])
+        return self.put_each(cmd["keys"], self.config(cmd))
 
     def op_put_batch(self, cmd):
         keys = cmd["keys"]
-        rc = self.need_store().put_batch(keys, [VALUE] * len(keys))
+        rc = self.need_store().put_batch(keys, [VALUE] * len(keys), self.config(cmd))
         if rc != 0:
             raise RuntimeError(f"put_batch returned {rc}")
         return {"count": len(keys)}
@@ -149,7 +168,7 @@ class Driver:
 
     def op_put_pages(self, cmd):
         hashes, keys = request_keys(cmd, cmd["tokens"])
-        self.put_each(keys)
+        self.put_each(keys, self.config(cmd))
         return {"hashes": hashes, "keys": keys}
 
     def op_put_requests(self, cmd):
@@ -157,6 +176,7 @@ class Driver:
         for tokens in cmd["requests"]:
             keys.extend(request_keys(cmd, tokens)[1])
         store = self.need_store()
+        config = self.config(cmd)
         batch = int(cmd.get("batch", 1000))
         remove_after = int(cmd.get("remove_after_batch", 0))
         removed = []
@@ -178,7 +198,7 @@ class Driver:
             # where a small master queue may drop their events.
             remover = threading.Thread(target=remove_all, args=(previous[:remove_after],))
             remover.start()
-            rc = store.put_batch(chunk, [VALUE] * len(chunk))
+            rc = store.put_batch(chunk, [VALUE] * len(chunk), config)
             remover.join()
             if rc != 0:
                 raise RuntimeError(f"put_batch of keys {i}.. returned {rc}")

@@ -123,6 +123,16 @@ pub struct Answer {
     pub trust: Health,
 }
 
+/// Every health, as `serve` names them in `/metrics` and in an answer's `trust`.
+const HEALTHS: [Health; 6] = [
+    Health::Live,
+    Health::Reconciling,
+    Health::Recovering,
+    Health::Connecting,
+    Health::Disconnected,
+    Health::EventsDisabled,
+];
+
 /// The tokio library on its own runtime.
 struct TokioIndex {
     runtime: tokio::runtime::Runtime,
@@ -304,6 +314,34 @@ impl IndexUnderTest {
             }
         };
         answer.prefix_pages == 1
+    }
+
+    /// Asks about the pages `hashes` of `layout` at once, each probed (`page_map`): one request
+    /// over HTTP for [`Via::Serve`] however unrelated the pages (at most `serve`'s
+    /// `--max-page-hashes`, 16,384).
+    pub fn ask_pages(&self, layout: &TestLayout, hashes: &[PageHash]) -> Answer {
+        match &self.inner {
+            Inner::Serve(ps) => {
+                let p = serve_for(ps, layout);
+                let hashes: Vec<String> = hashes.iter().map(ToString::to_string).collect();
+                p.ask(json!({
+                    "page_hashes": hashes,
+                    "model": p.model(layout),
+                    "page_map": true,
+                }))
+            }
+            _ => {
+                let mut lookup = Lookup::page_hashes(hashes);
+                if let Some(m) = &layout.lookup_model {
+                    lookup = lookup.with_model(m);
+                }
+                self.ask_in_process(
+                    layout,
+                    &lookup,
+                    hashes.len() * layout.core.page_size as usize,
+                )
+            }
+        }
     }
 
     /// How many leading pages of `tokens` are fully present.
@@ -523,20 +561,15 @@ impl ServeProcess {
 
     fn health(&self) -> Health {
         let text = self.metrics();
-        [
-            Health::Live,
-            Health::Recovering,
-            Health::Connecting,
-            Health::Disconnected,
-        ]
-        .into_iter()
-        .find(|h| {
-            text.contains(&format!(
-                "hicache_index_health{{state=\"{}\"}} 1",
-                h.as_str()
-            ))
-        })
-        .unwrap_or_else(|| panic!("no health state in /metrics:\n{text}"))
+        HEALTHS
+            .into_iter()
+            .find(|h| {
+                text.contains(&format!(
+                    "hicache_index_health{{state=\"{}\"}} 1",
+                    h.as_str()
+                ))
+            })
+            .unwrap_or_else(|| panic!("no health state in /metrics:\n{text}"))
     }
 
     fn ask(&self, request: Value) -> Answer {
@@ -555,15 +588,10 @@ impl ServeProcess {
                 .map(|a| a.iter().map(|b| b.as_bool() == Some(true)).collect())
                 .unwrap_or_default(),
             memory_pages: n("memory_pages"),
-            trust: [
-                Health::Live,
-                Health::Recovering,
-                Health::Connecting,
-                Health::Disconnected,
-            ]
-            .into_iter()
-            .find(|h| h.as_str() == trust)
-            .unwrap_or_else(|| panic!("unknown trust {trust:?}")),
+            trust: HEALTHS
+                .into_iter()
+                .find(|h| h.as_str() == trust)
+                .unwrap_or_else(|| panic!("unknown trust {trust:?}")),
         }
     }
 }

@@ -152,6 +152,8 @@ pub struct MasterConfig {
     pub backend_id: String,
     /// `--kv_events_queue_capacity`; `None` keeps the master's default (65,536).
     pub queue_capacity: Option<u32>,
+    /// More flags, as given (e.g. `--client_active_ttl_sec=2`).
+    pub extra_args: Vec<String>,
 }
 
 impl MasterConfig {
@@ -160,6 +162,7 @@ impl MasterConfig {
         MasterConfig {
             backend_id: backend_id.into(),
             queue_capacity: None,
+            extra_args: Vec::new(),
         }
     }
 }
@@ -221,6 +224,7 @@ impl Master {
         if let Some(cap) = self.config.queue_capacity {
             cmd.arg(format!("--kv_events_queue_capacity={cap}"));
         }
+        cmd.args(&self.config.extra_args);
         let mut process = Guarded::spawn(cmd, self.venvs.log_file("master"))?;
         let started = Instant::now();
         loop {
@@ -379,6 +383,28 @@ impl StoreClient {
         let mut client = StoreClient::start(venvs);
         client.setup(&master.rpc_address());
         client
+    }
+
+    /// The driver's process id (the store client lives in it).
+    pub fn pid(&self) -> u32 {
+        self.process.pid()
+    }
+
+    /// Sends `signal` (a name `kill -s` takes: `STOP`, `CONT`, `KILL`) to the driver's
+    /// process: a stall, a resume, a crash of the store client.
+    pub fn signal(&mut self, signal: &str) {
+        let status = Command::new("kill")
+            .args(["-s", signal, &self.pid().to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .unwrap_or_else(|e| panic!("kill -s {signal}: {e}"));
+        assert!(status.success(), "kill -s {signal} {} failed", self.pid());
+    }
+
+    /// Whether the driver's process is still running (not yet reaped).
+    pub fn is_running(&mut self) -> bool {
+        self.process.is_running()
     }
 
     /// Sends a command without waiting for its answer.
