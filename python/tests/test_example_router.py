@@ -154,3 +154,25 @@ def test_an_l3_resident_prompt_is_not_sent_to_an_overloaded_worker(
         index.close()
     assert sorted(answers) == ["w0", "w0", "w0", "w1"]
     assert all(w.outstanding == 0 for w in router.workers)
+
+
+def test_the_http_front_forwards_generate_to_the_chosen_worker(master: Master, workers) -> None:
+    fakes = workers(2)
+    with hi.Index(master.events, **LAYOUT) as index:
+        assert index.wait_live(timeout=20)
+        router = Router(index, [w.url for w in fakes], page_size=4)
+        front = router_module.serve(router, "127.0.0.1", 0)
+        threading.Thread(target=front.serve_forever, daemon=True).start()
+        url = f"http://127.0.0.1:{front.server_address[1]}/generate"
+        try:
+            request = {"input_ids": prompt(3), "sampling_params": {"max_new_tokens": 1}}
+            answers = [router_module.post(url, request, 10)["meta_info"]["worker"] for _ in range(2)]
+            assert answers == ["w0", "w0"]
+            assert fakes[0].received == [request, request]
+            fakes[0].close()  # the worker is gone: the caller gets a 502 with the reason
+            with pytest.raises(RuntimeError, match="HTTP 502"):
+                router_module.post(url, request, 10)
+            assert all(w.outstanding == 0 for w in router.workers)
+        finally:
+            front.shutdown()
+            front.server_close()
