@@ -3,8 +3,9 @@
 
 use core::fmt;
 
+use crate::layout::WorkerInfo;
 use crate::leader::{LeaderStatus, LeaderView};
-use crate::session::{Watermark, WorkerInfo};
+use crate::sequence::Watermark;
 use crate::signals::StoreSignals;
 
 macro_rules! request_id {

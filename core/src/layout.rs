@@ -54,6 +54,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::hash::{Namespace, PageHash, PageHashes, Token};
 
+mod advertised;
 mod document;
 mod error;
 mod hybrid;
@@ -61,6 +62,7 @@ mod key;
 mod sglang;
 mod votes;
 
+pub use advertised::{ModelLayout, WorkerInfo};
 pub use document::{LayoutDocument, ObjectLayoutDocument, PoolDocument};
 pub use error::LayoutError;
 pub use hybrid::{HybridParams, PoolKind, SidePool};

@@ -2,6 +2,7 @@
 
 use crate::effect::Health;
 use crate::hash::{Namespace, PageHash};
+pub use crate::index::MapCover;
 use crate::index::DEFAULT_TENANT;
 
 /// A request's tokens, in either width (ids above `u32::MAX` hash in SGLang's wide form).
@@ -128,16 +129,4 @@ pub struct Hits {
     pub disk_only_pages: usize,
     /// The session's health when it answered.
     pub trust: Health,
-}
-
-/// Which pages a query's per-page map covers.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum MapCover {
-    /// The pages checked until the first that misses one of its objects, that page included
-    /// (the rest of the map is false): hashing and probing stop there, as for a query without
-    /// a map. What a router needs (the prefix), at the cost of the prefix.
-    #[default]
-    UntilMiss,
-    /// Every page up to the map's length, hashed and probed whatever misses before it.
-    Every,
 }

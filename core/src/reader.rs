@@ -33,9 +33,9 @@ use crate::effect::Health;
 use crate::error::QueryError;
 use crate::hash::{page_count, DigestMemo, Namespace, NoMemo, PageHash, PageHashes};
 use crate::index::shared::{Claims, PageTable, Shared, Still};
+use crate::layout::ModelLayout;
 use crate::layout::{Layout, LayoutVotes, ModelVerdict};
 use crate::query::{Hits, Lookup, MapCover, Pages, Tokens};
-use crate::session::ModelLayout;
 
 /// How many times a query reads the index before it answers [`QueryError::Busy`], when the state keeps
 /// moving under it.

@@ -100,11 +100,13 @@ mod passed;
 mod place;
 mod ruling;
 pub mod stream;
+mod watermark;
 
 pub use self::mark::{Mark, Print};
 pub use self::place::{Place, Point, Position, Versus};
 pub use self::ruling::{Forgot, HoldBounds, Placed, Ruling, Skip, StreamConfig, Why};
 pub use self::stream::Stream;
+pub use self::watermark::Watermark;
 
 /// How much reordering the transport can produce.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

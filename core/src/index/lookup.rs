@@ -160,3 +160,15 @@ impl Shared {
         (plan.all_mask != 0).then_some(plan)
     }
 }
+
+/// Which pages a query's per-page map covers.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum MapCover {
+    /// The pages checked until the first that misses one of its objects, that page included
+    /// (the rest of the map is false): hashing and probing stop there, as for a query without
+    /// a map. What a router needs (the prefix), at the cost of the prefix.
+    #[default]
+    UntilMiss,
+    /// Every page up to the map's length, hashed and probed whatever misses before it.
+    Every,
+}

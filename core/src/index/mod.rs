@@ -35,7 +35,6 @@ use hashbrown::HashTable;
 use crate::frame::Medium;
 use crate::hash::PageHash;
 use crate::layout::{parse_object_key, HitPolicy, Layout, ObjectKey};
-use crate::query::MapCover;
 
 /// Suffix slots per namespace: the width of a page's presence mask.
 pub const MAX_SUFFIXES: usize = 128;
@@ -64,7 +63,7 @@ pub struct IndexConfig {
     pub seed: u64,
 }
 
-pub use self::lookup::IndexHits;
+pub use self::lookup::{IndexHits, MapCover};
 pub(crate) use self::reconcile::ObjectSet;
 pub(crate) use self::shared::PageTable;
 use self::shared::{Claims, PageWords, Shared, SharedNamespaces};

@@ -58,20 +58,7 @@ use crate::sequence::{
 use crate::snapshot::LineFilter;
 use crate::time::Instant;
 
-/// What the master's `GET /kv_events/status` said just before its key list was read: where its
-/// stream stood.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Watermark {
-    /// The last sequence the master had assigned: `published_batches + dropped_events`.
-    pub seq: Seq,
-    /// The last event id it had given: `published_events` (event ids count published events
-    /// from 1); `None` when the master does not tell.
-    pub events: Option<u64>,
-}
-
-pub use self::config::{
-    BackoffConfig, Config, ModelLayout, ResyncConfig, VerifyConfig, WorkerInfo,
-};
+pub use self::config::{BackoffConfig, Config, ResyncConfig, VerifyConfig};
 use self::health::HealthState;
 use self::ledger::Ledger;
 use self::link::{Backoff, Connection, Link, LinkDue};
@@ -81,6 +68,8 @@ use self::stream::HeldBatch;
 use self::verify::{Verify, VerifyDue};
 use self::watch::Watch;
 use self::workers::Workers;
+pub use crate::layout::{ModelLayout, WorkerInfo};
+pub use crate::sequence::Watermark;
 
 /// The sans-IO machine a transport drives (see the module docs for the loop).
 ///

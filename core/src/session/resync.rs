@@ -6,22 +6,6 @@ use alloc::boxed::Box;
 
 use super::*;
 
-impl From<Seq> for Watermark {
-    fn from(seq: Seq) -> Watermark {
-        Watermark { seq, events: None }
-    }
-}
-
-impl Watermark {
-    /// The stream point it names.
-    pub(super) fn point(self) -> Point {
-        Point {
-            seq: self.seq,
-            last: self.events,
-        }
-    }
-}
-
 /// The resynchronisation: where it stands, the numbering of its fetches, and the backoff of
 /// fetches that could not be anchored.
 #[derive(Debug)]
