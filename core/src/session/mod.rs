@@ -21,6 +21,7 @@
 
 mod answer;
 mod config;
+mod fetch;
 mod follow;
 mod health;
 mod ledger;
@@ -59,11 +60,12 @@ use crate::snapshot::LineFilter;
 use crate::time::Instant;
 
 pub use self::config::{BackoffConfig, Config, ResyncConfig, VerifyConfig};
+use self::fetch::{ResyncDue, ResyncState};
 use self::health::HealthState;
 use self::ledger::Ledger;
 use self::link::{Backoff, Connection, Link, LinkDue};
 use self::reconcile::Reconcile;
-use self::resync::{key_checksum, Resync, ResyncDue, ResyncState};
+use self::resync::{key_checksum, Resync};
 use self::stream::HeldBatch;
 use self::verify::{Verify, VerifyDue};
 use self::watch::Watch;

@@ -1,0 +1,155 @@
+//! Where the resynchronisation stands: the fetch under way (a resync after a forget, or a
+//! reconcile), what live batches decided while its key list is read, and its timers.
+
+use alloc::boxed::Box;
+
+use super::*;
+
+/// Where the resynchronisation stands.
+// One per session, moved only when a resync begins or ends: the size of `Fetching` costs nothing.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug)]
+pub(super) enum ResyncState {
+    Idle,
+    Fetching {
+        request: SnapshotRequest,
+        deadline: Instant,
+        /// When the fetch was asked for: the master's key list is read after it.
+        asked_at: Instant,
+        /// What the completed resync confirms: `asked_at`, or the index's confirmation when it
+        /// held objects already (a snapshot only adds), lowered by anything older added since.
+        confirms: Instant,
+        /// Live batches applied since the key list began to be handed over, and their payload
+        /// bytes (bounded: what they touched is remembered in `seen` until the resync ends).
+        batches: usize,
+        bytes: usize,
+        /// Keys applied so far, once the status point placed the stream.
+        applied: Option<usize>,
+        /// The last live event of each default-tenant key since the stream was placed (`true`:
+        /// stored): a snapshot key whose last live event removed it is not applied, and one a
+        /// live event stored is in already.
+        ///
+        /// Keyed by [`key_checksum`], not by the key: no allocation per live event, and a cheap
+        /// drop when the resync ends (under the driver's lock). A removal is sticky (`false`
+        /// stays), so two keys with one checksum only keep a snapshot key out: a miss, never a
+        /// hit.
+        seen: BTreeMap<u64, bool>,
+        /// A live `cleared` of the default tenant came since the stream was placed.
+        cleared: bool,
+        /// Which of the snapshot's lines become keys.
+        lines: LineFilter,
+        /// The index forgot while the key list was being read, which may be older than what it
+        /// forgot: the answer is discarded and the fetch asked for again once it comes back
+        /// (one fetch under way at a time, however often the index forgets meanwhile).
+        superseded: bool,
+        /// The doubted lines are being confirmed by this request ([`Command::VerifyKeys`]).
+        confirming: Option<VerifyRequest>,
+        /// This fetch reconciles: the stream stays placed and the index keeps answering (see
+        /// `reconcile.rs`); `None`: a resync after a forget.
+        reconcile: Option<Box<Reconcile>>,
+    },
+    Waiting {
+        retry_at: Instant,
+        failure: ResyncFailure,
+    },
+    /// A snapshot could not be anchored to the stream (R6: no status, and no batch had arrived
+    /// on the connection): fetch again once a batch arrives, or at `retry_at` if none does.
+    AwaitingStream {
+        retry_at: Instant,
+    },
+}
+
+/// What the resynchronisation's timer asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum ResyncDue {
+    /// The fetch was not answered within the fetch timeout: it failed.
+    FetchTimedOut,
+    /// The confirmation of doubted lines was not answered in time: the resync ends without
+    /// them.
+    ConfirmTimedOut,
+    /// The retry time after a failure came: fetch again.
+    Retry,
+}
+
+impl ResyncState {
+    /// Returns when [`ResyncState::handle_timeout`] is next due.
+    pub(super) fn poll_timeout(&self) -> Option<Instant> {
+        match self {
+            ResyncState::Idle => None,
+            ResyncState::Fetching { deadline, .. } => Some(*deadline),
+            ResyncState::Waiting { retry_at, .. } | ResyncState::AwaitingStream { retry_at } => {
+                Some(*retry_at)
+            }
+        }
+    }
+
+    /// Returns what is due at `now`, if anything (the session acts on it).
+    pub(super) fn handle_timeout(&self, now: Instant) -> Option<ResyncDue> {
+        match *self {
+            ResyncState::Fetching {
+                deadline,
+                confirming,
+                ..
+            } if deadline <= now => Some(if confirming.is_some() {
+                ResyncDue::ConfirmTimedOut
+            } else {
+                ResyncDue::FetchTimedOut
+            }),
+            ResyncState::Waiting { retry_at, .. } | ResyncState::AwaitingStream { retry_at }
+                if retry_at <= now =>
+            {
+                Some(ResyncDue::Retry)
+            }
+            _ => None,
+        }
+    }
+
+    /// Records a live default-tenant event of the batch `seq` applied while a key list is
+    /// fetched: for a resync, once the stream is placed, the event wins over the list for its
+    /// key; a reconcile keeps every one (see `reconcile.rs`).
+    pub(super) fn saw(&mut self, seq: Seq, event: &crate::frame::Event<'_>) {
+        if let ResyncState::Fetching {
+            reconcile: Some(reconcile),
+            ..
+        } = self
+        {
+            reconcile.saw(seq, event);
+            return;
+        }
+        let ResyncState::Fetching {
+            applied: Some(_),
+            seen,
+            cleared,
+            ..
+        } = self
+        else {
+            return;
+        };
+        match (event.kind, event.object_key) {
+            (EventKind::Stored, Some(key)) => {
+                seen.entry(key_checksum(key)).or_insert(true);
+            }
+            (EventKind::Removed | EventKind::Unknown, Some(key)) => {
+                seen.insert(key_checksum(key), false);
+            }
+            (EventKind::Cleared, _) => *cleared = true,
+            _ => {}
+        }
+    }
+
+    /// Why the index is recovering, as far as the resync tells.
+    pub(super) fn recovering(&self) -> Option<Recovering> {
+        match self {
+            ResyncState::Idle => None,
+            ResyncState::Fetching {
+                confirming: Some(_),
+                ..
+            } => Some(Recovering::Confirming),
+            ResyncState::Fetching { .. } => Some(Recovering::Fetching),
+            ResyncState::Waiting { failure, .. } => {
+                Some(Recovering::Retrying { failure: *failure })
+            }
+            ResyncState::AwaitingStream { .. } => Some(Recovering::NoStatus),
+        }
+    }
+}
