@@ -137,48 +137,44 @@ impl<S: System> World<S> {
         self.evidence_lag = self.evidence_lag.max(lag);
     }
 
-    pub(super) fn on_fetch(&mut self, request: SnapshotRequest) {
+    /// Sends a request to the HTTP side: `served` reaches the master, `failed` is the answer of
+    /// a failed request; a request the fate drops is never answered.
+    fn ask_http(&mut self, served: HttpItem, failed: HttpItem) {
         match self.http_fate() {
             (None, _) => {}
-            (Some(false), at) => self.http_at(at, HttpItem::SnapshotFailed { request }),
-            (Some(true), at) => self.http_at(at, HttpItem::SnapshotServer { request }),
+            (Some(false), at) => self.http_at(at, failed),
+            (Some(true), at) => self.http_at(at, served),
         }
+    }
+
+    pub(super) fn on_fetch(&mut self, request: SnapshotRequest) {
+        self.ask_http(
+            HttpItem::SnapshotServer { request },
+            HttpItem::SnapshotFailed { request },
+        );
     }
 
     pub(super) fn on_status_check(&mut self, request: StatusRequest) {
-        match self.http_fate() {
-            (None, _) => {}
-            (Some(false), at) => self.http_at(
-                at,
-                HttpItem::StatusAnswer {
-                    request,
-                    watermark: None,
-                },
-            ),
-            (Some(true), at) => self.http_at(at, HttpItem::StatusServer { request }),
-        }
+        let watermark = None;
+        self.ask_http(
+            HttpItem::StatusServer { request },
+            HttpItem::StatusAnswer { request, watermark },
+        );
     }
 
     pub(super) fn on_signals_read(&mut self, request: SignalsRequest) {
-        match self.http_fate() {
-            (None, _) => {}
-            (Some(false), at) => self.http_at(
-                at,
-                HttpItem::SignalsAnswer {
-                    request,
-                    signals: None,
-                },
-            ),
-            (Some(true), at) => self.http_at(at, HttpItem::SignalsServer { request }),
-        }
+        let signals = None;
+        self.ask_http(
+            HttpItem::SignalsServer { request },
+            HttpItem::SignalsAnswer { request, signals },
+        );
     }
 
     pub(super) fn on_verify(&mut self, request: VerifyRequest, keys: Vec<String>) {
-        match self.http_fate() {
-            (None, _) => {}
-            (Some(false), at) => self.http_at(at, HttpItem::VerifyFailed { request }),
-            (Some(true), at) => self.http_at(at, HttpItem::VerifyServer { request, keys }),
-        }
+        self.ask_http(
+            HttpItem::VerifyServer { request, keys },
+            HttpItem::VerifyFailed { request },
+        );
     }
 
     pub(super) fn on_http(&mut self, item: HttpItem) {
