@@ -367,11 +367,11 @@ pub enum Report {
         /// Objects checked.
         checked: usize,
     },
-    /// A verification round removed stale objects, but the index escalated (forgot and
-    /// resynced, [`ClearReason::Stale`]) less than `VerifyConfig::escalate_every` ago: only the
-    /// sampled keys left, and the objects the round did not sample stay claimed until the
-    /// escalation held back happens, with the first round due at or after `until` (unless
-    /// another clear comes first).
+    /// A verification round removed stale objects, but the index escalated (asked for a
+    /// reconcile, [`Health::Reconciling`]) less than `VerifyConfig::escalate_every` ago: only
+    /// the sampled keys left, and the objects the round did not sample stay claimed until the
+    /// escalation held back happens, with the first round due at or after `until` (unless a
+    /// clear comes first).
     EscalationHeld {
         /// When the limit passes.
         until: crate::time::Instant,

@@ -20,14 +20,25 @@
 //! time:    poll_timeout() -> deadline; the driver sleeps until then; handle(now, Timeout)
 //! ```
 //!
-//! # Telling one run of the master from the next
-//! Sequences alone cannot: a restarted master starts again at 1. The rules that place every
-//! batch (the next one applies; a copy is skipped; a loss or another run's batch forgets; after
-//! a forget the master's status places the stream) live in one place, [`sequence`], numbered
-//! R1-R10, with what no signal can tell (R10) and how verification bounds it. In an HA cluster
-//! ([`leader`]), the leader's address and view version in etcd name the incarnation: another one
-//! forgets at once, its late batches are fenced, and the new leader is followed only once it
-//! serves.
+//! # Glossary
+//! - **Object**: one physical Mooncake key (`{P}_{H}{S}`); **page**: the objects of one page
+//!   hash `H` that a layout expects; a page is *present* when all of them are.
+//! - **Namespace**: one `(tenant, key prefix)` pair of the index ([`index`]).
+//! - **Run**: one process of the master, numbering its **batches** (the sequence) and events
+//!   (the event id) from 1; a **restart** of the master begins another run. (The driver asking
+//!   to connect again is [`Input::Restart`]: the link's, not the master's.)
+//! - **Position**, **status point** ([`Watermark`]), **copy**, **twin**, **held**: the stream's
+//!   terms, defined once with its numbered rules R1-R11 in [`sequence`].
+//! - **Forget**: the index drops what the stream taught it ([`ClearReason`]); **resync**: a key
+//!   list read to fill it again (misses meanwhile, [`Health::Recovering`]).
+//! - **Reconcile**: a key list read while the index keeps answering, then brought into it
+//!   exactly ([`Health::Reconciling`]); asked for by the master's **signals**
+//!   ([`signals`]) or by verification.
+//! - **Verification**: rounds asking the master about a sample of the index's objects; a
+//!   **stale** object is one the index holds that the master no longer has (no event said so).
+//! - **Suspect**: an object one medium's removal made absent until the master confirms it.
+//! - **Trust**: the health every answer carries ([`Health`]).
+//! - HA: the **leader** is the master that serves, named in etcd ([`leader`]).
 
 //! # Residency per medium
 //! The master publishes `stored` once per medium an object lands on (`cpu`, `disk`) and

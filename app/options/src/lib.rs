@@ -62,9 +62,9 @@ pub struct IndexArgs {
     /// Keys checked per verification round.
     #[arg(long, value_name = "N", default_value_t = 1024)]
     pub verify_sample: usize,
-    /// The least time between two forgets and resyncs for objects verification found gone
-    /// without an event (within it, a round removes only the keys it sampled, and the first
-    /// round once it has passed forgets and resyncs): at most one key-list fetch in this time
+    /// The least time between two reconciles for objects verification found gone without an
+    /// event (within it, a round removes only the keys it sampled, and the first round once it
+    /// has passed reconciles): at most one key-list fetch for them in this time
     /// however often a master drops objects. 0s: every time.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "30s")]
     pub verify_escalate_every: Duration,

@@ -74,8 +74,9 @@ pub struct VerifyConfig {
     /// How long the driver may take to answer.
     pub timeout: Duration,
     /// The least time between two escalations. A round that removes a stale key (absent at the
-    /// master, and changed by no event since it was sampled) escalates: it forgets the index
-    /// and resyncs (with resync on; without it, it only removes what it sampled), since an
+    /// master, and changed by no event since it was sampled) escalates: it asks for a
+    /// reconcile with the master's key list ([`crate::Health::Reconciling`]; with resync on,
+    /// without it, it only removes what it sampled), since an
     /// object gone without an event means the master dropped others silently too (a client's
     /// segment went away) and the keys the round did not sample are as doubtful. Within this
     /// time of the last escalation a round only removes the keys it sampled
@@ -83,7 +84,7 @@ pub struct VerifyConfig {
     /// this time has passed escalates instead of sampling, unless a clear came meanwhile.
     ///
     /// The default, 30 s, is six rounds at the default interval: silent losses cost at most one
-    /// key-list fetch (and its seconds of misses on a large store) every 30 s however often a
+    /// key-list fetch every 30 s however often a
     /// master drops objects, and a loss found stays claimed for at most about that long plus
     /// one interval. `Duration::ZERO`: every such round escalates.
     pub escalate_every: Duration,

@@ -347,7 +347,7 @@ impl Session {
         }
         let limit_passed = |at: Instant| now >= at + v.escalate_every;
         if self.verify.held && self.verify.escalated_at.is_none_or(limit_passed) {
-            // A round held an escalation back and the limit has passed: forget and resync now
+            // A round held an escalation back and the limit has passed: reconcile now
             // rather than wait for another round to find a stale key.
             self.escalate_stale(now, fx);
             self.schedule_verify(now);
