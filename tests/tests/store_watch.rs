@@ -246,3 +246,53 @@ fn a_master_without_the_signal_families_is_said_once_and_asked_rarely() {
         .any(|e| matches!(e, Effect::Report(Report::SignalsAbsent))));
     assert_eq!(h.health(), Health::Live);
 }
+
+#[test]
+fn a_large_reconcile_is_applied_in_slices_and_a_live_batch_between_them_decides_its_objects() {
+    let layout = mha(1);
+    let cfg = Config {
+        resync: Some(ResyncConfig {
+            status_check: None,
+            store_watch: Some(Duration::from_millis(250)),
+            ..ResyncConfig::default()
+        }),
+        verify: None,
+        index: hicache_index::IndexConfig {
+            max_pages: 1 << 16,
+            ..hicache_index::IndexConfig::default()
+        },
+        ..config(layout.clone())
+    };
+    let mut h = Harness::placed(cfg);
+    let _ = read_signals(&mut h, Some(0));
+    // More pages than one slice of a reconcile applies.
+    let pages = page_hashes(&layout, &tokens(40_000));
+    for chunk in pages.chunks(1_000) {
+        let _ = h.batch(chunk.iter().flat_map(|p| store_page(&layout, p)).collect());
+    }
+    let last = pages.len() - 1;
+    let _ = read_signals(&mut h, Some(1));
+    // The master lost pages 0, 30,000 and `last`; the list says so.
+    let listed = keys_but(&layout, &pages, &[0, 30_000, last]);
+    let listed: Vec<&str> = listed.iter().map(String::as_str).collect();
+    let fx = h.answer_fetch(h.next_seq - 1, &listed);
+    assert_eq!(reconciled(&fx), None, "one slice at a time: {fx:?}");
+    assert_eq!(h.health(), Health::Reconciling);
+    // Between two slices (the first took the first 16,384 page slots) a worker stores page
+    // 30,000 again: the event is newer than the list.
+    let _ = h.batch(store_page(&layout, &pages[30_000]));
+    let mut steps = 1;
+    let done = loop {
+        let fx = h.fire_timeout().expect("the next slice is due");
+        steps += 1;
+        if let Some(done) = reconciled(&fx) {
+            break done;
+        }
+        assert!(steps < 100, "the reconcile never ends");
+    };
+    assert!(steps > 2, "{steps} steps");
+    assert_eq!(done, (4, 0), "pages 0 and {last} removed, page 30,000 kept");
+    let c = claimed(&h, &[pages[0], pages[1], pages[30_000], pages[last]]);
+    assert_eq!(c, [false, true, true, false]);
+    assert_eq!(h.health(), Health::Live);
+}

@@ -64,7 +64,7 @@ pub struct IndexConfig {
 }
 
 pub use self::lookup::{IndexHits, MapCover};
-pub(crate) use self::reconcile::ObjectSet;
+pub(crate) use self::reconcile::{ObjectSet, Reconciled};
 pub(crate) use self::shared::PageTable;
 use self::shared::{Claims, PageWords, Shared, SharedNamespaces};
 use self::suspects::SuspectPage;

@@ -11,6 +11,19 @@ pub(crate) struct ObjectSet {
 }
 
 impl ObjectSet {
+    /// Makes an empty set with room for `pages` pages (a key list of about the index's size
+    /// then grows without rehashing under the writer).
+    pub(crate) fn with_capacity(pages: usize) -> ObjectSet {
+        ObjectSet {
+            pages: HashTable::with_capacity(pages),
+        }
+    }
+
+    /// Takes the set's pages out, as a list.
+    pub(crate) fn into_pages(self) -> Vec<(u32, PageHash, u128)> {
+        self.pages.into_iter().collect()
+    }
+
     /// Returns the mask of the set's objects of page `hash` in namespace `ns` (`h`: its table
     /// hash).
     fn mask(&self, h: u64, ns: u32, hash: &PageHash) -> u128 {
@@ -46,6 +59,12 @@ pub(crate) struct Reconciled {
 }
 
 impl Index {
+    /// Returns how many page slots the index has used (the range [`Index::reconcile_removals`]
+    /// walks).
+    pub(crate) fn slots(&self) -> usize {
+        self.len
+    }
+
     /// Adds the object `key` of `tenant` to `set`, its namespace and suffix numbered as a store
     /// would number them; returns `false` (and adds nothing) when the key does not parse as an
     /// object key or a table is full (such an object is never tracked, so it needs no name).
@@ -76,20 +95,21 @@ impl Index {
         }
     }
 
-    /// Brings the objects of `tenant` to `listed`, leaving those in `kept` as they are (a newer
-    /// event decided them): an object held and not listed is removed, one listed and not held
-    /// is stored (in memory, as a key-list line is). Objects present all along stay present
-    /// throughout: a query never misses them for this call.
-    pub(crate) fn reconcile(
+    /// Removes, from the page slots `from..from + max`, the objects of `tenant` held and neither
+    /// in `listed` nor in `kept` (a newer event decided those); adds to `done`. Returns the next
+    /// slot, `None` past the last: a caller brings a large index to a key list in slices,
+    /// letting queries and events in between (each removal is one of its own, as an event's).
+    pub(crate) fn reconcile_removals(
         &mut self,
         tenant: &str,
         listed: &ObjectSet,
         kept: &ObjectSet,
-    ) -> Reconciled {
-        let mut done = Reconciled::default();
+        (from, max): (usize, usize),
+        done: &mut Reconciled,
+    ) -> Option<usize> {
         let seed = self.config.seed;
-        // Held and not listed: removed, one object at a time, as a removal event would.
-        for idx in 0..self.len {
+        let end = from.saturating_add(max).min(self.len);
+        for idx in from..end {
             let page = self.shared.pages.get(idx);
             let present = page.present();
             if present == 0 {
@@ -109,8 +129,19 @@ impl Index {
                 done.removed += 1;
             }
         }
-        // Listed and not held: stored.
-        for &(ns, hash, mask) in listed.pages.iter() {
+        (end < self.len).then_some(end)
+    }
+
+    /// Stores the objects of `pages` (taken from a set [`Index::list_key`] made) that the index
+    /// does not hold and that are not in `kept` (in memory, as a key-list line is).
+    pub(crate) fn reconcile_restores(
+        &mut self,
+        pages: &[(u32, PageHash, u128)],
+        kept: &ObjectSet,
+        done: &mut Reconciled,
+    ) {
+        let seed = self.config.seed;
+        for &(ns, hash, mask) in pages {
             let h = page_table_hash(seed, ns, &hash);
             let held = self
                 .find(h, ns, &hash)
@@ -124,6 +155,5 @@ impl Index {
                 done.restored += 1;
             }
         }
-        done
     }
 }

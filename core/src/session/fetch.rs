@@ -69,6 +69,8 @@ pub(super) enum ResyncDue {
     ConfirmTimedOut,
     /// The retry time after a failure came: fetch again.
     Retry,
+    /// The next slice of the reconcile being applied.
+    ReconcileStep,
 }
 
 impl ResyncState {
@@ -76,6 +78,10 @@ impl ResyncState {
     pub(super) fn poll_timeout(&self) -> Option<Instant> {
         match self {
             ResyncState::Idle => None,
+            // A reconcile being applied: its next slice is due at once.
+            ResyncState::Fetching {
+                reconcile: Some(r), ..
+            } if r.applying.is_some() => Some(Instant::ZERO),
             ResyncState::Fetching { deadline, .. } => Some(*deadline),
             ResyncState::Waiting { retry_at, .. } | ResyncState::AwaitingStream { retry_at } => {
                 Some(*retry_at)
@@ -85,6 +91,12 @@ impl ResyncState {
 
     /// Returns what is due at `now`, if anything (the session acts on it).
     pub(super) fn handle_timeout(&self, now: Instant) -> Option<ResyncDue> {
+        match self {
+            ResyncState::Fetching {
+                reconcile: Some(r), ..
+            } if r.applying.is_some() => return Some(ResyncDue::ReconcileStep),
+            _ => {}
+        }
         match *self {
             ResyncState::Fetching {
                 deadline,

@@ -396,6 +396,7 @@ impl Session {
             }
             Some(ResyncDue::ConfirmTimedOut) => self.confirmation_failed(now, &mut fx),
             Some(ResyncDue::Retry) => self.start_resync(now, &mut fx),
+            Some(ResyncDue::ReconcileStep) => self.reconcile_step(now, &mut fx),
             None => {}
         }
         self.watch_timeout(now, &mut fx);
