@@ -56,7 +56,7 @@ request_id!(
 ///
 /// Inputs borrow what they carry (frames, key lines, verification answers); the session keeps
 /// nothing borrowed. An answer whose request the session no longer waits for is counted
-/// ([`crate::Counters::stale_answers`]) and otherwise ignored.
+/// ([`crate::Counters::unawaited_answers`]) and otherwise ignored.
 #[derive(Clone, Debug)]
 pub enum Input<'a> {
     /// A multipart message from the subscriber, `[topic, seq, payload]`; nothing of it is kept
@@ -72,10 +72,11 @@ pub enum Input<'a> {
     Disconnected,
     /// The driver stopped for good: the index forgets, nothing is scheduled, and the health is
     /// [`crate::Health::Disconnected`] until a new endpoint, or [`Input::Timeout`] after
-    /// [`Input::Restart`].
+    /// [`Input::Resume`].
     Stopped,
-    /// Connect again now after [`Input::Stopped`], with the backoff reset (no effects).
-    Restart,
+    /// Connect again now after [`Input::Stopped`], with the backoff reset (no effects). (A
+    /// restart is the master's: another run.)
+    Resume,
     /// Forget every page now (an operator asked). The next batch is a silent baseline, unless it
     /// is from before the clear (see [`crate::sequence`]'s fence).
     Clear,

@@ -193,8 +193,8 @@ pub(crate) enum ViewStep {
 /// What a check answer means for the session.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum StatusStep {
-    /// Not the check in flight: a stale answer.
-    Stale,
+    /// Not the check in flight: an answer no longer awaited.
+    Unawaited,
     /// Not serving (yet), or refused: checked again later.
     NotYet,
     /// Serving, but its publisher is off.
@@ -295,10 +295,10 @@ impl Leader {
     ) -> StatusStep {
         match self.check {
             Check::InFlight { request: r, .. } if r == request => {}
-            _ => return StatusStep::Stale,
+            _ => return StatusStep::Unawaited,
         }
         let Some(candidate) = &self.candidate else {
-            return StatusStep::Stale;
+            return StatusStep::Unawaited;
         };
         let address_ok = status
             .leader_address

@@ -25,8 +25,10 @@
 //!   hash `H` that a layout expects; a page is *present* when all of them are.
 //! - **Namespace**: one `(tenant, key prefix)` pair of the index ([`index`]).
 //! - **Run**: one process of the master, numbering its **batches** (the sequence) and events
-//!   (the event id) from 1; a **restart** of the master begins another run. (The driver asking
-//!   to connect again is [`Input::Restart`]: the link's, not the master's.)
+//!   (the event id) from 1; a **restart** is always the master's: it begins another run (the
+//!   driver connecting again after a stop is [`Input::Resume`]).
+//! - **Unawaited answer**: an answer to a request the session no longer waits for (counted,
+//!   ignored).
 //! - **Position**, **status point** ([`Watermark`]), **copy**, **twin**, **held**: the stream's
 //!   terms, defined once with its numbered rules R1-R11 in [`sequence`].
 //! - **Forget**: the index drops what the stream taught it ([`ClearReason`]); **resync**: a key

@@ -135,8 +135,9 @@ pub struct Counters {
     pub unanchored_snapshots: u64,
     /// Verification rounds the driver reported as failed.
     pub verify_failures: u64,
-    /// Snapshot or verification answers for a request no longer current.
-    pub stale_answers: u64,
+    /// Answers (of a fetch, a verification, a status check, a signals read or a leader check)
+    /// to a request the session no longer awaits.
+    pub unawaited_answers: u64,
     /// Fetches the index forgot during (their key list may be older than what it forgot): each
     /// was fetched again once it came back, so that one fetch at a time is under way.
     pub superseded_fetches: u64,
@@ -323,7 +324,7 @@ impl Counters {
                 Kind::Counter,
             ),
             ("verify_failures", self.verify_failures, Kind::Counter),
-            ("stale_answers", self.stale_answers, Kind::Counter),
+            ("unawaited_answers", self.unawaited_answers, Kind::Counter),
             ("superseded_fetches", self.superseded_fetches, Kind::Counter),
             ("verify_rounds", self.verify_rounds, Kind::Counter),
             ("verified_keys", self.verified_keys, Kind::Counter),

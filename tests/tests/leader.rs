@@ -195,7 +195,7 @@ fn an_old_leaders_health_answer_is_not_taken_for_the_new_leader() {
         .handle_leader_status(h.now, LeaderRequest(request.0 + 100), &serving(A, 12));
     assert!(
         connect_endpoint(&fx).is_none(),
-        "a stale answer is refused: {fx:?}"
+        "an answer no longer awaited is refused: {fx:?}"
     );
     let fx = h
         .session

@@ -967,7 +967,7 @@ fn stopping_forgets_and_schedules_nothing_until_restarted() {
         (0, Health::Disconnected, None)
     );
     assert_eq!(h.session.counters().disconnects, 0);
-    h.session.restart(h.now);
+    h.session.resume(h.now);
     let fx = h.fire_timeout().unwrap();
     assert!(
         fx.contains(&Effect::Command(Command::Connect {
@@ -1007,14 +1007,14 @@ fn snapshot_answer_for_an_old_request_is_ignored() {
         .handle_snapshot(h.now, first, None, keys.iter().map(String::as_str));
     let second = fetch_request(&fx).expect("fetched again");
     assert_ne!(first, second);
-    assert_eq!(h.session.counters().stale_answers, 1);
+    assert_eq!(h.session.counters().unawaited_answers, 1);
     assert_eq!(h.session.counters().snapshot_keys, 0);
     // An answer for a request no longer current is ignored.
     let fx = h
         .session
         .handle_snapshot(h.now, first, None, keys.iter().map(String::as_str));
     assert!(fx.is_empty());
-    assert_eq!(h.session.counters().stale_answers, 2);
+    assert_eq!(h.session.counters().unawaited_answers, 2);
     assert_eq!(h.health(), Health::Recovering);
 }
 
@@ -1689,7 +1689,7 @@ fn a_timed_out_round_confirms_nothing() {
     let round = next_round(&mut h);
     let _ = h.fire_timeout().expect("the round times out");
     answer_present(&mut h, &round);
-    assert_eq!(h.session.counters().stale_answers, 1);
+    assert_eq!(h.session.counters().unawaited_answers, 1);
     assert_eq!(h.session.confirmed_at(), Some(Instant::ZERO));
 }
 

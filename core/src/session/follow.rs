@@ -49,10 +49,10 @@ impl Session {
         let mut fx = Effects::new();
         let step = match &mut self.leader {
             Some(leader) => leader.handle_status(now, request.0, status),
-            None => StatusStep::Stale,
+            None => StatusStep::Unawaited,
         };
         match step {
-            StatusStep::Stale => self.counters.stale_answers += 1,
+            StatusStep::Unawaited => self.counters.unawaited_answers += 1,
             StatusStep::NotYet => {}
             StatusStep::Disabled => {
                 self.counters.events_disabled += 1;

@@ -333,8 +333,8 @@ impl Session {
             Input::Connected => self.on_connected(now),
             Input::Disconnected => self.on_disconnected(now),
             Input::Stopped => self.on_stopped(now),
-            Input::Restart => {
-                self.on_restart(now);
+            Input::Resume => {
+                self.on_resume(now);
                 Effects::new()
             }
             Input::Clear => self.on_clear(now),
@@ -410,7 +410,7 @@ impl Session {
         fx
     }
 
-    fn on_restart(&mut self, now: Instant) {
+    fn on_resume(&mut self, now: Instant) {
         self.see(now);
         self.link.backoff.attempts = 0;
         if self.link.endpoint.is_some() {

@@ -140,13 +140,13 @@ impl Session {
                 ..
             } if *current == request => *superseded,
             _ => {
-                self.counters.stale_answers += 1;
+                self.counters.unawaited_answers += 1;
                 return fx;
             }
         };
         if superseded {
             // The index forgot while this key list was read: fetch it again now.
-            self.counters.stale_answers += 1;
+            self.counters.unawaited_answers += 1;
             self.resync.state = ResyncState::Idle;
             self.start_resync(now, &mut fx);
             self.update_health(&mut fx);
@@ -302,7 +302,7 @@ impl Session {
                 doubted
             }
             _ => {
-                self.counters.stale_answers += 1;
+                self.counters.unawaited_answers += 1;
                 return fx;
             }
         };
@@ -425,7 +425,7 @@ impl Session {
                 }
                 self.resync_failed(now, failure, &mut fx);
             }
-            _ => self.counters.stale_answers += 1,
+            _ => self.counters.unawaited_answers += 1,
         }
         self.update_health(&mut fx);
         fx

@@ -156,7 +156,7 @@ impl Session {
                 self.counters.verify_failures += 1;
                 self.schedule_verify_after_failure(now);
             }
-            _ => self.counters.stale_answers += 1,
+            _ => self.counters.unawaited_answers += 1,
         }
         self.verify.sweep = None;
         Effects::new()
@@ -191,7 +191,7 @@ impl Session {
             other => {
                 self.verify.in_flight = other;
                 self.verify.sweep = None;
-                self.counters.stale_answers += 1;
+                self.counters.unawaited_answers += 1;
                 return fx;
             }
         };

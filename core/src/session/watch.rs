@@ -135,7 +135,7 @@ impl Session {
                     Some(signals) => self.signals_read(now, interval, signals, &mut fx),
                 }
             }
-            _ => self.counters.stale_answers += 1,
+            _ => self.counters.unawaited_answers += 1,
         }
         self.update_health(&mut fx);
         fx

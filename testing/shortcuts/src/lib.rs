@@ -21,8 +21,8 @@ pub trait Shortcuts {
     fn handle_disconnected(&mut self, now: Instant) -> Effects;
     /// Reports that the driver stopped for good ([`Input::Stopped`]).
     fn handle_stopped(&mut self, now: Instant) -> Effects;
-    /// Asks to connect again after a stop ([`Input::Restart`], which has no effects).
-    fn restart(&mut self, now: Instant);
+    /// Asks to connect again after a stop ([`Input::Resume`], which has no effects).
+    fn resume(&mut self, now: Instant);
     /// Forgets every page now ([`Input::Clear`]).
     fn clear(&mut self, now: Instant) -> Effects;
     /// Reports what a worker advertises, `None`: gone ([`Input::Worker`]).
@@ -85,9 +85,9 @@ impl Shortcuts for Session {
         self.handle(now, Input::Stopped)
     }
 
-    fn restart(&mut self, now: Instant) {
-        let fx = self.handle(now, Input::Restart);
-        assert!(fx.is_empty(), "a restart only schedules: {fx:?}");
+    fn resume(&mut self, now: Instant) {
+        let fx = self.handle(now, Input::Resume);
+        assert!(fx.is_empty(), "resuming only schedules: {fx:?}");
     }
 
     fn clear(&mut self, now: Instant) -> Effects {

@@ -166,7 +166,7 @@ pub fn counter_help(field: &str) -> Option<&'static str> {
         "snapshot_keys" => "Keys applied from snapshots",
         "unanchored_snapshots" => "Snapshots that could not be anchored to the stream: no status counters, and no batch had arrived on the connection (fetched again)",
         "verify_failures" => "Verification rounds the driver reported as failed",
-        "stale_answers" => "Snapshot or verification answers for a request no longer current",
+        "unawaited_answers" => "Answers (fetch, verification, status check, signals read, leader check) to a request the session no longer awaits",
         "superseded_fetches" => "Fetches the index forgot during (their key list may be older than what it forgot): each was fetched again once it came back, so that one fetch at a time is under way",
         "verify_rounds" => "Verification rounds completed",
         "verified_keys" => "Keys checked by verification",

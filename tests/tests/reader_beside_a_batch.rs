@@ -1,5 +1,5 @@
-//! Review of the lock-free read side: what a query on [`hicache_index::Reader`] may see while
-//! the session applies a batch on another thread.
+//! The lock-free read side beside a batch: what a query on [`hicache_index::Reader`] may see
+//! while the session applies a batch on another thread.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

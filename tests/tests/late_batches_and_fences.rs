@@ -1,5 +1,5 @@
-//! Input histories found by an adversarial review of the first issue-13 fixes that still ended
-//! in a false hit or a livelock (a fence dropping a new leader's removals, an old run's late
+//! Late batches, fences and refetches: input histories (found by an adversarial review of the
+//! first issue-13 fixes) that still ended in a false hit or a livelock (a fence dropping a new leader's removals, an old run's late
 //! batch becoming a baseline, a nil-stamped late batch, an idle master refetching forever,
 //! a keyless removal costing two fetches, a fetch per stale batch). Each test asserts what the
 //! rule above all demands, and failed on the core as reviewed.
@@ -375,11 +375,11 @@ fn a_forget_during_a_fetch_fetches_again_so_that_live_stores_come_back() {
     // next key list.
     let _ = h.batch_at(1, store_page(&layout, &page));
     assert_eq!(h.prefix(&t), 0);
-    // The superseded key list is a stale answer; the session fetches again.
+    // The superseded key list is an answer no longer awaited; the session fetches again.
     let fx = h
         .session
         .handle_snapshot(h.now, first, Some(Seq(0).into()), [""; 0]);
-    assert_eq!(h.session.counters().stale_answers, 1);
+    assert_eq!(h.session.counters().unawaited_answers, 1);
     let again = fetch_request(&fx).expect("a superseded fetch is asked again");
     assert_ne!(again, first);
     let keys: Vec<String> = layout.object_keys(&page).collect();

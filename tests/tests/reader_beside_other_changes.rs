@@ -1,6 +1,6 @@
-//! Third review of the lock-free read side: what a query on [`hicache_index::Reader`] may
-//! answer while the session, on another thread, changes what the query depends on besides the
-//! page table.
+//! The lock-free read side beside other changes: what a query on [`hicache_index::Reader`]
+//! may answer while the session, on another thread, changes what the query depends on besides
+//! the page table.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Barrier;
