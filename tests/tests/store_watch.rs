@@ -278,7 +278,7 @@ fn a_large_reconcile_is_applied_in_slices_and_a_live_batch_between_them_decides_
     let fx = h.answer_fetch(h.next_seq - 1, &listed);
     assert_eq!(reconciled(&fx), None, "one slice at a time: {fx:?}");
     assert_eq!(h.health(), Health::Reconciling);
-    // Between two slices (the first took the first 16,384 page slots) a worker stores page
+    // Between two slices (the first took the first 4,096 page slots) a worker stores page
     // 30,000 again: the event is newer than the list.
     let _ = h.batch(store_page(&layout, &pages[30_000]));
     let mut steps = 1;
@@ -288,11 +288,46 @@ fn a_large_reconcile_is_applied_in_slices_and_a_live_batch_between_them_decides_
         if let Some(done) = reconciled(&fx) {
             break done;
         }
-        assert!(steps < 100, "the reconcile never ends");
+        assert!(steps < 1_000, "the reconcile never ends");
     };
     assert!(steps > 2, "{steps} steps");
     assert_eq!(done, (4, 0), "pages 0 and {last} removed, page 30,000 kept");
     let c = claimed(&h, &[pages[0], pages[1], pages[30_000], pages[last]]);
     assert_eq!(c, [false, true, true, false]);
+    assert_eq!(h.health(), Health::Live);
+}
+
+#[test]
+fn a_change_seen_while_a_key_list_is_read_asks_for_another_list() {
+    let (mut h, layout, pages) = setup();
+    let fx = read_signals(&mut h, Some(1));
+    assert!(asks_fetch(&fx));
+    let first = h.fetch_request();
+    // While that list is read, a second client leaves: page 5 vanishes. The list being read
+    // may be older than that.
+    let fx = read_signals(&mut h, Some(2));
+    assert!(!asks_fetch(&fx), "one fetch at a time: {fx:?}");
+    let listed = keys_but(&layout, &pages, &[2]);
+    let listed: Vec<&str> = listed.iter().map(String::as_str).collect();
+    let fx = h.answer_fetch(h.next_seq - 1, &listed);
+    assert_eq!(reconciled(&fx), Some((2, 0)), "{fx:?}");
+    assert!(
+        asks_fetch(&fx),
+        "a list asked after the second change: {fx:?}"
+    );
+    assert_ne!(h.fetch_request(), first);
+    assert_eq!(
+        h.health(),
+        Health::Reconciling,
+        "page 5 may still be claimed"
+    );
+    let listed = keys_but(&layout, &pages, &[2, 5]);
+    let listed: Vec<&str> = listed.iter().map(String::as_str).collect();
+    let fx = h.answer_fetch(h.next_seq - 1, &listed);
+    assert_eq!(reconciled(&fx), Some((2, 0)), "{fx:?}");
+    assert_eq!(
+        claimed(&h, &pages),
+        [true, true, false, true, true, false, true, true]
+    );
     assert_eq!(h.health(), Health::Live);
 }

@@ -231,6 +231,11 @@ impl Session {
             });
         }
         self.emit_deltas(&mut fx);
+        if stale > 0 && self.reconciling() {
+            // The key list being read may hold what this round found gone (it may have been
+            // read before the master dropped it): only a list asked for from now on tells.
+            self.resync.watch.want(now);
+        }
         if stale > 0 {
             self.escalate_stale(now, &mut fx);
         }
@@ -262,8 +267,7 @@ impl Session {
                 self.verify.escalated_at = Some(now);
                 self.verify.held = false;
                 self.counters.stale_escalations += 1;
-                let wanted = &mut self.resync.watch.wanted;
-                *wanted = Some(wanted.unwrap_or(now));
+                self.resync.watch.want(now);
                 self.reconcile_if_wanted(now, fx);
             }
         }

@@ -29,7 +29,8 @@ pub(super) struct Watch {
     absent_said: bool,
     /// The backoff of reads that failed in a row.
     failures: Backoff,
-    /// When a change was seen that no key list asked for since has satisfied.
+    /// When the latest change was seen that no key list asked for since has satisfied (a list
+    /// asked after it satisfies every earlier one too).
     pub(super) wanted: Option<Instant>,
 }
 
@@ -87,6 +88,12 @@ impl Watch {
             None if self.next_at.is_some_and(|at| at <= now) => Some(WatchDue::Read),
             _ => None,
         }
+    }
+
+    /// A change was seen at `now`: only a key list asked for from now on satisfies it (and
+    /// every earlier one), whatever is under way.
+    pub(super) fn want(&mut self, now: Instant) {
+        self.wanted = Some(now);
     }
 
     /// A key list asked for at `asked_at` was applied: it satisfies a change seen at or
@@ -175,9 +182,7 @@ impl Session {
             fx.push(Report::StoreChanged { family });
         }
         if changed.is_some() || (baseline && holds_a_list) {
-            // The first change waiting keeps its time: a list asked after it satisfies both.
-            let watch = &mut self.resync.watch;
-            watch.wanted = Some(watch.wanted.unwrap_or(now));
+            self.resync.watch.want(now);
         }
     }
 
