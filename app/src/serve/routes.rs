@@ -180,9 +180,11 @@ async fn readyz(State(app): State<Arc<App>>) -> Response {
     }
     let counters = app.index.read(|s| s.counters());
     if let Some(c) = counters.filter(|c| c.store_changes > 0 || c.reconciles_started > 0) {
-        // Once the master's store signals moved: what they asked for and what the reconciles
-        // changed (issue 27; every figure is in /metrics too).
+        // Once the master's store signals moved: how long the index's content has gone without
+        // the master's confirmation, what the signals asked for and what the reconciles changed
+        // (issue 27; every figure is in /metrics too).
         body["store"] = serde_json::json!({
+            "unconfirmed_seconds": c.unconfirmed_ms as f64 / 1e3,
             "changes_seen": c.store_changes,
             "reconciles_started": c.reconciles_started,
             "reconciles_completed": c.reconciles_completed,
