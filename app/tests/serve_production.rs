@@ -395,7 +395,12 @@ fn an_unreachable_master_is_named_once_with_its_url_and_readyz_says_why() {
             .any(|l| l.contains("WARN") && l.contains("index cleared")),
         "{logs:#?}"
     );
-    let tries: u64 = reason
+    // The key list's episode (the store signals' has its own backoff, named after it).
+    let key_list = reason
+        .split("; ")
+        .find(|e| e.contains("key list unreachable"))
+        .unwrap_or_else(|| panic!("the key list's episode in {reason}"));
+    let tries: u64 = key_list
         .rsplit(", ")
         .next()
         .and_then(|t| t.split_whitespace().next())
