@@ -233,11 +233,15 @@ impl Index {
             }
         }
         let flag = |b: bool| u8::from(b);
-        let connected = matches!(health, Health::Live | Health::Recovering);
+        let connected = matches!(
+            health,
+            Health::Live | Health::Recovering | Health::Reconciling
+        );
         out.set_item("hicache_index_connected", flag(connected))?;
         out.set_item("hicache_index_healthy", flag(health == Health::Live))?;
         for state in [
             Health::Live,
+            Health::Reconciling,
             Health::Recovering,
             Health::Connecting,
             Health::Disconnected,
