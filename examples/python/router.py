@@ -92,8 +92,12 @@ class Router:
             return self._pick(hashes, l3_pages)
 
     def l3_pages(self, hashes: List[bytes]) -> int:
-        """Leading pages any worker can load from L3 (misses unless the index is live)."""
-        return self.index.query(page_hashes=hashes).prefix_pages if hashes else 0
+        """Leading pages any worker can load from L3 (misses unless the index is live). While
+        the index reconciles (the store dropped objects a moment ago) it counts half."""
+        if not hashes:
+            return 0
+        answer = self.index.query(page_hashes=hashes)
+        return answer.prefix_pages // 2 if answer.trust == "reconciling" else answer.prefix_pages
 
     def _pick(self, hashes: List[bytes], l3_pages: int) -> Worker:
         scores = self.scores(hashes, l3_pages)

@@ -14,6 +14,9 @@ class Error(Exception):
 
 class Answer:
     prefix_pages: int
+    # "live", "reconciling" (the store dropped objects a moment ago: a hit may be one of them
+    # until the reconcile under way is applied), "recovering", "connecting", "disconnected",
+    # "events_disabled"; "layout_conflict" or "no_layout" (nothing claimed, see `reason`).
     trust: str
     total_pages: int
     memory_pages: int

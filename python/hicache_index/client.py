@@ -186,7 +186,8 @@ class Client:
 
     @property
     def health(self) -> str:
-        """The sidecar's health (``/readyz``): ``live``, ``recovering``, ..., or ``stopping``."""
+        """The sidecar's health (``/readyz``): ``live``, ``reconciling``, ``recovering``, ..., or
+        ``stopping``."""
         status, data = self._call("GET", "/readyz")
         try:
             return str(json.loads(data)["health"])
