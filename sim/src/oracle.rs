@@ -91,6 +91,18 @@
 //! the loss, so `h` is past the removal and `P(X, ·)` is false from there on. The planted-bug
 //! tests show it for each class.
 //!
+//! **Segments** (issue 27, [`crate::options::WorldKind::Segments`]): a client that goes away
+//! takes its segment's objects out of the master's listing without an event. An object hidden
+//! at a client's active TTL ([`Change::Hidden`]) or gone with a segment that closed
+//! ([`Change::Unmounted`]) is absent in `T` and, like any silent removal, stays in `E`: a claim
+//! of it is stale, not false. A hidden object listed again when its stalled client resumes
+//! ([`Change::Restored`]) is present in `T` again without any event: the one change by which
+//! `T` becomes true without `E`. The master's `/metrics` moves with each of them, so a session
+//! that watches them is held to a bound ([`Oracle::unlisted_since`] says since when an object
+//! is unlisted, the world checks the bound), and must know the restored objects again once it
+//! has reconciled ([`Oracle::restored_since_store`] says which ones only a reconcile brings
+//! back).
+//!
 //! **Staleness** is the separate figure for justified hits whose objects are absent in `T` now:
 //! presence learned from events that a silent removal (or a hidden restart) made stale.
 //! Verification bounds it.
@@ -169,6 +181,12 @@ pub struct Oracle {
     t: History,
     last_store: Vec<u64>,
     last_medium_removal: Vec<u64>,
+    /// Per object, the position of its last hide or unmount (0: none).
+    last_unlisted: Vec<u64>,
+    /// Per object, the position of its last silent removal of another kind (0: none).
+    last_silent: Vec<u64>,
+    /// Per object, the position of its last restoration after a stall (0: none).
+    last_restore: Vec<u64>,
     tenant: Vec<u8>,
     e_present: Vec<IdSet>,
     t_present: Vec<IdSet>,
@@ -192,6 +210,9 @@ impl Oracle {
             t: History::default(),
             last_store: Vec::new(),
             last_medium_removal: Vec::new(),
+            last_unlisted: Vec::new(),
+            last_silent: Vec::new(),
+            last_restore: Vec::new(),
             tenant: Vec::new(),
             e_present: (0..TENANTS.len()).map(|_| IdSet::new()).collect(),
             t_present: (0..TENANTS.len()).map(|_| IdSet::new()).collect(),
@@ -212,6 +233,9 @@ impl Oracle {
             self.t.grow(need);
             self.last_store.resize(need, 0);
             self.last_medium_removal.resize(need, 0);
+            self.last_unlisted.resize(need, 0);
+            self.last_silent.resize(need, 0);
+            self.last_restore.resize(need, 0);
             self.tenant.resize(need, 0);
         }
     }
@@ -263,6 +287,17 @@ impl Oracle {
             Change::SilentlyRemoved { obj } => {
                 self.grow(obj);
                 self.set_t(obj, pos, false);
+                self.last_silent[obj as usize] = pos;
+            }
+            Change::Hidden { obj } | Change::Unmounted { obj } => {
+                self.grow(obj);
+                self.set_t(obj, pos, false);
+                self.last_unlisted[obj as usize] = pos;
+            }
+            Change::Restored { obj } => {
+                self.grow(obj);
+                self.set_t(obj, pos, true);
+                self.last_restore[obj as usize] = pos;
             }
             Change::MediumRemoved { obj } => {
                 self.grow(obj);
@@ -300,6 +335,32 @@ impl Oracle {
     /// `None` while it is present (or was never present).
     pub fn t_present_until(&self, obj: ObjId) -> Option<u64> {
         self.t.newest(obj).filter(|e| !e.present).map(|e| e.pos)
+    }
+
+    /// Returns the position at which the master stopped listing `obj` when its client went
+    /// away (hidden or unmounted, see the module docs), while it is still unlisted since
+    /// then; `None` when it is listed, or absent for another reason.
+    pub fn unlisted_since(&self, obj: ObjId) -> Option<u64> {
+        let end = self.t_present_until(obj)?;
+        let unlisted = self.last_unlisted.get(obj as usize).copied()?;
+        (unlisted == end).then_some(end)
+    }
+
+    /// Reports whether `obj` is absent in the true state since a change that moved the master's
+    /// signals (a silent removal, a hide, an unmount), not since an event or a restart.
+    pub fn absent_by_signal(&self, obj: ObjId) -> bool {
+        let Some(end) = self.t_present_until(obj) else {
+            return false;
+        };
+        let i = obj as usize;
+        self.last_silent.get(i) == Some(&end) || self.last_unlisted.get(i) == Some(&end)
+    }
+
+    /// Reports whether `obj` is present in the true state by a restoration after a stall,
+    /// with no `stored` since: only a key list read after the restoration tells a session.
+    pub fn restored_since_store(&self, obj: ObjId) -> bool {
+        let restore = self.last_restore.get(obj as usize).copied().unwrap_or(0);
+        restore > self.last_store(obj)
     }
 
     /// Reports whether `obj` was present in the event history at position `pos`.
@@ -484,6 +545,25 @@ mod tests {
         o2.apply(&rec(3, Change::Restart));
         o2.mark_invisible(2, 4);
         assert!(!o2.present_since(0, 4));
+    }
+
+    #[test]
+    fn a_hidden_object_is_stale_and_comes_back_without_an_event() {
+        let mut o = Oracle::new();
+        o.apply(&rec(1, Change::Stored { obj: 0, tenant: 0 }));
+        o.apply(&rec(2, Change::Hidden { obj: 0 }));
+        assert!(o.e_now(0) && !o.t_now(0) && o.p_now(0), "stale, not false");
+        assert_eq!(o.unlisted_since(0), Some(2));
+        o.apply(&rec(3, Change::Restored { obj: 0 }));
+        assert!(o.t_now(0) && o.e_now(0) && o.restored_since_store(0));
+        assert_eq!(o.unlisted_since(0), None);
+        o.apply(&rec(4, Change::Unmounted { obj: 0 }));
+        assert_eq!(o.unlisted_since(0), Some(4));
+        o.apply(&rec(5, Change::Stored { obj: 0, tenant: 0 }));
+        assert!(!o.restored_since_store(0) && o.unlisted_since(0).is_none());
+        // A silent removal of another kind is not a client going away.
+        o.apply(&rec(6, Change::SilentlyRemoved { obj: 0 }));
+        assert_eq!(o.unlisted_since(0), None);
     }
 
     #[test]

@@ -75,6 +75,16 @@ pub struct Summary {
     pub invisible_restarts: u64,
     /// Virtual time simulated.
     pub virtual_time: Duration,
+    /// What the store clients did ([`crate::options::WorldKind::Segments`]).
+    pub clients: crate::master::ClientStats,
+    /// Claims beyond the watch's bound.
+    pub beyond_bound: u64,
+    /// The longest claim of an object unlisted because its client went away.
+    pub longest_unlisted_claim: Duration,
+    /// The longest claim held to the watch's bound, and its run's bound.
+    pub longest_checked_claim: (Duration, Duration),
+    /// Runs that failed a liveness check.
+    pub liveness_failures: u64,
 }
 
 impl Summary {
@@ -118,6 +128,23 @@ impl Summary {
         self.longest_excuse = self.longest_excuse.max(s.longest_excuse);
         self.invisible_restarts += s.invisible_restarts;
         self.virtual_time += s.virtual_time;
+        let c = &s.clients;
+        self.clients.closes += c.closes;
+        self.clients.crashes += c.crashes;
+        self.clients.stalls += c.stalls;
+        self.clients.hidden += c.hidden;
+        self.clients.restored += c.restored;
+        self.clients.unmounted += c.unmounted;
+        self.beyond_bound += s.beyond_bound;
+        if s.longest_checked_claim.0 > self.longest_checked_claim.0 {
+            self.longest_checked_claim = s.longest_checked_claim;
+        }
+        self.longest_unlisted_claim = self.longest_unlisted_claim.max(s.longest_unlisted_claim);
+        self.liveness_failures += u64::from(
+            r.failures
+                .iter()
+                .any(|f| f.kind == crate::world::FailureKind::Liveness),
+        );
     }
 
     /// Renders the summary; with the wall time, also the events simulated per second.
@@ -186,6 +213,24 @@ impl Summary {
             self.excused_claims,
             self.longest_excuse.as_secs_f64() * 1e3,
             self.invisible_restarts
+        );
+        let c = &self.clients;
+        let _ = writeln!(
+            s,
+            "segments: closed {}  crashed {}  stalled {}  objects hidden {} back {} unmounted {}  \
+             BEYOND BOUND {}  longest unlisted claim {:.1} ms (held to the bound: {:.1} ms of \
+             {:.1} ms)  liveness failures {}",
+            c.closes,
+            c.crashes,
+            c.stalls,
+            c.hidden,
+            c.restored,
+            c.unmounted,
+            self.beyond_bound,
+            self.longest_unlisted_claim.as_secs_f64() * 1e3,
+            self.longest_checked_claim.0.as_secs_f64() * 1e3,
+            self.longest_checked_claim.1.as_secs_f64() * 1e3,
+            self.liveness_failures
         );
         if let Some(wall) = wall {
             let secs = wall.as_secs_f64().max(1e-9);

@@ -14,7 +14,8 @@
 //! driver, queries between puts) and what it has handed to the session in `world/delivery.rs`;
 //! the HTTP side (status read, key-list read, answer, each apart under load) in
 //! `world/http.rs`; a stray publisher and junk in `world/faults.rs`; the checks in
-//! `world/checks.rs`; failures, figures and the report in `world/report.rs`.
+//! `world/checks.rs` and the watch's bound in `world/bound.rs`; failures, figures and the
+//! report in `world/report.rs`.
 //!
 //! # The phases
 //! 1. **Chaos**: the preset's faults are on until the master has created
@@ -56,6 +57,13 @@
 //!   or restart that batch revealed, stale keys, an unreadable removal) with no batch since its
 //!   last fetch, is the **expected stall**: no rule can anchor its snapshot; it is counted
 //!   apart ([`Report::stalled`]), neither a pass of the liveness checks nor a failure.
+//! - **The watch's bound** (issue 27) after every query: a session that watches the master's
+//!   signals claims no object of the default tenant that the master stopped listing because
+//!   its client went away (hidden, or gone with its segment) longer than the bound named in
+//!   `world/bound.rs`, in runs whose HTTP side neither fails nor hangs (in the others, for
+//!   what went unlisted once the faults stopped). Objects back after a stall are demanded by
+//!   the liveness checks when the session watches (a reconcile brings them back), and not
+//!   otherwise.
 //! - **Bounds** after every call: pages ≤ cap, held batches ≤ `max_held`, buffered batches ≤
 //!   the resync bound.
 //! - **Determinism**: [`Report::transcript`] hashes every effect and every answer, in order.
@@ -80,6 +88,7 @@ use crate::rng::Rng;
 use crate::system::System;
 use crate::util::Transcript;
 
+mod bound;
 mod checks;
 mod delivery;
 mod effects;
@@ -176,6 +185,8 @@ pub struct World<S: System> {
     /// verification, an unreadable removal, a clear the driver asked for.
     last_forced_at: Option<Instant>,
     stale_keys_seen: u64,
+    /// When the quiet phase began (the HTTP side's faults stopped).
+    quiet_since: Option<Instant>,
 }
 
 /// How long after the master went idle and reachable the index must be live and exact.
@@ -304,6 +315,7 @@ impl<S: System> World<S> {
             last_handed_at: None,
             last_forced_at: None,
             stale_keys_seen: 0,
+            quiet_since: None,
         }
     }
 

@@ -26,7 +26,7 @@ fn every_preset_passes_a_short_sweep() {
 /// The CI seeds; longer sweeps use seeds from 100,000 on.
 const CI_SEEDS: std::ops::Range<u64> = 0..1500;
 
-/// The CI sweep: every fault kind occurs, every named world of issue 26 runs (each seed draws
+/// The CI sweep: every fault kind occurs, every named world of issues 26 and 27 runs (each seed draws
 /// each with `WORLD_CHANCE`, on top of its preset), no check fails (no false hit, liveness,
 /// the idle master's check, bounds, staleness), a sample of seeds replays to the same
 /// transcript, and every planted bug is caught by these very seeds where the real session has
@@ -158,6 +158,16 @@ fn ci_sweep_covers_every_fault_kind_without_false_hits() {
         ("publisher clock steps back after a jump", steps_back),
         // the reorder window only reorders
         ("batches handed after their place was passed", after_passed),
+        // segments (issue 27)
+        ("segments closed", summary.clients.closes),
+        ("store clients crashed", summary.clients.crashes),
+        ("store clients stalled", summary.clients.stalls),
+        (
+            "objects hidden at a client's active TTL",
+            summary.clients.hidden,
+        ),
+        ("objects back after a stall", summary.clients.restored),
+        ("objects gone with their segment", summary.clients.unmounted),
     ];
     let mut problems: Vec<String> = coverage
         .iter()
@@ -204,6 +214,8 @@ fn ci_sweep_covers_every_fault_kind_without_false_hits() {
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
     assert_eq!(summary.false_hits, 0);
+    assert_eq!(summary.beyond_bound, 0);
+    assert_eq!(summary.liveness_failures, 0);
 }
 
 /// Returns the first seed of `seeds` whose run against the planted bug has a false hit while

@@ -1,4 +1,4 @@
-//! The named worlds of issue 26 run what they name, and the idle master is checked: whatever
+//! The named worlds of issues 26 and 27 run what they name, and the idle master is checked: whatever
 //! the session under test does, each world's faults happen (these tests judge the worlds, not
 //! the session).
 
@@ -72,6 +72,23 @@ fn a_clock_jump_world_jumps_forward_and_steps_back() {
     let jumps: u64 = reports.iter().map(|r| r.stats.clock_jumps).sum();
     let back: u64 = reports.iter().map(|r| r.stats.clock_steps_back).sum();
     assert!(jumps > 0 && back > 0, "{jumps} jumps, {back} steps back");
+}
+
+#[test]
+fn a_segments_world_closes_crashes_and_stalls_clients_and_holds_the_watch_to_its_bound() {
+    let reports = runs(WorldKind::Segments, Preset::Calm, 0..6);
+    let sum = |f: fn(&Report) -> u64| reports.iter().map(f).sum::<u64>();
+    let closes = sum(|r| r.stats.clients.closes);
+    let hidden = sum(|r| r.stats.clients.hidden);
+    let restored = sum(|r| r.stats.clients.restored);
+    assert!(
+        closes > 0 && hidden > 0 && restored > 0,
+        "{closes} closes, {hidden} hidden, {restored} back"
+    );
+    for r in &reports {
+        assert!(r.passed(), "{}", r.describe_failure());
+        assert_eq!(r.stats.beyond_bound, 0);
+    }
 }
 
 #[test]

@@ -36,6 +36,24 @@ pub enum Change {
         /// The object.
         obj: ObjId,
     },
+    /// The object's client went silent past its active TTL: the master no longer lists it
+    /// (true state only), and may list it again ([`Change::Restored`]).
+    Hidden {
+        /// The object.
+        obj: ObjId,
+    },
+    /// The object's segment closed while it was listed: gone, without an event (true state
+    /// only).
+    Unmounted {
+        /// The object.
+        obj: ObjId,
+    },
+    /// A hidden object is listed again (its stalled client resumed), without an event: the
+    /// true state holds it again while the event history never lost it.
+    Restored {
+        /// The object.
+        obj: ObjId,
+    },
     /// The master restarted: every object is gone, with no event.
     Restart,
 }

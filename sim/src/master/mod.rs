@@ -10,7 +10,11 @@
 //!   [`MasterOptions::per_medium_removals`] is on (PR 2876 on); an object evicted from both
 //!   media then gets one `removed` per medium, as upstream's `PublishObjectRemoved` sends them.
 //! - **Silent removals** emit nothing: batch remove, remove-all of a tenant, a worker segment
-//!   going away (memory replicas on it vanish).
+//!   going away (memory replicas on it vanish); each moves the master's unmount counter. With
+//!   [`MasterOptions::clients`] the store clients' segments go away as the real master's do
+//!   (`segments.rs`): closed at once, hidden at a client's active TTL and unmounted after its
+//!   suspicion TTL, or back when a stalled client resumes. A restart starts the counters from
+//!   zero, as a new process's `/metrics` does.
 //! - The **publisher** drains a bounded queue every [`MasterOptions::publish_interval`] into
 //!   batches of at most [`MasterOptions::batch_max`] (≤ 64) events, so the objects of one page can
 //!   land in different batches. Sequences start at 1; a full queue drops its oldest event and
@@ -49,6 +53,9 @@
 //! - `restart.rs`: going down and coming back, and the old run's HTTP view while it lags.
 //! - `clock.rs`: the publisher's clock (jumps forward, steps back).
 //! - `foreign.rs`: another application's keys (the foreign flood).
+//! - `segments.rs`: store clients and their segments (issue 27): puts placed on them, clients
+//!   that close, crash, stall and resume without events, and the `/metrics` counters they move.
+//! - `tests.rs`: the model's own tests.
 
 use std::collections::VecDeque;
 use std::rc::Rc;
@@ -68,11 +75,13 @@ mod history;
 mod http;
 mod publisher;
 mod restart;
+mod segments;
 mod store;
 
 pub use history::{Change, MasterOutput, MasterStats, Record};
 pub use http::Served;
 pub use publisher::{Published, Status};
+pub use segments::{ClientSignals, ClientStats};
 pub use store::{ObjId, ObjInfo, PageId, PageInfo, Request};
 
 use publisher::{QKind, Queued};
@@ -116,6 +125,9 @@ pub enum Action {
 
 const MEM: u8 = 1;
 const DISK: u8 = 2;
+/// A memory-only object whose client went silent past its active TTL: the master holds it and
+/// lists it nowhere (see `segments.rs`).
+const HIDDEN: u8 = 4;
 
 /// The master model (see the module docs).
 #[derive(Debug)]
@@ -130,6 +142,11 @@ pub struct Master {
     default_keys: FxHashMap<u64, ObjId>,
     flags: Vec<u8>,
     segment: Vec<u8>,
+    /// The store clients and their segments ([`MasterOptions::clients`]).
+    clients: Option<segments::Clients>,
+    /// Objects removed by the actions of the other worlds without an event
+    /// ([`Master::silent_signals`]).
+    signalled_removals: u64,
     present: Vec<IdSet>,
     requests: VecDeque<Rc<Request>>,
     prompts: Vec<Vec<Vec<u64>>>,
@@ -183,6 +200,11 @@ impl Master {
             })
             .collect();
         let tenants = opts.tenants.clamp(1, TENANTS.len());
+        // The clients draw from a stream of their own.
+        let clients = opts
+            .clients
+            .clone()
+            .map(|c| segments::Clients::new(c, rng.fork(0x5e6)));
         Master {
             opts: MasterOptions { tenants, ..opts },
             models,
@@ -193,6 +215,8 @@ impl Master {
             default_keys: FxHashMap::default(),
             flags: Vec::new(),
             segment: Vec::new(),
+            clients,
+            signalled_removals: 0,
             present: (0..TENANTS.len()).map(|_| IdSet::new()).collect(),
             requests: VecDeque::new(),
             prompts,
@@ -289,9 +313,16 @@ impl Master {
         self.queue.len()
     }
 
-    /// Reports whether `obj` is present (true state).
+    /// Reports whether `obj` is present (true state: held and listed).
     pub fn is_present(&self, obj: ObjId) -> bool {
-        self.flags[obj as usize] != 0
+        let f = self.flags[obj as usize];
+        f != 0 && f & HIDDEN == 0
+    }
+
+    /// Returns how many objects the actions of the other worlds removed without an event (each
+    /// moves the simulated master's unmount counter, as a segment leaving does).
+    pub fn silent_signals(&self) -> u64 {
+        self.signalled_removals
     }
 
     // ---- driving ----
@@ -327,7 +358,11 @@ impl Master {
         }
         let tick = (!self.queue.is_empty()).then_some(self.next_tick);
         let action = self.acting.then_some(self.next_action);
-        tick.into_iter().chain(action).min()
+        let clients = self
+            .clients
+            .as_ref()
+            .and_then(|c| c.next_at(self.faults && self.acting));
+        tick.into_iter().chain(action).chain(clients).min()
     }
 
     /// Sets the capacity of the event queue from now on (a burst against a small queue).
@@ -344,6 +379,7 @@ impl Master {
             }
             self.came_up(now);
         }
+        self.step_clients(now, out);
         if !self.queue.is_empty() && now >= self.next_tick {
             self.publish(now, out);
             self.next_tick = self.tick_after(now);
@@ -418,7 +454,7 @@ impl Master {
                 if let Some(obj) = self.pick_present(|_| true) {
                     let page = self.objects[obj as usize].page;
                     for o in self.page_objects(page) {
-                        if self.flags[o as usize] != 0 {
+                        if self.is_present(o) {
                             self.evict(o, out);
                         }
                     }
@@ -446,6 +482,7 @@ impl Master {
                 for obj in all {
                     self.vanish(obj, out);
                 }
+                self.drop_hidden(|m, o| m.tenant_of(o) as usize == tenant);
             }
             Action::SegmentLoss => {
                 let seg = self.rng.below(u64::from(self.opts.segments.max(1))) as u8;
@@ -472,6 +509,7 @@ impl Master {
                     self.flags[obj as usize] = 0;
                 }
                 self.present[tenant].clear();
+                self.drop_hidden(|m, o| m.tenant_of(o) as usize == tenant);
             }
             Action::UnknownKeyless => {
                 let tenant = self.rng.index(self.opts.tenants);
@@ -482,6 +520,7 @@ impl Master {
                     self.flags[obj as usize] = 0;
                 }
                 self.present[tenant].clear();
+                self.drop_hidden(|m, o| m.tenant_of(o) as usize == tenant);
             }
             Action::ForeignPut => self.foreign_put(out),
             Action::ForeignFlood => self.foreign_flood(out),
@@ -501,179 +540,4 @@ impl Master {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::options::Options;
-    use hicache_index::decode;
-
-    fn calm(seed: u64) -> Options {
-        let none = Some(crate::options::Worlds::NONE);
-        Options::for_seed_with(seed, Some(crate::options::Preset::Calm), 1000, none)
-    }
-
-    fn master(seed: u64) -> Master {
-        let o = calm(seed);
-        Master::new(o.master.clone(), o.model_specs(), Rng::new(seed))
-    }
-
-    /// Steps `m` from `now` for `d`, acting; returns the time reached.
-    fn run_for(m: &mut Master, mut now: Instant, d: Duration, out: &mut MasterOutput) -> Instant {
-        let until = now + d;
-        while now < until {
-            m.step(now, out);
-            now = m
-                .next_at()
-                .unwrap_or(until)
-                .max(now + Duration::from_micros(1));
-        }
-        now
-    }
-
-    #[test]
-    fn twin_runs_number_their_batches_alike() {
-        let o = calm(3);
-        let mut mo = o.master.clone();
-        mo.twin_batch = 4;
-        let mut m = Master::new(mo, o.model_specs(), Rng::new(3));
-        let mut out = MasterOutput::default();
-        let now = run_for(&mut m, Instant::ZERO, Duration::from_millis(30), &mut out);
-        let old: Vec<Published> = core::mem::take(&mut out.published);
-        m.act(now, Action::Restart, &mut out);
-        let up = out.restarted_until.expect("a restart");
-        run_for(&mut m, up, Duration::from_millis(30), &mut out);
-        let shape = |p: &Published| (p.seq, p.first_event_id, p.events);
-        assert!(old.len() > 3 && out.published.len() > 3);
-        for (a, b) in old.iter().zip(&out.published) {
-            assert_eq!(
-                shape(a),
-                shape(b),
-                "the new run numbers its batches as the old one"
-            );
-            assert_eq!(a.events, 4, "full batches only while faults are on");
-        }
-        assert_ne!(old[0].epoch, out.published[0].epoch);
-    }
-
-    #[test]
-    fn a_lagging_http_side_serves_the_old_run_until_its_lag_ends() {
-        let mut m = master(4);
-        m.set_http_lag((Duration::from_millis(50), Duration::from_millis(50)));
-        let mut out = MasterOutput::default();
-        let now = run_for(&mut m, Instant::ZERO, Duration::from_millis(30), &mut out);
-        let mut before = Vec::new();
-        m.all_keys_body(&mut before);
-        let status = m.status();
-        assert!(!before.is_empty() && status.published_batches > 0);
-        m.act(now, Action::Restart, &mut out);
-        let up = out.restarted_until.expect("a restart");
-        // While down and for the lag after it comes up, the old run answers.
-        for at in [now, up, up + Duration::from_millis(49)] {
-            assert_eq!(m.serving(at), Some(Served::Lagging));
-        }
-        let mut body = Vec::new();
-        m.all_keys_as(Served::Lagging, &mut body);
-        assert_eq!(body, before, "the old run's key list");
-        assert_eq!(m.status_as(Served::Lagging), status);
-        let keys: Vec<String> = hicache_index::snapshot_lines(&before)
-            .map(|l| String::from_utf8(l.to_vec()).expect("utf-8"))
-            .collect();
-        assert!(m
-            .batch_query_as(Served::Lagging, &keys)
-            .iter()
-            .all(|&ok| ok));
-        assert!(m
-            .batch_query_as(Served::Current, &keys)
-            .iter()
-            .all(|&ok| !ok));
-        m.step(up, &mut out);
-        assert_eq!(
-            m.serving(up + Duration::from_millis(50)),
-            Some(Served::Current)
-        );
-        assert_eq!(m.served_epoch(Served::Lagging) + 1, m.epoch());
-    }
-
-    #[test]
-    fn the_foreign_flood_outnumbers_the_sglang_objects_and_sits_among_them() {
-        let o = calm(6);
-        let mut mo = o.master.clone();
-        mo.foreign_per_object = 5;
-        mo.hashed_key_list = true;
-        let mut m = Master::new(mo, o.model_specs(), Rng::new(6));
-        let mut out = MasterOutput::default();
-        for _ in 0..30 {
-            m.act(Instant::ZERO, Action::Put, &mut out);
-        }
-        for _ in 0..80 {
-            m.act(Instant::ZERO, Action::ForeignFlood, &mut out);
-        }
-        let (sglang, foreign) = (m.default_objects(), m.foreign_count_as(Served::Current));
-        assert!(
-            sglang > 0 && foreign >= 3 * sglang,
-            "{foreign} foreign, {sglang} sglang"
-        );
-        assert!(foreign <= 5 * sglang.max(16));
-        let mut body = Vec::new();
-        m.all_keys_body(&mut body);
-        let lines: Vec<&[u8]> = hicache_index::snapshot_lines(&body).collect();
-        let is_key = |l: &[u8]| {
-            core::str::from_utf8(l)
-                .ok()
-                .and_then(|k| m.find_object(0, k))
-                .is_some_and(|o| m.is_present(o))
-        };
-        // SGLang lines among the foreign ones, not first: some follow a foreign line.
-        let after_foreign = lines
-            .windows(2)
-            .filter(|w| !is_key(w[0]) && is_key(w[1]))
-            .count();
-        assert!(after_foreign > sglang / 2, "{after_foreign} of {sglang}");
-        assert!(
-            lines.len() > sglang + foreign,
-            "keys holding a \\n make more lines than keys"
-        );
-        let flood: Vec<String> = m.foreign_keys[..50].iter().map(|k| k.to_string()).collect();
-        let present = m.batch_query(&flood);
-        for (k, ok) in flood.iter().zip(present) {
-            let id = m.foreign_index[k.as_str()][0];
-            assert_eq!(ok, m.foreign_present.contains(id), "{k:?}");
-        }
-    }
-
-    #[test]
-    fn published_batches_decode_with_sequences_from_one() {
-        let mut m = master(5);
-        let mut out = MasterOutput::default();
-        let mut now = Instant::ZERO;
-        for _ in 0..200 {
-            m.step(now, &mut out);
-            now = m.next_at().unwrap_or(now).max(now);
-        }
-        assert!(!out.published.is_empty());
-        for (i, p) in out.published.iter().enumerate() {
-            assert_eq!(p.seq, i as u64 + 1, "no loss in a calm master");
-            let frames: Vec<&[u8]> = p.frames.iter().map(Vec::as_slice).collect();
-            let batch = decode(&frames).expect("the master's bytes decode");
-            assert_eq!(batch.events.len(), p.events);
-            assert!(p.events <= 64);
-        }
-    }
-
-    #[test]
-    fn a_full_queue_drops_the_oldest_and_skips_a_sequence() {
-        let o = calm(1);
-        let mut mo = o.master.clone();
-        mo.queue_capacity = 2;
-        mo.batch_max = 64;
-        let mut m = Master::new(mo, o.model_specs(), Rng::new(1));
-        let mut out = MasterOutput::default();
-        for _ in 0..20 {
-            m.act(Instant::ZERO, Action::Put, &mut out);
-        }
-        assert!(m.stats().queue_drops > 0);
-        m.step(Instant::from_millis(100), &mut out);
-        let first = out.published.first().expect("a batch");
-        assert_eq!(first.seq, 1 + m.stats().queue_drops);
-        assert!(out.lost_upto > 0);
-    }
-}
+mod tests;

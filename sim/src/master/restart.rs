@@ -62,6 +62,7 @@ impl Master {
             }
             self.present[tenant].clear();
         }
+        self.clients_restart();
         self.queue.clear();
         let (lo, hi) = self.opts.restart_downtime;
         let up = now + self.rng.duration(lo, hi);

@@ -155,9 +155,12 @@ impl Master {
         }
     }
 
+    /// Removes an object without an event; the master's unmount counter moves (see
+    /// [`Master::silent_signals`]).
     pub(super) fn vanish(&mut self, obj: ObjId, out: &mut MasterOutput) {
         self.take_away(obj);
         self.stats.silent_removals += 1;
+        self.signalled_removals += 1;
         self.record(Change::SilentlyRemoved { obj }, out);
     }
 
@@ -181,8 +184,10 @@ impl Master {
                 let obj = first + j as u32;
                 if self.flags[obj as usize] == 0 {
                     self.flags[obj as usize] = MEM;
-                    self.segment[obj as usize] =
-                        self.rng.below(u64::from(self.opts.segments.max(1))) as u8;
+                    self.segment[obj as usize] = match self.clients.as_mut() {
+                        Some(c) => c.place(),
+                        None => self.rng.below(u64::from(self.opts.segments.max(1))) as u8,
+                    };
                     self.present[request.tenant as usize].insert(obj);
                     self.emit(QKind::Stored, obj, Some(Medium::Cpu), out);
                 }

@@ -26,8 +26,8 @@ mod parts;
 mod worlds;
 
 pub use parts::{
-    ActionMix, DriverOptions, HttpOptions, MasterOptions, NetworkOptions, SessionOptions,
-    TWIN_FLUSH,
+    ActionMix, ClientOptions, DriverOptions, HttpOptions, MasterOptions, NetworkOptions,
+    SessionOptions, TWIN_FLUSH,
 };
 pub use worlds::{TailKind, TailLoss, WorldKind, Worlds, WORLD_CHANCE};
 
@@ -211,6 +211,7 @@ impl Options {
             pages_per_put: (1, r.range(2, 8) as u32),
             capacity_objects: r.range(500, 6_000) as usize,
             segments: r.range(1, 4) as u8,
+            clients: None,
             mix: ActionMix {
                 silent_batch_remove: 0.01,
                 silent_remove_all: 0.001,
@@ -317,15 +318,19 @@ impl Options {
         // they were, and a seed that draws none runs exactly as before. Pristine has none.
         if o.preset != Preset::Pristine {
             let mut w = root.fork(0x26);
-            for kind in WorldKind::ALL {
+            for kind in WorldKind::DRAWN_TOGETHER {
                 if w.chance(WORLD_CHANCE) {
                     o.worlds.insert(kind);
                 }
             }
+            // Issue 27's world from a stream of its own: the draws above stay as they were.
+            if root.fork(0x27).chance(WORLD_CHANCE) {
+                o.worlds.insert(WorldKind::Segments);
+            }
             if let Some(forced) = worlds {
                 o.worlds = forced;
             }
-            o.apply_worlds(&mut w);
+            o.apply_worlds(&mut w, &root.fork(0x27));
         }
         // A reorder window needs resync (rule R7 of the core's sequence module): only the
         // master's status places a reordering stream after a loss.
@@ -501,7 +506,7 @@ impl Options {
 
     /// The fault classes [`Options::without`] can turn off, to tell which one a failure needs
     /// (the named worlds' names among them).
-    pub const CLASSES: [&'static str; 15] = [
+    pub const CLASSES: [&'static str; 16] = [
         "stalls",
         "heavy-http",
         "undecodable",
@@ -517,6 +522,7 @@ impl Options {
         "foreign-flood",
         "tail-loss-idle",
         "clock-jump",
+        "segments",
     ];
 
     /// Turns one fault class of [`Options::CLASSES`] off; returns `false` for an unknown name.

@@ -100,6 +100,10 @@ pub struct MasterOptions {
     pub capacity_objects: usize,
     /// Worker segments memory replicas live on.
     pub segments: u8,
+    /// Store clients with segments that close, crash, stall and resume
+    /// ([`crate::options::WorldKind::Segments`]); `None`: the segments above only lose their
+    /// memory replicas ([`ActionMix::segment_loss`]).
+    pub clients: Option<ClientOptions>,
     /// The action mix while faults are on.
     pub mix: ActionMix,
     /// Chance that sending a batch fails (its sequence is consumed).
@@ -136,6 +140,27 @@ pub struct MasterOptions {
     pub clock_back: f64,
     /// How long a jump lasts before it is stepped back.
     pub clock_back_after: (Duration, Duration),
+}
+
+/// The store clients of [`crate::options::WorldKind::Segments`]: each mounts one segment, a
+/// put lands on one segment mounted by a client that heartbeats, and clients close, crash and
+/// stall with the master's TTLs at the simulator's time scale (spec section 10).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClientOptions {
+    /// Store clients, one segment each.
+    pub clients: u8,
+    /// Closes, crashes and stalls per second while faults are on (a third each).
+    pub faults_per_sec: f64,
+    /// `--client_active_ttl_sec`: a client silent this long has its segment's objects hidden.
+    pub active_ttl: Duration,
+    /// `--client_suspicion_ttl_sec`: a suspected client silent this much longer goes offline,
+    /// its segment unmounted.
+    pub suspicion_ttl: Duration,
+    /// How long a stall lasts (some end before the active TTL, most while suspected, some after
+    /// the client went offline).
+    pub stall_len: (Duration, Duration),
+    /// How long after a segment went away a new client mounts one in its place.
+    pub mount_after: (Duration, Duration),
 }
 
 /// How long the oldest event of a partial batch waits in [`MasterOptions::twin_batch`] mode.

@@ -8,7 +8,7 @@ use core::time::Duration;
 
 use hicache_index::ReorderConfig;
 
-use super::{ms, us, Options};
+use super::{ms, us, ClientOptions, Options};
 use crate::rng::Rng;
 
 /// The chance that a seed's options include each named world.
@@ -40,11 +40,28 @@ pub enum WorldKind {
     /// The publisher's clock jumps forward, and is often stepped back after a while: batch
     /// timestamps leap ahead, then fall back; half the time with a reorder window.
     ClockJump,
+    /// Issue 27: store clients mount segments, a put lands on one of them at random, and
+    /// clients close (their segment's objects vanish at once), crash (hidden at the active
+    /// TTL, unmounted after the suspicion TTL) and stall (hidden, then back on resume), with no
+    /// event for any of it; only the master's `/metrics` moves. Half the time the HTTP side
+    /// never fails or hangs, so the watch's bound is checked all along.
+    Segments,
 }
 
 impl WorldKind {
     /// Every named world, in the order they are drawn.
-    pub const ALL: [WorldKind; 5] = [
+    pub const ALL: [WorldKind; 6] = [
+        WorldKind::StaleKeyList,
+        WorldKind::UnseenRestarts,
+        WorldKind::ForeignFlood,
+        WorldKind::TailLossIdle,
+        WorldKind::ClockJump,
+        WorldKind::Segments,
+    ];
+
+    /// The worlds of issue 26, drawn one after the other from one stream (a later world is
+    /// drawn from a stream of its own, so that their draws stay what they were).
+    pub const DRAWN_TOGETHER: [WorldKind; 5] = [
         WorldKind::StaleKeyList,
         WorldKind::UnseenRestarts,
         WorldKind::ForeignFlood,
@@ -60,6 +77,7 @@ impl WorldKind {
             WorldKind::ForeignFlood => "foreign-flood",
             WorldKind::TailLossIdle => "tail-loss-idle",
             WorldKind::ClockJump => "clock-jump",
+            WorldKind::Segments => "segments",
         }
     }
 
@@ -178,9 +196,14 @@ pub enum TailKind {
 
 impl Options {
     /// Sets the knobs of every world in [`Options::worlds`], each from its own stream of `w`.
-    pub(super) fn apply_worlds(&mut self, w: &mut Rng) {
+    /// [`WorldKind::Segments`] draws its knobs from `segments` instead.
+    pub(super) fn apply_worlds(&mut self, w: &mut Rng, segments: &Rng) {
         for kind in self.worlds.iter() {
-            let mut r = w.fork(kind as u64 + 1);
+            let mut r = if kind == WorldKind::Segments {
+                segments.fork(1)
+            } else {
+                w.fork(kind as u64 + 1)
+            };
             self.apply_world(kind, &mut r);
         }
     }
@@ -261,6 +284,28 @@ impl Options {
                     n.reorder_jitter = r.duration(us(100), ms(3));
                 }
             }
+            WorldKind::Segments => {
+                // The master's TTLs (10 s and 20 s by default, 2 s and 3 s in the real-master
+                // test) at the worlds' time scale, where the watch reads every 250 ms or 1 s.
+                let active_ttl = r.duration(ms(150), ms(1_500));
+                let suspicion_ttl = active_ttl.mul_f64(1.0 + r.unit());
+                m.clients = Some(ClientOptions {
+                    clients: r.range(2, 5) as u8,
+                    faults_per_sec: 0.5 + r.unit() * 2.0,
+                    active_ttl,
+                    suspicion_ttl,
+                    stall_len: (active_ttl / 2, (active_ttl + suspicion_ttl).mul_f64(1.2)),
+                    mount_after: (ms(5), ms(300)),
+                });
+                // Segments replace the memory-replica loss of the other worlds.
+                m.mix.segment_loss = 0.0;
+                if r.chance(0.5) {
+                    // An HTTP side that never fails or hangs: the bound holds all along.
+                    h.fail = 0.0;
+                    h.hang = 0.0;
+                }
+                s.resync = true;
+            }
         }
     }
 
@@ -282,6 +327,7 @@ impl Options {
             }
             WorldKind::TailLossIdle => self.tail = None,
             WorldKind::ClockJump => m.clock_jumps_per_sec = 0.0,
+            WorldKind::Segments => m.clients = None,
         }
     }
 }

@@ -228,6 +228,9 @@ impl<S: System> World<S> {
             excused |= !self.oracle.p_now(obj);
             stale |= !self.oracle.t_now(obj);
             self.check_confirmed(obj);
+            if default {
+                self.check_unlisted(obj);
+            }
         }
         if excused {
             self.stats.excused_claims += 1;
@@ -386,11 +389,20 @@ impl<S: System> World<S> {
             }
             return;
         }
-        let (stale_left, first_stale) = self.sweep_pages("final", true);
+        let (stale, first_stale) = self.sweep_pages("final", true);
         // Verification finds what the master dropped silently, and so does the watch of its
-        // signals (every silent removal of this master moves its unmount counter).
-        let watched = self.opts.session.resync && self.opts.session.status_check.is_some();
-        if (self.opts.session.verify || watched) && stale_left > 0 {
+        // signals: every silent removal of this master, every hide and unmount moves a
+        // counter. A restart that no stream signal reveals moves none (this master's counters
+        // count on across restarts), so only verification is held to it.
+        let watched = self.watch_bound().is_some();
+        let stale_left = if self.opts.session.verify {
+            stale.all
+        } else if watched {
+            stale.signalled
+        } else {
+            0
+        };
+        if stale_left > 0 {
             let mut detail =
                 format!("{stale_left} stale pages of the default tenant still hit after settling");
             if let Some(page) = first_stale {
@@ -413,22 +425,26 @@ impl<S: System> World<S> {
 
     /// Asks about every page ever written: each hit must be justified (the safety sweep), and,
     /// with `liveness`, each page the master holds that the session can know of must be a hit.
-    /// Returns the stale hits of the default tenant left, and the first of them.
+    /// Returns the stale hits of the default tenant left (all, and those the master's signals
+    /// revealed), and the first of them.
     ///
     /// A page the liveness check demands: every object present at the master (true state and
     /// event history), none with a per-medium removal after its last store (reading that as
-    /// gone everywhere is always safe), and either of the default tenant with resync on, or
-    /// each object stored after the last loss the world knows of. Without status counters a
+    /// gone everywhere is always safe), none of the default tenant back after a stall unless
+    /// the session watches the master's signals (then a reconcile brings it back), and either
+    /// of the default tenant with resync on, or each object stored after the last loss the
+    /// world knows of. Without status counters a
     /// loss nothing revealed cannot be known: objects stored at or after it are not demanded.
     /// Nothing is demanded when the index evicted pages (its cap).
-    fn sweep_pages(&mut self, how: &str, liveness: bool) -> (u64, Option<PageId>) {
+    fn sweep_pages(&mut self, how: &str, liveness: bool) -> (StaleLeft, Option<PageId>) {
         let evictions = self.sut.counters().evictions;
         self.stats.liveness_skipped = evictions > 0;
         self.judge_now();
         let p_loss = self.p_loss.max(self.net.lost_upto());
         let unknowable = self.driver.flight.first_unrevealed();
         let resync = self.opts.session.resync;
-        let mut stale_left = 0u64;
+        let watched = self.watch_bound().is_some();
+        let mut stale_left = StaleLeft::default();
         let mut first_stale = None;
         for page in 0..self.master.pages().len() as PageId {
             let info = *self.master.page(page);
@@ -450,7 +466,10 @@ impl<S: System> World<S> {
                 // The safety sweep: every object of a complete page is justified.
                 self.check_page(page, 0..info.objs as usize, how);
                 if info.tenant == 0 && objs.clone().any(|o| !self.oracle.t_now(o)) {
-                    stale_left += 1;
+                    stale_left.all += 1;
+                    if objs.clone().any(|o| self.oracle.absent_by_signal(o)) {
+                        stale_left.signalled += 1;
+                    }
                     first_stale.get_or_insert(page);
                 }
             }
@@ -461,10 +480,16 @@ impl<S: System> World<S> {
                 .clone()
                 .all(|o| self.oracle.t_now(o) && self.oracle.e_now(o));
             let doubtful = objs.clone().any(|o| self.oracle.medium_doubt(o));
+            // Objects back after a stall, with no event: only a key list read after they came
+            // back tells the session, and only the watch asks for one (issue 27).
+            let restored = info.tenant == 0
+                && !watched
+                && objs.clone().any(|o| self.oracle.restored_since_store(o));
             let known =
                 unknowable.is_none_or(|u| objs.clone().all(|o| self.oracle.last_store(o) < u));
             let eligible = present
                 && !doubtful
+                && !restored
                 && known
                 && ((info.tenant == 0 && resync)
                     || objs.clone().all(|o| self.oracle.last_store(o) > p_loss));
@@ -508,6 +533,15 @@ impl<S: System> World<S> {
         }
         (stale_left, first_stale)
     }
+}
+
+/// Stale pages of the default tenant a sweep found still hit.
+#[derive(Copy, Clone, Debug, Default)]
+pub(super) struct StaleLeft {
+    /// All of them.
+    all: u64,
+    /// Those with an object absent since a change that moved the master's signals.
+    signalled: u64,
 }
 
 fn held_detail(out: &mut String, obj: ObjId, oracle: &Oracle) {

@@ -87,9 +87,12 @@ impl<S: System> World<S> {
                 {
                     if matches!(
                         reason,
-                        ClearReason::UnreadableRemoval | ClearReason::Requested
+                        ClearReason::UnreadableRemoval
+                            | ClearReason::Requested
+                            | ClearReason::StoreChanged
                     ) {
-                        // The batch held a removal without its key, or the driver asked.
+                        // The batch held a removal without its key, the driver asked, or the
+                        // master's signals moved and the reconcile could not be placed.
                         self.last_forced_at = Some(self.now);
                     }
                     self.driver.last_clear_at = self.now;

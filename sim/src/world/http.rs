@@ -335,12 +335,36 @@ impl<S: System> World<S> {
                 self.http_at(now + lat, HttpItem::StatusAnswer { request, watermark });
             }
             HttpItem::SignalsServer { request } => {
-                // Every object the master removes without an event moves its unmount counter,
-                // as a client's segment leaving does (spec section 10).
+                // Every object the other worlds' actions remove without an event moves the
+                // unmount counter, as a client's segment leaving does (spec section 10); with
+                // store clients, their segments and liveness move the six families as the real
+                // master's do.
                 let signals = self.master.serving_new(now).map(|_| {
                     let mut s = StoreSignals::default();
-                    let moved = self.master.stats().silent_removals;
-                    s.add("master_unmount_segment_requests_total", moved as f64);
+                    let moved = self.master.silent_signals();
+                    let c = self.master.client_signals().unwrap_or_default();
+                    s.add(
+                        "master_unmount_segment_requests_total",
+                        (moved + c.unmounts) as f64,
+                    );
+                    if self.master.client_signals().is_some() {
+                        let families = [
+                            ("master_remount_segment_requests_total", c.remounts),
+                            (
+                                "master_client_liveness_suspected_transitions_total",
+                                c.suspected,
+                            ),
+                            (
+                                "master_client_liveness_offline_transitions_total",
+                                c.offline,
+                            ),
+                            ("master_client_liveness_recoveries_total", c.recoveries),
+                            ("master_client_liveness_suspected_clients", c.suspected_now),
+                        ];
+                        for (family, value) in families {
+                            s.add(family, value as f64);
+                        }
+                    }
                     s
                 });
                 let lat = self.http_latency();

@@ -30,6 +30,9 @@ pub enum FailureKind {
     QueryError,
     /// The system under test panicked.
     Panic,
+    /// A watching session claimed an object longer after the master stopped listing it than
+    /// the watch's bound (issue 27, see `world/bound.rs`).
+    BeyondBound,
 }
 
 /// One failed check.
@@ -144,6 +147,16 @@ pub struct RunStats {
     pub idle_liveness_pages: u64,
     /// Index evictions.
     pub evictions: u64,
+    /// What the store clients did (segments closed, clients crashed and stalled, objects
+    /// hidden, back after a stall, gone with a segment).
+    pub clients: crate::master::ClientStats,
+    /// The longest a claimed object of the default tenant had been unlisted because its
+    /// client went away (any run, watched or not).
+    pub longest_unlisted_claim: Duration,
+    /// The longest claim held to the watch's bound, and the bound.
+    pub longest_checked_claim: (Duration, Duration),
+    /// Claims beyond the watch's bound (each a failure).
+    pub beyond_bound: u64,
     /// Virtual time simulated.
     pub virtual_time: Duration,
     /// Loop steps.
@@ -239,6 +252,7 @@ impl<S: System> World<S> {
         s.ignored_messages =
             c.stray_topic + c.stray_frame_count + c.malformed_seq + c.malformed_payload;
         s.evictions = c.evictions;
+        s.clients = self.master.client_stats();
         (s.clock_jumps, s.clock_steps_back) = self.master.clock_changes();
         s.handed_after_passed = self.driver.flight.after_passed();
         s.virtual_time = Duration::from_nanos(self.now.as_nanos());

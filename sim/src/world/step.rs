@@ -25,6 +25,7 @@ impl<S: System> World<S> {
         self.next_stray = None;
         self.next_junk = None;
         self.next_clear = None;
+        self.quiet_since = Some(self.now);
         self.phase = Phase::Quiet {
             until: self.now + self.opts.quiet,
         };
@@ -54,7 +55,7 @@ impl<S: System> World<S> {
     }
 
     /// Notes whether the master is idle and reachable now: faults off, not acting, nothing
-    /// queued, up, no restart due.
+    /// queued, up, no restart due, every store client heartbeating with its segment mounted.
     pub(super) fn watch_idle(&mut self) {
         if self.idle_checked {
             return;
@@ -63,6 +64,7 @@ impl<S: System> World<S> {
             && !self.master.is_acting()
             && self.master.queued() == 0
             && !self.master.is_down(self.now)
+            && !self.master.clients_busy()
             && self.restart_at.is_none();
         if idle {
             self.idle_since.get_or_insert(self.now);

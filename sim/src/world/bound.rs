@@ -1,0 +1,98 @@
+//! The watch's bound (issue 27): a session that watches the master's signals stops claiming an
+//! object of the default tenant within [`World::watch_bound`] of the moment the master stopped
+//! listing it because its client went away (hidden at an active TTL, or gone with a segment
+//! that closed; [`crate::oracle::Oracle::unlisted_since`]).
+//!
+//! # The bound, in one place
+//! From the moment the master stops listing an object (its `/metrics` moves in the same
+//! moment), a correct session:
+//! 1. reads the signals within one watch interval, plus one HTTP request (latency both ways,
+//!    the load, a slow answer);
+//! 2. asks for a key list: the first asked after the change satisfies it, so a fetch already
+//!    under way may have to end first; each fetch ends within twice the fetch timeout (its
+//!    answer within the timeout, then the stream reaches the list's status point within the
+//!    timeout again, or the session forgets and resyncs: misses, never a claim);
+//! 3. a CPU-starved driver may hold the read's answer, the key list's answer and the
+//!    snapshot's application for one stall each;
+//! 4. with restarts, a read that reaches a down master fails, and the read backs off from the
+//!    watch interval (doubling): the downtime and three intervals cover it.
+//!
+//! **Where it is checked**: in runs whose session watches (resync on, the watch on), for an
+//! object the event history still holds (its claim is stale: only the watch can tell; an
+//! object an event removed is judged by the safety rule), when the master stopped listing it
+//! while the HTTP side neither failed nor hung: a failed or hung read backs off without a
+//! bound (each failure doubles the wait, and failures may follow each other), so in runs with
+//! HTTP faults the check covers only what went unlisted after the faults stopped (the quiet
+//! phase on). The final staleness check still holds every run to "none left at the end".
+
+use super::*;
+
+/// How long a slow HTTP answer is delayed (see [`World::http_fate`]).
+const SLOW_ANSWER: Duration = Duration::from_millis(400);
+/// Rounding of times, and the session's timer granularity.
+const SLACK: Duration = Duration::from_millis(50);
+
+impl<S: System> World<S> {
+    /// Returns the watch's bound for this run (see the module docs), or `None` when the
+    /// session does not watch.
+    pub(super) fn watch_bound(&self) -> Option<Duration> {
+        let s = &self.opts.session;
+        let interval = s.status_check.filter(|_| s.resync)?;
+        let h = &self.opts.http;
+        let slow = if h.slow > 0.0 {
+            SLOW_ANSWER
+        } else {
+            Duration::ZERO
+        };
+        let request = 2 * h.latency.1 + h.load.1 + slow;
+        let fetch = 2 * s.fetch_timeout;
+        let d = &self.opts.driver;
+        let stall = if d.stalls_per_sec > 0.0 || d.snapshot_stall > 0.0 {
+            d.stall_len.1
+        } else {
+            Duration::ZERO
+        };
+        let m = &self.opts.master;
+        let restarts =
+            m.mix.restart > 0.0 || h.restart_after_keys > 0.0 || h.restart_after_status > 0.0;
+        let restart = if restarts {
+            m.restart_downtime.1 + 3 * interval
+        } else {
+            Duration::ZERO
+        };
+        Some(interval + request + 2 * fetch + 3 * stall + restart + SLACK)
+    }
+
+    /// Holds a claim of `obj` (default tenant, justified) to the watch's bound.
+    pub(super) fn check_unlisted(&mut self, obj: ObjId) {
+        let Some(pos) = self.oracle.unlisted_since(obj) else {
+            return;
+        };
+        if !self.oracle.e_now(obj) {
+            return;
+        }
+        let since = self.time_of(pos);
+        let age = self.now.saturating_duration_since(since);
+        self.stats.longest_unlisted_claim = self.stats.longest_unlisted_claim.max(age);
+        let Some(bound) = self.watch_bound() else {
+            return;
+        };
+        let http_faults = self.opts.http.fail > 0.0 || self.opts.http.hang > 0.0;
+        let checked = !http_faults || self.quiet_since.is_some_and(|q| q <= since);
+        if checked && age > self.stats.longest_checked_claim.0 {
+            self.stats.longest_checked_claim = (age, bound);
+        }
+        if checked && age > bound {
+            self.stats.beyond_bound += 1;
+            let detail = format!(
+                "object {} is claimed {age:?} after the master stopped listing it (its client \
+                 went away at {since:?}, position {pos}), beyond the watch's bound {bound:?}; \
+                 health {:?}; {}",
+                self.master.key(obj),
+                self.sut.health(),
+                self.oracle.describe(obj),
+            );
+            self.fail(FailureKind::BeyondBound, detail);
+        }
+    }
+}
