@@ -143,7 +143,7 @@ impl Index {
         let handle = &self.handle;
         let answered = match (tokens, page_hashes) {
             (Some(tokens), None) => {
-                let wide = self::tokens(tokens)?;
+                let wide = crate::tools::tokens(tokens)?;
                 let narrow: Option<Vec<u32>> =
                     wide.iter().map(|&t| u32::try_from(t).ok()).collect();
                 py.detach(|| {
@@ -418,31 +418,6 @@ fn start(
 fn stop(runner: Runner) {
     let _ = runner.stop.send(());
     let _ = runner.thread.join();
-}
-
-/// Reads token ids (0 to 2^64-1) from a sequence; a bad one is a `ValueError` naming it.
-pub(crate) fn tokens(value: &Bound<'_, PyAny>) -> PyResult<Vec<u64>> {
-    if value.is_instance_of::<PyString>() {
-        return Err(value_error(
-            "tokens must be a sequence of token ids, not a string",
-        ));
-    }
-    if let Ok(tokens) = value.extract::<Vec<u64>>() {
-        return Ok(tokens);
-    }
-    let mut out = Vec::new();
-    for item in value
-        .try_iter()
-        .map_err(|_| value_error("tokens must be a sequence of token ids"))?
-    {
-        let item = item?;
-        let token = item.extract::<u64>().map_err(|_| {
-            let shown = item.repr().map(|r| r.to_string()).unwrap_or_default();
-            value_error(format!("{shown} is not a token id (0 to 2^64-1)"))
-        })?;
-        out.push(token);
-    }
-    Ok(out)
 }
 
 /// Reads page hashes (32-byte `bytes` or 64 lowercase hex characters each) into `out`

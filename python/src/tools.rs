@@ -115,7 +115,7 @@ pub(crate) fn page_hashes<'py>(
     if page_size == 0 {
         return Err(value_error("--page-size must be at least 1"));
     }
-    let tokens = crate::index::tokens(tokens)?;
+    let tokens = self::tokens(tokens)?;
     let namespace = Namespace::new(extra_key, cache_salt);
     let hashes: Vec<hicache_index::PageHash> =
         py.detach(|| PageHashes::new(&tokens, page_size, eagle, namespace).collect());
@@ -143,4 +143,29 @@ pub(crate) fn object_keys(
         (Some(_), true) => return Err(value_error("give a layout or its flags, not both")),
     };
     Ok(layout.inner.object_keys(&hash).collect())
+}
+
+/// Reads token ids (0 to 2^64-1) from a sequence; a bad one is a `ValueError` naming it.
+pub(crate) fn tokens(value: &Bound<'_, PyAny>) -> PyResult<Vec<u64>> {
+    if value.is_instance_of::<PyString>() {
+        return Err(value_error(
+            "tokens must be a sequence of token ids, not a string",
+        ));
+    }
+    if let Ok(tokens) = value.extract::<Vec<u64>>() {
+        return Ok(tokens);
+    }
+    let mut out = Vec::new();
+    for item in value
+        .try_iter()
+        .map_err(|_| value_error("tokens must be a sequence of token ids"))?
+    {
+        let item = item?;
+        let token = item.extract::<u64>().map_err(|_| {
+            let shown = item.repr().map(|r| r.to_string()).unwrap_or_default();
+            value_error(format!("{shown} is not a token id (0 to 2^64-1)"))
+        })?;
+        out.push(token);
+    }
+    Ok(out)
 }
