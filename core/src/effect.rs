@@ -39,6 +39,16 @@ pub enum Health {
 }
 
 impl Health {
+    /// Every health, in the order exporters list them.
+    pub const ALL: [Health; 6] = [
+        Health::Live,
+        Health::Reconciling,
+        Health::Recovering,
+        Health::Connecting,
+        Health::Disconnected,
+        Health::EventsDisabled,
+    ];
+
     /// Returns the lowercase name used in metrics and JSON (`"live"`, ...).
     pub fn as_str(self) -> &'static str {
         match self {

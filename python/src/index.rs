@@ -239,14 +239,7 @@ impl Index {
         );
         out.set_item("hicache_index_connected", flag(connected))?;
         out.set_item("hicache_index_healthy", flag(health == Health::Live))?;
-        for state in [
-            Health::Live,
-            Health::Reconciling,
-            Health::Recovering,
-            Health::Connecting,
-            Health::Disconnected,
-            Health::EventsDisabled,
-        ] {
+        for state in Health::ALL {
             let name = format!("hicache_index_health{{state=\"{}\"}}", state.as_str());
             out.set_item(name, flag(state == health))?;
         }

@@ -74,6 +74,32 @@ pub(super) enum ResyncDue {
 }
 
 impl ResyncState {
+    /// A fetch asked for at `now` (`reconcile`: the stream stays placed and the index keeps
+    /// answering); `confirms`: what the completed fetch confirms.
+    pub(super) fn fetching(
+        request: SnapshotRequest,
+        now: Instant,
+        timeout: Duration,
+        confirms: Instant,
+        reconcile: Option<Box<Reconcile>>,
+    ) -> ResyncState {
+        ResyncState::Fetching {
+            request,
+            deadline: now + timeout,
+            asked_at: now,
+            confirms,
+            batches: 0,
+            bytes: 0,
+            applied: None,
+            seen: BTreeMap::new(),
+            cleared: false,
+            lines: LineFilter::default(),
+            superseded: false,
+            confirming: None,
+            reconcile,
+        }
+    }
+
     /// Returns when [`ResyncState::handle_timeout`] is next due.
     pub(super) fn poll_timeout(&self) -> Option<Instant> {
         match self {

@@ -105,32 +105,25 @@ impl Session {
         let request = SnapshotRequest(self.resync.next_request);
         self.resync.next_request += 1;
         self.counters.reconciles_started += 1;
-        self.resync.state = ResyncState::Fetching {
-            request,
-            deadline: now + limits.fetch_timeout,
-            asked_at: now,
-            // Every object left after the reconcile is listed (read after now) or was decided
-            // by a live batch since (its arrival lowers this).
-            confirms: now,
-            batches: 0,
-            bytes: 0,
-            applied: None,
-            seen: BTreeMap::new(),
-            cleared: false,
-            lines: LineFilter::default(),
-            superseded: false,
-            confirming: None,
-            reconcile: Some(Box::new(Reconcile {
-                at_ask: stands_at(self.stream.position()),
-                point: None,
-                // Room for a key list of about the index's size: no rehash under the writer.
-                listed: ObjectSet::with_capacity(self.index.page_count()),
-                live: Vec::new(),
-                cleared: None,
-                listed_all: false,
-                applying: None,
-            })),
+        let reconcile = Reconcile {
+            at_ask: stands_at(self.stream.position()),
+            point: None,
+            // Room for a key list of about the index's size: no rehash under the writer.
+            listed: ObjectSet::with_capacity(self.index.page_count()),
+            live: Vec::new(),
+            cleared: None,
+            listed_all: false,
+            applying: None,
         };
+        // Every object left after the reconcile is listed (read after now) or was decided by a
+        // live batch since (its arrival lowers `confirms`).
+        self.resync.state = ResyncState::fetching(
+            request,
+            now,
+            limits.fetch_timeout,
+            now,
+            Some(Box::new(reconcile)),
+        );
         fx.push(Command::FetchSnapshot { request });
         self.update_health(fx);
     }

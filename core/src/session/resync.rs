@@ -487,21 +487,8 @@ impl Session {
         self.counters.resyncs_started += 1;
         // A snapshot only adds: objects held already stay as confirmed as they were.
         let confirms = self.confirmed_at().map_or(now, |at| at.min(now));
-        self.resync.state = ResyncState::Fetching {
-            request,
-            deadline: now + limits.fetch_timeout,
-            asked_at: now,
-            confirms,
-            batches: 0,
-            bytes: 0,
-            applied: None,
-            seen: BTreeMap::new(),
-            cleared: false,
-            lines: LineFilter::default(),
-            superseded: false,
-            confirming: None,
-            reconcile: None,
-        };
+        self.resync.state =
+            ResyncState::fetching(request, now, limits.fetch_timeout, confirms, None);
         self.stream.fetch_asked();
         fx.push(Command::FetchSnapshot { request });
     }

@@ -123,16 +123,6 @@ pub struct Answer {
     pub trust: Health,
 }
 
-/// Every health, as `serve` names them in `/metrics` and in an answer's `trust`.
-const HEALTHS: [Health; 6] = [
-    Health::Live,
-    Health::Reconciling,
-    Health::Recovering,
-    Health::Connecting,
-    Health::Disconnected,
-    Health::EventsDisabled,
-];
-
 /// The tokio library on its own runtime.
 struct TokioIndex {
     runtime: tokio::runtime::Runtime,
@@ -561,7 +551,7 @@ impl ServeProcess {
 
     fn health(&self) -> Health {
         let text = self.metrics();
-        HEALTHS
+        Health::ALL
             .into_iter()
             .find(|h| {
                 text.contains(&format!(
@@ -588,7 +578,7 @@ impl ServeProcess {
                 .map(|a| a.iter().map(|b| b.as_bool() == Some(true)).collect())
                 .unwrap_or_default(),
             memory_pages: n("memory_pages"),
-            trust: HEALTHS
+            trust: Health::ALL
                 .into_iter()
                 .find(|h| h.as_str() == trust)
                 .unwrap_or_else(|| panic!("unknown trust {trust:?}")),

@@ -26,16 +26,6 @@ pub const QUERY_DURATION_BUCKETS: [f64; 16] = [
     1.0, 10.0,
 ];
 
-/// Every health state, as `hicache_index_health{state}` labels them.
-const HEALTH_STATES: [Health; 6] = [
-    Health::Live,
-    Health::Reconciling,
-    Health::Recovering,
-    Health::Connecting,
-    Health::Disconnected,
-    Health::EventsDisabled,
-];
-
 /// Describes the metrics this module and a query service export (their `# HELP` lines); call
 /// it once after installing a recorder.
 pub fn describe() {
@@ -216,7 +206,7 @@ pub fn export_health(health: Health) {
     );
     metrics::gauge!("hicache_index_connected").set(f64::from(u8::from(connected)));
     metrics::gauge!("hicache_index_healthy").set(f64::from(u8::from(health == Health::Live)));
-    for state in HEALTH_STATES {
+    for state in Health::ALL {
         metrics::gauge!("hicache_index_health", "state" => state.as_str())
             .set(f64::from(u8::from(state == health)));
     }
