@@ -187,6 +187,8 @@ pub struct World<S: System> {
     stale_keys_seen: u64,
     /// When the quiet phase began (the HTTP side's faults stopped).
     quiet_since: Option<Instant>,
+    /// The master's signals as last answered to the session.
+    signals_answered: Option<hicache_index::StoreSignals>,
 }
 
 /// How long after the master went idle and reachable the index must be live and exact.
@@ -316,6 +318,7 @@ impl<S: System> World<S> {
             last_forced_at: None,
             stale_keys_seen: 0,
             quiet_since: None,
+            signals_answered: None,
         }
     }
 

@@ -14,8 +14,9 @@
 //!    timeout again, or the session forgets and resyncs: misses, never a claim);
 //! 3. a CPU-starved driver may hold the read's answer, the key list's answer and the
 //!    snapshot's application for one stall each;
-//! 4. with restarts, a read that reaches a down master fails, and the read backs off from the
-//!    watch interval (doubling): the downtime and three intervals cover it.
+//! 4. with restarts, a read that reaches a down master fails, and the reads back off from the
+//!    watch interval, doubling up to eight intervals (the core's retry cap): the downtime and
+//!    eight intervals cover it.
 //!
 //! **Where it is checked**: in runs whose session watches (resync on, the watch on), for an
 //! object the event history still holds (its claim is stale: only the watch can tell; an
@@ -26,9 +27,12 @@
 //! phase on). The final staleness check still holds every run to "none left at the end".
 
 use super::*;
+use hicache_index::StoreSignals;
 
 /// How long a slow HTTP answer is delayed (see [`World::http_fate`]).
 const SLOW_ANSWER: Duration = Duration::from_millis(400);
+/// The most watch intervals failed reads back off (the core's cap on retry backoff).
+const RETRY_BACKOFF_CAP: u32 = 8;
 /// Rounding of times, and the session's timer granularity.
 const SLACK: Duration = Duration::from_millis(50);
 
@@ -56,11 +60,51 @@ impl<S: System> World<S> {
         let restarts =
             m.mix.restart > 0.0 || h.restart_after_keys > 0.0 || h.restart_after_status > 0.0;
         let restart = if restarts {
-            m.restart_downtime.1 + 3 * interval
+            m.restart_downtime.1 + RETRY_BACKOFF_CAP * interval
         } else {
             Duration::ZERO
         };
         Some(interval + request + 2 * fetch + 3 * stall + restart + SLACK)
+    }
+
+    /// The master's `/metrics` as the simulated master answers it: every object the other
+    /// worlds' actions remove without an event moves the unmount counter, as a client's
+    /// segment leaving does (spec section 10); with store clients, their segments and liveness
+    /// move the six families as the real master's do.
+    pub(super) fn master_signals(&self) -> StoreSignals {
+        let mut s = StoreSignals::default();
+        let moved = self.master.silent_signals();
+        let c = self.master.client_signals().unwrap_or_default();
+        s.add(
+            "master_unmount_segment_requests_total",
+            (moved + c.unmounts) as f64,
+        );
+        if self.master.client_signals().is_some() {
+            let families = [
+                ("master_remount_segment_requests_total", c.remounts),
+                (
+                    "master_client_liveness_suspected_transitions_total",
+                    c.suspected,
+                ),
+                (
+                    "master_client_liveness_offline_transitions_total",
+                    c.offline,
+                ),
+                ("master_client_liveness_recoveries_total", c.recoveries),
+                ("master_client_liveness_suspected_clients", c.suspected_now),
+            ];
+            for (family, value) in families {
+                s.add(family, value as f64);
+            }
+        }
+        s
+    }
+
+    /// Reports whether a watching session has not yet been answered the master's signals as
+    /// they stand (its reads may back off for up to eight intervals after failures): settling
+    /// waits for that answer, and then for the reconcile it asks for.
+    pub(super) fn signals_unread(&self) -> bool {
+        self.watch_bound().is_some() && self.signals_answered != Some(self.master_signals())
     }
 
     /// Holds a claim of `obj` (default tenant, justified) to the watch's bound.

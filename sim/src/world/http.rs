@@ -335,42 +335,14 @@ impl<S: System> World<S> {
                 self.http_at(now + lat, HttpItem::StatusAnswer { request, watermark });
             }
             HttpItem::SignalsServer { request } => {
-                // Every object the other worlds' actions remove without an event moves the
-                // unmount counter, as a client's segment leaving does (spec section 10); with
-                // store clients, their segments and liveness move the six families as the real
-                // master's do.
-                let signals = self.master.serving_new(now).map(|_| {
-                    let mut s = StoreSignals::default();
-                    let moved = self.master.silent_signals();
-                    let c = self.master.client_signals().unwrap_or_default();
-                    s.add(
-                        "master_unmount_segment_requests_total",
-                        (moved + c.unmounts) as f64,
-                    );
-                    if self.master.client_signals().is_some() {
-                        let families = [
-                            ("master_remount_segment_requests_total", c.remounts),
-                            (
-                                "master_client_liveness_suspected_transitions_total",
-                                c.suspected,
-                            ),
-                            (
-                                "master_client_liveness_offline_transitions_total",
-                                c.offline,
-                            ),
-                            ("master_client_liveness_recoveries_total", c.recoveries),
-                            ("master_client_liveness_suspected_clients", c.suspected_now),
-                        ];
-                        for (family, value) in families {
-                            s.add(family, value as f64);
-                        }
-                    }
-                    s
-                });
+                let signals = self.master.serving_new(now).map(|_| self.master_signals());
                 let lat = self.http_latency();
                 self.http_at(now + lat, HttpItem::SignalsAnswer { request, signals });
             }
             HttpItem::SignalsAnswer { request, signals } => {
+                if signals.is_some() {
+                    self.signals_answered = signals;
+                }
                 let fx = self.sut.handle(now, Input::Signals { request, signals });
                 self.absorb(fx, None);
             }

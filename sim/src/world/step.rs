@@ -249,7 +249,9 @@ impl<S: System> World<S> {
                 let verifying = self.opts.session.verify && verified < self.settle_keys;
                 // A reconcile asked for by the master's signals (its silent removals) is under
                 // way: settled once it is applied.
-                let reconciling = self.sut.health() == Health::Reconciling;
+                // So is a read of the signals as they stand: after failed reads the watch
+                // backs off for up to eight intervals.
+                let reconciling = self.sut.health() == Health::Reconciling || self.signals_unread();
                 let busy = self.master.queued() > 0
                     || self.net.in_flight() > 0
                     || verifying
