@@ -331,3 +331,44 @@ fn a_change_seen_while_a_key_list_is_read_asks_for_another_list() {
     );
     assert_eq!(h.health(), Health::Live);
 }
+
+#[test]
+fn a_reconcile_whose_point_is_never_reached_falls_back_after_its_doubted_lines_are_confirmed() {
+    let (mut h, layout, pages) = setup();
+    let _ = read_signals(&mut h, Some(1));
+    // The list's lines next to a line that is no object key are doubted, and confirmed with
+    // the master; the status point is past anything the stream will ever see (a lost tail).
+    let mut lines = keys_but(&layout, &pages, &[]);
+    lines.insert(4, "a key of another application".to_owned());
+    let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
+    let fx = h.answer_fetch(h.next_seq + 5, &lines);
+    let (request, keys) = fx
+        .iter()
+        .find_map(|e| match e {
+            Effect::Command(Command::VerifyKeys { request, keys }) => {
+                Some((*request, keys.clone()))
+            }
+            _ => None,
+        })
+        .expect("the doubted lines are confirmed");
+    let answers: Vec<(&str, bool)> = keys.iter().map(|k| (k.as_str(), true)).collect();
+    let fx = h.session.handle(
+        h.now,
+        Input::VerifyResult {
+            request,
+            results: &answers,
+        },
+    );
+    let _ = h.record(fx);
+    assert_eq!(h.health(), Health::Reconciling);
+    let mut forgot = Vec::new();
+    for _ in 0..50 {
+        let Some(fx) = h.fire_timeout() else { break };
+        forgot.extend(cleared(&fx));
+        if !forgot.is_empty() {
+            break;
+        }
+    }
+    assert_eq!(forgot, [ClearReason::StoreChanged], "it falls back");
+    assert_eq!(h.session.counters().confirm_failures, 0);
+}

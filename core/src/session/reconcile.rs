@@ -164,10 +164,14 @@ impl Session {
         if let ResyncState::Fetching {
             reconcile: Some(reconcile),
             deadline,
+            confirming,
             ..
         } = &mut self.resync.state
         {
             reconcile.listed_all = true;
+            // The doubted lines are settled: the deadline below is the stream's, and its
+            // passing fails the reconcile (it falls back), not the confirmation again.
+            *confirming = None;
             // The stream has the fetch timeout again to reach the point.
             *deadline = now
                 + self
