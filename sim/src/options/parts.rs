@@ -308,4 +308,7 @@ pub struct SessionOptions {
     pub fetch_timeout: Duration,
     /// How long the stream stays quiet before its status check (`None`: no checks).
     pub status_check: Option<Duration>,
+    /// Watch the master's signals (at the status check's interval, with resync): on in every
+    /// world; a planted bug that silent removals would hide turns it off to be hunted.
+    pub store_watch: bool,
 }

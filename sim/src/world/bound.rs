@@ -41,7 +41,7 @@ impl<S: System> World<S> {
     /// session does not watch.
     pub(super) fn watch_bound(&self) -> Option<Duration> {
         let s = &self.opts.session;
-        let interval = s.status_check.filter(|_| s.resync)?;
+        let interval = s.status_check.filter(|_| s.resync && s.store_watch)?;
         let h = &self.opts.http;
         let slow = if h.slow > 0.0 {
             SLOW_ANSWER
