@@ -23,6 +23,7 @@ use crate::encode::MasterFlavor;
 use crate::models::{all_models, catalogue, hybrid_catalogue, ModelSpec};
 use crate::rng::Rng;
 mod parts;
+mod shapes;
 mod worlds;
 
 pub use parts::{
@@ -583,24 +584,6 @@ impl Options {
             self.preset,
             self.events
         )
-    }
-
-    /// Returns these options without the [`hybrid_catalogue`]'s models: the world the seed made
-    /// before they joined (they are drawn from a stream of their own). The replay command does
-    /// not say it.
-    #[must_use]
-    pub fn without_hybrid_models(mut self) -> Options {
-        let n = catalogue().len();
-        self.master.models.retain(|&m| m < n);
-        self
-    }
-
-    /// The same options with the watch of the master's signals off: its reconciles after every
-    /// silent removal change what a planted bug's hunt sees (see `tests/planted_bug.rs`).
-    #[must_use]
-    pub fn without_store_watch(mut self) -> Options {
-        self.session.store_watch = false;
-        self
     }
 
     /// Returns the models served, from the catalogue.
