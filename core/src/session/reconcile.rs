@@ -28,6 +28,9 @@ pub(super) struct Reconcile {
     /// The sequence the stream stood at when the fetch was asked for: a status point before it
     /// is another run's.
     at_ask: Option<Seq>,
+    /// More live events came than it keeps ([`MAX_LIVE_EVENTS`]): what they decided cannot
+    /// be told, so it falls back.
+    overflowed: bool,
     /// The fetch's status point, once its answer began.
     point: Option<Point>,
     /// The objects the key list holds, numbered as the index numbers them.
@@ -68,14 +71,9 @@ impl Reconcile {
             (_, Some(key)) if self.live.len() < MAX_LIVE_EVENTS => {
                 self.live.push((String::from(key), seq));
             }
-            (_, Some(_)) => self.live_overflowed(),
+            (_, Some(_)) => self.overflowed = true,
             _ => {}
         }
-    }
-
-    fn live_overflowed(&mut self) {
-        // Marks the reconcile unplaceable: it falls back once its list is in.
-        self.at_ask = Some(Seq(u64::MAX));
     }
 }
 
@@ -107,6 +105,7 @@ impl Session {
         self.counters.reconciles_started += 1;
         let reconcile = Reconcile {
             at_ask: stands_at(self.stream.position()),
+            overflowed: false,
             point: None,
             // Room for a key list of about the index's size: no rehash under the writer.
             listed: ObjectSet::with_capacity(self.index.page_count()),
@@ -145,6 +144,7 @@ impl Session {
             return fx;
         };
         let placeable = match (watermark, reconcile.at_ask) {
+            _ if reconcile.overflowed => false,
             (None, _) => false,
             (Some(w), Some(at)) => w.seq >= at,
             (Some(_), None) => true,
@@ -198,7 +198,7 @@ impl Session {
         else {
             return;
         };
-        if reconcile.at_ask == Some(Seq(u64::MAX)) {
+        if reconcile.overflowed {
             return self.reconcile_fell_back(now, fx);
         }
         if stands_at(self.stream.position()).is_none_or(|at| at < point.seq) {
@@ -243,7 +243,7 @@ impl Session {
         else {
             return;
         };
-        if reconcile.at_ask == Some(Seq(u64::MAX)) {
+        if reconcile.overflowed {
             // Live events were left unrecorded: what they decided cannot be told.
             return self.reconcile_fell_back(now, fx);
         }
