@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! hicache-index-explore [--depth N] [--jobs N] [--window on|off|both] [--status on|off|both]
-//!                       [--runs N]
+//!                       [--runs N] [--faults N]
 //! ```
 //! The exit status is 1 when any history failed.
 
@@ -14,6 +14,7 @@ fn main() {
     let mut windows = vec![false, true];
     let mut statuses = vec![true, false];
     let mut runs = 2;
+    let mut faults = None;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         let mut value = || args.next().unwrap_or_else(|| usage(&arg));
@@ -21,6 +22,7 @@ fn main() {
             "--depth" => depth = value().parse().unwrap_or_else(|_| usage("--depth")),
             "--jobs" => jobs = value().parse().unwrap_or_else(|_| usage("--jobs")),
             "--runs" => runs = value().parse().unwrap_or_else(|_| usage("--runs")),
+            "--faults" => faults = Some(value().parse().unwrap_or_else(|_| usage("--faults"))),
             "--window" => windows = switch(&value()),
             "--status" => statuses = switch(&value()),
             _ => usage(&arg),
@@ -34,6 +36,7 @@ fn main() {
                     window,
                     status,
                     max_runs: runs,
+                    max_faults: faults,
                 },
                 depth,
                 jobs,
@@ -60,7 +63,7 @@ fn switch(value: &str) -> Vec<bool> {
 
 fn usage(what: &str) -> ! {
     eprintln!(
-        "unexpected {what}\nusage: hicache-index-explore [--depth N] [--jobs N] [--window on|off|both] [--status on|off|both] [--runs N]"
+        "unexpected {what}\nusage: hicache-index-explore [--depth N] [--jobs N] [--window on|off|both] [--status on|off|both] [--runs N] [--faults N]"
     );
     std::process::exit(2)
 }

@@ -73,6 +73,8 @@ pub struct World {
     /// Since when each page has been claimed without a break.
     claimed_since: [Option<Instant>; PAGES],
     connects: usize,
+    /// Faults played so far ([`Letter::is_fault`]).
+    faults: u8,
     trace: Option<String>,
     problem: Option<(Problem, Option<String>)>,
 }
@@ -96,6 +98,7 @@ impl World {
             claimed_since: [None; PAGES],
             excused: false,
             connects: 0,
+            faults: 0,
             trace: trace.then(String::new),
             problem: None,
         };
@@ -197,6 +200,9 @@ impl World {
             letters.push(Letter::Tick);
         }
         letters.push(Letter::Idle);
+        if self.setup.max_faults.is_some_and(|max| self.faults >= max) {
+            letters.retain(|l| !l.is_fault());
+        }
         letters
     }
 
@@ -217,6 +223,9 @@ impl World {
                 self.now.as_nanos() as f64 / 1e9,
                 describe(letter, &self.model)
             );
+        }
+        if letter.is_fault() {
+            self.faults += 1;
         }
         match letter {
             Letter::Toggle { page, fate } => self.toggle(usize::from(page), fate),

@@ -1,26 +1,34 @@
 //! The exhaustive checker as tests: every history of `EXPLORE_DEPTH` letters (4 unless set;
 //! CI runs 6 in release mode, see `.ci/run`) over the whole alphabet, in each of the four
 //! worlds (reorder window off, the shipped setup, and on; a master with status counters and
-//! one without). Each prints what it explored; any failure class fails the test, with a
-//! shortest history of each in the output.
+//! one without); and, in the shipped setup's two worlds, every history of
+//! `EXPLORE_DEEP_DEPTH` letters (5 unless set; CI runs 8) holding at most one fault of the
+//! master or the network. Each prints what it explored; any failure class fails the test, with
+//! a shortest history of each in the output.
 
 use hicache_index_explore::{explore, explore::render, Options, Setup};
 
-fn depth() -> usize {
-    std::env::var("EXPLORE_DEPTH")
+fn depth(var: &str, default: usize) -> usize {
+    std::env::var(var)
         .ok()
         .and_then(|d| d.parse().ok())
-        .unwrap_or(4)
+        .unwrap_or(default)
 }
 
 fn check(window: bool, status: bool) {
+    check_bounded(window, status, None, depth("EXPLORE_DEPTH", 4));
+}
+
+/// Every history of `depth` letters in a world, holding at most `max_faults` faults.
+fn check_bounded(window: bool, status: bool, max_faults: Option<u8>, depth: usize) {
     let options = Options {
         setup: Setup {
             window,
             status,
             max_runs: 2,
+            max_faults,
         },
-        depth: depth(),
+        depth,
         // The test harness runs the four worlds side by side.
         jobs: 1,
         audits: 200,
@@ -60,4 +68,14 @@ fn every_history_holds_without_a_window_against_a_master_without_status_counters
 #[test]
 fn every_history_holds_with_a_window_against_a_master_without_status_counters() {
     check(true, false);
+}
+
+#[test]
+fn every_longer_history_with_one_fault_holds_without_a_reorder_window() {
+    check_bounded(false, true, Some(1), depth("EXPLORE_DEEP_DEPTH", 5));
+}
+
+#[test]
+fn every_longer_history_with_one_fault_holds_against_a_master_without_status_counters() {
+    check_bounded(false, false, Some(1), depth("EXPLORE_DEEP_DEPTH", 5));
 }

@@ -124,6 +124,10 @@ impl World {
         }
         self.claimed().hash(&mut h);
         self.excused.hash(&mut h);
+        // Which letters are offered depends on the faults left.
+        if self.setup.max_faults.is_some() {
+            self.faults.hash(&mut h);
+        }
         h.finish128()
     }
 }

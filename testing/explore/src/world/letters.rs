@@ -14,6 +14,8 @@ pub struct Setup {
     pub status: bool,
     /// How many runs of the master a history may see (restarts + 1).
     pub max_runs: u8,
+    /// How many faults ([`Letter::is_fault`]) a history may hold; `None`: any number.
+    pub max_faults: Option<u8>,
 }
 
 impl Setup {
@@ -63,8 +65,12 @@ impl Setup {
     /// A short name: `window off, status on`.
     pub fn name(&self) -> String {
         let on = |b: bool| if b { "on" } else { "off" };
+        let faults = match self.max_faults {
+            Some(n) => format!(", at most {n} faults"),
+            None => String::new(),
+        };
         format!(
-            "window {}, status {}, {} runs",
+            "window {}, status {}, {} runs{faults}",
             on(self.window),
             on(self.status),
             self.max_runs
@@ -127,6 +133,17 @@ pub enum Letter {
 }
 
 impl Letter {
+    /// Reports whether the letter is a fault of the master or the network (a batch dropped,
+    /// undecodable or delayed, a restart, a reconnect, a copy), as [`Setup::max_faults`]
+    /// counts them; the driver's interleavings and time passing are not.
+    pub fn is_fault(self) -> bool {
+        match self {
+            Letter::Toggle { fate, .. } => fate != Fate::Delivered,
+            Letter::Restart { .. } | Letter::Reconnect | Letter::Copy => true,
+            _ => false,
+        }
+    }
+
     /// The kind of fault or interleaving the letter is, for telling failures apart (`None`
     /// for the plain ones: a delivered change, a whole answer read at once, going idle).
     pub fn kind(self) -> Option<&'static str> {
