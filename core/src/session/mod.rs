@@ -17,7 +17,9 @@
 //!     execute every returned Command, in order; log the Reports
 //! }
 //! ```
-//! Queries ([`Session::query`]) take `&self` and may run at any time between these calls.
+//! Queries ([`Session::query`]) take `&self` and may run at any time between these calls; so
+//! may the reads of where the session is ([`Session::status`]) and of its models' layouts
+//! ([`Session::models`]).
 
 mod answer;
 mod config;

@@ -7,7 +7,7 @@ use super::*;
 /// owned: it stays as it was when the session changes.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SessionStatus {
-    /// The health every answer carries (what [`Reader::health`] reads too).
+    /// The health every answer carries.
     pub health: Health,
     /// Why the index is [`Health::Recovering`]; `None` when it is not.
     pub recovering: Option<Recovering>,
