@@ -82,15 +82,15 @@ pub(crate) fn snapshot(
     urls: &[String],
     polls: &LastPolls,
 ) -> (Vec<WorkerReport>, Vec<ModelReport>) {
+    let session_models = session.models();
     let configured = |model: &str| {
-        session
-            .config()
-            .layouts
+        session_models
+            .configured()
             .iter()
             .find(|ml| ml.model.as_deref() == Some(model))
             .map(|ml| &ml.layout)
     };
-    let known: BTreeMap<&str, &hicache_index::WorkerInfo> = session.workers().collect();
+    let known: BTreeMap<&str, &hicache_index::WorkerInfo> = session_models.workers().collect();
     let workers: Vec<WorkerReport> = urls
         .iter()
         .map(|url| {
@@ -146,9 +146,8 @@ pub(crate) fn snapshot(
             .count()
     };
     let mut models: BTreeMap<String, ModelReport> = BTreeMap::new();
-    for name in session
-        .config()
-        .layouts
+    for name in session_models
+        .configured()
         .iter()
         .filter_map(|ml| ml.model.clone())
     {
@@ -169,7 +168,7 @@ pub(crate) fn snapshot(
             },
         );
     }
-    let votes = session.layout_votes();
+    let votes = session_models.votes();
     for (model, verdict) in votes.verdicts() {
         if models.contains_key(model) {
             continue;

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use hicache_index::{Config, IndexConfig, Instant, Layout, ModelLayout, Session};
-use hicache_index_shortcuts::Shortcuts;
+use hicache_index_shortcuts::{Shortcuts, Untimed};
 use hicache_index_sim::encode::{EventIdSlots, FIXED_WIDTH_EVENT_ID};
 use hicache_index_sim::reference::ReferenceIndex;
 

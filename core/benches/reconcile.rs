@@ -32,6 +32,7 @@ use hicache_index::{
     ModelLayout, PageHash, QueryError, Report, ResyncConfig, Seq, Session, SglangParams,
     SnapshotRequest, StoreSignals, Watermark,
 };
+use hicache_index_shortcuts::Untimed;
 use hicache_index_sim::perf::{self, BenchArgs};
 
 struct Counting;

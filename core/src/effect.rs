@@ -164,7 +164,7 @@ pub enum ResyncFailure {
     EventsDisabled,
 }
 
-/// Why the index is [`Health::Recovering`] ([`crate::Session::recovering`]).
+/// Why the index is [`Health::Recovering`] ([`crate::SessionStatus::recovering`]).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Recovering {
     /// The master's key list is being read (a fetch is under way); batches that arrive
@@ -340,7 +340,7 @@ pub enum Report {
         /// stream).
         at: Option<Seq>,
     },
-    /// Why the index is recovering changed (see [`crate::Session::recovering`]).
+    /// Why the index is recovering changed (see [`crate::SessionStatus::recovering`]).
     Recovering {
         /// Why, now.
         why: Recovering,

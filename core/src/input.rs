@@ -125,7 +125,7 @@ pub enum Input<'a> {
         watermark: Option<Watermark>,
     },
     /// A chunk of the key list begun with [`Input::SnapshotBegin`]: lines in order, split
-    /// between lines (no effects; [`crate::Session::snapshot_progress`] says whether the
+    /// between lines (no effects; [`crate::SessionStatus::snapshot`] says whether the
     /// session still takes the rest).
     SnapshotLines {
         /// The fetch answered.

@@ -139,7 +139,7 @@ pub struct LeaderStatus {
     pub events: EventsStatus,
 }
 
-/// Where the session is with the cluster's leader (see [`crate::Session::leader`]).
+/// Where the session is with the cluster's leader (see [`crate::SessionStatus::leader`]).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct LeaderInfo {
     /// The leader followed (its RPC address), if one was committed to.

@@ -87,14 +87,16 @@
 //! 3. Hand every received multipart message over as [`Input::Message`] with the current time.
 //! 4. Sleep until the next message or until [`Session::poll_timeout`], then hand over
 //!    [`Input::Timeout`]; an early one is a no-op.
-//! 5. Ask [`Session::query`] (`&self`) at any time in between.
+//! 5. Ask [`Session::query`] (`&self`) at any time in between, or hand [`Session::reader`] to
+//!    query threads; [`Session::status`] says where the session is (health, counters) and
+//!    [`Session::models`] which layout each model uses. A driver handing a key list over in
+//!    chunks SHOULD drop it once [`SessionStatus::snapshot`] no longer names it.
 //!
 //! # Features
 //! - `internals`: makes the index's writer side (`Index::standalone`, `store_object`,
-//!   `remove_object`) for the benches and tests that measure the index alone, and the session's
-//!   `index` for the judges of tests and simulators. It switches visibility
-//!   only, never behaviour; a driver or a router needs none of it (the core's own benches get
-//!   it through their dev-dependency on the simulator).
+//!   `remove_object`) for the benches and tests that measure the index alone. It switches
+//!   visibility only, never behaviour; a driver or a router needs none of it (the core's own
+//!   benches get it through their dev-dependency on the simulator).
 //!
 //! # Example
 //! A master stored both objects of one page (TP 1, page size 4); the router asks about ten
@@ -136,7 +138,7 @@
 //!     }
 //! }
 //! assert_eq!(connected.as_deref(), Some("tcp://127.0.0.1:5557"));
-//! assert_eq!(session.health(), Health::Live);
+//! assert_eq!(session.status(Instant::from_millis(1)).health, Health::Live);
 //!
 //! let tokens: Vec<u32> = (1..=10).collect();
 //! let hits = session.query(&Lookup::tokens(&tokens)).unwrap();
@@ -185,7 +187,8 @@ pub use query::{Hits, Lookup, MapCover, Pages, Tokens};
 pub use reader::{Query, Reader};
 pub use sequence::ReorderConfig;
 pub use session::{
-    BackoffConfig, Config, ModelLayout, ResyncConfig, Session, VerifyConfig, Watermark, WorkerInfo,
+    BackoffConfig, Config, ModelLayout, Models, ResyncConfig, Session, SessionStatus,
+    SnapshotProgress, VerifyConfig, Watermark, WorkerInfo,
 };
 pub use signals::StoreSignals;
 pub use snapshot::snapshot_lines;

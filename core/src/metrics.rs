@@ -11,7 +11,7 @@ pub enum Kind {
     Gauge,
 }
 
-/// Every counter and gauge of a session, readable at any time with `Session::counters`.
+/// Every counter and gauge of a session, readable at any time in [`crate::SessionStatus::counters`].
 ///
 /// Counters only grow (until the session is dropped); `pages`, `objects`, `held_batches`,
 /// `buffered_batches`, `unconfirmed_ms`, `leader_view_version` and the `last_failover` figures
@@ -180,7 +180,7 @@ pub struct Counters {
     /// How long, in milliseconds, the index's content has gone without confirmation from the
     /// master (gauge): `now - confirmed_at`, where `confirmed_at` is a time at or after which
     /// every object the index holds is known to have been present at the master
-    /// ([`crate::Session::confirmed_at`]); 0 while the index is empty.
+    /// ([`crate::SessionStatus::confirmed_at`]); 0 while the index is empty.
     ///
     /// An object a client's departure removed without an event stays in the index until
     /// verification finds it; this figure bounds how long ago such an object can have left.

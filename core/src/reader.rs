@@ -73,7 +73,7 @@ impl Layouts {
 }
 
 /// Returns the layout a lookup for `model` uses: a configured one, else the one its workers
-/// agree on (see [`crate::Session::layout_for`]).
+/// agree on (see [`crate::Models::layout_for`]).
 pub(crate) fn resolve<'a>(
     configured: &'a [ModelLayout],
     votes: &'a LayoutVotes,
@@ -282,6 +282,13 @@ impl Reader {
             map,
             cover,
         }
+    }
+
+    /// Reports whether the index holds the object `key` of `tenant` (one physical key, on any
+    /// medium; a suspect is not held): the object-level question the judges of tests and simulators
+    /// ask to compare the index with the master. Not counted as a query.
+    pub fn holds_object(&self, tenant: &str, key: &str) -> bool {
+        self.index.holds_object(tenant, key)
     }
 
     /// Returns the queries counted and the pages they hit.

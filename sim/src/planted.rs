@@ -6,8 +6,8 @@
 use std::collections::BTreeMap;
 
 use hicache_index::{
-    decode, Config, ConfigError, Counters, Effects, EventKind, Health, Hits, Input, Instant,
-    Lookup, Medium, QueryError, Seq, Session, SnapshotRequest, Timestamp, Watermark,
+    decode, Config, ConfigError, Effects, EventKind, Hits, Input, Instant, Lookup, Medium,
+    QueryError, Seq, Session, SessionStatus, SnapshotRequest, Timestamp, Watermark,
 };
 use hicache_index_shortcuts::Shortcuts;
 
@@ -358,19 +358,10 @@ impl System for PlantedBug {
     fn query_map(&self, lookup: &Lookup<'_>, map: &mut [bool]) -> Result<Hits, QueryError> {
         self.inner.query_map(lookup, map)
     }
-    fn last_applied_seq(&self) -> Option<Seq> {
-        self.inner.last_applied_seq()
-    }
-    fn counters(&self) -> Counters {
-        self.inner.counters()
-    }
-    fn counters_at(&self, now: Instant) -> Counters {
-        self.inner.counters_at(now)
-    }
-    fn health(&self) -> Health {
-        self.inner.health()
+    fn status(&self, now: Instant) -> SessionStatus {
+        self.inner.status(now)
     }
     fn holds_object(&self, tenant: &str, key: &str) -> Option<bool> {
-        Some(self.inner.index().contains_key(tenant, key))
+        Some(self.inner.reader().holds_object(tenant, key))
     }
 }

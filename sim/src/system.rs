@@ -4,8 +4,8 @@
 use std::collections::BTreeMap;
 
 use hicache_index::{
-    Config, ConfigError, Counters, Effects, Health, Hits, Input, Instant, Lookup, QueryError, Seq,
-    Session, Watermark,
+    Config, ConfigError, Effects, Hits, Input, Instant, Lookup, QueryError, Seq, Session,
+    SessionStatus, Watermark,
 };
 use hicache_index_shortcuts::Shortcuts;
 
@@ -22,14 +22,9 @@ pub trait System {
     fn query(&self, lookup: &Lookup<'_>) -> Result<Hits, QueryError>;
     /// Answers a query with a per-page map.
     fn query_map(&self, lookup: &Lookup<'_>, map: &mut [bool]) -> Result<Hits, QueryError>;
-    /// Returns the sequence of the last batch applied, as the publisher sent it.
-    fn last_applied_seq(&self) -> Option<Seq>;
-    /// Returns the counters.
-    fn counters(&self) -> Counters;
-    /// Returns the counters, with the unconfirmed age as of `now`.
-    fn counters_at(&self, now: Instant) -> Counters;
-    /// Returns the health.
-    fn health(&self) -> Health;
+    /// Returns where the session is, with the unconfirmed age as of `now` and the sequence of
+    /// the last batch applied as the publisher sent it.
+    fn status(&self, now: Instant) -> SessionStatus;
     /// Reports whether the index holds one object, when the system can tell (for failure
     /// reports only; never used by a check).
     fn holds_object(&self, tenant: &str, key: &str) -> Option<bool> {
@@ -51,20 +46,11 @@ impl System for Session {
     fn query_map(&self, lookup: &Lookup<'_>, map: &mut [bool]) -> Result<Hits, QueryError> {
         Session::query_map(self, lookup, map)
     }
-    fn last_applied_seq(&self) -> Option<Seq> {
-        Session::last_applied_seq(self)
-    }
-    fn counters(&self) -> Counters {
-        Session::counters(self)
-    }
-    fn counters_at(&self, now: Instant) -> Counters {
-        Session::counters_at(self, now)
-    }
-    fn health(&self) -> Health {
-        Session::health(self)
+    fn status(&self, now: Instant) -> SessionStatus {
+        Session::status(self, now)
     }
     fn holds_object(&self, tenant: &str, key: &str) -> Option<bool> {
-        Some(self.index().contains_key(tenant, key))
+        Some(self.reader().holds_object(tenant, key))
     }
 }
 
@@ -180,17 +166,11 @@ impl System for GapBlindSession {
     fn query_map(&self, lookup: &Lookup<'_>, map: &mut [bool]) -> Result<Hits, QueryError> {
         self.inner.query_map(lookup, map)
     }
-    fn last_applied_seq(&self) -> Option<Seq> {
-        let renumbered = self.inner.last_applied_seq()?;
-        self.originals.get(&renumbered.0).map(|&s| Seq(s))
-    }
-    fn counters(&self) -> Counters {
-        self.inner.counters()
-    }
-    fn counters_at(&self, now: Instant) -> Counters {
-        self.inner.counters_at(now)
-    }
-    fn health(&self) -> Health {
-        self.inner.health()
+    fn status(&self, now: Instant) -> SessionStatus {
+        let mut status = self.inner.status(now);
+        status.last_applied_seq = status
+            .last_applied_seq
+            .and_then(|renumbered| self.originals.get(&renumbered.0).map(|&s| Seq(s)));
+        status
     }
 }

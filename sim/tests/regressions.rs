@@ -6,7 +6,7 @@ use hicache_index::{
     Command, Config, Effect, Effects, EventKind, Instant, Layout, Lookup, ModelLayout, Namespace,
     PageHash, Report, ResyncConfig, Seq, Session, SglangParams, Timestamp, Watermark,
 };
-use hicache_index_shortcuts::Shortcuts;
+use hicache_index_shortcuts::{Shortcuts, Untimed};
 use hicache_index_sim::encode::{encode_message, MasterFlavor, OwnedBatch, OwnedEvent};
 
 fn layout() -> Layout {

@@ -386,7 +386,7 @@ pub fn session_ops(data: &[u8]) {
             eprintln!(
                 "step {step} op {} arg {arg} seq {seq} applied {:?} -> {fx:?}",
                 op % 10,
-                session.last_applied_seq()
+                session.status(at).last_applied_seq
             );
         }
         for e in fx.iter() {
@@ -444,9 +444,13 @@ fn check_safety(
     present: &BTreeSet<usize>,
     removed_at: &BTreeMap<usize, u64>,
 ) {
-    let applied = session.last_applied_seq().map_or(0, |s| s.0);
+    let applied = session
+        .status(Instant::ZERO)
+        .last_applied_seq
+        .map_or(0, |s| s.0);
+    let reader = session.reader();
     for (k, key) in keys.iter().enumerate() {
-        if session.index().contains_key("default", key) {
+        if reader.holds_object("default", key) {
             let justified =
                 present.contains(&k) || removed_at.get(&k).is_some_and(|&r| r > applied);
             assert!(

@@ -9,7 +9,7 @@ use std::time::Duration;
 use hicache_index::{
     ClearReason, Command, Config, Effect, Effects, EventKind, Health, Input, Instant, Layout,
     Lookup, Medium, ModelLayout, PageHash, ReorderConfig, Report, ResyncConfig, Seq, Session,
-    SglangParams, SnapshotRequest, Timestamp, Watermark,
+    SessionStatus, SglangParams, SnapshotRequest, Timestamp, Watermark,
 };
 use hicache_index_shortcuts::Shortcuts;
 use hicache_index_sim::encode::{encode_message, MasterFlavor, OwnedBatch, OwnedEvent};
@@ -261,9 +261,14 @@ impl Harness {
             .prefix_pages
     }
 
+    /// Where the session is, as of the harness's time ([`Session::status`]).
+    pub fn status(&self) -> SessionStatus {
+        self.session.status(self.now)
+    }
+
     /// The session's health.
     pub fn health(&self) -> Health {
-        self.session.health()
+        self.status().health
     }
 }
 
@@ -378,7 +383,7 @@ pub fn old_batch_released_after_the_new_run(new_run_first_id: u64, sizes: &[usiz
     if h.session.poll_timeout().is_some_and(|at| at <= h.now) {
         let _ = h.fire_timeout();
     }
-    assert_eq!(h.session.last_applied_seq(), None, "{:?}", h.log);
+    assert_eq!(h.status().last_applied_seq, None, "{:?}", h.log);
     assert_eq!(
         h.prefix(&t),
         0,
@@ -393,12 +398,12 @@ pub fn old_batch_released_after_the_new_run(new_run_first_id: u64, sizes: &[usiz
         // hole), with other bytes: a twin, so another run's than that one (R5). The stream
         // cannot tell which of the two the status point is of: it forgets once, and the next
         // status places it.
-        assert_eq!(h.session.last_applied_seq(), None, "{:?}", h.log);
+        assert_eq!(h.status().last_applied_seq, None, "{:?}", h.log);
         assert_eq!(h.prefix(&t), 0);
         let _ = h.answer_fetch(next, &[]);
         next += 1;
         let _ = h.batch_at(next, filler(1));
     }
-    assert_eq!(h.session.last_applied_seq(), Some(Seq(next)), "{:?}", h.log);
+    assert_eq!(h.status().last_applied_seq, Some(Seq(next)), "{:?}", h.log);
     assert_eq!(h.prefix(&t), 0);
 }

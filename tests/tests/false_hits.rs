@@ -55,13 +55,13 @@ fn held_batches_of_two_runs_never_apply_as_one_stream() {
     h.set_next_event_id(200);
     let _ = h.batch_at(4, filler(1));
     let _ = h.batch_at(5, filler(1));
-    assert_eq!(h.session.counters().held_batches, 3);
+    assert_eq!(h.status().counters.held_batches, 3);
     // The window gives up on the hole (R7): what it held is dropped, never applied as one
     // stream; the key list of the fetch it asks holds what the live run did (R6).
     h.advance(100);
     let fx = h.fire_timeout().expect("the deadline fires");
     assert_eq!(cleared(&fx), [ClearReason::Gap], "{fx:?}");
-    assert_eq!(h.session.counters().held_batches, 0);
+    assert_eq!(h.status().counters.held_batches, 0);
     let b = hicache_index::Lookup::page_hashes(&pages[1..]);
     assert_eq!(h.session.query(&b).unwrap().prefix_pages, 0, "B is gone");
     assert_eq!(h.prefix(&t), 0);
@@ -139,9 +139,9 @@ fn a_batch_whose_place_was_passed_is_never_applied_with_reordering() {
         "{fx:?}"
     );
     assert_eq!(h.health(), Health::Recovering);
-    assert_eq!(h.session.last_applied_seq(), None);
+    assert_eq!(h.status().last_applied_seq, None);
     let _ = h.batch_at(4, filler(1));
-    assert_eq!(h.session.last_applied_seq(), Some(Seq(4)));
+    assert_eq!(h.status().last_applied_seq, Some(Seq(4)));
     assert_eq!(h.health(), Health::Live);
     assert_eq!(h.prefix(&t), 0);
 }
@@ -189,7 +189,7 @@ fn snapshot_lines_that_are_not_exactly_keys_never_become_keys() {
         "{fx:?}"
     );
     assert_eq!(h.prefix(&t), 0);
-    let c = h.session.counters();
+    let c = h.status().counters;
     assert_eq!((c.snapshot_odd_lines, c.snapshot_doubted_lines), (1, 2));
 }
 

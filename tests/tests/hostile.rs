@@ -28,7 +28,7 @@ fn feed_payload(h: &mut Harness, payload: Vec<u8>) -> Vec<Effect> {
 
 /// Asserts that a refused batch was taken as loss: counted, and the index forgot.
 fn assert_loss(h: &Harness, tokens: &[u32]) {
-    let c = h.session.counters();
+    let c = h.status().counters;
     assert_eq!((c.malformed_payload, c.clears_undecodable), (1, 1), "{c:?}");
     assert_eq!(h.prefix(tokens), 0, "what the batch changed is unknown");
 }
@@ -84,7 +84,7 @@ fn sixty_four_kib_object_keys_are_counted_and_never_tracked() {
         stored(long_prefix),
     ]);
     assert!(fx.is_empty(), "{fx:?}");
-    let c = h.session.counters();
+    let c = h.status().counters;
     assert_eq!((c.unparsed_keys, c.untracked_objects), (2, 1));
     assert_eq!(
         (c.pages, c.objects),
@@ -239,7 +239,7 @@ fn a_flood_of_unique_keys_stays_within_the_page_cap_and_resident_memory_stays_fl
         h.log.clear();
     }
     let grown = resident_bytes().saturating_sub(resident_at_quarter);
-    let c = h.session.counters();
+    let c = h.status().counters;
     println!(
         "flood: {} events ({} MiB of payload) into a cap of {CAP} pages: {} pages held, {} evicted; \
          resident memory grew {} KiB over the last three quarters",
@@ -253,7 +253,7 @@ fn a_flood_of_unique_keys_stays_within_the_page_cap_and_resident_memory_stays_fl
     assert_eq!(c.evictions, BATCHES * 32 - CAP as u64);
     assert_eq!(c.objects as usize, 2 * CAP);
     assert!(
-        h.session.index().contains_key(
+        h.session.reader().holds_object(
             DEFAULT_TENANT,
             &layout
                 .object_keys(&hicache_index::PageHash({

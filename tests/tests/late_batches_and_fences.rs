@@ -136,12 +136,12 @@ fn a_late_batch_stamped_nil_is_not_applied_as_a_restarts_baseline() {
     h.advance(100);
     let _ = h.fire_timeout().expect("the window gives up on the hole");
     // What the window held is dropped; the master's status places the stream at batch 7.
-    assert_eq!(h.session.last_applied_seq(), None);
+    assert_eq!(h.status().last_applied_seq, None);
     let _ = h.answer_fetch_at(7, 8, &[]);
     // Batch 6 arrives late: before the point, in the key list (R3), never applied.
     let fx = h.feed_frames(&late);
     assert_eq!(h.prefix(&t), 0, "batch 7 removed A's object: {fx:?}");
-    assert_eq!(h.session.last_applied_seq(), None);
+    assert_eq!(h.status().last_applied_seq, None);
 }
 
 /// A keyless removal (or unknown keyless event) forgets in the middle of `apply_batch`: the new
@@ -345,7 +345,7 @@ fn an_old_runs_late_batch_at_the_next_sequence_is_not_a_baseline() {
     assert_eq!(h.prefix(&t), 0);
     // The master's status places the new run's stream at its seq 2 (event id 2).
     let _ = h.answer_fetch_at(2, 2, &[]);
-    assert_eq!(h.session.last_applied_seq(), Some(Seq(2)));
+    assert_eq!(h.status().last_applied_seq, Some(Seq(2)));
     // The old run's seq 3 arrives at last.
     let fx = h.feed_frames(&old_3);
     assert_eq!(
@@ -379,7 +379,7 @@ fn a_forget_during_a_fetch_fetches_again_so_that_live_stores_come_back() {
     let fx = h
         .session
         .handle_snapshot(h.now, first, Some(Seq(0).into()), [""; 0]);
-    assert_eq!(h.session.counters().unawaited_answers, 1);
+    assert_eq!(h.status().counters.unawaited_answers, 1);
     let again = fetch_request(&fx).expect("a superseded fetch is asked again");
     assert_ne!(again, first);
     let keys: Vec<String> = layout.object_keys(&page).collect();

@@ -84,7 +84,7 @@ fn following_a_with_a_page() -> (Harness, Vec<u32>) {
     let t = tokens(1);
     let _ = h.batch_at(1, store_page(&layout, &page_hashes(&layout, &t)[0]));
     assert_eq!(h.prefix(&t), 1);
-    let info = h.session.leader().expect("HA is on");
+    let info = h.status().leader.expect("HA is on");
     assert_eq!(
         info.last_failover, None,
         "following the first leader is no failover"
@@ -144,7 +144,7 @@ fn nothing_connects_before_discovery_names_a_leader_that_serves() {
         Some("tcp://127.0.0.2:5557"),
         "the leader's host replaces the endpoint's, the port kept"
     );
-    let info = h.session.leader().expect("HA is on");
+    let info = h.status().leader.expect("HA is on");
     assert_eq!((info.address.as_deref(), info.version), (Some(B), Some(5)));
 }
 
@@ -170,7 +170,7 @@ fn the_old_leaders_late_batches_are_fenced_until_the_new_leader_serves() {
         0,
         "a late batch of the old leader is never applied"
     );
-    assert_eq!(h.session.counters().fenced_batches, 1);
+    assert_eq!(h.status().counters.fenced_batches, 1);
 }
 
 #[test]
@@ -220,7 +220,7 @@ fn a_leader_restarted_at_the_same_address_is_a_new_incarnation() {
     );
     assert_eq!(h.prefix(&t), 0);
     assert_eq!(
-        h.session.leader().map(|l| l.changes),
+        h.status().leader.map(|l| l.changes),
         Some(1),
         "one change: A to A again"
     );
@@ -246,7 +246,7 @@ fn a_leader_whose_publisher_is_off_is_a_health_state_not_an_empty_index() {
     let fx = h.session.handle_leader_status(h.now, request, &off);
     assert!(connect_endpoint(&fx).is_none(), "{fx:?}");
     assert_eq!(h.health(), Health::EventsDisabled);
-    assert_eq!(h.session.counters().events_disabled, 1);
+    assert_eq!(h.status().counters.events_disabled, 1);
 }
 
 #[test]
@@ -290,7 +290,7 @@ fn the_last_failover_is_timed_from_the_change_and_from_serving() {
         Vec::<&[u8]>::new(),
     );
     assert_eq!(h.health(), Health::Live);
-    let c = h.session.counters();
+    let c = h.status().counters;
     assert_eq!(c.last_failover_ms, 8_050);
     assert_eq!(c.last_failover_after_serving_ms, 50);
     assert_eq!(c.leader_view_version, 20);

@@ -101,12 +101,9 @@ fn a_page_evicted_from_memory_but_on_disk_misses_until_verification_confirms_it(
     );
     assert_eq!(h.prefix(&tokens(1)), 1, "confirmed: a hit again");
     assert_eq!(disk_only_pages(&h), 1, "and it is on disk only");
-    assert_eq!(
-        h.session.index().counters().suspects_confirmed,
-        keys.len() as u64
-    );
+    assert_eq!(h.status().counters.suspects_confirmed, keys.len() as u64);
     // The session's counters (and so `/metrics`) carry them too.
-    let c = h.session.counters();
+    let c = h.status().counters;
     assert_eq!(
         (
             c.suspended_objects,
@@ -133,7 +130,7 @@ fn a_suspect_that_an_older_publisher_removed_everywhere_stays_a_miss_and_is_not_
         "an absent suspect is no stale key: {fx:?}"
     );
     assert_eq!(h.prefix(&tokens(1)), 0);
-    assert_eq!(h.session.index().suspect_count(), 0, "it is decided");
+    assert_eq!(h.status().suspects, 0, "it is decided");
 }
 
 #[test]
@@ -177,7 +174,7 @@ fn a_store_on_the_remaining_medium_proves_the_object_at_once() {
     let _ = h.batch(keys.iter().map(|k| on_disk(stored(k.clone()))).collect());
     assert_eq!(h.prefix(&tokens(1)), 1);
     assert_eq!(disk_only_pages(&h), 1);
-    assert_eq!(h.session.index().suspect_count(), 0);
+    assert_eq!(h.status().suspects, 0);
 }
 
 #[test]
@@ -186,7 +183,7 @@ fn a_removal_of_an_object_seen_on_one_medium_leaves_nothing_to_verify() {
     let keys = page_keys();
     let _ = h.batch(keys.iter().map(|k| stored(k.clone())).collect());
     let _ = h.batch(vec![removed_from(&keys[0], Medium::Cpu)]);
-    assert_eq!(h.session.index().suspect_count(), 0);
+    assert_eq!(h.status().suspects, 0);
     assert_eq!(h.prefix(&tokens(1)), 0);
 }
 
@@ -211,7 +208,7 @@ fn cleared_clears_the_tenant_on_every_medium() {
     assert_eq!(h.prefix(&tokens(1)), 0, "the disk-only page is gone");
     let _ = answer(&mut h, &round, true);
     assert_eq!(
-        h.session.index().object_count(),
+        h.status().counters.objects,
         0,
         "a suspect of the cleared tenant does not come back"
     );
@@ -256,7 +253,7 @@ fn the_real_masters_memory_evictions_leave_disk_suspects_and_its_removal_leaves_
     }
     // `_0_k` left both media; the other three objects left memory only.
     assert_eq!(h.prefix(&tokens(1)), 0);
-    assert_eq!(h.session.index().suspect_count(), 3);
+    assert_eq!(h.status().suspects, 3);
     let round = next_round(&mut h);
     for key in &keys[1..] {
         assert!(round.1.contains(key), "{key} is verified");

@@ -74,8 +74,8 @@ fn a_point_proven_after_batches_before_it_misses_until_the_master_holds_a_sample
     assert_eq!(h.prefix(&t), 1);
     assert_eq!(
         (
-            h.session.counters().point_checks,
-            h.session.counters().point_checks_failed
+            h.status().counters.point_checks,
+            h.status().counters.point_checks_failed
         ),
         (1, 0)
     );
@@ -89,7 +89,7 @@ fn a_point_check_that_finds_a_claimed_key_absent_forgets_the_key_list_of_another
     assert_eq!(cleared(&fx), [ClearReason::Restart], "{fx:?}");
     assert_eq!(h.prefix(&t), 0);
     assert!(h.fetch_request().is_some(), "the key list is read again");
-    assert_eq!(h.session.counters().point_checks_failed, 1);
+    assert_eq!(h.status().counters.point_checks_failed, 1);
 }
 
 #[test]
@@ -110,5 +110,5 @@ fn a_point_check_never_answered_is_given_up_and_forgets() {
     assert_eq!(cleared(&seen), [ClearReason::Unproven], "{:?}", h.log);
     assert_eq!(h.prefix(&t), 0);
     assert!(h.fetch_request().is_some(), "the key list is read again");
-    assert_eq!(h.session.counters().point_checks_failed, 1);
+    assert_eq!(h.status().counters.point_checks_failed, 1);
 }

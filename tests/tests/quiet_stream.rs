@@ -55,7 +55,7 @@ fn an_idle_master_restarted_unseen_is_forgotten_at_its_status_check() {
     assert_eq!(cleared(&fx), vec![ClearReason::Restart]);
     assert!(fetches(&fx), "the key list is read again: {fx:?}");
     assert_eq!(h.prefix(&t), 0, "the old run's page is no longer claimed");
-    assert_eq!(h.session.counters().status_disagreed, 1);
+    assert_eq!(h.status().counters.status_disagreed, 1);
 }
 
 #[test]
@@ -68,7 +68,7 @@ fn a_tail_lost_before_an_idle_master_is_found_at_its_status_check() {
     let fx = h.fire_timeout().expect("the wait for batch 2 ends");
     assert_eq!(cleared(&fx), vec![ClearReason::Gap]);
     assert!(fetches(&fx), "the key list is read again: {fx:?}");
-    assert_eq!(h.session.counters().gaps, 1);
+    assert_eq!(h.status().counters.gaps, 1);
 }
 
 #[test]

@@ -89,7 +89,7 @@ fn duplicate_keeps_state() {
         })]
     );
     assert_eq!(h.prefix(&t), 1);
-    assert_eq!(h.session.counters().duplicates, 1);
+    assert_eq!(h.status().counters.duplicates, 1);
 }
 
 #[test]
@@ -117,7 +117,7 @@ fn gap_forgets_the_streams_pages_but_keeps_the_batch_after_it() {
         q.prefix_pages, 1,
         "the batch that revealed the gap is the new baseline"
     );
-    let c = h.session.counters();
+    let c = h.status().counters;
     assert_eq!((c.gaps, c.missing_sequences, c.clears_gap), (1, 7, 1));
 }
 
@@ -136,12 +136,12 @@ fn no_spurious_gap_after_a_clear() {
         "the batch after a clear is a silent baseline, no gap reported: {fx:?}"
     );
     // The counter counts the holes the stream showed (sequences 4-499 never came), not clears.
-    assert_eq!(h.session.counters().gaps, 1);
+    assert_eq!(h.status().counters.gaps, 1);
     let fx = h.session.clear(h.now);
     assert_eq!(cleared(&fx), vec![ClearReason::Requested]);
     let fx = h.batch(vec![stored("next_key")]);
     assert!(fx.is_empty(), "{fx:?}");
-    assert_eq!(h.session.counters().gaps, 1, "a clear is no hole");
+    assert_eq!(h.status().counters.gaps, 1, "a clear is no hole");
 }
 
 #[test]
@@ -194,10 +194,10 @@ fn reorder_within_window_applies_in_order() {
     let fx = h.feed_frames(&store2);
     assert!(fx.is_empty(), "{fx:?}");
     assert!(
-        !h.session.index().contains_key("default", &key),
+        !h.session.reader().holds_object("default", &key),
         "the removal applied after the store"
     );
-    assert_eq!(h.session.counters().held, 1);
+    assert_eq!(h.status().counters.held, 1);
     // Nothing is held any more: only the quiet stream's status check is due (rule R11).
     let check = ResyncConfig::default().status_check.expect("on by default");
     assert_eq!(h.session.poll_timeout(), Some(h.now + check));
@@ -227,11 +227,11 @@ fn window_overflow_declares_loss() {
     assert_eq!(h.prefix(&t), 0);
     // The window needs resync (R7): the held batches are dropped (the key list of the fetch the
     // loss asks for holds what they did) and its status point places the stream (R6).
-    assert_eq!(h.session.last_applied_seq(), None);
-    assert_eq!(h.session.counters().held_batches, 0);
+    assert_eq!(h.status().last_applied_seq, None);
+    assert_eq!(h.status().counters.held_batches, 0);
     let _ = h.answer_fetch(5, &["a_key", "b_key", "c_key"]);
     let _ = h.batch_at(6, vec![stored("d_key")]);
-    assert_eq!(h.session.last_applied_seq(), Some(Seq(6)));
+    assert_eq!(h.status().last_applied_seq, Some(Seq(6)));
     assert_eq!(h.health(), Health::Live);
 }
 
@@ -285,7 +285,7 @@ fn removal_without_group_id_removes_a_page_stored_with_one() {
     let key = layout.object_keys(&page).next().unwrap();
     let _ = h.batch(vec![removed(key)]);
     assert_eq!(h.prefix(&t), 0);
-    assert_eq!(h.session.counters().group_id_mismatches, 0);
+    assert_eq!(h.status().counters.group_id_mismatches, 0);
 }
 
 #[test]
@@ -296,7 +296,7 @@ fn group_id_mismatch_is_counted() {
     let mut e = stored(layout.object_keys(&page).next().unwrap());
     e.group_id = Some("sglang-hicache:something_else".into());
     let _ = h.batch(vec![e]);
-    assert_eq!(h.session.counters().group_id_mismatches, 1);
+    assert_eq!(h.status().counters.group_id_mismatches, 1);
 }
 
 #[test]
@@ -322,7 +322,7 @@ fn eviction_instead_of_wipe() {
             "a full index evicts, never wipes: {fx:?}"
         );
     }
-    let c = h.session.counters();
+    let c = h.status().counters;
     assert_eq!((c.pages, c.evictions), (8, 4));
     assert_eq!(h.prefix(&tokens(4)), 4, "recently queried pages survived");
     let last = h.session.query(&Lookup::page_hashes(&pages[8..])).unwrap();
@@ -350,7 +350,7 @@ fn stray_topic_never_clears() {
         })]
     );
     assert_eq!(h.prefix(&t), 2);
-    let c = h.session.counters();
+    let c = h.status().counters;
     assert_eq!((c.stray_topic, c.stray_frame_count, c.gaps), (1, 1, 0));
 }
 
@@ -371,14 +371,14 @@ fn undecodable_batch_with_a_valid_sequence_is_loss_and_a_bad_sequence_is_dropped
     );
     assert_eq!(cleared(&fx), vec![ClearReason::Undecodable]);
     assert_eq!(h.prefix(&t), 0, "what the batch removed is unknown: miss");
-    assert_eq!(h.session.counters().clears_undecodable, 1);
+    assert_eq!(h.status().counters.clears_undecodable, 1);
     let (mut h, t) = with_pages(config(mha(1)), 2);
     let mut bad_seq = h.frames(3, vec![stored("x_key")]);
     bad_seq[1] = vec![0, 3];
     let fx = h.feed_frames(&bad_seq);
     assert!(cleared(&fx).is_empty(), "no sequence to place it: dropped");
     assert_eq!(h.prefix(&t), 2);
-    let c = h.session.counters();
+    let c = h.status().counters;
     assert_eq!((c.malformed_payload, c.malformed_seq), (0, 1));
     let fx = h.batch_at(4, vec![stored("y_key")]);
     assert!(
@@ -409,7 +409,7 @@ fn unknown_events_and_unparsable_keys_are_counted_and_ignored() {
     ]);
     assert!(fx.is_empty(), "{fx:?}");
     assert_eq!(h.prefix(&t), 1);
-    let c = h.session.counters();
+    let c = h.status().counters;
     // The unknown event's key is taken as removed, and it too does not parse.
     assert_eq!((c.unknown_events, c.unparsed_keys), (1, 3));
 }
@@ -424,7 +424,7 @@ fn an_unknown_event_naming_an_object_makes_it_absent() {
         .unwrap();
     let _ = h.batch(vec![OwnedEvent::new(EventKind::Unknown, key)]);
     assert_eq!(h.prefix(&t), 0, "doubt is a miss");
-    assert_eq!(h.session.counters().unknown_events, 1);
+    assert_eq!(h.status().counters.unknown_events, 1);
 }
 
 #[test]
@@ -573,7 +573,9 @@ fn tier_breakdown_reports_disk_only_pages() {
 
 #[test]
 fn disconnect_clears_and_reconnects_with_growing_jittered_backoff() {
-    let (mut h, t) = with_pages(config(mha(1)), 1);
+    let cfg = config(mha(1));
+    let backoff = cfg.backoff;
+    let (mut h, t) = with_pages(cfg, 1);
     let fx = h.session.handle_disconnected(h.now);
     let fx = h.record(fx);
     assert_eq!(cleared(&fx), vec![ClearReason::Disconnected]);
@@ -594,8 +596,7 @@ fn disconnect_clears_and_reconnects_with_growing_jittered_backoff() {
         let fx = h.session.handle_disconnected(h.now);
         let _ = h.record(fx);
     }
-    let max = h.session.config().backoff.max;
-    let initial = h.session.config().backoff.initial;
+    let (max, initial) = (backoff.max, backoff.initial);
     assert!(
         delays[0] >= initial / 2 && delays[0] <= initial,
         "{delays:?}"
@@ -610,7 +611,9 @@ fn disconnect_clears_and_reconnects_with_growing_jittered_backoff() {
 
 #[test]
 fn backoff_resets_after_a_healthy_period() {
-    let mut h = Harness::connected(config(mha(1)));
+    let cfg = config(mha(1));
+    let initial = cfg.backoff.initial;
+    let mut h = Harness::connected(cfg);
     for _ in 0..6 {
         let _ = h.session.handle_disconnected(h.now);
         let _ = h.fire_timeout();
@@ -620,10 +623,7 @@ fn backoff_resets_after_a_healthy_period() {
     let before = h.now;
     let _ = h.session.handle_disconnected(h.now);
     let at = h.session.poll_timeout().unwrap();
-    assert!(
-        at - before <= h.session.config().backoff.initial,
-        "back to the first delay"
-    );
+    assert!(at - before <= initial, "back to the first delay");
 }
 
 #[test]
@@ -730,7 +730,7 @@ fn late_join_bootstraps_from_the_snapshot_and_replays_what_came_during_it() {
     );
     assert_eq!(h.health(), Health::Live);
     assert!(
-        !h.session.index().contains_key("default", &gone),
+        !h.session.reader().holds_object("default", &gone),
         "the buffered removal wins over the snapshot"
     );
     let q = h.session.query(&Lookup::page_hashes(&pages[1..])).unwrap();
@@ -798,7 +798,7 @@ fn a_snapshot_taken_before_the_stream_holds_only_if_the_stream_begins_by_the_wat
             );
             assert!(fetch_request(&fx).is_some(), "fetched again");
             assert_eq!(h.prefix(&t), 0, "the snapshot no longer counts");
-            assert_eq!(h.session.counters().gaps, 1);
+            assert_eq!(h.status().counters.gaps, 1);
         }
     }
 }
@@ -849,7 +849,7 @@ fn without_a_watermark_a_snapshot_asked_before_the_stream_is_fetched_again_after
     );
     assert_eq!(h.prefix(&tokens(1)), 0);
     assert_eq!(h.health(), Health::Recovering);
-    assert_eq!(h.session.recovering(), Some(Recovering::NoStatus));
+    assert_eq!(h.status().recovering, Some(Recovering::NoStatus));
     let fx = h.batch_at(3, vec![stored("a_key")]);
     let again = fetch_request(&fx).expect("the stream began: fetch again");
     let fx = h
@@ -881,7 +881,7 @@ fn a_failed_verification_schedules_the_next_round() {
         .unwrap();
     let at = h.now;
     let _ = h.session.handle_verify_failed(h.now, request);
-    assert_eq!(h.session.counters().verify_failures, 1);
+    assert_eq!(h.status().counters.verify_failures, 1);
     assert_eq!(h.session.poll_timeout(), Some(at + Duration::from_secs(1)));
 }
 
@@ -914,7 +914,7 @@ fn a_snapshot_in_chunks_with_live_batches_between_them_ends_exact() {
         },
     );
     assert!(fx.is_empty(), "{fx:?}");
-    assert_eq!(h.session.snapshot_progress(request), Some(1));
+    assert_eq!(h.status().snapshot_applied(request), Some(1));
     // Between chunks: a live batch removes an object of the last page, listed in a later chunk.
     let _ = h.batch_at(1, vec![removed(all[5].clone())]);
     let fx = h.session.handle(
@@ -925,10 +925,10 @@ fn a_snapshot_in_chunks_with_live_batches_between_them_ends_exact() {
         },
     );
     assert!(fx.is_empty(), "{fx:?}");
-    assert_eq!(h.session.snapshot_progress(request), Some(5));
+    assert_eq!(h.status().snapshot_applied(request), Some(5));
     assert_eq!(h.health(), Health::Recovering);
     assert!(
-        !h.session.index().contains_key("default", &all[5]),
+        !h.session.reader().holds_object("default", &all[5]),
         "between chunks, a key removed live is never claimed (the demo found this false hit)"
     );
     let fx = h.session.handle(h.now, Input::SnapshotEnd { request });
@@ -954,7 +954,7 @@ fn a_snapshot_in_chunks_with_live_batches_between_them_ends_exact() {
         },
     );
     assert!(fx.is_empty(), "{fx:?}");
-    assert_eq!(h.session.snapshot_progress(request), None, "finished");
+    assert_eq!(h.status().snapshot_applied(request), None, "finished");
 }
 
 #[test]
@@ -966,7 +966,7 @@ fn stopping_forgets_and_schedules_nothing_until_restarted() {
         (h.prefix(&t), h.health(), h.session.poll_timeout()),
         (0, Health::Disconnected, None)
     );
-    assert_eq!(h.session.counters().disconnects, 0);
+    assert_eq!(h.status().counters.disconnects, 0);
     h.session.resume(h.now);
     let fx = h.fire_timeout().unwrap();
     assert!(
@@ -980,7 +980,7 @@ fn stopping_forgets_and_schedules_nothing_until_restarted() {
 #[test]
 fn every_counter_is_listed_once_by_name() {
     let h = Harness::connected(config(mha(1)));
-    let fields = h.session.counters().fields();
+    let fields = h.status().counters.fields();
     let mut names: Vec<&str> = fields.iter().map(|(n, _, _)| *n).collect();
     names.sort_unstable();
     names.dedup();
@@ -998,7 +998,7 @@ fn snapshot_answer_for_an_old_request_is_ignored() {
     // forgot, so it is asked for again when it comes back (one fetch at a time).
     let fx = h.session.clear(h.now);
     assert_eq!(fetch_request(&fx), None, "{fx:?}");
-    assert_eq!(h.session.counters().superseded_fetches, 1);
+    assert_eq!(h.status().counters.superseded_fetches, 1);
     let keys: Vec<String> = layout
         .object_keys(&page_hashes(&layout, &tokens(1))[0])
         .collect();
@@ -1007,14 +1007,14 @@ fn snapshot_answer_for_an_old_request_is_ignored() {
         .handle_snapshot(h.now, first, None, keys.iter().map(String::as_str));
     let second = fetch_request(&fx).expect("fetched again");
     assert_ne!(first, second);
-    assert_eq!(h.session.counters().unawaited_answers, 1);
-    assert_eq!(h.session.counters().snapshot_keys, 0);
+    assert_eq!(h.status().counters.unawaited_answers, 1);
+    assert_eq!(h.status().counters.snapshot_keys, 0);
     // An answer for a request no longer current is ignored.
     let fx = h
         .session
         .handle_snapshot(h.now, first, None, keys.iter().map(String::as_str));
     assert!(fx.is_empty());
-    assert_eq!(h.session.counters().unawaited_answers, 2);
+    assert_eq!(h.status().counters.unawaited_answers, 2);
     assert_eq!(h.health(), Health::Recovering);
 }
 
@@ -1052,7 +1052,7 @@ fn resync_buffer_overflow_gives_up_and_retries() {
     assert!(h.log.contains(&Effect::Report(Report::ResyncFailed {
         reason: ResyncFailure::BufferFull
     })));
-    assert!(h.session.counters().buffered_batches <= 2);
+    assert!(h.status().counters.buffered_batches <= 2);
     assert_eq!(h.health(), Health::Recovering);
 }
 
@@ -1099,7 +1099,7 @@ fn verification_removes_stale_keys_but_a_racing_store_wins() {
         })),
         "{fx:?}"
     );
-    assert!(h.session.index().contains_key("default", &first));
+    assert!(h.session.reader().holds_object("default", &first));
     assert_eq!(h.prefix(&t), 1);
     assert!(
         h.session.poll_timeout().is_some(),
@@ -1159,7 +1159,7 @@ fn a_mostly_stale_round_unclaims_the_unsampled_pages_too_by_a_reconcile() {
         .handle_snapshot(h.now, again, Some(Seq(2).into()), [""; 0]);
     assert_eq!(h.health(), Health::Live);
     assert_eq!(h.session.query(&one).unwrap().prefix_pages, 0);
-    assert_eq!(h.session.counters().stale_escalations, 1);
+    assert_eq!(h.status().counters.stale_escalations, 1);
 }
 
 #[test]
@@ -1171,7 +1171,7 @@ fn configured_endpoint_wins_over_worker_metadata() {
     };
     let fx = h.session.handle_worker(h.now, "w1", Some(info));
     assert!(fx.is_empty(), "{fx:?}");
-    assert_eq!(h.session.endpoint(), Some(ENDPOINT));
+    assert_eq!(h.status().endpoint.as_deref(), Some(ENDPOINT));
 }
 
 #[test]
@@ -1219,7 +1219,7 @@ fn endpoint_disagreement_is_reported_and_the_current_one_kept() {
         })),
         "{fx:?}"
     );
-    assert_eq!(h.session.endpoint(), Some("tcp://127.0.0.1:6000"));
+    assert_eq!(h.status().endpoint.as_deref(), Some("tcp://127.0.0.1:6000"));
     // The first worker goes away: the remaining endpoint is taken, and the old stream forgotten.
     let fx = h.session.handle_worker(h.now, "w1", None);
     assert!(
@@ -1266,15 +1266,15 @@ fn layouts_are_per_model_and_disagreement_is_reported() {
     // is untouched, and w3 going away makes the model consistent again.
     assert!(
         matches!(
-            h.session.layout_for(Some("m")),
+            h.session.models().layout_for(Some("m")),
             Err(QueryError::LayoutConflict { .. })
         ),
         "{:?}",
-        h.session.layout_for(Some("m"))
+        h.session.models().layout_for(Some("m"))
     );
-    assert_eq!(h.session.layout_for(Some("n")).unwrap(), &mha(4));
+    assert_eq!(h.session.models().layout_for(Some("n")).unwrap(), &mha(4));
     let _ = h.session.handle_worker(h.now, "w3", None);
-    assert_eq!(h.session.layout_for(Some("m")).unwrap(), &mha(2));
+    assert_eq!(h.session.models().layout_for(Some("m")).unwrap(), &mha(2));
 }
 
 #[test]
@@ -1295,7 +1295,7 @@ fn a_query_after_a_layout_change_is_answered_under_the_new_layout() {
     assert_eq!(h.session.query(&lookup).unwrap().prefix_pages, 1);
     // Same page size, other keys: the page's objects under the new layout are not there.
     let _ = h.session.handle_worker(h.now, "w1", Some(w(mha(4))));
-    assert_eq!(h.session.layout_for(Some("m")).unwrap(), &mha(4));
+    assert_eq!(h.session.models().layout_for(Some("m")).unwrap(), &mha(4));
     assert_eq!(h.session.query(&lookup).unwrap().prefix_pages, 0);
     let _ = h.batch(store_page(&mha(4), &page));
     assert_eq!(h.session.query(&lookup).unwrap().prefix_pages, 1);
@@ -1331,7 +1331,7 @@ fn a_worker_whose_layout_cannot_be_read_makes_its_model_answer_nothing() {
         })),
         "{fx:?}"
     );
-    match h.session.layout_for(Some("m")) {
+    match h.session.models().layout_for(Some("m")) {
         Err(QueryError::LayoutConflict { reason }) => {
             assert!(reason.contains("pp rank 1"), "{reason}")
         }
@@ -1391,7 +1391,7 @@ fn ms(millis: u64) -> Instant {
 }
 
 fn unconfirmed(h: &Harness) -> u64 {
-    h.session.counters().unconfirmed_ms
+    h.status().counters.unconfirmed_ms
 }
 
 /// A harness with verification every second, `sample` keys a round, and no resync.
@@ -1434,8 +1434,8 @@ fn answer_present(h: &mut Harness, (request, keys): &(VerifyRequest, Vec<String>
 fn an_empty_index_is_trivially_confirmed() {
     let mut h = Harness::connected(config(mha(1)));
     h.advance(5_000);
-    assert_eq!(h.session.confirmed_at(), None);
-    assert_eq!(h.session.counters_at(h.now).unconfirmed_ms, 0);
+    assert_eq!(h.status().confirmed_at, None);
+    assert_eq!(h.session.status(h.now).counters.unconfirmed_ms, 0);
 }
 
 #[test]
@@ -1445,7 +1445,7 @@ fn unconfirmed_age_grows_without_verification() {
     let pages = page_hashes(&layout, &tokens(3));
     h.advance(1_000);
     let _ = h.batch(store_page(&layout, &pages[0]));
-    assert_eq!(h.session.confirmed_at(), Some(ms(1_000)));
+    assert_eq!(h.status().confirmed_at, Some(ms(1_000)));
     assert_eq!(unconfirmed(&h), 0);
     // Later events confirm only their own objects: page 0 is still known only as of 1 s.
     for page in &pages[1..] {
@@ -1454,8 +1454,8 @@ fn unconfirmed_age_grows_without_verification() {
     }
     assert_eq!(h.now, ms(5_000));
     assert_eq!(unconfirmed(&h), 4_000, "as of the latest input");
-    assert_eq!(h.session.counters_at(ms(65_000)).unconfirmed_ms, 64_000);
-    assert_eq!(h.session.confirmed_at(), Some(ms(1_000)));
+    assert_eq!(h.session.status(ms(65_000)).counters.unconfirmed_ms, 64_000);
+    assert_eq!(h.status().confirmed_at, Some(ms(1_000)));
 }
 
 #[test]
@@ -1465,16 +1465,16 @@ fn a_clear_confirms_the_empty_index() {
     let pages = page_hashes(&layout, &tokens(2));
     let _ = h.batch(store_page(&layout, &pages[0]));
     h.advance(10_000);
-    assert_eq!(h.session.counters_at(h.now).unconfirmed_ms, 10_000);
+    assert_eq!(h.session.status(h.now).counters.unconfirmed_ms, 10_000);
     let _ = h.session.clear(h.now);
-    assert_eq!(h.session.confirmed_at(), None);
+    assert_eq!(h.status().confirmed_at, None);
     assert_eq!(unconfirmed(&h), 0);
     // What comes after the clear is confirmed by its own events.
     h.advance(1_000);
     let _ = h.batch(store_page(&layout, &pages[1]));
     h.advance(2_000);
-    assert_eq!(h.session.confirmed_at(), Some(ms(11_000)));
-    assert_eq!(h.session.counters_at(h.now).unconfirmed_ms, 2_000);
+    assert_eq!(h.status().confirmed_at, Some(ms(11_000)));
+    assert_eq!(h.session.status(h.now).counters.unconfirmed_ms, 2_000);
 }
 
 #[test]
@@ -1489,7 +1489,7 @@ fn removing_the_last_object_confirms_the_empty_index() {
     assert_eq!(unconfirmed(&h), 0);
     h.advance(1_000);
     let _ = h.batch(store_page(&layout, &pages[1]));
-    assert_eq!(h.session.confirmed_at(), Some(ms(11_000)));
+    assert_eq!(h.status().confirmed_at, Some(ms(11_000)));
 }
 
 #[test]
@@ -1511,7 +1511,7 @@ fn a_completed_resync_confirms_as_of_the_fetch_not_the_finish() {
     h.advance(1_000);
     let _ = h.batch(store_page(&layout, &pages[2]));
     assert_eq!(
-        h.session.counters_at(h.now).unconfirmed_ms,
+        h.session.status(h.now).counters.unconfirmed_ms,
         0,
         "the index is empty"
     );
@@ -1532,7 +1532,7 @@ fn a_completed_resync_confirms_as_of_the_fetch_not_the_finish() {
         "{fx:?}"
     );
     assert_eq!(h.prefix(&tokens(3)), 3);
-    assert_eq!(h.session.confirmed_at(), Some(ms(10_000)));
+    assert_eq!(h.status().confirmed_at, Some(ms(10_000)));
     assert_eq!(unconfirmed(&h), 5_000, "the fetch was asked for at 10 s");
 }
 
@@ -1572,11 +1572,7 @@ fn batches_while_a_fetch_waits_for_its_retry_reach_the_index_through_the_next_ke
     );
     assert_eq!(h.health(), Health::Live);
     assert_eq!(h.prefix(&tokens(2)), 2);
-    assert_eq!(
-        h.session.confirmed_at(),
-        Some(retried_at),
-        "as of the retry"
-    );
+    assert_eq!(h.status().confirmed_at, Some(retried_at), "as of the retry");
 }
 
 #[test]
@@ -1590,15 +1586,11 @@ fn a_full_verification_sweep_confirms_as_of_its_first_round() {
     let first = next_round(&mut h);
     let began = h.now;
     answer_present(&mut h, &first);
-    assert_eq!(
-        h.session.confirmed_at(),
-        Some(Instant::ZERO),
-        "half a sweep"
-    );
+    assert_eq!(h.status().confirmed_at, Some(Instant::ZERO), "half a sweep");
     let second = next_round(&mut h);
     assert_ne!(first.1, second.1, "the second round checks the other page");
     answer_present(&mut h, &second);
-    assert_eq!(h.session.confirmed_at(), Some(began));
+    assert_eq!(h.status().confirmed_at, Some(began));
     assert_eq!(
         unconfirmed(&h),
         u64::try_from((h.now - began).as_millis()).unwrap()
@@ -1616,14 +1608,14 @@ fn a_sweep_with_a_failed_round_confirms_nothing() {
     let _ = h.session.handle_verify_failed(h.now, request);
     let second = next_round(&mut h);
     answer_present(&mut h, &second);
-    assert_eq!(h.session.confirmed_at(), Some(Instant::ZERO));
+    assert_eq!(h.status().confirmed_at, Some(Instant::ZERO));
     // The next sweep, answered in full, confirms.
     let third = next_round(&mut h);
     let began = h.now;
     answer_present(&mut h, &third);
     let fourth = next_round(&mut h);
     answer_present(&mut h, &fourth);
-    assert_eq!(h.session.confirmed_at(), Some(began));
+    assert_eq!(h.status().confirmed_at, Some(began));
 }
 
 #[test]
@@ -1642,8 +1634,8 @@ fn a_round_answered_in_part_confirms_nothing() {
         request,
         keys[1..].iter().map(|k| (k.as_str(), true)),
     );
-    assert_eq!(h.session.counters().verify_rounds, 1);
-    assert_eq!(h.session.confirmed_at(), Some(Instant::ZERO));
+    assert_eq!(h.status().counters.verify_rounds, 1);
+    assert_eq!(h.status().confirmed_at, Some(Instant::ZERO));
     // Answering for another key in its place does not count either.
     let (request, keys) = next_round(&mut h);
     h.advance(100);
@@ -1651,7 +1643,7 @@ fn a_round_answered_in_part_confirms_nothing() {
     let _ = h
         .session
         .handle_verify_result(h.now, request, answers.chain([("unknown_key", true)]));
-    assert_eq!(h.session.confirmed_at(), Some(Instant::ZERO));
+    assert_eq!(h.status().confirmed_at, Some(Instant::ZERO));
 }
 
 #[test]
@@ -1675,8 +1667,8 @@ fn a_stale_key_kept_by_a_racing_change_confirms_nothing() {
     let _ = h.batch(vec![stored(k)]);
     let answers = keys.iter().map(|key| (key.as_str(), *key != v));
     let _ = h.session.handle_verify_result(h.now, request, answers);
-    assert!(h.session.index().contains_key("default", &v));
-    assert_eq!(h.session.confirmed_at(), Some(Instant::ZERO));
+    assert!(h.session.reader().holds_object("default", &v));
+    assert_eq!(h.status().confirmed_at, Some(Instant::ZERO));
 }
 
 #[test]
@@ -1689,8 +1681,8 @@ fn a_timed_out_round_confirms_nothing() {
     let round = next_round(&mut h);
     let _ = h.fire_timeout().expect("the round times out");
     answer_present(&mut h, &round);
-    assert_eq!(h.session.counters().unawaited_answers, 1);
-    assert_eq!(h.session.confirmed_at(), Some(Instant::ZERO));
+    assert_eq!(h.status().counters.unawaited_answers, 1);
+    assert_eq!(h.status().confirmed_at, Some(Instant::ZERO));
 }
 
 #[test]
@@ -1713,13 +1705,13 @@ fn objects_of_another_tenant_keep_a_sweep_from_confirming() {
     let round = next_round(&mut h);
     assert_eq!(round.1.len(), 2);
     answer_present(&mut h, &round);
-    assert_eq!(h.session.confirmed_at(), Some(Instant::ZERO));
+    assert_eq!(h.status().confirmed_at, Some(Instant::ZERO));
     // Once it is gone, a sweep confirms.
     let _ = h.batch(other(EventKind::Removed));
     let round = next_round(&mut h);
     let began = h.now;
     answer_present(&mut h, &round);
-    assert_eq!(h.session.confirmed_at(), Some(began));
+    assert_eq!(h.status().confirmed_at, Some(began));
 }
 
 #[test]
@@ -1742,9 +1734,9 @@ fn a_held_batch_is_confirmed_as_of_its_arrival_not_when_it_applies() {
     let _ = h.feed_frames(&second);
     h.advance(500);
     let _ = h.feed_frames(&first);
-    assert_eq!(h.session.last_applied_seq(), Some(Seq(2)));
+    assert_eq!(h.status().last_applied_seq, Some(Seq(2)));
     assert_eq!(h.prefix(&tokens(2)), 2);
-    assert_eq!(h.session.confirmed_at(), Some(ms(5_000)));
+    assert_eq!(h.status().confirmed_at, Some(ms(5_000)));
     assert_eq!(unconfirmed(&h), 500);
 }
 

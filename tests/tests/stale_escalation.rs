@@ -123,7 +123,7 @@ fn the_first_stale_key_of_a_round_reconciles_every_page_with_the_key_list() {
         "a reconcile: {fx:?}"
     );
     assert_eq!((h.prefix(&t), h.health()), (3, Health::Reconciling));
-    let c = h.session.counters();
+    let c = h.status().counters;
     assert_eq!((c.stale_escalations, c.stale_escalations_held), (1, 0));
     // The key list brings back what the master holds, and only that.
     answer_resync(&mut h, &layout, &pages, &[&gone]);
@@ -165,7 +165,7 @@ fn a_stale_round_within_escalate_every_removes_its_sample_only_and_counts_the_he
     );
     assert_eq!((claims(&h, &pages, 5), claims(&h, &pages, 4)), (0, 1));
     assert_eq!((h.prefix(&t), h.health()), (3, Health::Live));
-    let c = h.session.counters();
+    let c = h.status().counters;
     assert_eq!(
         (
             c.stale_escalations,
@@ -191,14 +191,14 @@ fn once_escalate_every_has_passed_a_stale_round_escalates_again() {
     assert_eq!(cleared(&fx), [], "{fx:?}");
     assert!(asks_fetch(&fx), "a reconcile: {fx:?}");
     assert_eq!(claims(&h, &pages, 4), 1, "still listed pages stay hits");
-    let c = h.session.counters();
+    let c = h.status().counters;
     assert_eq!((c.stale_escalations, c.stale_escalations_held), (2, 0));
     // The limit runs from this escalation now.
     answer_resync(&mut h, &layout, &pages, &[&k3, &k5]);
     let k6 = first_key(&layout, &pages[6]);
     let fx = round_with_gone(&mut h, &[&k3, &k5, &k6]);
     assert_eq!(cleared(&fx), [], "{fx:?}");
-    assert_eq!(h.session.counters().stale_escalations_held, 1);
+    assert_eq!(h.status().counters.stale_escalations_held, 1);
 }
 
 #[test]
@@ -240,7 +240,7 @@ fn a_held_back_escalation_happens_with_the_first_round_due_once_escalate_every_h
     );
     answer_resync(&mut h, &layout, &pages, &[&k3, &k4, &k5]);
     assert_eq!(claims(&h, &pages, 4), 0);
-    let c = h.session.counters();
+    let c = h.status().counters;
     assert_eq!((c.stale_escalations, c.stale_escalations_held), (2, 1));
 }
 
@@ -253,7 +253,7 @@ fn a_clear_meanwhile_does_what_a_held_back_escalation_would() {
     answer_resync(&mut h, &layout, &pages, &[&k3]);
     let k5 = first_key(&layout, &pages[5]);
     let _ = round_with_gone(&mut h, &[&k3, &k5]);
-    assert_eq!(h.session.counters().stale_escalations_held, 1);
+    assert_eq!(h.status().counters.stale_escalations_held, 1);
     // A clear (here the driver's) read the key list again: nothing is left to escalate for.
     let fx = h.session.clear(h.now);
     let _ = h.record(fx);
@@ -261,7 +261,7 @@ fn a_clear_meanwhile_does_what_a_held_back_escalation_would() {
     h.now = escalated_at + ESCALATE_EVERY;
     let fx = round_with_gone(&mut h, &[&k3, &k5]);
     assert_eq!(cleared(&fx), [], "{fx:?}");
-    assert_eq!(h.session.counters().stale_escalations, 1);
+    assert_eq!(h.status().counters.stale_escalations, 1);
 }
 
 #[test]
@@ -285,7 +285,7 @@ fn without_resync_a_stale_round_removes_its_sample_and_forgets_nothing() {
     }
     assert_eq!((claims(&h, &pages, 3), claims(&h, &pages, 5)), (0, 0));
     assert_eq!((claims(&h, &pages, 4), claims(&h, &pages, 7)), (1, 1));
-    let c = h.session.counters();
+    let c = h.status().counters;
     assert_eq!(
         (
             c.stale_escalations,
@@ -308,7 +308,7 @@ fn a_key_absent_at_the_master_but_stored_again_since_the_sample_does_not_escalat
     let fx = h.session.handle_verify_result(h.now, request, answers);
     assert_eq!(cleared(&fx), [], "{fx:?}");
     assert_eq!(h.prefix(&t), 8);
-    let c = h.session.counters();
+    let c = h.status().counters;
     assert_eq!(
         (
             c.stale_escalations,

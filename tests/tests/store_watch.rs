@@ -125,7 +125,7 @@ fn a_segment_leaving_unclaims_its_pages_and_the_others_stay_hits_throughout() {
         [true, true, false, true, true, false, true, true]
     );
     assert_eq!(h.health(), Health::Live);
-    let c = h.session.counters();
+    let c = h.status().counters;
     assert_eq!((c.store_changes, c.reconciles_completed), (1, 1));
     assert_eq!((c.reconciled_removed, c.reconciled_restored), (4, 0));
 }
@@ -370,5 +370,5 @@ fn a_reconcile_whose_point_is_never_reached_falls_back_after_its_doubted_lines_a
         }
     }
     assert_eq!(forgot, [ClearReason::StoreChanged], "it falls back");
-    assert_eq!(h.session.counters().confirm_failures, 0);
+    assert_eq!(h.status().counters.confirm_failures, 0);
 }

@@ -312,7 +312,7 @@ fn a_new_runs_batch_that_follows_its_previous_one_exactly_is_applied() {
         gaps.is_empty(),
         "a run's batch in order was skipped: {gaps:?}"
     );
-    assert_eq!(h.session.last_applied_seq(), Some(Seq(3)));
+    assert_eq!(h.status().last_applied_seq, Some(Seq(3)));
     assert!(hit(&h, &pages[1]), "B is there: {:?}", h.log);
     assert_eq!(h.health(), Health::Live);
 }
@@ -366,7 +366,7 @@ fn a_resync_of_a_store_full_of_other_keys_restores_every_page() {
         "{missing} of {} pages missing after the resync (health {:?}, {} lines doubted)",
         pages.len(),
         h.health(),
-        h.session.counters().snapshot_doubted_lines
+        h.status().counters.snapshot_doubted_lines
     );
     assert_eq!(h.health(), Health::Live);
 }
@@ -401,7 +401,7 @@ fn with_a_window_a_batch_stamped_in_the_future_does_not_make_the_run_stale() {
     pass_time(&mut h, 100, &held, status(5, 8));
     assert!(!hit(&h, &a), "A was removed: {:?}", h.log);
     assert_eq!(
-        h.session.last_applied_seq(),
+        h.status().last_applied_seq,
         Some(Seq(5)),
         "the run's batches in order apply: {:?}",
         h.log
@@ -444,8 +444,8 @@ fn an_idle_master_without_counters_leaves_the_index_visibly_recovering() {
         (2..=30).contains(&fetches),
         "{fetches} key lists fetched in 10 minutes"
     );
-    assert!(h.session.counters().unanchored_snapshots > 0);
-    let why = h.session.recovering();
+    assert!(h.status().counters.unanchored_snapshots > 0);
+    let why = h.status().recovering;
     assert_eq!(why, Some(hicache_index::Recovering::NoStatus));
     let sentence = why.expect("recovering").describe();
     assert!(sentence.contains("unanchored"), "{sentence}");

@@ -100,7 +100,7 @@ fn export_now(index: &QueryHandle, workers: &[String], polls: &LastPolls) {
     report::export_health(index.health());
     report::export_running(index.is_running());
     report::export_memo(&index.memo_stats());
-    let leader = index.read(|s| s.leader()).flatten();
+    let leader = index.status().and_then(|s| s.leader);
     report::export_leader(leader.as_ref().and_then(|l| l.address.as_deref()));
     export_models(index);
     if let Some((workers, models)) = index.read(|s| layout_report::snapshot(s, workers, polls)) {
@@ -119,7 +119,7 @@ pub(super) const MODEL_WORKERS: &str = "hicache_index_model_workers";
 fn export_models(index: &QueryHandle) {
     let models = index
         .read(|s| {
-            let votes = s.layout_votes();
+            let votes = s.models().votes();
             votes
                 .verdicts()
                 .map(|(m, v)| {
@@ -174,11 +174,12 @@ async fn readyz(State(app): State<Arc<App>>) -> Response {
         health.as_str()
     };
     let mut body = serde_json::json!({ "health": shown });
-    if let Some(why) = app.index.read(|s| s.recovering()).flatten() {
+    let session = app.index.status();
+    if let Some(why) = session.as_ref().and_then(|s| s.recovering) {
         // Why the index is recovering (issue 26): fetching, retrying, unproven, no status...
         body["recovering"] = serde_json::Value::from(why.describe());
     }
-    let counters = app.index.read(|s| s.counters());
+    let counters = session.as_ref().map(|s| s.counters);
     if let Some(c) = counters.filter(|c| c.store_changes > 0 || c.reconciles_started > 0) {
         // Once the master's store signals moved: how long the index's content has gone without
         // the master's confirmation, what the signals asked for and what the reconciles changed
@@ -206,7 +207,7 @@ async fn readyz(State(app): State<Arc<App>>) -> Response {
     if !workers.is_empty() {
         body["workers"] = layout_report::workers_json(&workers);
     }
-    if let Some(leader) = app.index.read(|s| s.leader()).flatten() {
+    if let Some(leader) = session.and_then(|s| s.leader) {
         let ms = |d: Option<Duration>| d.map(|d| d.as_millis() as u64);
         body["leader"] = serde_json::json!({
             "address": leader.address,

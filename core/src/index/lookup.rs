@@ -130,6 +130,24 @@ impl Shared {
         hits
     }
 
+    /// Reports whether the shared table holds the object `key` of `tenant` (on any medium):
+    /// [`Index::contains_key`] as a reader sees it. One read of the page's slot; a reader
+    /// running beside the writer reads one state of that object, or `false` while a clear
+    /// replaces the directory (a miss is safe).
+    pub(crate) fn holds_object(&self, tenant: &str, key: &str) -> bool {
+        let Some(parsed) = parse_object_key(key) else {
+            return false;
+        };
+        let Some((ns, bit)) = self.namespaces.read().and_then(|directory| {
+            let (ns, entry) = directory.find(tenant, parsed.prefix)?;
+            Some((ns, 1u128 << entry.slot_of(parsed.suffix)?))
+        }) else {
+            return false;
+        };
+        let (present, _, _) = self.pages.probe_at(ns, &parsed.page_hash);
+        present & bit != 0
+    }
+
     /// Resolves `layout` in `tenant`'s namespace, under the directory's read lock (dropped
     /// before any page is probed); `None` when nothing can hit, or while a clear replaces the
     /// directory (a miss, and the state the query checks makes it read again).

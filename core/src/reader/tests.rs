@@ -244,3 +244,46 @@ fn a_layout_put_in_force_during_a_query_answers_under_the_new_one() {
         "every page of the old reading, then the new"
     );
 }
+
+/// The reader's object question answers what the writer's does, through stores, removals, a
+/// tenant's clear and a whole clear, for keys held and keys never seen.
+#[test]
+fn holds_object_agrees_with_the_writer() {
+    let mut index = Index::new(IndexConfig::default());
+    let reader = Reader::new(index.shared(), Vec::new());
+    let layout = layout(4, false);
+    let keys = |page: &PageHash| -> Vec<String> { layout.object_keys(page).collect() };
+    let pages: Vec<PageHash> = (0u8..6).map(|i| PageHash([i; 32])).collect();
+    let agree = |index: &Index, tenants: &[&str]| {
+        for page in &pages {
+            for key in keys(page).iter().map(String::as_str).chain(["not a key"]) {
+                for tenant in tenants {
+                    assert_eq!(
+                        reader.holds_object(tenant, key),
+                        index.contains_key(tenant, key),
+                        "{tenant} {key}"
+                    );
+                }
+            }
+        }
+    };
+    let tenants = ["default", "other"];
+    agree(&index, &tenants);
+    for page in &pages[..4] {
+        store(&mut index, &layout, page);
+        let _ = index.store("other", &keys(page)[0], None, None);
+    }
+    agree(&index, &tenants);
+    let _ = index.remove("default", &keys(&pages[1])[1]);
+    let _ = index.remove("other", &keys(&pages[2])[0]);
+    agree(&index, &tenants);
+    assert!(reader.holds_object("default", &keys(&pages[0])[0]));
+    assert!(!reader.holds_object("default", &keys(&pages[1])[1]));
+    let _ = index.clear_tenant("other");
+    index.settle();
+    agree(&index, &tenants);
+    let _ = index.clear();
+    index.settle();
+    agree(&index, &tenants);
+    assert!(!reader.holds_object("default", &keys(&pages[0])[0]));
+}

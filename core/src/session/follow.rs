@@ -3,12 +3,6 @@
 use super::*;
 
 impl Session {
-    /// Returns where the session is with the HA cluster's leader; `None` when it follows one
-    /// fixed master.
-    pub fn leader(&self) -> Option<LeaderInfo> {
-        self.leader.as_ref().map(Leader::info)
-    }
-
     pub(super) fn on_leader_view(&mut self, now: Instant, view: &LeaderView) -> Effects {
         self.see(now);
         let mut fx = Effects::new();

@@ -17,7 +17,9 @@
 //!     execute every returned Command, in order; log the Reports
 //! }
 //! ```
-//! Queries ([`Session::query`]) take `&self` and may run at any time between these calls.
+//! Queries ([`Session::query`]) take `&self` and may run at any time between these calls; so
+//! may the reads of where the session is ([`Session::status`]) and of its models' layouts
+//! ([`Session::models`]).
 
 mod answer;
 mod config;
@@ -28,6 +30,7 @@ mod ledger;
 mod link;
 mod reconcile;
 mod resync;
+mod status;
 mod stream;
 mod verify;
 mod watch;
@@ -66,9 +69,11 @@ use self::ledger::Ledger;
 use self::link::{Backoff, Connection, Link, LinkDue};
 use self::reconcile::Reconcile;
 use self::resync::{key_checksum, Resync};
+pub use self::status::{SessionStatus, SnapshotProgress};
 use self::stream::HeldBatch;
 use self::verify::{Verify, VerifyDue};
 use self::watch::Watch;
+pub use self::workers::Models;
 use self::workers::Workers;
 pub use crate::layout::{ModelLayout, WorkerInfo};
 pub use crate::sequence::Watermark;
@@ -79,13 +84,11 @@ pub use crate::sequence::Watermark;
 /// - **Input**: [`Session::handle`] takes every [`Input`]: the one way in.
 /// - **Output**: the [`Effects`] every input returns, and [`Session::poll_timeout`], when
 ///   [`Input::Timeout`] is next due.
-/// - **Queries** (`&self`, at any time): [`Session::query`], [`Session::query_map`],
-///   [`Session::layout_for`], and the read view [`Session::reader`] for other threads.
-/// - **Getters**: [`Session::health`], [`Session::recovering`], [`Session::counters`],
-///   [`Session::counters_at`], [`Session::config`], [`Session::endpoint`],
-///   [`Session::last_applied_seq`], [`Session::leader`], [`Session::snapshot_progress`],
-///   [`Session::workers`], [`Session::layout_votes`], [`Session::confirmed_at`]; with the
-///   feature `internals`, also `index`, for the judges of tests.
+/// - **Queries** (`&self`, at any time between inputs): [`Session::query`] and
+///   [`Session::query_map`]; the read view [`Session::reader`] that query threads ask without
+///   the session; [`Session::status`], where the session is (health, counters, stream,
+///   connection, leader, the key list it takes); [`Session::models`], the layout each model
+///   uses and what the workers advertise.
 #[derive(Debug)]
 pub struct Session {
     config: Config,
@@ -199,104 +202,11 @@ impl Session {
         })
     }
 
-    /// Returns the configuration.
-    pub fn config(&self) -> &Config {
-        &self.config
-    }
-
-    /// Returns the health.
-    pub fn health(&self) -> Health {
-        self.health.health
-    }
-
-    /// Returns the event endpoint in use (configured, or chosen from worker metadata).
-    pub fn endpoint(&self) -> Option<&str> {
-        self.link.endpoint.as_deref()
-    }
-
-    /// Returns the sequence of the last batch applied from the stream (`None` after a clear
-    /// until the next batch).
-    pub fn last_applied_seq(&self) -> Option<Seq> {
-        self.stream.last_applied()
-    }
-
-    /// Returns why the index is [`Health::Recovering`], or `None` when it is not.
-    pub fn recovering(&self) -> Option<Recovering> {
-        if self.health.health != Health::Recovering {
-            return None;
-        }
-        if self.point_in_doubt() {
-            return Some(Recovering::Unproven);
-        }
-        Some(
-            self.resync
-                .state
-                .recovering()
-                .unwrap_or(Recovering::Fetching),
-        )
-    }
-
-    /// Returns the session's read view: queries through it never wait for the session's
-    /// writer (see [`crate::reader`]). The session writes into it as it changes.
+    /// Returns the session's read view for query threads: queries through it never wait for
+    /// the session's writer (see [`crate::reader`]). The session writes into it as it changes;
+    /// [`Session::query`] answers through it too.
     pub fn reader(&self) -> Arc<Reader> {
         Arc::clone(&self.reader)
-    }
-
-    /// Returns the index (read only; feature `internals`: for the judges of tests and
-    /// simulators, which compare it with the master).
-    #[cfg(feature = "internals")]
-    pub fn index(&self) -> &Index {
-        &self.index
-    }
-
-    /// Returns every counter and gauge, with [`Counters::unconfirmed_ms`] as of the latest time
-    /// any input carried (see [`Session::counters_at`] for another time).
-    pub fn counters(&self) -> Counters {
-        self.counters_at(self.ledger.latest())
-    }
-
-    /// Returns every counter and gauge, with [`Counters::unconfirmed_ms`] as of `now`.
-    pub fn counters_at(&self, now: Instant) -> Counters {
-        let mut c = self.counters;
-        let ic = self.index.counters();
-        c.unparsed_keys = ic.unparsed_keys;
-        c.untracked_objects = ic.untracked_objects;
-        c.group_id_mismatches = ic.group_id_mismatches;
-        c.evictions = ic.evictions;
-        c.suspended_objects = ic.suspended_objects;
-        c.suspects_confirmed = ic.suspects_confirmed;
-        c.suspects_dropped = ic.suspects_dropped;
-        c.pages = self.index.page_count() as u64;
-        c.objects = self.index.object_count() as u64;
-        c.held_batches = self.stream.held() as u64;
-        (c.gaps, c.missing_sequences) = self.stream.holes();
-        c.buffered_batches = match &self.resync.state {
-            ResyncState::Fetching { batches, .. } => *batches as u64,
-            _ => 0,
-        };
-        c.unconfirmed_ms = self.confirmed_at().map_or(0, |at| {
-            u64::try_from(now.saturating_duration_since(at).as_millis()).unwrap_or(u64::MAX)
-        });
-        let (queries, hit_pages) = self.reader.counted();
-        c.queries = queries as u64;
-        c.hit_pages = hit_pages as u64;
-        if let Some(info) = self.leader() {
-            let ms = |d: Option<Duration>| {
-                d.map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-            };
-            c.leader_changes = info.changes;
-            c.leader_view_version = info.version.unwrap_or(0);
-            c.last_failover_ms = ms(info.last_failover);
-            c.last_failover_after_serving_ms = ms(info.last_failover_after_serving);
-        }
-        c
-    }
-
-    /// Returns a time at or after which every object the index holds is known to have been
-    /// present at the master; `None` while the index is empty (trivially confirmed). See
-    /// [`Counters::unconfirmed_ms`] for what confirms an object.
-    pub fn confirmed_at(&self) -> Option<Instant> {
-        self.ledger.confirmed_at(self.index.object_count() > 0)
     }
 
     /// Returns when [`Input::Timeout`] must next be handed over; `None` when nothing timed is

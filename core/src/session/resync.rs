@@ -106,18 +106,19 @@ impl Session {
         fx
     }
 
-    /// Returns how many keys of the snapshot `request`, handed over in chunks
-    /// ([`Input::SnapshotLines`]), were applied so far; `None` when the session does not take
-    /// its lines (not begun, stale, refused by [`Input::SnapshotBegin`], or finished). A driver
-    /// SHOULD drop a handover the session no longer takes.
-    pub fn snapshot_progress(&self, request: SnapshotRequest) -> Option<usize> {
+    /// Returns the key list handed over in chunks ([`Input::SnapshotLines`]) whose lines the
+    /// session takes, and how many of its keys were applied so far ([`SessionStatus::snapshot`]).
+    pub(super) fn snapshot_progress(&self) -> Option<SnapshotProgress> {
         match &self.resync.state {
             ResyncState::Fetching {
-                request: current,
+                request,
                 applied: Some(applied),
                 confirming: None,
                 ..
-            } if *current == request => Some(*applied),
+            } => Some(SnapshotProgress {
+                request: *request,
+                applied: *applied,
+            }),
             _ => None,
         }
     }

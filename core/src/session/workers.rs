@@ -20,6 +20,41 @@ impl Workers {
     }
 }
 
+/// The models a session knows and the layout each uses ([`Session::models`]): the layouts
+/// configured, and what its SGLang workers advertise.
+#[derive(Clone, Copy, Debug)]
+pub struct Models<'a> {
+    configured: &'a [ModelLayout],
+    workers: &'a Workers,
+}
+
+impl<'a> Models<'a> {
+    /// Returns the layout a lookup for `model` uses (`None`: the default): a configured one,
+    /// else the one its workers agree on.
+    pub fn layout_for(&self, model: Option<&str>) -> Result<&'a Layout, QueryError> {
+        crate::reader::resolve(self.configured, &self.workers.votes, model)
+    }
+
+    /// Returns the layouts configured, one per model (the default one has no model).
+    pub fn configured(&self) -> &'a [ModelLayout] {
+        self.configured
+    }
+
+    /// Returns what the workers advertise for their models and the verdict on each.
+    pub fn votes(&self) -> &'a LayoutVotes {
+        &self.workers.votes
+    }
+
+    /// Returns every worker that answered its last report, with what it advertised, in name
+    /// order.
+    pub fn workers(&self) -> impl Iterator<Item = (&'a str, &'a WorkerInfo)> + 'a {
+        self.workers
+            .directory
+            .iter()
+            .map(|(w, info)| (w.as_str(), info))
+    }
+}
+
 impl Session {
     pub(super) fn on_worker(
         &mut self,
@@ -46,23 +81,12 @@ impl Session {
         fx
     }
 
-    /// Returns the layout a lookup uses: a configured one, else the one its workers agree on.
-    pub fn layout_for(&self, model: Option<&str>) -> Result<&Layout, QueryError> {
-        crate::reader::resolve(&self.config.layouts, &self.workers.votes, model)
-    }
-
-    /// Returns what the workers advertise for their models and the verdict on each.
-    pub fn layout_votes(&self) -> &LayoutVotes {
-        &self.workers.votes
-    }
-
-    /// Returns every worker that answered its last report, with what it advertised, in name
-    /// order.
-    pub fn workers(&self) -> impl Iterator<Item = (&str, &WorkerInfo)> + '_ {
-        self.workers
-            .directory
-            .iter()
-            .map(|(w, info)| (w.as_str(), info))
+    /// Returns the models the session knows and the layout each uses (a read, at any time).
+    pub fn models(&self) -> Models<'_> {
+        Models {
+            configured: &self.config.layouts,
+            workers: &self.workers,
+        }
     }
 
     pub(super) fn note_layout(&mut self, worker: &str, info: &WorkerInfo, fx: &mut Effects) {

@@ -133,7 +133,7 @@ impl<S: System> World<S> {
                  went away at {since:?}, position {pos}), beyond the watch's bound {bound:?}; \
                  health {:?}; {}",
                 self.master.key(obj),
-                self.sut.health(),
+                self.sut.status(self.now).health,
                 self.oracle.describe(obj),
             );
             self.fail(FailureKind::BeyondBound, detail);

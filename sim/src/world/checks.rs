@@ -206,6 +206,7 @@ impl<S: System> World<S> {
         for slot in slots {
             let obj = info.first_obj + slot as u32;
             if !self.oracle.present_since(obj, from) {
+                let status = self.sut.status(self.now);
                 let detail = format!(
                     "{how} hit on page {} of tenant {:?} model {:?}: object {} is not justified: \
                      absent at the master since before position {from} (the oldest pending for \
@@ -218,8 +219,8 @@ impl<S: System> World<S> {
                     self.judge,
                     self.judge.map(|p| self.time_of(p)),
                     self.master.position(),
-                    self.sut.last_applied_seq(),
-                    self.sut.health(),
+                    status.last_applied_seq,
+                    status.health,
                     self.oracle.describe(obj),
                 );
                 self.fail(FailureKind::FalseHit, detail);
@@ -262,7 +263,7 @@ impl<S: System> World<S> {
             return;
         };
         let gone = self.time_of(until);
-        let age = self.sut.counters_at(self.now).unconfirmed_ms;
+        let age = self.sut.status(self.now).counters.unconfirmed_ms;
         let claimed = Instant::from_nanos(
             self.now
                 .as_nanos()
@@ -355,7 +356,7 @@ impl<S: System> World<S> {
     /// for a reason of its own. With a reorder window, a stream the master's status cannot
     /// place stays recovering though batches keep coming: that stall too is expected.
     fn live_or_stalled(&mut self, when: &str) -> bool {
-        let health = self.sut.health();
+        let health = self.sut.status(self.now).health;
         if health == Health::Live {
             return true;
         }
@@ -437,7 +438,7 @@ impl<S: System> World<S> {
     /// loss nothing revealed cannot be known: objects stored at or after it are not demanded.
     /// Nothing is demanded when the index evicted pages (its cap).
     fn sweep_pages(&mut self, how: &str, liveness: bool) -> (StaleLeft, Option<PageId>) {
-        let evictions = self.sut.counters().evictions;
+        let evictions = self.sut.status(self.now).counters.evictions;
         self.stats.liveness_skipped = evictions > 0;
         self.judge_now();
         let p_loss = self.p_loss.max(self.net.lost_upto());

@@ -132,9 +132,9 @@ impl<S: System> World<S> {
     }
 
     pub(super) fn after_call(&mut self) {
-        let applied = self
-            .sut
-            .last_applied_seq()
+        let status = self.sut.status(self.now);
+        let applied = status
+            .last_applied_seq
             .and_then(|s| self.fed.get(s.0 as usize))
             .copied();
         self.applied_pos = applied.map_or(0, |(_, _, last)| last);
@@ -144,7 +144,7 @@ impl<S: System> World<S> {
             self.p_loss = self.p_loss.max(first.saturating_sub(1));
             self.baseline_pending = false;
         }
-        let c = self.sut.counters();
+        let c = status.counters;
         if c.stale_keys_found > self.stale_keys_seen {
             // Verification found keys gone at the master: a reason to resync.
             self.stale_keys_seen = c.stale_keys_found;

@@ -221,7 +221,7 @@ impl Report {
 
 impl<S: System> World<S> {
     pub(super) fn report(mut self) -> Report {
-        let c = self.sut.counters();
+        let c = self.sut.status(self.now).counters;
         let m = self.master.stats();
         let s = &mut self.stats;
         s.events = m.events;

@@ -83,7 +83,7 @@ impl<S: System> World<S> {
     pub(super) fn enter_settle(&mut self) {
         self.driver.queries_off();
         self.master.set_acting(false);
-        let c = self.sut.counters();
+        let c = self.sut.status(self.now).counters;
         // Long enough to reconnect and resync; with verification on, settling also lasts until
         // verification has checked twice as many keys as the index holds (see `step_once`).
         self.settle_keys = 2 * (c.objects + self.master.queued() as u64)
@@ -245,13 +245,15 @@ impl<S: System> World<S> {
             Phase::Settle { until } if until <= now => {
                 // Settled once the publisher and the network are empty, the idle master was
                 // checked, and verification has had its rounds.
-                let verified = self.sut.counters().verified_keys - self.verified_at_settle;
+                let verified =
+                    self.sut.status(self.now).counters.verified_keys - self.verified_at_settle;
                 let verifying = self.opts.session.verify && verified < self.settle_keys;
                 // A reconcile asked for by the master's signals (its silent removals) is under
                 // way: settled once it is applied.
                 // So is a read of the signals as they stand: after failed reads the watch
                 // backs off for up to eight intervals.
-                let reconciling = self.sut.health() == Health::Reconciling || self.signals_unread();
+                let reconciling = self.sut.status(self.now).health == Health::Reconciling
+                    || self.signals_unread();
                 let busy = self.master.queued() > 0
                     || self.net.in_flight() > 0
                     || verifying

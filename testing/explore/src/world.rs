@@ -354,7 +354,12 @@ impl World {
             request: fetch.request,
             watermark,
         });
-        if self.session.snapshot_progress(fetch.request).is_none() {
+        if self
+            .session
+            .status(self.now)
+            .snapshot_applied(fetch.request)
+            .is_none()
+        {
             self.note("(the session does not take it: the handover is dropped)");
             self.drop_fetch(fetch.request);
             return;
@@ -374,7 +379,12 @@ impl World {
     fn end_snapshot(&mut self) {
         let fetch = self.model.fetch.clone().expect("a fetch is in progress");
         self.drop_fetch(fetch.request);
-        if self.session.snapshot_progress(fetch.request).is_none() {
+        if self
+            .session
+            .status(self.now)
+            .snapshot_applied(fetch.request)
+            .is_none()
+        {
             self.note("(the session no longer takes it: the handover is dropped)");
             return;
         }
@@ -454,7 +464,7 @@ impl World {
         self.drain();
         let end = start + LIVE_BOUND;
         self.advance_to(end);
-        let health = self.session.health();
+        let health = self.session.status(self.now).health;
         let mut missing = false;
         let mut extra = false;
         for page in 0..PAGES {

@@ -1,13 +1,36 @@
-//! One call per input, for tests and benches: [`Shortcuts`] on [`Session`].
+//! One call per input, for tests and benches: [`Shortcuts`] on [`Session`]; and [`Untimed`],
+//! the two reads of its status that tests and benches without a clock ask most.
 //!
 //! The session has one door, [`Session::handle`]; a test that hands over many inputs reads
 //! better with a verb per input. Each method here builds the [`Input`] and goes through that
-//! door, nothing else: what a test sees is what a driver gets.
+//! door, nothing else: what a test sees is what a driver gets. Likewise each read goes through
+//! [`Session::status`], what a driver reads.
 
 use hicache_index::{
-    Effects, Input, Instant, LeaderRequest, LeaderStatus, LeaderView, Session, SnapshotRequest,
-    VerifyRequest, Watermark, WorkerInfo,
+    Counters, Effects, Health, Input, Instant, LeaderRequest, LeaderStatus, LeaderView, Session,
+    SnapshotRequest, VerifyRequest, Watermark, WorkerInfo,
 };
+
+/// Reads of [`Session::status`] for tests and benches that keep no clock of their own: what
+/// they read does not depend on the time asked about.
+pub trait Untimed {
+    /// Returns the health ([`hicache_index::SessionStatus::health`]).
+    fn health(&self) -> Health;
+    /// Returns the counters ([`hicache_index::SessionStatus::counters`]) asked at
+    /// [`Instant::ZERO`]: [`Counters::unconfirmed_ms`] is then 0, so a test that reads it asks
+    /// [`Session::status`] with its own time.
+    fn counters(&self) -> Counters;
+}
+
+impl Untimed for Session {
+    fn health(&self) -> Health {
+        self.status(Instant::ZERO).health
+    }
+
+    fn counters(&self) -> Counters {
+        self.status(Instant::ZERO).counters
+    }
+}
 
 /// A verb per [`Input`], each a call of [`Session::handle`].
 pub trait Shortcuts {

@@ -322,7 +322,7 @@ pub fn core_feed_rate(total_events: u64) -> IngestReport {
         debug_assert!(fx.is_empty(), "{fx:?}");
     }
     let seconds = start.elapsed().as_secs_f64();
-    let c = session.counters();
+    let c = session.status(now).counters;
     IngestReport {
         events: c.events,
         batches: c.batches,

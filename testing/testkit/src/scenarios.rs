@@ -3,8 +3,8 @@
 use std::time::{Duration, Instant};
 
 use hicache_index::{
-    BackoffConfig, Config, EventKind, Health, ModelLayout, ResyncConfig, Seq, Session, Timestamp,
-    VerifyConfig, WorkerInfo,
+    BackoffConfig, Config, EventKind, Health, ModelLayout, ResyncConfig, Seq, SessionStatus,
+    Timestamp, VerifyConfig, WorkerInfo,
 };
 use hicache_index_driver::{SubscriberConfig, SNAPSHOT_CHUNK_LINES};
 use hicache_index_wire::{encode_payload, MasterFlavor, OwnedBatch, OwnedEvent};
@@ -428,14 +428,14 @@ pub fn live_batches_are_applied_while_a_large_snapshot_is_handed_over<R: Runtime
     let resyncs = q.counters().resyncs_completed;
     peer.store_unpublished(&bulk_keys);
     peer.store(&object_keys(&tokens(8, 1)));
-    let half_applied = |s: &Session| {
-        let c = s.counters();
+    let half_applied = |s: SessionStatus| {
+        let c = s.counters;
         c.resyncs_completed == resyncs
             && c.objects >= SNAPSHOT_CHUNK_LINES as u64
             && c.objects < bulk_keys.len() as u64
     };
     let start = Instant::now();
-    while q.read(half_applied) != Some(true) {
+    while q.status().map(half_applied) != Some(true) {
         assert!(
             start.elapsed() < Duration::from_secs(60),
             "the snapshot was never seen partly applied; counters {:#?}",
@@ -449,9 +449,9 @@ pub fn live_batches_are_applied_while_a_large_snapshot_is_handed_over<R: Runtime
         .store(object_keys(&live))
         .expect("a batch was published");
     let (applied, finished) = loop {
-        let seen = q.read(|s| {
-            let applied = s.last_applied_seq().is_some_and(|seq| seq >= published.seq);
-            (applied, s.counters().resyncs_completed > resyncs)
+        let seen = q.status().map(|s| {
+            let applied = s.last_applied_seq.is_some_and(|seq| seq >= published.seq);
+            (applied, s.counters.resyncs_completed > resyncs)
         });
         match seen {
             Some((true, finished)) => break (true, finished),

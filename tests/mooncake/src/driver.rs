@@ -111,6 +111,8 @@ impl Link {
 /// Drives one [`Session`] against one master (see the module docs).
 pub struct IndexDriver {
     session: Session,
+    /// The topic the SUB socket subscribes to (the configuration's).
+    topic: Vec<u8>,
     http: SocketAddr,
     ctx: zmq::Context,
     link: Option<Link>,
@@ -130,7 +132,7 @@ impl std::fmt::Debug for IndexDriver {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("IndexDriver")
             .field("http", &self.http)
-            .field("health", &self.session.health())
+            .field("health", &self.session.status(self.now()).health)
             .finish_non_exhaustive()
     }
 }
@@ -139,10 +141,12 @@ impl IndexDriver {
     /// Makes a session from `config` (which SHOULD name the master's event endpoint) whose HTTP
     /// effects go to the master's admin address `http`.
     pub fn new(config: Config, http: SocketAddr) -> IndexDriver {
+        let topic = config.topic.clone();
         let session = Session::new(config).expect("a valid config");
         let (answers_tx, answers) = mpsc::channel();
         IndexDriver {
             session,
+            topic,
             http,
             ctx: zmq::Context::new(),
             link: None,
@@ -212,8 +216,8 @@ impl IndexDriver {
                 return Err(format!(
                     "timed out after {timeout:?} waiting for {what}; health {:?}, counters {:?}, \
                      last effects {:?}, http errors {:?}",
-                    self.session.health(),
-                    self.session.counters(),
+                    self.session.status(self.now()).health,
+                    self.session.status(self.now()).counters,
                     &self.effects[self.effects.len().saturating_sub(8)..],
                     self.http_errors,
                 ));
@@ -342,8 +346,7 @@ impl IndexDriver {
             match &effect {
                 Effect::Command(Command::Connect { endpoint }) => {
                     self.link = None;
-                    let topic = self.session.config().topic.clone();
-                    match Link::open(&self.ctx, endpoint, &topic, self.hide_disconnects) {
+                    match Link::open(&self.ctx, endpoint, &self.topic, self.hide_disconnects) {
                         Ok(link) => self.link = Some(link),
                         Err(e) => {
                             self.http_errors.push(format!("connect {endpoint}: {e}"));

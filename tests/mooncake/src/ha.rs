@@ -415,7 +415,7 @@ impl HaIndex {
     pub fn state(&self) -> LeaderState {
         match &self.0 {
             Inner::Tokio { handle, .. } => {
-                let leader = handle.read(|s| s.leader()).flatten().unwrap_or_default();
+                let leader = handle.status().and_then(|s| s.leader).unwrap_or_default();
                 let ms = |d: Option<Duration>| d.map(|d| d.as_millis() as u64);
                 LeaderState {
                     health: handle.health().as_str().into(),

@@ -252,7 +252,7 @@ impl IndexUnderTest {
     /// Every counter and gauge of each process (one entry unless `serve` runs several).
     pub fn each_counters(&self) -> Vec<Counts> {
         match &self.inner {
-            Inner::Core(d) => vec![Counts::from_counters(&d.session().counters_at(d.now()))],
+            Inner::Core(d) => vec![Counts::from_counters(&d.session().status(d.now()).counters)],
             Inner::Tokio(t) => vec![Counts::from_counters(&t.handle.counters())],
             Inner::Serve(ps) => ps
                 .iter()
@@ -264,7 +264,7 @@ impl IndexUnderTest {
     /// The health; with several `serve` processes, the first that is not live (else live).
     pub fn health(&self) -> Health {
         match &self.inner {
-            Inner::Core(d) => d.session().health(),
+            Inner::Core(d) => d.session().status(d.now()).health,
             Inner::Tokio(t) => t.handle.health(),
             Inner::Serve(ps) => ps
                 .iter()

@@ -143,7 +143,7 @@ fn reader_query(fx: &Fixture, lookup: &Lookup<'_>) -> Result<Hits, QueryError> {
 /// Reads the page shape of the default layout under the session's lock.
 fn shape_under_lock(fx: &Fixture) -> (u32, bool) {
     let session = fx.session.read().expect("no panic");
-    let layout = session.layout_for(None).expect("a layout");
+    let layout = session.models().layout_for(None).expect("a layout");
     (layout.page_size, layout.eagle)
 }
 
@@ -680,7 +680,12 @@ fn main() {
         ));
     }
     json.push_str("}\n");
-    let c = fx.session.read().expect("no panic").counters();
+    let c = fx
+        .session
+        .read()
+        .expect("no panic")
+        .status(Instant::ZERO)
+        .counters;
     assert_eq!((c.gaps, c.restarts), (0, 0), "{c:?}");
     if !quick {
         perf::write_result("readside.json", &json);

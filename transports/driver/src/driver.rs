@@ -112,8 +112,9 @@ impl<O: Observer> Driver<O> {
         if std::time::Instant::now() >= self.next_export {
             let now = self.now();
             if let Some(s) = self.shared.session.read() {
-                report::export_counters(&s.counters_at(now));
-                report::export_health(s.health());
+                let status = s.status(now);
+                report::export_counters(&status.counters);
+                report::export_health(status.health);
             }
             self.next_export = std::time::Instant::now() + self.metrics_interval;
         }
@@ -492,7 +493,7 @@ impl<O> Drop for Driver<O> {
             for report in session.handle(now, Input::Stopped).reports() {
                 report::log_report(report);
             }
-            report::export_counters(&session.counters_at(now));
+            report::export_counters(&session.status(now).counters);
         });
         report::export_health(Health::Disconnected);
         report::export_running(false);

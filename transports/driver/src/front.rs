@@ -10,7 +10,7 @@ impl Front for QueryHandle {
     fn page_shape(&self, model: Option<&str>) -> Result<(u32, bool), QueryError> {
         // `None`: the subscriber died while changing the index; the handle then answers a
         // miss for no page, which this shape matches.
-        self.read(|s| s.layout_for(model).map(|l| (l.page_size, l.eagle)))
+        self.read(|s| s.models().layout_for(model).map(|l| (l.page_size, l.eagle)))
             .unwrap_or(Ok((u32::MAX, false)))
     }
 

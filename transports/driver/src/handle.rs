@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use hicache_index::{
     Counters, Health, Hits, Instant, Lookup, MapCover, PageHash, QueryError, Reader, Seq, Session,
+    SessionStatus,
 };
 
 use crate::memo::{MemoStats, PrefixMemo};
@@ -24,7 +25,7 @@ pub(crate) struct Shared {
     pub(crate) reader: Arc<Reader>,
     /// The one session of this subscriber. The driver holds the write lock only for one call
     /// into the session (one message, one answer), never across an await; queries never take
-    /// it (only [`QueryHandle::read`], [`QueryHandle::counters`] and the like do).
+    /// it (only [`QueryHandle::read`], [`QueryHandle::status`] and the like do).
     pub(crate) session: SessionLock,
     /// Whether the driver loop is running.
     pub(crate) running: AtomicBool,
@@ -152,11 +153,17 @@ impl QueryHandle {
         self.shared.reader.health()
     }
 
+    /// Returns where the session is ([`Session::status`]) as of now on the driver's clock;
+    /// `None` if the subscriber died while changing it.
+    pub fn status(&self) -> Option<SessionStatus> {
+        let now = self.shared.now();
+        self.read(|s| s.status(now))
+    }
+
     /// Returns every counter and gauge of the session, with
     /// [`Counters::unconfirmed_ms`] as of now on the driver's clock.
     pub fn counters(&self) -> Counters {
-        let now = self.shared.now();
-        self.read(|s| s.counters_at(now)).unwrap_or_default()
+        self.status().map(|s| s.counters).unwrap_or_default()
     }
 
     /// Reports whether the subscriber's loop is running (false after a stop, a drop or a panic).
@@ -166,12 +173,12 @@ impl QueryHandle {
 
     /// Returns the event endpoint in use.
     pub fn endpoint(&self) -> Option<String> {
-        self.read(|s| s.endpoint().map(String::from)).flatten()
+        self.status().and_then(|s| s.endpoint)
     }
 
     /// Returns the sequence of the last batch applied.
     pub fn last_applied_seq(&self) -> Option<Seq> {
-        self.read(Session::last_applied_seq).flatten()
+        self.status().and_then(|s| s.last_applied_seq)
     }
 
     /// Returns the reader's answer `first`, or, when the writer kept changing what it read
@@ -192,7 +199,7 @@ impl QueryHandle {
     }
 
     /// Runs `f` with read access to the session (for what the methods above do not cover,
-    /// e.g. [`Session::layout_for`]). `None` if the subscriber died while changing it.
+    /// e.g. [`Session::models`]). `None` if the subscriber died while changing it.
     pub fn read<R>(&self, f: impl FnOnce(&Session) -> R) -> Option<R> {
         let asked = std::time::Instant::now();
         let session = self.shared.session.read();

@@ -117,9 +117,8 @@ impl World {
         fingerprint::hash_debug(&self.session, &mut h);
         let catalog = Catalog::get();
         for key in &catalog.keys {
-            self.session
-                .index()
-                .contains_key(hicache_index::DEFAULT_TENANT, key)
+            self.reader
+                .holds_object(hicache_index::DEFAULT_TENANT, key)
                 .hash(&mut h);
         }
         self.claimed().hash(&mut h);

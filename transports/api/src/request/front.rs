@@ -27,7 +27,9 @@ pub trait Front {
 
 impl Front for Session {
     fn page_shape(&self, model: Option<&str>) -> Result<(u32, bool), QueryError> {
-        self.layout_for(model).map(|l| (l.page_size, l.eagle))
+        self.models()
+            .layout_for(model)
+            .map(|l| (l.page_size, l.eagle))
     }
 
     fn ask(
@@ -128,12 +130,12 @@ pub fn answer(session: &Session, query: &Query) -> Result<QueryAnswer, ApiError>
 /// Returns every model `session` knows, configured or advertised by workers, in name order (the
 /// default layout, which has no name, is not listed).
 pub fn known_models(session: &Session) -> Vec<String> {
-    let mut known: Vec<String> = session
-        .config()
-        .layouts
+    let models = session.models();
+    let mut known: Vec<String> = models
+        .configured()
         .iter()
         .filter_map(|ml| ml.model.clone())
-        .chain(session.layout_votes().verdicts().map(|(m, _)| m.to_owned()))
+        .chain(models.votes().verdicts().map(|(m, _)| m.to_owned()))
         .collect();
     known.sort();
     known.dedup();

@@ -88,7 +88,7 @@ impl<O: Observer> Driver<O> {
                     let lines = &lines[..];
                     let fx = session.handle(now, Input::SnapshotLines { request, lines });
                     debug_assert!(fx.is_empty(), "lines of a snapshot have no effects");
-                    session.snapshot_progress(request).is_some()
+                    session.status(now).snapshot_applied(request).is_some()
                 },
             );
             drop(lines);

@@ -52,7 +52,8 @@ fn handle_with_pages_since(start: std::time::Instant) -> (QueryHandle, Vec<u32>)
         Some(Seq(0).into()),
         keys.iter().map(String::as_str),
     );
-    assert!(session.counters().objects > 0, "{:?}", session.counters());
+    let counters = session.status(now).counters;
+    assert!(counters.objects > 0, "{counters:?}");
     let shared = Arc::new(Shared {
         reader: session.reader(),
         session: SessionLock::new(session),
@@ -73,7 +74,8 @@ fn counters_read_the_unconfirmed_age_on_the_driver_clock() {
         .checked_sub(std::time::Duration::from_secs(60))
         .expect("a minute after boot");
     let (q, _) = handle_with_pages_since(start);
-    assert_eq!(q.read(Session::counters).unwrap().unconfirmed_ms, 0);
+    let told = q.read(|s| s.status(Instant::ZERO)).unwrap();
+    assert_eq!(told.counters.unconfirmed_ms, 0);
     assert!(q.counters().unconfirmed_ms >= 60_000, "{:?}", q.counters());
 }
 
@@ -222,7 +224,7 @@ fn a_panic_while_changing_the_session_makes_every_later_query_a_miss() {
     let hits = q.query(&Lookup::tokens(&tokens)).unwrap();
     assert_eq!((hits.prefix_pages, hits.trust), (0, Health::Disconnected));
     assert_eq!(q.health(), Health::Disconnected);
-    assert!(q.read(Session::health).is_none());
+    assert!(q.status().is_none());
     assert!(
         q.shared.session.write(|_| ()).is_none(),
         "no write after it"
