@@ -1201,7 +1201,7 @@ fn serve_answers_pynng_clients_on_nng_like_http() {
     );
     let script = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../transports/nng/tests/pynng_client.py"
+        "/../tests/testkit/py/pynng_client.py"
     );
     let mut child = Command::new(python)
         .args([script, &url])

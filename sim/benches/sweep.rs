@@ -8,8 +8,8 @@
 //! `cargo bench -- --test` sweeps a few short seeds once and checks they pass, without writing
 //! figures. Figures are written only when both parts ran.
 
+use hicache_index_bench::perf::{self, BenchArgs};
 use hicache_index_sim::options::DEFAULT_EVENTS;
-use hicache_index_sim::perf::{self, BenchArgs};
 use hicache_index_sim::sweep::{run_seeds, Summary};
 use hicache_index_sim::Options;
 

@@ -23,9 +23,6 @@
 //! - [`system`]: the session's API as a trait, with a deliberately broken implementation;
 //!   [`planted`]: one more broken session per class of false hit the sweep must find.
 //! - [`world`]: the driver in virtual time and the checks; [`sweep`]: many seeds, one summary.
-//! - [`reference`](mod@reference): the first implementation's index, the benchmarks'
-//!   yardstick; [`perf`]: what the benchmarks of every crate share (quick mode, where figures
-//!   go).
 //!
 //! # Running it
 //! - Sweep: `cargo run -p hicache-index-sim --release -- --seeds 0..10000 [--preset NAME]
@@ -51,9 +48,7 @@ pub mod models;
 pub mod network;
 pub mod options;
 pub mod oracle;
-pub mod perf;
 pub mod planted;
-pub mod reference;
 pub mod rng;
 pub mod sweep;
 pub mod system;

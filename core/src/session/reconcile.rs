@@ -60,7 +60,7 @@ pub(super) struct Applying {
 }
 
 /// How many page slots (or listed pages) one slice of a reconcile applies: about 3 ms of the
-/// writer's CPU (0.65 µs a page, measured by `core/benches/reconcile.rs`).
+/// writer's CPU (0.65 µs a page, measured by `testing/bench/benches/reconcile.rs`).
 const RECONCILE_SLICE: usize = 4_096;
 
 impl Reconcile {

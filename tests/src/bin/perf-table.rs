@@ -8,7 +8,7 @@
 
 use std::path::PathBuf;
 
-use hicache_index_sim::perf;
+use hicache_index_bench::perf;
 use serde_json::Value;
 use thousands::Separable;
 

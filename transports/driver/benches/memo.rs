@@ -2,9 +2,6 @@
 //! (hashed through [`PrefixMemo`] outside any lock as the probe reaches them), against the SHA-256-only
 //! bound of the same pages measured in the same run.
 
-#[path = "../../../core/benches/common/mod.rs"]
-mod common;
-
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion};
@@ -12,6 +9,7 @@ use hicache_index::{
     Config, DigestMemo, Instant, Lookup, MapCover, ModelLayout, Namespace, NoMemo, PageHash,
     Session,
 };
+use hicache_index_bench::workload;
 use hicache_index_driver::{PrefixMemo, DEFAULT_MEMO_BYTES};
 use hicache_index_shortcuts::Shortcuts;
 
@@ -32,7 +30,7 @@ fn query(
 }
 
 fn memo(c: &mut Criterion) {
-    let layout = common::tp8();
+    let layout = workload::tp8();
     let mut session = Session::new(Config {
         layouts: vec![ModelLayout {
             model: None,
@@ -41,9 +39,9 @@ fn memo(c: &mut Criterion) {
         ..Config::default()
     })
     .expect("a valid configuration");
-    let tokens = common::tokens(PAGES, 1);
-    let pages = common::hashes(&layout, &tokens);
-    for (i, payload) in common::payloads(&layout, &pages, 1).iter().enumerate() {
+    let tokens = workload::tokens(PAGES, 1);
+    let pages = workload::hashes(&layout, &tokens);
+    for (i, payload) in workload::payloads(&layout, &pages, 1).iter().enumerate() {
         let seq = (i as u64 + 1).to_be_bytes();
         let fx = session.feed(Instant::ZERO, &[b"", &seq, payload]);
         assert!(fx.is_empty(), "{fx:?}");
@@ -73,7 +71,7 @@ fn memo(c: &mut Criterion) {
         })
     });
     g.bench_function("probe_only", |b| {
-        let hashes = common::hashes(&layout, &tokens);
+        let hashes = workload::hashes(&layout, &tokens);
         b.iter(|| {
             session
                 .query(&Lookup::page_hashes(black_box(&hashes)))

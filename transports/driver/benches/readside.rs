@@ -21,9 +21,6 @@
 //! query's instructions without the memory latency of cold probes. Writes
 //! `<target>/perf/readside.json`; `cargo bench -- --test` runs it small, without figures.
 
-#[path = "../../../core/benches/common/mod.rs"]
-mod common;
-
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -33,10 +30,11 @@ use hicache_index::{
     Config, EventKind, Hits, IndexConfig, Instant, Lookup, MapCover, ModelLayout, Namespace,
     PageHash, PageHashes, QueryError, Reader, Session,
 };
+use hicache_index_bench::perf::{self, BenchArgs};
+use hicache_index_bench::workload;
 use hicache_index_driver::{PrefixMemo, DEFAULT_MEMO_BYTES};
 use hicache_index_shortcuts::Shortcuts;
-use hicache_index_sim::encode::{EventIdSlots, FIXED_WIDTH_EVENT_ID};
-use hicache_index_sim::perf::{self, BenchArgs};
+use hicache_index_wire::{EventIdSlots, FIXED_WIDTH_EVENT_ID};
 
 /// Pages a query asks about.
 const QUERY_PAGES: usize = 256;
@@ -484,7 +482,7 @@ fn main() {
     let quick = args.quick;
     let preload: usize = if quick { 1 << 10 } else { 1 << 18 };
     let length = Duration::from_millis(if quick { 100 } else { 3_000 });
-    let layout = common::tp8();
+    let layout = workload::tp8();
     let mut session = Session::new(Config {
         layouts: vec![ModelLayout {
             model: None,
@@ -500,30 +498,30 @@ fn main() {
     let mut seq = 0u64;
     let mut event_id = FIXED_WIDTH_EVENT_ID;
     let mut feed = |session: &mut Session, pages: &[PageHash]| {
-        for payload in common::payloads(&layout, pages, event_id) {
+        for payload in workload::payloads(&layout, pages, event_id) {
             seq += 1;
             let fx = session.feed(Instant::ZERO, &[b"", &seq.to_be_bytes(), &payload]);
             assert!(fx.is_empty(), "{fx:?}");
         }
         event_id += (pages.len() * 16) as u64;
     };
-    let hashes: Vec<PageHash> = (0..preload as u64).map(common::synthetic_page).collect();
+    let hashes: Vec<PageHash> = (0..preload as u64).map(workload::synthetic_page).collect();
     for chunk in hashes.chunks(4096) {
         feed(&mut session, chunk);
     }
     // Token chains of 256 pages each, held whole.
     let tokens: Vec<Vec<u32>> = (0..if quick { 2 } else { 16 })
-        .map(|salt| common::tokens(QUERY_PAGES, salt))
+        .map(|salt| workload::tokens(QUERY_PAGES, salt))
         .collect();
     for t in &tokens {
-        feed(&mut session, &common::hashes(&layout, t));
+        feed(&mut session, &workload::hashes(&layout, t));
     }
     let fresh: Vec<PageHash> = (0..4096)
-        .map(|i| common::synthetic_page((preload + i) as u64))
+        .map(|i| workload::synthetic_page((preload + i) as u64))
         .collect();
-    let payloads = common::payloads(&layout, &fresh, event_id);
+    let payloads = workload::payloads(&layout, &fresh, event_id);
     let ids: Vec<EventIdSlots> = payloads.iter().map(|p| EventIdSlots::find(p)).collect();
-    let removals = common::payloads_of(EventKind::Removed, &layout, &fresh, event_id);
+    let removals = workload::payloads_of(EventKind::Removed, &layout, &fresh, event_id);
     let churn: Vec<Vec<u8>> = payloads
         .iter()
         .zip(&removals)
@@ -556,7 +554,7 @@ fn main() {
         assert_eq!(hits.prefix_pages, QUERY_PAGES, "every page is held");
         assert_eq!(
             scratch,
-            common::hashes(&layout, t),
+            workload::hashes(&layout, t),
             "the memo's digests are the chain's"
         );
     }

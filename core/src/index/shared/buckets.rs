@@ -24,7 +24,7 @@ use crate::hash::PageHash;
 
 /// A clear sweeps every bucket when the slots used times this reach the buckets, and empties
 /// the buckets from the home of each page held otherwise (see [`Buckets::clear`]). Measured
-/// (`cargo bench -p hicache-index --bench clear`, 1M pages): a page held costs about 12-22 ns
+/// (`cargo bench -p hicache-index-bench --bench clear`, 1M pages): a page held costs about 12-22 ns
 /// (its bucket is a cache miss), a bucket swept about 0.2 ns.
 #[cfg(not(loom))]
 pub(crate) const SWEEP_ABOVE: usize = 128;

@@ -116,7 +116,7 @@ fn a_query_beside_a_writer_that_removes_answers_exactly_like_the_session() {
     // points, checking the slots it claims again, or asks under the lock: 3 or 0, never
     // Busy, never 1 or 2 (pages 1 and 2 whole with page 0 not is no point of the stream).
     use hicache_index::{EventKind, Timestamp};
-    use hicache_index_sim::encode::{encode_message, MasterFlavor, OwnedBatch, OwnedEvent};
+    use hicache_index_wire::{encode_message, MasterFlavor, OwnedBatch, OwnedEvent};
     let (q, tokens) = handle_with_pages();
     let layout = Layout::from_sglang(&SglangParams::new(4, 2)).unwrap();
     let page0 = layout.page_hashes(&tokens, Namespace::NONE).next().unwrap();

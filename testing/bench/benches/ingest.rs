@@ -8,16 +8,15 @@
 //! the served model name in it; pages and batches dealt round robin) against one model, both
 //! into 1M pages: the models share one index, so a batch costs the same.
 
-mod common;
-
 use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use hicache_index::{Config, IndexConfig, Instant, Layout, ModelLayout, Session};
+use hicache_index_bench::reference::ReferenceIndex;
+use hicache_index_bench::workload;
 use hicache_index_shortcuts::{Shortcuts, Untimed};
-use hicache_index_sim::encode::{EventIdSlots, FIXED_WIDTH_EVENT_ID};
-use hicache_index_sim::reference::ReferenceIndex;
+use hicache_index_wire::{EventIdSlots, FIXED_WIDTH_EVENT_ID};
 
 /// Pages already in the index (smaller under `cargo bench -- --test`).
 fn preloaded_pages() -> usize {
@@ -69,7 +68,7 @@ impl Pool {
 }
 
 fn ingest(c: &mut Criterion) {
-    let layout = common::tp8();
+    let layout = workload::tp8();
     let preload = preloaded_pages();
     let mut session = Session::new(Config {
         layouts: vec![ModelLayout {
@@ -88,9 +87,9 @@ fn ingest(c: &mut Criterion) {
     // Preload in chunks so the encoded bytes never pile up.
     for start in (0..preload).step_by(4096) {
         let pages: Vec<_> = (start..(start + 4096).min(preload))
-            .map(|i| common::synthetic_page(i as u64))
+            .map(|i| workload::synthetic_page(i as u64))
             .collect();
-        for payload in common::payloads(&layout, &pages, event_id) {
+        for payload in workload::payloads(&layout, &pages, event_id) {
             seq += 1;
             let fx = session.feed(Instant::ZERO, &[b"", &seq.to_be_bytes(), &payload]);
             assert!(fx.is_empty(), "{fx:?}");
@@ -99,9 +98,9 @@ fn ingest(c: &mut Criterion) {
     }
     assert_eq!(session.counters().pages, preload as u64);
     let fresh: Vec<_> = (0..4096)
-        .map(|i| common::synthetic_page((preload + i) as u64))
+        .map(|i| workload::synthetic_page((preload + i) as u64))
         .collect();
-    let payloads = common::payloads(&layout, &fresh, event_id);
+    let payloads = workload::payloads(&layout, &fresh, event_id);
     let ids: Vec<EventIdSlots> = payloads.iter().map(|p| EventIdSlots::find(p)).collect();
     assert!(ids.iter().all(|slots| slots.len() == 64));
     let mut pool = Pool {
@@ -133,7 +132,7 @@ fn ingest(c: &mut Criterion) {
         let reference = reference.get_or_insert_with(|| {
             let reference = ReferenceIndex::new();
             for i in 0..preload {
-                for key in layout.object_keys(&common::synthetic_page(i as u64)) {
+                for key in layout.object_keys(&workload::synthetic_page(i as u64)) {
                     reference.store(key);
                 }
             }
@@ -199,9 +198,9 @@ fn dealt_payloads(
         let mine: Vec<_> = pages
             .clone()
             .filter(|i| i % layouts.len() == m)
-            .map(|i| common::synthetic_page(i as u64))
+            .map(|i| workload::synthetic_page(i as u64))
             .collect();
-        per_model.push(common::payloads(layout, &mine, *event_id).into_iter());
+        per_model.push(workload::payloads(layout, &mine, *event_id).into_iter());
     }
     let mut out = Vec::new();
     loop {
@@ -222,7 +221,7 @@ fn ingest_models(c: &mut Criterion) {
     let mut g = c.benchmark_group("ingest_64_event_batches_models_side_by_side");
     g.throughput(Throughput::Elements(64));
     for (name, models) in [("one_model", 1usize), ("four_models", 4)] {
-        let layouts: Vec<Layout> = (0..models).map(common::tp8_of_model).collect();
+        let layouts: Vec<Layout> = (0..models).map(workload::tp8_of_model).collect();
         let (mut session, mut seq, event_id) = preloaded_session(&layouts, preload);
         // Numbered again from `event_id` before each use, as the stream goes on.
         let payloads = dealt_payloads(&layouts, preload..preload + 4096, &mut event_id.clone());

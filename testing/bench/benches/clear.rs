@@ -2,13 +2,12 @@
 //! or all 1M of them (one object a page: a clear's cost is per page), cleared. Each sample stores
 //! the pages again outside the timed part. `cargo bench -- --test` runs it small.
 
-mod common;
-
 use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use hicache_index::{Index, IndexConfig, Medium};
+use hicache_index_bench::workload;
 
 /// The index's capacity (smaller under `cargo bench -- --test`).
 fn capacity() -> usize {
@@ -22,7 +21,7 @@ fn capacity() -> usize {
 /// The object key of page `i` (one object a page, MLA-style `__k`).
 fn key(i: usize) -> String {
     let mut key = String::with_capacity(68);
-    for b in common::synthetic_page(i as u64).0 {
+    for b in workload::synthetic_page(i as u64).0 {
         key.push_str(&format!("{b:02x}"));
     }
     key.push_str("__k");

@@ -1,7 +1,10 @@
 //! Scenarios shared by the tokio and smol transports' tests, against real peers on loopback:
 //! the emulated master ([`peer::EmulatorPeer`]) and a Python publisher ([`peer::PythonPeer`]).
 //!
-//! A runtime's test file expands [`scenario_tests!`] with its [`Runtime`] (in [`runtimes`]):
+//! It sits above the transports it drives, so their tests that need it live here, in `tests/`
+//! (`tokio_scenarios`, `smol_scenarios`, `observer`, `query_counters`, and `pynng` with the
+//! feature `nng`). A runtime's test file expands [`scenario_tests!`] with its [`Runtime`] (in
+//! [`runtimes`]):
 //! ```ignore
 //! hicache_index_testkit::scenario_tests!(hicache_index_testkit::runtimes::Tokio);
 //! ```

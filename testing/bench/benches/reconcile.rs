@@ -21,8 +21,6 @@
 //! `cargo bench -- --test` runs it small (and checks it), writing nothing.
 #![allow(unsafe_code)]
 
-mod common;
-
 use std::alloc::{GlobalAlloc, Layout as AllocLayout, System};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
@@ -32,8 +30,9 @@ use hicache_index::{
     ModelLayout, PageHash, QueryError, Report, ResyncConfig, Seq, Session, SglangParams,
     SnapshotRequest, StoreSignals, Watermark,
 };
+use hicache_index_bench::perf::{self, BenchArgs};
+use hicache_index_bench::workload;
 use hicache_index_shortcuts::Untimed;
-use hicache_index_sim::perf::{self, BenchArgs};
 
 struct Counting;
 
@@ -97,7 +96,7 @@ fn thread_cpu() -> Option<Duration> {
 
 /// MLA, page size 64: one object a page.
 fn mla() -> Layout {
-    let mut params = SglangParams::new(common::PAGE_SIZE, 8);
+    let mut params = SglangParams::new(workload::PAGE_SIZE, 8);
     params.mla = true;
     Layout::from_sglang(&params).expect("a valid layout")
 }
@@ -234,7 +233,7 @@ fn run(name: &'static str, layout: &Layout, objects: usize) -> Row {
     let pages = objects / per_page;
     let objects = pages * per_page;
     let hashes: Vec<PageHash> = (0..pages)
-        .map(|i| common::synthetic_page(i as u64))
+        .map(|i| workload::synthetic_page(i as u64))
         .collect();
 
     // The session, filled by events (64 a batch, in order, gap-free).
@@ -242,7 +241,7 @@ fn run(name: &'static str, layout: &Layout, objects: usize) -> Row {
     let mut d = session(layout, pages);
     let start = clock();
     for chunk in hashes.chunks(4096) {
-        for payload in common::payloads(layout, chunk, d.event_id + 1) {
+        for payload in workload::payloads(layout, chunk, d.event_id + 1) {
             d.seq += 1;
             let seq = d.seq.to_be_bytes();
             let fx = d.handle(Input::Message(&[b"", &seq, &payload]));
@@ -466,7 +465,7 @@ fn main() {
         Err(_) if args.quick => vec![1 << 12, 1 << 14],
         Err(_) => vec![100_000, 1_000_000],
     };
-    let layouts = [("reconcile/tp8", common::tp8()), ("reconcile/mla", mla())];
+    let layouts = [("reconcile/tp8", workload::tp8()), ("reconcile/mla", mla())];
     assert_eq!(layouts[0].1.object_count(), 16);
     assert_eq!(layouts[1].1.object_count(), 1);
     println!(

@@ -1,9 +1,7 @@
 //! What the benches share: the TP 8 layout, token chains and Mooncake batches of its pages.
 
-#![allow(dead_code, unreachable_pub)]
-
 use hicache_index::{EventKind, Layout, Namespace, PageHash, Seq, SglangParams, Timestamp};
-use hicache_index_sim::encode::{encode_payload, MasterFlavor, OwnedBatch, OwnedEvent};
+use hicache_index_wire::{encode_payload, MasterFlavor, OwnedBatch, OwnedEvent};
 
 /// Tokens per page in the benches.
 pub const PAGE_SIZE: u32 = 64;

@@ -7,14 +7,13 @@
 //! prefix): one index for all of them, so the bytes per page should stay those of one model.
 #![allow(unsafe_code)]
 
-mod common;
-
 use std::alloc::{GlobalAlloc, Layout as AllocLayout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use hicache_index::{Index, IndexConfig, Medium};
-use hicache_index_sim::perf::{self, BenchArgs};
-use hicache_index_sim::reference::ReferenceIndex;
+use hicache_index_bench::perf::{self, BenchArgs};
+use hicache_index_bench::reference::ReferenceIndex;
+use hicache_index_bench::workload;
 
 struct Counting;
 
@@ -49,7 +48,7 @@ fn main() {
     }
     let quick = args.quick;
     let pages: usize = if quick { 1 << 12 } else { 1 << 20 };
-    let layout = common::tp8();
+    let layout = workload::tp8();
     let suffixes: Vec<String> = layout.suffixes().map(|(s, _)| s.to_owned()).collect();
     let objects = pages * suffixes.len();
     let mut key = String::new();
@@ -60,7 +59,7 @@ fn main() {
         ..IndexConfig::default()
     });
     for i in 0..pages {
-        let page = common::synthetic_page(i as u64);
+        let page = workload::synthetic_page(i as u64);
         for suffix in &suffixes {
             layout.write_object_key(&page, suffix, &mut key);
             index.store_object("default", &key, Some(Medium::Cpu));
@@ -73,7 +72,7 @@ fn main() {
     let before = LIVE.load(Ordering::Relaxed);
     let reference = ReferenceIndex::new();
     for i in 0..pages {
-        for key in layout.object_keys(&common::synthetic_page(i as u64)) {
+        for key in layout.object_keys(&workload::synthetic_page(i as u64)) {
             reference.store(key);
         }
     }
@@ -82,7 +81,7 @@ fn main() {
 
     // Four models side by side: page i is model i % 4's (its own key prefix); one model alone
     // with the same kind of prefix for the comparison.
-    let models: Vec<_> = (0..4).map(common::tp8_of_model).collect();
+    let models: Vec<_> = (0..4).map(workload::tp8_of_model).collect();
     let mut side_by_side = |layouts: &[hicache_index::Layout]| {
         let before = LIVE.load(Ordering::Relaxed);
         let mut index = Index::standalone(IndexConfig {
@@ -91,7 +90,7 @@ fn main() {
         });
         for i in 0..pages {
             let layout = &layouts[i % layouts.len()];
-            let page = common::synthetic_page(i as u64);
+            let page = workload::synthetic_page(i as u64);
             for (suffix, _) in layout.suffixes() {
                 layout.write_object_key(&page, suffix, &mut key);
                 index.store_object("default", &key, Some(Medium::Cpu));

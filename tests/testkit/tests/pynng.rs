@@ -121,7 +121,7 @@ fn pynng_gets_the_same_answers_as_http_in_msgpack() {
         &["pynng", "msgpack"],
         "import pynng, msgpack",
     );
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/pynng_client.py");
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/py/pynng_client.py");
     let mut child = Command::new(python)
         .arg(script)
         .arg(&url)

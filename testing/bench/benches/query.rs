@@ -2,15 +2,14 @@
 //! page 8; ours against the reference (the first implementation's exact-key set) and against the
 //! limits: SHA-256 of the pages alone, and a plain hashbrown probe per page.
 
-mod common;
-
 use std::collections::HashSet;
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use hicache_index::{Config, Instant, Lookup, ModelLayout, Namespace, PageHashes, Session};
+use hicache_index_bench::reference::ReferenceIndex;
+use hicache_index_bench::workload;
 use hicache_index_shortcuts::Shortcuts;
-use hicache_index_sim::reference::ReferenceIndex;
 
 const PAGES: usize = 256;
 
@@ -22,7 +21,7 @@ struct World {
 }
 
 fn world() -> World {
-    let layout = common::tp8();
+    let layout = workload::tp8();
     let mut session = Session::new(Config {
         layouts: vec![ModelLayout {
             model: None,
@@ -32,11 +31,11 @@ fn world() -> World {
     })
     .expect("a valid configuration");
     let reference = ReferenceIndex::new();
-    let hits = common::tokens(PAGES, 1);
-    let miss_at_8 = common::tokens(PAGES, 2);
-    let mut pages = common::hashes(&layout, &hits);
-    pages.extend(common::hashes(&layout, &miss_at_8).into_iter().take(8));
-    for (i, payload) in common::payloads(&layout, &pages, 1).iter().enumerate() {
+    let hits = workload::tokens(PAGES, 1);
+    let miss_at_8 = workload::tokens(PAGES, 2);
+    let mut pages = workload::hashes(&layout, &hits);
+    pages.extend(workload::hashes(&layout, &miss_at_8).into_iter().take(8));
+    for (i, payload) in workload::payloads(&layout, &pages, 1).iter().enumerate() {
         let seq = (i as u64 + 1).to_be_bytes();
         let fx = session.feed(Instant::ZERO, &[b"", &seq, payload]);
         assert!(fx.is_empty(), "{fx:?}");
@@ -52,7 +51,7 @@ fn world() -> World {
 
 fn query(c: &mut Criterion) {
     let w = world();
-    let layout = common::tp8();
+    let layout = workload::tp8();
     assert_eq!(
         w.session
             .query(&Lookup::tokens(&w.hits))
@@ -69,7 +68,7 @@ fn query(c: &mut Criterion) {
         8
     );
     assert_eq!(w.reference.query(&layout, &w.miss_at_8), 8);
-    let precomputed: Vec<[u8; 32]> = common::hashes(&layout, &w.hits)
+    let precomputed: Vec<[u8; 32]> = workload::hashes(&layout, &w.hits)
         .iter()
         .map(|h| h.0)
         .collect();

@@ -13,7 +13,7 @@
 
 use std::time::Duration;
 
-use hicache_index_sim::perf::{self, BenchArgs};
+use hicache_index_bench::perf::{self, BenchArgs};
 use hicache_index_testkit::bench::{
     core_feed_rate, ingest_throughput, query_latency, IngestReport, LatencyReport,
 };
