@@ -79,6 +79,27 @@ pub fn write_result(name: &str, json: &str) {
     println!("wrote {}", path.display());
 }
 
+/// The median over slices of `busy[i] / alone[i]`: two phases' figures (a query's p99 while
+/// ingesting and alone, say) taken slice by slice, each pair in the same seconds of the
+/// machine; `None` without a slice whose `alone` is above zero.
+pub fn median_ratio(busy: &[u64], alone: &[u64]) -> Option<f64> {
+    let mut ratios: Vec<f64> = busy
+        .iter()
+        .zip(alone)
+        .filter(|(_, &a)| a > 0)
+        .map(|(&b, &a)| b as f64 / a as f64)
+        .collect();
+    ratios.sort_by(f64::total_cmp);
+    let n = ratios.len();
+    (n > 0).then(|| {
+        if n % 2 == 1 {
+            ratios[n / 2]
+        } else {
+            (ratios[n / 2 - 1] + ratios[n / 2]) / 2.0
+        }
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -96,5 +117,12 @@ mod tests {
         assert!(a.quick);
         assert!(a.is_selected("e2e/smol"));
         assert!(!a.is_selected("e2e/tokio"));
+    }
+
+    #[test]
+    fn median_ratio_pairs_slices_and_takes_the_middle() {
+        assert_eq!(median_ratio(&[30, 10, 20], &[10, 10, 10]), Some(2.0));
+        assert_eq!(median_ratio(&[10, 40], &[10, 10]), Some(2.5));
+        assert_eq!(median_ratio(&[10, 40], &[0, 0]), None);
     }
 }

@@ -348,13 +348,16 @@ struct Phase {
     cpu_p50_ns: Option<u64>,
     /// The p99 of the same.
     cpu_p99_ns: Option<u64>,
+    /// The query's p99 in each slice of an [`interleaved`] run, in order (empty otherwise):
+    /// the same slice of two phases ran in the same seconds of the machine.
+    slices_p99_ns: Vec<u64>,
 }
 
 impl Phase {
     fn json(&self) -> String {
         let opt = |v: Option<String>| v.unwrap_or_else(|| "null".into());
         format!(
-            "{{\"events_per_s\":{},\"p50_ns\":{},\"p99_ns\":{},\"queries\":{},\"p99_undisturbed_ns\":{},\"switched\":{},\"cpu_p50_ns\":{},\"cpu_p99_ns\":{}}}",
+            "{{\"events_per_s\":{},\"p50_ns\":{},\"p99_ns\":{},\"queries\":{},\"p99_undisturbed_ns\":{},\"switched\":{},\"cpu_p50_ns\":{},\"cpu_p99_ns\":{},\"slices_p99_ns\":{:?}}}",
             opt(self.events_per_s.map(|r| format!("{r:.0}"))),
             opt(self.p50_ns.map(|n| n.to_string())),
             opt(self.p99_ns.map(|n| n.to_string())),
@@ -362,7 +365,8 @@ impl Phase {
             opt(self.p99_undisturbed_ns.map(|n| n.to_string())),
             self.switched,
             opt(self.cpu_p50_ns.map(|n| n.to_string())),
-            opt(self.cpu_p99_ns.map(|n| n.to_string()))
+            opt(self.cpu_p99_ns.map(|n| n.to_string())),
+            self.slices_p99_ns
         )
     }
 }
@@ -456,7 +460,9 @@ const SLICES: u32 = 10;
 /// set (the query's p99 while ingesting against its p50 alone, the writer's rate beside queries
 /// against its rate alone) then compare figures taken over the same minutes: this shared
 /// machine's speed drifts by half within a minute, which phases run one after the other would
-/// take for the query's or the writer's.
+/// take for the query's or the writer's. Each phase also keeps its query's p99 per slice, so
+/// a ratio can be taken slice by slice (issue 31: the median over the slices of the query's
+/// p99 while ingesting against its p99 alone).
 fn interleaved<const N: usize>(
     fx: &Fixture,
     writer: &mut Writer,
@@ -465,13 +471,19 @@ fn interleaved<const N: usize>(
     count_switches: bool,
 ) -> [Phase; N] {
     let mut raw: [Raw; N] = core::array::from_fn(|_| Raw::default());
+    let mut slices: [Vec<u64>; N] = core::array::from_fn(|_| Vec::new());
     for _ in 0..SLICES {
-        for (sum, &(ingest, query)) in raw.iter_mut().zip(&runs) {
+        for ((sum, p99s), &(ingest, query)) in raw.iter_mut().zip(&mut slices).zip(&runs) {
             let slice = run(fx, writer, ingest, query, length / SLICES, count_switches);
+            p99s.extend(slice.phase().p99_ns);
             sum.add(slice);
         }
     }
-    raw.map(|r| r.phase())
+    let mut out = raw.map(|r| r.phase());
+    for (phase, p99s) in out.iter_mut().zip(slices) {
+        phase.slices_p99_ns = p99s;
+    }
+    out
 }
 
 fn main() {
@@ -579,13 +591,15 @@ fn main() {
             let runs = [(true, None), (false, query), (true, query)];
             let [ingest, alone, busy] = interleaved(&fx, &mut writer, runs, length, false);
             println!(
-                "  {name:14} alone p50 {:>8} p99 {:>8} | ingesting ({:.2} M events/s; alone {:.2}) p50 {:>8} p99 {:>8}",
+                "  {name:14} alone p50 {:>8} p99 {:>8} | ingesting ({:.2} M events/s; alone {:.2}) p50 {:>8} p99 {:>8} | p99 ingesting / alone, median of {SLICES} slices: {}",
                 us(alone.p50_ns),
                 us(alone.p99_ns),
                 busy.events_per_s.unwrap_or(0.0) / 1e6,
                 ingest.events_per_s.unwrap_or(0.0) / 1e6,
                 us(busy.p50_ns),
-                us(busy.p99_ns)
+                us(busy.p99_ns),
+                perf::median_ratio(&busy.slices_p99_ns, &alone.slices_p99_ns)
+                    .map_or("-".into(), |r| format!("{r:.2}x"))
             );
             json.push_str(&format!(
                 ",\"{name}\":{{\"ingest_alone\":{},\"alone\":{},\"ingesting\":{}}}",
