@@ -6,8 +6,8 @@
 use std::collections::BTreeMap;
 
 use hicache_index::{
-    decode, Config, ConfigError, Counters, Effects, EventKind, Health, Hits, Input, Instant,
-    Lookup, Medium, QueryError, Seq, Session, SnapshotRequest, Timestamp, Watermark,
+    decode, Config, ConfigError, Effects, EventKind, Input, Instant, Medium, Seq, Session,
+    SnapshotRequest, Timestamp, Watermark,
 };
 use hicache_index_shortcuts::Shortcuts;
 
@@ -349,28 +349,7 @@ impl System for PlantedBug {
             other => self.inner.handle(now, other),
         }
     }
-    fn poll_timeout(&self) -> Option<Instant> {
-        self.inner.poll_timeout()
-    }
-    fn query(&self, lookup: &Lookup<'_>) -> Result<Hits, QueryError> {
-        self.inner.query(lookup)
-    }
-    fn query_map(&self, lookup: &Lookup<'_>, map: &mut [bool]) -> Result<Hits, QueryError> {
-        self.inner.query_map(lookup, map)
-    }
-    fn last_applied_seq(&self) -> Option<Seq> {
-        self.inner.last_applied_seq()
-    }
-    fn counters(&self) -> Counters {
-        self.inner.counters()
-    }
-    fn counters_at(&self, now: Instant) -> Counters {
-        self.inner.counters_at(now)
-    }
-    fn health(&self) -> Health {
-        self.inner.health()
-    }
-    fn holds_object(&self, tenant: &str, key: &str) -> Option<bool> {
-        Some(self.inner.index().contains_key(tenant, key))
+    fn session(&self) -> &Session {
+        &self.inner
     }
 }

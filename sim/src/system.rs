@@ -12,29 +12,45 @@ use hicache_index_shortcuts::Shortcuts;
 use crate::master::Status;
 
 /// What the world needs from a session (see [`Session`] for each method's contract): one way
-/// in, and what it reads.
+/// in, and what it reads. A system is a session, or a session behind a deliberately broken
+/// way in: the reads go to the session inside unless a system says otherwise.
 pub trait System {
     /// Hands over one input (see [`Session::handle`]).
     fn handle(&mut self, now: Instant, input: Input<'_>) -> Effects;
+    /// Returns the session inside, which the reads ask.
+    fn session(&self) -> &Session;
     /// Returns when [`Input::Timeout`] is next due.
-    fn poll_timeout(&self) -> Option<Instant>;
+    fn poll_timeout(&self) -> Option<Instant> {
+        self.session().poll_timeout()
+    }
     /// Answers a prefix query.
-    fn query(&self, lookup: &Lookup<'_>) -> Result<Hits, QueryError>;
+    fn query(&self, lookup: &Lookup<'_>) -> Result<Hits, QueryError> {
+        self.session().query(lookup)
+    }
     /// Answers a query with a per-page map.
-    fn query_map(&self, lookup: &Lookup<'_>, map: &mut [bool]) -> Result<Hits, QueryError>;
+    fn query_map(&self, lookup: &Lookup<'_>, map: &mut [bool]) -> Result<Hits, QueryError> {
+        self.session().query_map(lookup, map)
+    }
     /// Returns the sequence of the last batch applied, as the publisher sent it.
-    fn last_applied_seq(&self) -> Option<Seq>;
+    fn last_applied_seq(&self) -> Option<Seq> {
+        self.session().last_applied_seq()
+    }
     /// Returns the counters.
-    fn counters(&self) -> Counters;
+    fn counters(&self) -> Counters {
+        self.session().counters()
+    }
     /// Returns the counters, with the unconfirmed age as of `now`.
-    fn counters_at(&self, now: Instant) -> Counters;
+    fn counters_at(&self, now: Instant) -> Counters {
+        self.session().counters_at(now)
+    }
     /// Returns the health.
-    fn health(&self) -> Health;
+    fn health(&self) -> Health {
+        self.session().health()
+    }
     /// Reports whether the index holds one object, when the system can tell (for failure
     /// reports only; never used by a check).
     fn holds_object(&self, tenant: &str, key: &str) -> Option<bool> {
-        let _ = (tenant, key);
-        None
+        Some(self.session().index().contains_key(tenant, key))
     }
 }
 
@@ -42,29 +58,8 @@ impl System for Session {
     fn handle(&mut self, now: Instant, input: Input<'_>) -> Effects {
         Session::handle(self, now, input)
     }
-    fn poll_timeout(&self) -> Option<Instant> {
-        Session::poll_timeout(self)
-    }
-    fn query(&self, lookup: &Lookup<'_>) -> Result<Hits, QueryError> {
-        Session::query(self, lookup)
-    }
-    fn query_map(&self, lookup: &Lookup<'_>, map: &mut [bool]) -> Result<Hits, QueryError> {
-        Session::query_map(self, lookup, map)
-    }
-    fn last_applied_seq(&self) -> Option<Seq> {
-        Session::last_applied_seq(self)
-    }
-    fn counters(&self) -> Counters {
-        Session::counters(self)
-    }
-    fn counters_at(&self, now: Instant) -> Counters {
-        Session::counters_at(self, now)
-    }
-    fn health(&self) -> Health {
-        Session::health(self)
-    }
-    fn holds_object(&self, tenant: &str, key: &str) -> Option<bool> {
-        Some(self.index().contains_key(tenant, key))
+    fn session(&self) -> &Session {
+        self
     }
 }
 
@@ -171,26 +166,15 @@ impl System for GapBlindSession {
             other => self.inner.handle(now, other),
         }
     }
-    fn poll_timeout(&self) -> Option<Instant> {
-        self.inner.poll_timeout()
-    }
-    fn query(&self, lookup: &Lookup<'_>) -> Result<Hits, QueryError> {
-        self.inner.query(lookup)
-    }
-    fn query_map(&self, lookup: &Lookup<'_>, map: &mut [bool]) -> Result<Hits, QueryError> {
-        self.inner.query_map(lookup, map)
+    fn session(&self) -> &Session {
+        &self.inner
     }
     fn last_applied_seq(&self) -> Option<Seq> {
         let renumbered = self.inner.last_applied_seq()?;
         self.originals.get(&renumbered.0).map(|&s| Seq(s))
     }
-    fn counters(&self) -> Counters {
-        self.inner.counters()
-    }
-    fn counters_at(&self, now: Instant) -> Counters {
-        self.inner.counters_at(now)
-    }
-    fn health(&self) -> Health {
-        self.inner.health()
+    /// Reports nothing: failure reports of this system leave the index's objects out.
+    fn holds_object(&self, _tenant: &str, _key: &str) -> Option<bool> {
+        None
     }
 }
