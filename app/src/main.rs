@@ -148,14 +148,7 @@ fn usage_error(e: &clap::Error) -> ExitCode {
             ExitCode::from(2)
         }
         _ => {
-            let rendered = e.render().to_string();
-            let first: Vec<&str> = rendered
-                .lines()
-                .take_while(|l| !l.trim().is_empty())
-                .map(str::trim)
-                .collect();
-            let line = first.join(" ");
-            let line = line.strip_prefix("error: ").unwrap_or(&line);
+            let line = hicache_index_options::clap_message(e);
             eprintln!("hicache-index: error: {line} (see --help)");
             ExitCode::from(2)
         }

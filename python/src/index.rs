@@ -8,14 +8,14 @@ use clap::{CommandFactory, FromArgMatches, Parser};
 use hicache_index::{Health, Lookup, MapCover, ModelLayout, Namespace, PageHash, Pages, Tokens};
 use hicache_index_api::{answer_lookup, ApiError, Front};
 use hicache_index_driver::report::counter_metric;
-use hicache_index_options::IndexArgs;
+use hicache_index_options::{clap_message, IndexArgs};
 use hicache_index_tokio::{QueryHandle, Subscriber};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString};
 
 use crate::answer::Answer;
 use crate::tools::Layout;
-use crate::{argv_from_kwargs, clap_message, value_error, Error};
+use crate::{argv_from_kwargs, value_error, Error};
 
 /// `serve`'s subscriber flags alone.
 #[derive(Parser, Debug)]

@@ -44,18 +44,6 @@ pub(crate) fn value_error(message: impl Into<String>) -> PyErr {
     PyValueError::new_err(message.into())
 }
 
-/// Renders a clap error as the CLI does: its first paragraph on one line, without `error: `.
-pub(crate) fn clap_message(e: &clap::Error) -> String {
-    let rendered = e.render().to_string();
-    let first: Vec<&str> = rendered
-        .lines()
-        .take_while(|l| !l.trim().is_empty())
-        .map(str::trim)
-        .collect();
-    let line = first.join(" ");
-    line.strip_prefix("error: ").unwrap_or(&line).to_owned()
-}
-
 /// Turns keyword arguments into the command line of `command` (`x_y=v` is `--x-y v`): `None`
 /// and `False` leave a flag out, `True` gives a switch, a list or tuple repeats the flag, a
 /// mapping gives `KEY=VALUE` values, a path its text, a `timedelta` its seconds. A keyword

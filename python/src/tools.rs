@@ -3,11 +3,11 @@
 
 use clap::{CommandFactory, FromArgMatches, Parser};
 use hicache_index::{Namespace, PageHashes};
-use hicache_index_options::LayoutArgs;
+use hicache_index_options::{clap_message, LayoutArgs};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyString};
 
-use crate::{argv_from_kwargs, clap_message, value_error};
+use crate::{argv_from_kwargs, value_error};
 
 /// The layout flags alone, as `keys` takes them.
 #[derive(Parser, Debug)]

@@ -241,13 +241,13 @@ impl Network {
     pub fn lose_published(&mut self, published: &Published) {
         self.stats.sent += 1;
         self.stats.lost_at_tail += 1;
-        self.lose(Origin::Master(meta_of(published)));
+        self.lose(Origin::Master(published.meta));
     }
 
     /// Sends a master message through the rules.
     pub fn send(&mut self, now: Instant, published: Published) {
         self.stats.sent += 1;
-        let meta = meta_of(&published);
+        let meta = published.meta;
         let mut msg = Message {
             frames: published.frames.into(),
             origin: Origin::Master(meta),
@@ -433,21 +433,6 @@ impl Network {
             self.stats.delivered += 1;
             return Some(NetEvent::Deliver(msg));
         }
-    }
-}
-
-/// What the receiver will know of a message the master published.
-fn meta_of(published: &Published) -> MasterMeta {
-    MasterMeta {
-        id: published.id,
-        epoch: published.epoch,
-        seq: published.seq,
-        first_pos: published.first_pos,
-        last_pos: published.last_pos,
-        first_event_id: published.first_event_id,
-        events: published.events,
-        intact: true,
-        late: false,
     }
 }
 

@@ -6,8 +6,8 @@
 use std::collections::BTreeMap;
 
 use hicache_index::{
-    decode, Config, ConfigError, Effects, EventKind, Hits, Input, Instant, Lookup, Medium,
-    QueryError, Seq, Session, SessionStatus, SnapshotRequest, Timestamp, Watermark,
+    decode, Config, ConfigError, Effects, EventKind, Input, Instant, Medium, Seq, Session,
+    SnapshotRequest, Timestamp, Watermark,
 };
 use hicache_index_shortcuts::Shortcuts;
 
@@ -349,19 +349,7 @@ impl System for PlantedBug {
             other => self.inner.handle(now, other),
         }
     }
-    fn poll_timeout(&self) -> Option<Instant> {
-        self.inner.poll_timeout()
-    }
-    fn query(&self, lookup: &Lookup<'_>) -> Result<Hits, QueryError> {
-        self.inner.query(lookup)
-    }
-    fn query_map(&self, lookup: &Lookup<'_>, map: &mut [bool]) -> Result<Hits, QueryError> {
-        self.inner.query_map(lookup, map)
-    }
-    fn status(&self, now: Instant) -> SessionStatus {
-        self.inner.status(now)
-    }
-    fn holds_object(&self, tenant: &str, key: &str) -> Option<bool> {
-        Some(self.inner.reader().holds_object(tenant, key))
+    fn session(&self) -> &Session {
+        &self.inner
     }
 }

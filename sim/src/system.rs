@@ -12,24 +12,34 @@ use hicache_index_shortcuts::Shortcuts;
 use crate::master::Status;
 
 /// What the world needs from a session (see [`Session`] for each method's contract): one way
-/// in, and what it reads.
+/// in, and what it reads. A system is a session, or a session behind a deliberately broken
+/// way in: the reads go to the session inside unless a system says otherwise.
 pub trait System {
     /// Hands over one input (see [`Session::handle`]).
     fn handle(&mut self, now: Instant, input: Input<'_>) -> Effects;
+    /// Returns the session inside, which the reads ask.
+    fn session(&self) -> &Session;
     /// Returns when [`Input::Timeout`] is next due.
-    fn poll_timeout(&self) -> Option<Instant>;
+    fn poll_timeout(&self) -> Option<Instant> {
+        self.session().poll_timeout()
+    }
     /// Answers a prefix query.
-    fn query(&self, lookup: &Lookup<'_>) -> Result<Hits, QueryError>;
+    fn query(&self, lookup: &Lookup<'_>) -> Result<Hits, QueryError> {
+        self.session().query(lookup)
+    }
     /// Answers a query with a per-page map.
-    fn query_map(&self, lookup: &Lookup<'_>, map: &mut [bool]) -> Result<Hits, QueryError>;
+    fn query_map(&self, lookup: &Lookup<'_>, map: &mut [bool]) -> Result<Hits, QueryError> {
+        self.session().query_map(lookup, map)
+    }
     /// Returns where the session is, with the unconfirmed age as of `now` and the sequence of
     /// the last batch applied as the publisher sent it.
-    fn status(&self, now: Instant) -> SessionStatus;
+    fn status(&self, now: Instant) -> SessionStatus {
+        self.session().status(now)
+    }
     /// Reports whether the index holds one object, when the system can tell (for failure
     /// reports only; never used by a check).
     fn holds_object(&self, tenant: &str, key: &str) -> Option<bool> {
-        let _ = (tenant, key);
-        None
+        Some(self.session().reader().holds_object(tenant, key))
     }
 }
 
@@ -37,20 +47,8 @@ impl System for Session {
     fn handle(&mut self, now: Instant, input: Input<'_>) -> Effects {
         Session::handle(self, now, input)
     }
-    fn poll_timeout(&self) -> Option<Instant> {
-        Session::poll_timeout(self)
-    }
-    fn query(&self, lookup: &Lookup<'_>) -> Result<Hits, QueryError> {
-        Session::query(self, lookup)
-    }
-    fn query_map(&self, lookup: &Lookup<'_>, map: &mut [bool]) -> Result<Hits, QueryError> {
-        Session::query_map(self, lookup, map)
-    }
-    fn status(&self, now: Instant) -> SessionStatus {
-        Session::status(self, now)
-    }
-    fn holds_object(&self, tenant: &str, key: &str) -> Option<bool> {
-        Some(self.reader().holds_object(tenant, key))
+    fn session(&self) -> &Session {
+        self
     }
 }
 
@@ -66,7 +64,7 @@ pub fn watermark_of(status: Status) -> Watermark {
 /// A deliberately broken session: it renumbers the sequence frames of the messages it is fed
 /// so that they are consecutive, so the real session behind it never sees a gap or a restart
 /// (the bug "ignore gaps" of a naive subscriber). A repeated sequence keeps its number, so
-/// duplicates are still recognised. [`System::last_applied_seq`] reports the publisher's own
+/// duplicates are still recognised. [`System::status`] reports the publisher's own
 /// sequence, so the checker compares at the right point of the history.
 ///
 /// The checker MUST find false hits with it under loss; see the planted-bug test.
@@ -157,14 +155,8 @@ impl System for GapBlindSession {
             other => self.inner.handle(now, other),
         }
     }
-    fn poll_timeout(&self) -> Option<Instant> {
-        self.inner.poll_timeout()
-    }
-    fn query(&self, lookup: &Lookup<'_>) -> Result<Hits, QueryError> {
-        self.inner.query(lookup)
-    }
-    fn query_map(&self, lookup: &Lookup<'_>, map: &mut [bool]) -> Result<Hits, QueryError> {
-        self.inner.query_map(lookup, map)
+    fn session(&self) -> &Session {
+        &self.inner
     }
     fn status(&self, now: Instant) -> SessionStatus {
         let mut status = self.inner.status(now);
@@ -172,5 +164,9 @@ impl System for GapBlindSession {
             .last_applied_seq
             .and_then(|renumbered| self.originals.get(&renumbered.0).map(|&s| Seq(s)));
         status
+    }
+    /// Reports nothing: failure reports of this system leave the index's objects out.
+    fn holds_object(&self, _tenant: &str, _key: &str) -> Option<bool> {
+        None
     }
 }

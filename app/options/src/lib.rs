@@ -216,6 +216,19 @@ pub fn features() -> Vec<&'static str> {
     on
 }
 
+/// Renders a clap error as one line: the first paragraph of its message, without `error: `
+/// (how the binary and the Python package report a bad flag or keyword).
+pub fn clap_message(e: &clap::Error) -> String {
+    let rendered = e.render().to_string();
+    let first: Vec<&str> = rendered
+        .lines()
+        .take_while(|l| !l.trim().is_empty())
+        .map(str::trim)
+        .collect();
+    let line = first.join(" ");
+    line.strip_prefix("error: ").unwrap_or(&line).to_owned()
+}
+
 /// Parses a duration with `humantime` (`30s`, `250ms`, `2m`, `1h 30m`, ...); a bare number,
 /// fractions allowed, is seconds (`1.5`).
 pub fn parse_duration(text: &str) -> Result<Duration, String> {

@@ -164,18 +164,28 @@ pub struct Index {
     counters: IndexCounters,
 }
 
-/// Formats an object key `{P}_{H}{S}` (or `{H}{S}`).
-pub(crate) fn object_key(prefix: Option<&str>, hash: &PageHash, suffix: &str) -> String {
-    let mut key = String::with_capacity(prefix.map_or(0, |p| p.len() + 1) + 64 + suffix.len());
-    if let Some(p) = prefix {
-        key.push_str(p);
-        key.push('_');
+impl Namespace {
+    /// Formats the key `{P}_{H}{S}` (or `{H}{S}`) of the object of page `hash` in `slot`.
+    fn object_key(&self, hash: &PageHash, slot: u32) -> String {
+        let (prefix, suffix) = (self.prefix.as_deref(), &self.suffixes[slot as usize]);
+        let mut key = String::with_capacity(prefix.map_or(0, |p| p.len() + 1) + 64 + suffix.len());
+        if let Some(p) = prefix {
+            key.push_str(p);
+            key.push('_');
+        }
+        let mut hex = [0u8; 64];
+        hash.write_hex(&mut hex);
+        key.push_str(core::str::from_utf8(&hex).expect("hex digits are ASCII"));
+        key.push_str(suffix);
+        key
     }
-    let mut hex = [0u8; 64];
-    hash.write_hex(&mut hex);
-    key.push_str(core::str::from_utf8(&hex).expect("hex digits are ASCII"));
-    key.push_str(suffix);
-    key
+}
+
+/// Takes the lowest set bit out of `bits` and returns its position (`bits` MUST not be 0).
+fn take_lowest(bits: &mut u128) -> u32 {
+    let slot = bits.trailing_zeros();
+    *bits &= *bits - 1;
+    slot
 }
 
 /// The index's writer side for benches and tests that measure the index alone, without a

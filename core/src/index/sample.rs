@@ -56,13 +56,8 @@ impl Index {
                         sampled.began_next = sampled.ended_sweep;
                         return sampled;
                     }
-                    let slot = bits.trailing_zeros();
-                    bits &= bits - 1;
-                    out.push(object_key(
-                        ns.prefix.as_deref(),
-                        &page.hash,
-                        &ns.suffixes[slot as usize],
-                    ));
+                    let slot = take_lowest(&mut bits);
+                    out.push(ns.object_key(&page.hash, slot));
                     self.verify_slot = slot + 1;
                 }
             } else if page.present() != 0 {

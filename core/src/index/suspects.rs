@@ -42,13 +42,7 @@ impl Index {
                 if out.len() - start >= max {
                     return out.len() - start;
                 }
-                let slot = bits.trailing_zeros();
-                bits &= bits - 1;
-                out.push(object_key(
-                    ns.prefix.as_deref(),
-                    &s.hash,
-                    &ns.suffixes[slot as usize],
-                ));
+                out.push(ns.object_key(&s.hash, take_lowest(&mut bits)));
             }
         }
         out.len() - start

@@ -5,6 +5,7 @@ use hicache_index::{EventKind, Instant, Medium, Seq, Timestamp};
 use super::{Change, Master, MasterOutput};
 use crate::encode::{encode_payload_into, MasterFlavor, OwnedEvent};
 use crate::models::TENANTS;
+use crate::network::MasterMeta;
 use crate::options::TWIN_FLUSH;
 
 /// The batch timestamp's base: a Unix time in milliseconds (above `u32::MAX`, as on the wire).
@@ -34,20 +35,9 @@ impl Status {
 /// One message the publisher sent.
 #[derive(Clone, Debug)]
 pub struct Published {
-    /// The message's number over the whole run (from 1, never restarting).
-    pub id: u64,
-    /// The master's restart count when it was sent.
-    pub epoch: u32,
-    /// The sequence.
-    pub seq: u64,
-    /// The history position of its first event.
-    pub first_pos: u64,
-    /// The history position of its last event.
-    pub last_pos: u64,
-    /// The event id of its first event (its events have consecutive ids).
-    pub first_event_id: u64,
-    /// How many events it holds.
-    pub events: usize,
+    /// What the receiver will know of it: its identity, intact and not late as sent (the
+    /// network may change either).
+    pub meta: MasterMeta,
     /// `[topic, seq, payload]`, as the master's bytes.
     pub frames: [Vec<u8>; 3],
 }
@@ -196,7 +186,7 @@ impl Master {
             let mut payload = Vec::with_capacity(n * 420 + 16);
             encode_payload_into(&mut payload, &self.batch, self.opts.flavor);
             self.stats.batches += 1;
-            out.published.push(Published {
+            let meta = MasterMeta {
                 id,
                 epoch: self.epoch,
                 seq,
@@ -204,6 +194,11 @@ impl Master {
                 last_pos,
                 first_event_id,
                 events: n,
+                intact: true,
+                late: false,
+            };
+            out.published.push(Published {
+                meta,
                 frames: [Vec::new(), seq.to_be_bytes().to_vec(), payload],
             });
         }

@@ -39,7 +39,7 @@ fn twin_runs_number_their_batches_alike() {
     m.act(now, Action::Restart, &mut out);
     let up = out.restarted_until.expect("a restart");
     run_for(&mut m, up, Duration::from_millis(30), &mut out);
-    let shape = |p: &Published| (p.seq, p.first_event_id, p.events);
+    let shape = |p: &Published| (p.meta.seq, p.meta.first_event_id, p.meta.events);
     assert!(old.len() > 3 && out.published.len() > 3);
     for (a, b) in old.iter().zip(&out.published) {
         assert_eq!(
@@ -47,9 +47,9 @@ fn twin_runs_number_their_batches_alike() {
             shape(b),
             "the new run numbers its batches as the old one"
         );
-        assert_eq!(a.events, 4, "full batches only while faults are on");
+        assert_eq!(a.meta.events, 4, "full batches only while faults are on");
     }
-    assert_ne!(old[0].epoch, out.published[0].epoch);
+    assert_ne!(old[0].meta.epoch, out.published[0].meta.epoch);
 }
 
 #[test]
@@ -149,11 +149,11 @@ fn published_batches_decode_with_sequences_from_one() {
     }
     assert!(!out.published.is_empty());
     for (i, p) in out.published.iter().enumerate() {
-        assert_eq!(p.seq, i as u64 + 1, "no loss in a calm master");
+        assert_eq!(p.meta.seq, i as u64 + 1, "no loss in a calm master");
         let frames: Vec<&[u8]> = p.frames.iter().map(Vec::as_slice).collect();
         let batch = decode(&frames).expect("the master's bytes decode");
-        assert_eq!(batch.events.len(), p.events);
-        assert!(p.events <= 64);
+        assert_eq!(batch.events.len(), p.meta.events);
+        assert!(p.meta.events <= 64);
     }
 }
 
@@ -171,7 +171,7 @@ fn a_full_queue_drops_the_oldest_and_skips_a_sequence() {
     assert!(m.stats().queue_drops > 0);
     m.step(Instant::from_millis(100), &mut out);
     let first = out.published.first().expect("a batch");
-    assert_eq!(first.seq, 1 + m.stats().queue_drops);
+    assert_eq!(first.meta.seq, 1 + m.stats().queue_drops);
     assert!(out.lost_upto > 0);
 }
 

@@ -3,8 +3,6 @@
 
 #[cfg(doc)]
 use super::Network;
-#[cfg(doc)]
-use crate::master::Published;
 
 /// What the receiver knows about where a message came from (never shown to the session).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -17,10 +15,10 @@ pub enum Origin {
     Junk,
 }
 
-/// A master message's identity and fate.
+/// A master message's identity and fate (a [`crate::master::Published`] carries it as sent).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct MasterMeta {
-    /// The message's number over the whole run ([`Published::id`]).
+    /// The message's number over the whole run (from 1, never restarting).
     pub id: u64,
     /// The master's restart count.
     pub epoch: u32,

@@ -146,6 +146,16 @@ fn us(n: u64) -> Duration {
     Duration::from_micros(n)
 }
 
+/// Turns on a reorder window of 2 to 16 batches held up to 2 to 30 ms, and network jitter of
+/// 100 us to `max_jitter` for it to reorder.
+fn reordering(s: &mut SessionOptions, n: &mut NetworkOptions, r: &mut Rng, max_jitter: Duration) {
+    s.reorder = ReorderConfig {
+        max_held: r.range(2, 16) as usize,
+        max_delay: Some(r.duration(ms(2), ms(30))),
+    };
+    n.reorder_jitter = r.duration(us(100), max_jitter);
+}
+
 impl Options {
     /// Expands a seed into options: the preset and the named worlds are drawn from the seed
     /// unless given.
@@ -416,11 +426,7 @@ impl Options {
                 h.restart_after_keys = r.unit() * 0.6;
                 if r.chance(0.4) {
                     // Reordering across restarts: the new master's batches overtake the old one's.
-                    s.reorder = ReorderConfig {
-                        max_held: r.range(2, 16) as usize,
-                        max_delay: Some(r.duration(ms(2), ms(30))),
-                    };
-                    n.reorder_jitter = r.duration(us(100), ms(5));
+                    reordering(s, n, r, ms(5));
                     n.cross_epoch_reorder = true;
                     n.late_copy = r.unit() * 0.01;
                 }
@@ -456,11 +462,7 @@ impl Options {
             }
             Preset::Hostile => {
                 if r.chance(0.3) {
-                    s.reorder = ReorderConfig {
-                        max_held: r.range(2, 16) as usize,
-                        max_delay: Some(r.duration(ms(2), ms(30))),
-                    };
-                    n.reorder_jitter = r.duration(us(100), ms(3));
+                    reordering(s, n, r, ms(3));
                     n.late_copy = r.unit() * 0.01;
                     n.cross_epoch_reorder = r.chance(0.5);
                 }

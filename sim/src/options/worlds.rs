@@ -8,7 +8,7 @@ use core::time::Duration;
 
 use hicache_index::ReorderConfig;
 
-use super::{ms, us, ClientOptions, Options};
+use super::{ms, reordering, ClientOptions, Options};
 use crate::rng::Rng;
 
 /// The chance that a seed's options include each named world.
@@ -277,11 +277,7 @@ impl Options {
                 m.clock_back = 0.7;
                 m.clock_back_after = (ms(5), ms(500));
                 if s.reorder.max_held == 0 && r.chance(0.5) {
-                    s.reorder = ReorderConfig {
-                        max_held: r.range(2, 16) as usize,
-                        max_delay: Some(r.duration(ms(2), ms(30))),
-                    };
-                    n.reorder_jitter = r.duration(us(100), ms(3));
+                    reordering(s, n, r, ms(3));
                 }
             }
             WorldKind::Segments => {

@@ -36,17 +36,8 @@ pub(super) enum HttpItem {
         /// The run that read the status.
         began: u32,
     },
-    SnapshotAnswer {
-        request: SnapshotRequest,
-        status: Option<(u32, Status)>,
-        /// The master's position when the status was read.
-        status_pos: u64,
-        body: Vec<u8>,
-        pos: u64,
-        odd: bool,
-        /// The answer already waited for a stall (it waits for one at most).
-        stalled: bool,
-    },
+    /// The key list's answer, on its way to the session.
+    SnapshotAnswer(KeyListAnswer),
     SnapshotFailed {
         request: SnapshotRequest,
     },
@@ -80,6 +71,25 @@ pub(super) enum HttpItem {
         keys: Vec<String>,
         found: Vec<bool>,
     },
+}
+
+/// A key list's answer as the driver receives it.
+#[derive(Clone, Debug)]
+pub(super) struct KeyListAnswer {
+    /// The request it answers.
+    request: SnapshotRequest,
+    /// The status read, and the run that served it.
+    status: Option<(u32, Status)>,
+    /// The master's position when the status was read.
+    status_pos: u64,
+    /// The key list.
+    body: Vec<u8>,
+    /// The master's position the key list was served at.
+    pos: u64,
+    /// The key list holds foreign keys.
+    odd: bool,
+    /// The answer already waited for a stall (it waits for one at most).
+    stalled: bool,
 }
 
 impl HttpItem {
@@ -247,53 +257,36 @@ impl<S: System> World<S> {
                 }
                 let (lo, hi) = self.http_opts.body_time;
                 let at = now + lat + self.http_rng.duration(lo, hi);
-                self.http_at(
-                    at,
-                    HttpItem::SnapshotAnswer {
-                        request,
-                        status,
-                        status_pos,
-                        body,
-                        pos,
-                        odd,
-                        stalled: false,
-                    },
-                );
+                let answer = KeyListAnswer {
+                    request,
+                    status,
+                    status_pos,
+                    body,
+                    pos,
+                    odd,
+                    stalled: false,
+                };
+                self.http_at(at, HttpItem::SnapshotAnswer(answer));
             }
-            HttpItem::SnapshotAnswer {
-                request,
-                status,
-                status_pos,
-                body,
-                pos,
-                odd,
-                stalled,
-            } => {
-                let stall = if stalled || !self.may_stall() {
+            HttpItem::SnapshotAnswer(mut answer) => {
+                let stall = if answer.stalled || !self.may_stall() {
                     None
                 } else {
                     self.driver.draw_snapshot_stall()
                 };
                 if let Some(first) = stall {
                     // The answer arrived; the driver is starved before it applies it.
-                    let item = HttpItem::SnapshotAnswer {
-                        request,
-                        status,
-                        status_pos,
-                        body,
-                        pos,
-                        odd,
-                        stalled: true,
-                    };
-                    self.stall_for_snapshot(item, first);
+                    answer.stalled = true;
+                    self.stall_for_snapshot(HttpItem::SnapshotAnswer(answer), first);
                     return;
                 }
-                self.stats.odd_snapshots += u64::from(odd);
-                let lines: Vec<&[u8]> = hicache_index::snapshot_lines(&body).collect();
+                let (status, pos) = (answer.status, answer.pos);
+                self.stats.odd_snapshots += u64::from(answer.odd);
+                let lines: Vec<&[u8]> = hicache_index::snapshot_lines(&answer.body).collect();
                 let fx = self.sut.handle(
                     now,
                     Input::Snapshot {
-                        request,
+                        request: answer.request,
                         watermark: status.map(|(_, s)| crate::system::watermark_of(s)),
                         lines: &lines,
                     },
@@ -305,7 +298,7 @@ impl<S: System> World<S> {
                     _ => None,
                 });
                 match placed {
-                    Some(true) => self.p_loss = self.p_loss.max(status_pos),
+                    Some(true) => self.p_loss = self.p_loss.max(answer.status_pos),
                     Some(false) => self.baseline_pending = true,
                     None => {}
                 }

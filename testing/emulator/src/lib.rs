@@ -107,6 +107,15 @@ struct Inner {
     status_available: AtomicBool,
 }
 
+impl Inner {
+    /// Locks the master, poisoned or not.
+    fn master(&self) -> MutexGuard<'_, Master> {
+        self.master
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
 struct Master {
     ctx: zmq::Context,
     socket: zmq::Socket,
@@ -363,10 +372,7 @@ impl Emulator {
     }
 
     fn master(&self) -> MutexGuard<'_, Master> {
-        self.inner
-            .master
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.inner.master()
     }
 }
 
@@ -492,10 +498,7 @@ async fn all_keys(State(inner): Shared) -> Response {
     if let Some(r) = unavailable(&inner) {
         return r;
     }
-    let master = inner
-        .master
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let master = inner.master();
     let mut body = String::with_capacity(master.keys.len() * 80);
     for key in &master.keys {
         body.push_str(key);
@@ -514,10 +517,7 @@ async fn batch_query(State(inner): Shared, Query(q): Query<KeysQuery>) -> Respon
     if let Some(r) = unavailable(&inner) {
         return r;
     }
-    let master = inner
-        .master
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let master = inner.master();
     let data: serde_json::Map<String, serde_json::Value> = q
         .keys
         .split(',')
@@ -534,10 +534,7 @@ async fn status(State(inner): Shared) -> Response {
     if !inner.status_available.load(Ordering::Acquire) {
         return StatusCode::NOT_FOUND.into_response();
     }
-    let master = inner
-        .master
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let master = inner.master();
     Json(master.status).into_response()
 }
 

@@ -6,12 +6,12 @@ use hicache_index::{
     BackoffConfig, Config, EventKind, Health, ModelLayout, ResyncConfig, Seq, SessionStatus,
     Timestamp, VerifyConfig, WorkerInfo,
 };
-use hicache_index_driver::{SubscriberConfig, SNAPSHOT_CHUNK_LINES};
+use hicache_index_driver::{Control, QueryHandle, SubscriberConfig, SNAPSHOT_CHUNK_LINES};
 use hicache_index_wire::{encode_payload, MasterFlavor, OwnedBatch, OwnedEvent};
 
 use crate::{
-    clears, layout, object_keys, prefix, tokens, wait_subscribed, wait_until, EmulatorPeer, Peer,
-    Runtime, PATIENCE,
+    clears, layout, object_keys, page_hashes, prefix, tokens, wait_subscribed, wait_until,
+    EmulatorPeer, Peer, Runtime, PATIENCE,
 };
 
 /// A subscriber configuration for the scenarios: fast backoff, and resync over `http` if given.
@@ -44,6 +44,11 @@ pub fn config(endpoint: Option<String>, http: Option<String>) -> SubscriberConfi
     config
 }
 
+/// The scenarios' configuration for following `peer` (resyncing over its HTTP side if `http`).
+fn following<P: Peer>(peer: &P, http: bool) -> SubscriberConfig {
+    config(Some(peer.event_endpoint()), http.then(|| peer.http_base()))
+}
+
 /// A payload that would remove `keys` if it were applied.
 fn removal_payload(keys: &[String]) -> Vec<u8> {
     let batch = OwnedBatch {
@@ -58,15 +63,32 @@ fn removal_payload(keys: &[String]) -> Vec<u8> {
     encode_payload(&batch, MasterFlavor::Upstream)
 }
 
+/// Starts a subscriber with `cfg` and waits until its subscription reached `peer`.
+fn spawn_subscribed<R: Runtime, P: Peer>(
+    peer: &P,
+    cfg: SubscriberConfig,
+) -> (QueryHandle, Control, R::Running) {
+    let started = R::spawn(cfg);
+    wait_subscribed(peer, &started.0);
+    started
+}
+
+/// Stores every object of `tokens` at `peer` and waits until `q` reports all their pages (as
+/// `what`); returns the keys.
+fn store_until_hits<P: Peer>(peer: &P, q: &QueryHandle, what: &str, tokens: &[u32]) -> Vec<String> {
+    let keys = object_keys(tokens);
+    peer.store(&keys);
+    let pages = page_hashes(tokens).len();
+    wait_until(q, what, PATIENCE, || prefix(q, tokens) == pages);
+    keys
+}
+
 /// Objects stored appear as hits; a removed object ends the prefix at its page.
 pub fn live_ingest_and_removals_answer_correct_hits<R: Runtime, P: Peer>() {
     let peer = P::start();
-    let (q, _control, running) = R::spawn(config(Some(peer.event_endpoint()), None));
-    wait_subscribed(&peer, &q);
+    let (q, _control, running) = spawn_subscribed::<R, P>(&peer, following(&peer, false));
     let t = tokens(1, 3);
-    let keys = object_keys(&t);
-    peer.store(&keys);
-    wait_until(&q, "three pages", PATIENCE, || prefix(&q, &t) == 3);
+    let keys = store_until_hits(&peer, &q, "three pages", &t);
     assert_eq!(prefix(&q, &tokens(2, 3)), 0, "never stored");
     // The second page's `_1_v` object goes: only the first page is left whole.
     let gone = keys[4..8]
@@ -93,21 +115,16 @@ pub fn live_ingest_and_removals_answer_correct_hits<R: Runtime, P: Peer>() {
 /// follows the new stream from sequence 1.
 pub fn publisher_restart_forgets_lost_objects_and_follows_the_new_stream<R: Runtime, P: Peer>() {
     let peer = P::start();
-    let (q, _control, running) =
-        R::spawn(config(Some(peer.event_endpoint()), Some(peer.http_base())));
-    wait_subscribed(&peer, &q);
+    let (q, _control, running) = spawn_subscribed::<R, P>(&peer, following(&peer, true));
     let before = tokens(1, 2);
-    peer.store(&object_keys(&before));
-    wait_until(&q, "the first pages", PATIENCE, || prefix(&q, &before) == 2);
+    store_until_hits(&peer, &q, "the first pages", &before);
     peer.restart();
     wait_until(&q, "the lost pages to go", PATIENCE, || {
         prefix(&q, &before) == 0
     });
     wait_subscribed(&peer, &q);
     wait_until(&q, "live again", PATIENCE, || q.health() == Health::Live);
-    let after = tokens(2, 2);
-    peer.store(&object_keys(&after));
-    wait_until(&q, "the new pages", PATIENCE, || prefix(&q, &after) == 2);
+    store_until_hits(&peer, &q, "the new pages", &tokens(2, 2));
     assert_eq!(
         prefix(&q, &before),
         0,
@@ -123,7 +140,7 @@ pub fn subscriber_restart_bootstraps_objects_stored_while_away<R: Runtime, P: Pe
     let peer = P::start();
     let first = tokens(1, 2);
     peer.store(&object_keys(&first));
-    let cfg = || config(Some(peer.event_endpoint()), Some(peer.http_base()));
+    let cfg = || following(&peer, true);
     let (q, _control, running) = R::spawn(cfg());
     wait_until(&q, "the bootstrap", PATIENCE, || prefix(&q, &first) == 2);
     R::shutdown(running);
@@ -152,10 +169,7 @@ pub fn endpoint_change_follows_worker_metadata<R: Runtime, P: Peer>() {
     assert!(control.report_worker("worker-0", Some(advertise(one.event_endpoint()))));
     wait_subscribed(&one, &q);
     let a = tokens(1, 2);
-    one.store(&object_keys(&a));
-    wait_until(&q, "pages from the first master", PATIENCE, || {
-        prefix(&q, &a) == 2
-    });
+    store_until_hits(&one, &q, "pages from the first master", &a);
 
     assert!(control.report_worker("worker-0", Some(advertise(two.event_endpoint()))));
     wait_until(&q, "the change to clear", PATIENCE, || {
@@ -178,12 +192,9 @@ pub fn endpoint_change_follows_worker_metadata<R: Runtime, P: Peer>() {
 /// remove present objects with a sequence far ahead.
 pub fn stray_topic_on_the_same_endpoint_never_clears<R: Runtime, P: Peer>() {
     let peer = P::start();
-    let (q, _control, running) = R::spawn(config(Some(peer.event_endpoint()), None));
-    wait_subscribed(&peer, &q);
+    let (q, _control, running) = spawn_subscribed::<R, P>(&peer, following(&peer, false));
     let a = tokens(1, 2);
-    let keys = object_keys(&a);
-    peer.store(&keys);
-    wait_until(&q, "the pages", PATIENCE, || prefix(&q, &a) == 2);
+    let keys = store_until_hits(&peer, &q, "the pages", &a);
     for topic in [&b"kv-events"[..], b"\x00"] {
         peer.send_frames(&[
             topic.to_vec(),
@@ -193,9 +204,7 @@ pub fn stray_topic_on_the_same_endpoint_never_clears<R: Runtime, P: Peer>() {
     }
     wait_until(&q, "two strays", PATIENCE, || q.counters().stray_topic == 2);
     assert_eq!(prefix(&q, &a), 2, "a stray publisher removes nothing");
-    let b = tokens(2, 1);
-    peer.store(&object_keys(&b));
-    wait_until(&q, "the stream to go on", PATIENCE, || prefix(&q, &b) == 1);
+    store_until_hits(&peer, &q, "the stream to go on", &tokens(2, 1));
     let c = q.counters();
     assert_eq!((c.gaps, clears(&c), c.removed), (0, 0, 0), "{c:#?}");
     R::shutdown(running);
@@ -206,12 +215,9 @@ pub fn stray_topic_on_the_same_endpoint_never_clears<R: Runtime, P: Peer>() {
 /// payload cannot be decoded is loss: the index forgets, and the stream carries on.
 pub fn malformed_messages_are_counted_and_an_undecodable_batch_is_loss<R: Runtime, P: Peer>() {
     let peer = P::start();
-    let (q, _control, running) = R::spawn(config(Some(peer.event_endpoint()), None));
-    wait_subscribed(&peer, &q);
+    let (q, _control, running) = spawn_subscribed::<R, P>(&peer, following(&peer, false));
     let a = tokens(1, 2);
-    let keys = object_keys(&a);
-    peer.store(&keys);
-    wait_until(&q, "the pages", PATIENCE, || prefix(&q, &a) == 2);
+    let keys = store_until_hits(&peer, &q, "the pages", &a);
     let removal = removal_payload(&keys);
     peer.send_frames(&[vec![], vec![0, 0, 0, 0, 0, 0, 9], removal.clone()]);
     peer.send_frames(&[vec![], u64::MAX.to_be_bytes().to_vec(), vec![0xc1, 0x93]]);
@@ -226,9 +232,7 @@ pub fn malformed_messages_are_counted_and_an_undecodable_batch_is_loss<R: Runtim
         0,
         "what the undecodable batch changed is unknown"
     );
-    let b = tokens(2, 1);
-    peer.store(&object_keys(&b));
-    wait_until(&q, "the stream to go on", PATIENCE, || prefix(&q, &b) == 1);
+    store_until_hits(&peer, &q, "the stream to go on", &tokens(2, 1));
     let c = q.counters();
     assert_eq!(
         (c.gaps, clears(&c), c.clears_undecodable, c.removed),
@@ -245,14 +249,12 @@ pub fn gap_then_resync_recovers_objects_from_before_the_gap_and_the_start<R: Run
     let (before_start, before_gap, lost, after) =
         (tokens(1, 2), tokens(2, 2), tokens(3, 2), tokens(4, 2));
     peer.store(&object_keys(&before_start));
-    let (q, _control, running) =
-        R::spawn(config(Some(peer.event_endpoint()), Some(peer.http_base())));
+    let (q, _control, running) = R::spawn(following(&peer, true));
     wait_until(&q, "the bootstrap", PATIENCE, || {
         prefix(&q, &before_start) == 2
     });
     wait_subscribed(&peer, &q);
-    peer.store(&object_keys(&before_gap));
-    wait_until(&q, "live pages", PATIENCE, || prefix(&q, &before_gap) == 2);
+    store_until_hits(&peer, &q, "live pages", &before_gap);
     let started = q.counters().resyncs_completed;
     peer.store_unpublished(&object_keys(&lost));
     peer.store(&object_keys(&after));
@@ -275,18 +277,15 @@ pub fn gap_then_resync_recovers_objects_from_before_the_gap_and_the_start<R: Run
 /// An object removed without an event is found by verification over `/batch_query_keys`.
 pub fn silent_removal_is_found_by_verification<R: Runtime, P: Peer>() {
     let peer = P::start();
-    let mut cfg = config(Some(peer.event_endpoint()), Some(peer.http_base()));
+    let mut cfg = following(&peer, true);
     cfg.session.verify = Some(VerifyConfig {
         interval: Duration::from_millis(100),
         timeout: Duration::from_secs(2),
         ..VerifyConfig::default()
     });
-    let (q, _control, running) = R::spawn(cfg);
-    wait_subscribed(&peer, &q);
+    let (q, _control, running) = spawn_subscribed::<R, P>(&peer, cfg);
     let a = tokens(1, 2);
-    let keys = object_keys(&a);
-    peer.store(&keys);
-    wait_until(&q, "the pages", PATIENCE, || prefix(&q, &a) == 2);
+    let keys = store_until_hits(&peer, &q, "the pages", &a);
     peer.remove_silently(&keys[..1]);
     wait_until(&q, "verification to catch it", PATIENCE, || {
         prefix(&q, &a) == 0
@@ -298,12 +297,9 @@ pub fn silent_removal_is_found_by_verification<R: Runtime, P: Peer>() {
 /// Stopping ends the loop within 100 ms; the stopped index answers misses, untrusted.
 pub fn shutdown_stops_within_100ms_and_leaves_misses<R: Runtime, P: Peer>() {
     let peer = P::start();
-    let (q, control, running) =
-        R::spawn(config(Some(peer.event_endpoint()), Some(peer.http_base())));
-    wait_subscribed(&peer, &q);
+    let (q, control, running) = spawn_subscribed::<R, P>(&peer, following(&peer, true));
     let a = tokens(1, 2);
-    peer.store(&object_keys(&a));
-    wait_until(&q, "the pages", PATIENCE, || prefix(&q, &a) == 2);
+    store_until_hits(&peer, &q, "the pages", &a);
     let took = R::shutdown(running);
     assert!(took < Duration::from_millis(100), "shutdown took {took:?}");
     assert!(!q.is_running());
@@ -315,8 +311,7 @@ pub fn shutdown_stops_within_100ms_and_leaves_misses<R: Runtime, P: Peer>() {
 /// Dropping the task handle stops the loop within 100 ms too.
 pub fn dropping_the_task_stops_within_100ms<R: Runtime, P: Peer>() {
     let peer = P::start();
-    let (q, _control, mut running) = R::spawn(config(Some(peer.event_endpoint()), None));
-    wait_subscribed(&peer, &q);
+    let (q, _control, mut running) = spawn_subscribed::<R, P>(&peer, following(&peer, false));
     let start = Instant::now();
     R::drop_task(&mut running);
     wait_until(&q, "the loop to end", Duration::from_secs(1), || {
@@ -348,9 +343,7 @@ pub fn publisher_started_late_is_reached_by_retrying<R: Runtime, P: Peer>() {
     assert_eq!(q.health(), Health::Disconnected);
     let peer = P::start_on(port);
     wait_subscribed(&peer, &q);
-    let a = tokens(1, 2);
-    peer.store(&object_keys(&a));
-    wait_until(&q, "the pages", PATIENCE, || prefix(&q, &a) == 2);
+    store_until_hits(&peer, &q, "the pages", &tokens(1, 2));
     R::shutdown(running);
 }
 
@@ -358,13 +351,11 @@ pub fn publisher_started_late_is_reached_by_retrying<R: Runtime, P: Peer>() {
 /// subscriber forgets, reconnects and resynchronises.
 pub fn oversized_message_drops_the_connection_and_recovers<R: Runtime, P: Peer>() {
     let peer = P::start();
-    let mut cfg = config(Some(peer.event_endpoint()), Some(peer.http_base()));
+    let mut cfg = following(&peer, true);
     cfg.socket.max_message_bytes = 64 << 10;
-    let (q, _control, running) = R::spawn(cfg);
-    wait_subscribed(&peer, &q);
+    let (q, _control, running) = spawn_subscribed::<R, P>(&peer, cfg);
     let a = tokens(1, 2);
-    peer.store(&object_keys(&a));
-    wait_until(&q, "the pages", PATIENCE, || prefix(&q, &a) == 2);
+    store_until_hits(&peer, &q, "the pages", &a);
     let connects = q.counters().connects;
     peer.send_frames(&[vec![], 1u64.to_be_bytes().to_vec(), vec![0x90; 100 << 10]]);
     wait_until(&q, "a new connection", PATIENCE, || {
@@ -412,14 +403,13 @@ pub fn silent_tcp_peer_times_out_and_is_retried<R: Runtime>() {
 /// finished, and queries see the snapshot grow chunk by chunk instead of waiting for all of it.
 pub fn live_batches_are_applied_while_a_large_snapshot_is_handed_over<R: Runtime>() {
     let peer = EmulatorPeer::start();
-    let mut cfg = config(Some(peer.event_endpoint()), Some(peer.http_base()));
+    let mut cfg = following(&peer, true);
     if let Some(resync) = &mut cfg.session.resync {
         // Unoptimised builds take seconds for this key list.
         resync.fetch_timeout = Duration::from_secs(60);
     }
     cfg.http.request_timeout = Duration::from_secs(30);
-    let (q, _control, running) = R::spawn(cfg);
-    wait_subscribed(&peer, &q);
+    let (q, _control, running) = spawn_subscribed::<R, _>(&peer, cfg);
     wait_until(&q, "live", PATIENCE, || q.health() == Health::Live);
     // 100,000 objects stored with their events lost: the next batch shows a gap, and the
     // resync after it reads them all from the key list (in chunks of SNAPSHOT_CHUNK_LINES).

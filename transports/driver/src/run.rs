@@ -10,11 +10,13 @@
 use std::future::Future;
 
 use async_channel::{Receiver, RecvError};
+use tracing::Instrument;
 
 use crate::driver::{Action, Driver};
 use crate::handle::Inbox;
 use crate::observe::Observer;
 use crate::socket::Link;
+use crate::{prepare, Control, Error, Parts, QueryHandle, SubscriberConfig};
 
 /// What the loop needs from an async runtime.
 pub trait Runtime {
@@ -90,4 +92,28 @@ pub async fn run<R: Runtime>(mut driver: Driver<impl Observer>, inbox: Receiver<
             }
         }
     }
+}
+
+/// Prepares a subscriber from `config` (as [`crate::prepare`] does) and returns its query and
+/// control handles with its loop on `R`, in a `hicache_index_subscriber` span naming `runtime`:
+/// what a runtime's `spawn` hands to its executor.
+pub fn prepare_run<R: Runtime + 'static>(
+    config: SubscriberConfig,
+    runtime: &'static str,
+) -> Result<
+    (
+        QueryHandle,
+        Control,
+        impl Future<Output = ()> + Send + 'static,
+    ),
+    Error,
+> {
+    let Parts {
+        driver,
+        query,
+        control,
+        inbox,
+    } = prepare(config)?;
+    let span = tracing::info_span!("hicache_index_subscriber", runtime);
+    Ok((query, control, run::<R>(driver, inbox).instrument(span)))
 }

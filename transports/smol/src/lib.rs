@@ -32,12 +32,11 @@ use std::future::Future;
 use std::os::fd::{AsFd, BorrowedFd, RawFd};
 use std::sync::Arc;
 
-use hicache_index_driver::run::{run, Runtime};
+use hicache_index_driver::run::{prepare_run, Runtime};
 use hicache_index_driver::socket::Link;
-use hicache_index_driver::{prepare, Inbox, Parts};
+use hicache_index_driver::Inbox;
 use smol::future;
 use smol::{Async, Executor, Task, Timer};
-use tracing::Instrument;
 
 pub use hicache_index_driver::{
     Control, Error, HaLocator, HttpConfig, QueryHandle, SocketConfig, SubscriberConfig,
@@ -68,14 +67,8 @@ impl Subscriber {
         config: SubscriberConfig,
         spawn: impl FnOnce(BoxedLoop) -> Task<()>,
     ) -> Result<(QueryHandle, SubscriberTask), Error> {
-        let Parts {
-            driver,
-            query,
-            control,
-            inbox,
-        } = prepare(config)?;
-        let span = tracing::info_span!("hicache_index_subscriber", runtime = "smol");
-        let task = spawn(Box::pin(run::<Smol>(driver, inbox).instrument(span)));
+        let (query, control, run) = prepare_run::<Smol>(config, "smol")?;
+        let task = spawn(Box::pin(run));
         Ok((
             query,
             SubscriberTask {

@@ -35,12 +35,11 @@
 use std::future::Future;
 use std::os::fd::{AsRawFd, RawFd};
 
-use hicache_index_driver::run::{run, Runtime};
+use hicache_index_driver::run::{prepare_run, Runtime};
 use hicache_index_driver::socket::Link;
-use hicache_index_driver::{prepare, Inbox, Parts};
+use hicache_index_driver::Inbox;
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
-use tracing::Instrument;
 
 pub use hicache_index_driver::{
     Control, Error, HaLocator, HttpConfig, LockTimes, MemoStats, QueryHandle, SocketConfig,
@@ -60,14 +59,8 @@ impl Subscriber {
     /// # Panics
     /// Outside a tokio runtime, like `tokio::spawn`.
     pub fn spawn(config: SubscriberConfig) -> Result<(QueryHandle, SubscriberTask), Error> {
-        let Parts {
-            driver,
-            query,
-            control,
-            inbox,
-        } = prepare(config)?;
-        let span = tracing::info_span!("hicache_index_subscriber", runtime = "tokio");
-        let join = tokio::spawn(run::<Tokio>(driver, inbox).instrument(span));
+        let (query, control, run) = prepare_run::<Tokio>(config, "tokio")?;
+        let join = tokio::spawn(run);
         Ok((
             query,
             SubscriberTask {
