@@ -13,7 +13,9 @@ use std::alloc::{GlobalAlloc, Layout as AllocLayout, System};
 use std::sync::atomic::{AtomicIsize, AtomicUsize, Ordering};
 
 use hicache_index_sim::perf::{self, BenchArgs};
-use hicache_index_traces::{replay, Meter, Model, ReplayConfig, Trace, TraceName};
+use hicache_index_traces::{
+    replay, replay_concurrent, Meter, Model, ReplayConfig, Trace, TraceName,
+};
 
 /// The store's capacity: a quarter of each trace's distinct blocks.
 const CAPACITY: f64 = 0.25;
@@ -100,10 +102,36 @@ fn main() {
             for live in &LIVE {
                 live.store(0, Ordering::Relaxed);
             }
-            let replayed = replay(&trace, &ReplayConfig::new(model, CAPACITY), &Accounts);
-            println!("{replayed}\n");
+            let config = ReplayConfig::new(model, CAPACITY);
+            let replayed = replay(&trace, &config, &Accounts);
+            println!("{replayed}");
             wrong += replayed.wrong_answers();
-            results.push(replayed.to_json());
+            let beside = replay_concurrent(&trace, &config);
+            let q = |f: &hicache_index_traces::QueryFigures| {
+                format!(
+                    "{:.0}/s (p50 {:.1} µs, p99 {:.1} µs)",
+                    f.per_second(),
+                    f.p50_ns as f64 / 1e3,
+                    f.p99_ns as f64 / 1e3
+                )
+            };
+            println!(
+                "  one writer and one query thread (ours): writer {:.2} M events/s; by hashes {}; \
+                 by tokens {}; {} of {} queries answered Busy\n",
+                beside.events_per_second() / 1e6,
+                q(&beside.by_hashes),
+                q(&beside.by_tokens),
+                beside.busy,
+                beside.busy + beside.by_hashes.count + beside.by_tokens.count,
+            );
+            let mut json = replayed.to_json();
+            json["one_writer_one_query_thread"] = serde_json::json!({
+                "events_per_second": beside.events_per_second(),
+                "by_hashes": beside.by_hashes.to_json(),
+                "by_tokens": beside.by_tokens.to_json(),
+                "busy": beside.busy,
+            });
+            results.push(json);
         }
     }
     if wrong > 0 {

@@ -78,6 +78,11 @@ impl Ours {
         &self.session
     }
 
+    /// Returns the session's reader, to ask from another thread.
+    pub fn reader(&self) -> Arc<Reader> {
+        Arc::clone(&self.reader)
+    }
+
     /// Returns how many answers were given while the session was not live.
     pub fn not_live(&self) -> u64 {
         *self.not_live.borrow()

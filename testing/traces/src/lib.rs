@@ -13,10 +13,13 @@
 //!                                         +--> store: load, put --changes--> master --frames--> followers
 //! ```
 //!
+//! [`concurrent`] replays the same into ours alone while another thread queries it.
+//!
 //! The bench `cargo bench -p hicache-index-traces --bench replay` prints the figures
 //! ([`report`]); `-- --quick` (or `--test`) replays a slice of each trace.
 
 pub mod blocks;
+pub mod concurrent;
 pub mod followers;
 pub mod master;
 pub mod replay;
@@ -24,6 +27,7 @@ pub mod report;
 pub mod store;
 pub mod trace;
 
+pub use concurrent::{replay_concurrent, Concurrent};
 pub use replay::{replay, Meter, Model, NoMeter, ReplayConfig};
 pub use report::{FollowerFigures, QueryFigures, Replayed};
 pub use trace::{Trace, TraceName};

@@ -36,7 +36,8 @@ impl QueryFigures {
         per_second(self.count, self.total)
     }
 
-    fn to_json(&self) -> Value {
+    /// Returns the figures as JSON.
+    pub fn to_json(&self) -> Value {
         json!({
             "count": self.count,
             "seconds": self.total.as_secs_f64(),

@@ -62,3 +62,12 @@ fn both_traces_load_whole() {
     assert_eq!(synthetic.distinct_blocks(), 43_924);
     assert_eq!(conversation.span_ms(), 3_536_999);
 }
+
+#[test]
+fn the_two_thread_replay_applies_the_same_events() {
+    let trace = Trace::load(TraceName::Conversation).slice(40);
+    let config = ReplayConfig::new(Model::Mla, 0.25);
+    let alone = replay(&trace, &config, &NoMeter);
+    let beside = hicache_index_traces::replay_concurrent(&trace, &config);
+    assert_eq!(beside.events, alone.events());
+}
