@@ -6,7 +6,7 @@
 //! prefill; the master's events are encoded in Mooncake's format by the project's wire crate
 //! ([`master`]) and fed to a real session through `Session::handle`, to the reference and to a
 //! plain set of exact keys ([`followers`]); each request is first asked of each of them, by
-//! page hashes and by tokens, and every answer is checked against the store ([`replay`]).
+//! page hashes and by tokens, and every answer is checked against the store ([`mod@replay`]).
 //!
 //! ```text
 //! trace --blocks--> tokens, page hashes --+--> ask every follower --check--> store's truth
