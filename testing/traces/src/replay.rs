@@ -173,7 +173,15 @@ pub fn replay(trace: &Trace, config: &ReplayConfig, meter: &dyn Meter) -> Replay
         .map(Tally::new)
         .collect();
 
-    let mut out = Replayed::new(trace, config, &layout, distinct, capacity, capacity_pages);
+    let mut out = Replayed::new(
+        trace,
+        config.model.as_str(),
+        config.capacity,
+        &layout,
+        distinct,
+        capacity,
+        capacity_pages,
+    );
     let mut pages = RequestPages::default();
     let mut seen = vec![false; page_bound];
     let mut map: Vec<bool> = Vec::new();

@@ -6,7 +6,6 @@ use std::time::Duration;
 use hicache_index::Layout;
 use serde_json::{json, Value};
 
-use crate::replay::ReplayConfig;
 use crate::trace::Trace;
 
 /// One kind of query of one follower: how many, how long, how many answers were wrong.
@@ -147,10 +146,12 @@ pub struct Replayed {
 }
 
 impl Replayed {
-    /// Starts the figures of a replay.
+    /// Starts the figures of a replay of `trace` at `model` (its name) with a store of
+    /// `capacity_fraction` of the distinct blocks.
     pub fn new(
         trace: &Trace,
-        config: &ReplayConfig,
+        model: &'static str,
+        capacity_fraction: f64,
         layout: &Layout,
         distinct_blocks: usize,
         capacity_objects: usize,
@@ -158,9 +159,9 @@ impl Replayed {
     ) -> Replayed {
         Replayed {
             trace: trace.name.clone(),
-            model: config.model.as_str(),
+            model,
             objects_per_page: layout.object_count(),
-            capacity_fraction: config.capacity,
+            capacity_fraction,
             distinct_blocks,
             capacity_objects,
             capacity_pages,
