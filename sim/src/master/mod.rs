@@ -80,7 +80,7 @@ mod store;
 
 pub use history::{Change, MasterOutput, MasterStats, Record};
 pub use http::Served;
-pub use publisher::{Published, Status};
+pub use publisher::{MasterMeta, Published, Status};
 pub use segments::{ClientSignals, ClientStats};
 pub use store::{ObjId, ObjInfo, PageId, PageInfo, Request};
 

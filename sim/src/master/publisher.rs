@@ -5,8 +5,30 @@ use hicache_index::{EventKind, Instant, Medium, Seq, Timestamp};
 use super::{Change, Master, MasterOutput};
 use crate::encode::{encode_payload_into, MasterFlavor, OwnedEvent};
 use crate::models::TENANTS;
-use crate::network::MasterMeta;
 use crate::options::TWIN_FLUSH;
+
+/// A master message's identity and fate (a [`Published`] carries it as sent, and the network reports it).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct MasterMeta {
+    /// The message's number over the whole run (from 1, never restarting).
+    pub id: u64,
+    /// The master's restart count.
+    pub epoch: u32,
+    /// The sequence sent.
+    pub seq: u64,
+    /// History position of the first event.
+    pub first_pos: u64,
+    /// History position of the last event.
+    pub last_pos: u64,
+    /// The event id of its first event.
+    pub first_event_id: u64,
+    /// How many events it holds.
+    pub events: usize,
+    /// The message still decodes to the batch that was sent.
+    pub intact: bool,
+    /// A late copy: delivered long after the message, across reconnects and clears.
+    pub late: bool,
+}
 
 /// The batch timestamp's base: a Unix time in milliseconds (above `u32::MAX`, as on the wire).
 const EPOCH_MS: u64 = 1_764_000_000_000;

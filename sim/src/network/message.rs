@@ -3,6 +3,7 @@
 
 #[cfg(doc)]
 use super::Network;
+pub use crate::master::MasterMeta;
 
 /// What the receiver knows about where a message came from (never shown to the session).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -13,29 +14,6 @@ pub enum Origin {
     Stray,
     /// Messages with a wrong number of frames.
     Junk,
-}
-
-/// A master message's identity and fate (a [`crate::master::Published`] carries it as sent).
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub struct MasterMeta {
-    /// The message's number over the whole run (from 1, never restarting).
-    pub id: u64,
-    /// The master's restart count.
-    pub epoch: u32,
-    /// The sequence sent.
-    pub seq: u64,
-    /// History position of the first event.
-    pub first_pos: u64,
-    /// History position of the last event.
-    pub last_pos: u64,
-    /// The event id of its first event.
-    pub first_event_id: u64,
-    /// How many events it holds.
-    pub events: usize,
-    /// The message still decodes to the batch that was sent.
-    pub intact: bool,
-    /// A late copy: delivered long after the message, across reconnects and clears.
-    pub late: bool,
 }
 
 /// One multipart message in flight.
