@@ -14,6 +14,11 @@ use crate::signals::StoreSignals;
 /// again (it may be upgraded, or a failover may bring one that has them).
 const ABSENT_INTERVALS: u32 = 64;
 
+/// A failed read is tried again within this many watch intervals: a read of `/metrics` is
+/// cheap, and every interval more it waits is as much longer that a change the master already
+/// shows goes unseen (the watch's bound counts it).
+const FAILED_READ_INTERVALS: u32 = 2;
+
 /// The watch: the next read, the one in flight, what the last answer said, and the change
 /// waiting for a key list.
 #[derive(Debug)]
@@ -191,7 +196,7 @@ impl Session {
         let watch = &mut self.resync.watch;
         let delay = watch.failures.delay(&BackoffConfig {
             initial: interval,
-            max: interval.saturating_mul(super::resync::RETRY_BACKOFF_CAP),
+            max: interval.saturating_mul(FAILED_READ_INTERVALS),
             ..BackoffConfig::default()
         });
         watch.failures.attempts = watch.failures.attempts.saturating_add(1);

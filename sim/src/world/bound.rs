@@ -15,14 +15,14 @@
 //! 3. a CPU-starved driver may hold the read's answer, the key list's answer and the
 //!    snapshot's application for one stall each;
 //! 4. with restarts, a read that reaches a down master fails, and the reads back off from the
-//!    watch interval, doubling up to eight intervals (the core's retry cap): the downtime and
-//!    eight intervals cover it.
+//!    watch interval up to two intervals (the core's cap on a failed read's wait): the downtime
+//!    and two intervals cover it.
 //!
 //! **Where it is checked**: in runs whose session watches (resync on, the watch on), for an
 //! object the event history still holds (its claim is stale: only the watch can tell; an
 //! object an event removed is judged by the safety rule), when the master stopped listing it
-//! while the HTTP side neither failed nor hung: a failed or hung read backs off without a
-//! bound (each failure doubles the wait, and failures may follow each other), so in runs with
+//! while the HTTP side neither failed nor hung: failed or hung reads may follow each other
+//! without a bound (each waits up to two intervals, a hung one its timeout first), so in runs with
 //! HTTP faults the check covers only what went unlisted after the faults stopped (the quiet
 //! phase on). The final staleness check still holds every run to "none left at the end".
 
@@ -31,8 +31,9 @@ use hicache_index::StoreSignals;
 
 /// How long a slow HTTP answer is delayed (see [`World::http_fate`]).
 const SLOW_ANSWER: Duration = Duration::from_millis(400);
-/// The most watch intervals failed reads back off (the core's cap on retry backoff).
-const RETRY_BACKOFF_CAP: u32 = 8;
+/// The most watch intervals a failed read waits before the next (the core's
+/// `FAILED_READ_INTERVALS`, in `core/src/session/watch.rs`).
+const FAILED_READ_INTERVALS: u32 = 2;
 /// Rounding of times, and the session's timer granularity.
 const SLACK: Duration = Duration::from_millis(50);
 
@@ -60,7 +61,7 @@ impl<S: System> World<S> {
         let restarts =
             m.mix.restart > 0.0 || h.restart_after_keys > 0.0 || h.restart_after_status > 0.0;
         let restart = if restarts {
-            m.restart_downtime.1 + RETRY_BACKOFF_CAP * interval
+            m.restart_downtime.1 + FAILED_READ_INTERVALS * interval
         } else {
             Duration::ZERO
         };
