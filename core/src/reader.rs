@@ -286,7 +286,8 @@ impl Reader {
 
     /// Reports whether the index holds the object `key` of `tenant` (one physical key, on any
     /// medium; a suspect is not held): the object-level question the judges of tests and simulators
-    /// ask to compare the index with the master. Not counted as a query.
+    /// ask to compare the index with the master. Not counted as a query, and it changes nothing
+    /// (not which page is evicted next).
     pub fn holds_object(&self, tenant: &str, key: &str) -> bool {
         self.index.holds_object(tenant, key)
     }

@@ -36,8 +36,8 @@ pub trait System {
     fn status(&self, now: Instant) -> SessionStatus {
         self.session().status(now)
     }
-    /// Reports whether the index holds one object, when the system can tell (for failure
-    /// reports only; never used by a check).
+    /// Reports whether the index holds one object, when the system can tell (`None`: it
+    /// cannot, and the exact mode's object check skips it); it changes nothing in the index.
     fn holds_object(&self, tenant: &str, key: &str) -> Option<bool> {
         Some(self.session().reader().holds_object(tenant, key))
     }

@@ -131,7 +131,8 @@ impl Shared {
     }
 
     /// Reports whether the shared table holds the object `key` of `tenant` (on any medium):
-    /// [`Index::contains_key`] as a reader sees it. One read of the page's slot; a reader
+    /// [`Index::contains_key`] as a reader sees it. One read of the page's slot, which leaves
+    /// its reference bit alone (the eviction order is the queries' to set); a reader
     /// running beside the writer reads one state of that object, or `false` while a clear
     /// replaces the directory (a miss is safe).
     pub(crate) fn holds_object(&self, tenant: &str, key: &str) -> bool {
@@ -144,8 +145,7 @@ impl Shared {
         }) else {
             return false;
         };
-        let (present, _, _) = self.pages.probe_at(ns, &parsed.page_hash);
-        present & bit != 0
+        self.pages.peek(ns, &parsed.page_hash) & bit != 0
     }
 
     /// Resolves `layout` in `tenant`'s namespace, under the directory's read lock (dropped

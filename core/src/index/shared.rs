@@ -191,7 +191,13 @@ impl PageTable {
     /// read; `(0, 0, None)` when the table does not hold it, or when writes kept racing the
     /// read (a miss is safe).
     pub(crate) fn probe_at(&self, ns: u32, hash: &PageHash) -> (u128, u128, Option<SlotAt>) {
-        self.buckets.probe(&self.slots, ns, hash)
+        self.buckets.probe(&self.slots, ns, hash, true)
+    }
+
+    /// Returns a page's present objects as [`PageTable::probe_at`] reads them, without setting
+    /// its reference bit: a judge's look that must not change which page is evicted next.
+    pub(crate) fn peek(&self, ns: u32, hash: &PageHash) -> u128 {
+        self.buckets.probe(&self.slots, ns, hash, false).0
     }
 
     /// Reports whether slot `at.idx` still holds the version a query read there. Checked for

@@ -287,3 +287,47 @@ fn holds_object_agrees_with_the_writer() {
     agree(&index, &tenants);
     assert!(!reader.holds_object("default", &keys(&pages[0])[0]));
 }
+
+/// Asking whether an object is held leaves the eviction order alone: the CLOCK hand passes a
+/// page the judge looked at as if nobody had, while a page a query read is spared.
+#[test]
+fn holds_object_leaves_the_eviction_order_alone() {
+    let layout = layout(4, false);
+    let pages: Vec<PageHash> = (1u8..=3).map(|i| PageHash([i; 32])).collect();
+    // A full index of two pages: the third evicts one. `look` runs on the first in between.
+    let evicted_first = |look: &dyn Fn(&Reader, &PageHash)| -> bool {
+        let mut index = Index::new(IndexConfig {
+            max_pages: 2,
+            ..IndexConfig::default()
+        });
+        let reader = Reader::new(
+            index.shared(),
+            vec![ModelLayout {
+                model: None,
+                layout: layout.clone(),
+            }],
+        );
+        store(&mut index, &layout, &pages[0]);
+        store(&mut index, &layout, &pages[1]);
+        index.settle();
+        look(&reader, &pages[0]);
+        store(&mut index, &layout, &pages[2]);
+        index.settle();
+        let key: String = layout.object_keys(&pages[0]).next().expect("a key");
+        !index.contains_key("default", &key)
+    };
+    let nobody = evicted_first(&|_, _| {});
+    let queried = evicted_first(&|reader, page| {
+        let hits = reader
+            .query(&Lookup::page_hashes(core::slice::from_ref(page)))
+            .expect("answers");
+        assert_eq!(hits.prefix_pages, 1);
+    });
+    let judged = evicted_first(&|reader, page| {
+        let key: String = layout.object_keys(page).next().expect("a key");
+        assert!(reader.holds_object("default", &key));
+    });
+    assert!(nobody, "the hand takes the first page when nobody read it");
+    assert!(!queried, "a query's read spares it");
+    assert!(judged, "the judge's look does not");
+}

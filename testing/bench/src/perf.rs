@@ -81,13 +81,14 @@ pub fn write_result(name: &str, json: &str) {
 
 /// The median over slices of `busy[i] / alone[i]`: two phases' figures (a query's p99 while
 /// ingesting and alone, say) taken slice by slice, each pair in the same seconds of the
-/// machine; `None` without a slice whose `alone` is above zero.
-pub fn median_ratio(busy: &[u64], alone: &[u64]) -> Option<f64> {
+/// machine; a slice where either has no figure (`None`, or 0: no query) is left out; `None`
+/// without any slice left.
+pub fn median_ratio(busy: &[Option<u64>], alone: &[Option<u64>]) -> Option<f64> {
     let mut ratios: Vec<f64> = busy
         .iter()
         .zip(alone)
-        .filter(|(_, &a)| a > 0)
-        .map(|(&b, &a)| b as f64 / a as f64)
+        .filter_map(|(b, a)| Some((b.filter(|&b| b > 0)?, a.filter(|&a| a > 0)?)))
+        .map(|(b, a)| b as f64 / a as f64)
         .collect();
     ratios.sort_by(f64::total_cmp);
     let n = ratios.len();
@@ -121,8 +122,17 @@ mod tests {
 
     #[test]
     fn median_ratio_pairs_slices_and_takes_the_middle() {
-        assert_eq!(median_ratio(&[30, 10, 20], &[10, 10, 10]), Some(2.0));
-        assert_eq!(median_ratio(&[10, 40], &[10, 10]), Some(2.5));
-        assert_eq!(median_ratio(&[10, 40], &[0, 0]), None);
+        let s = |v: &[u64]| -> Vec<Option<u64>> { v.iter().map(|&n| Some(n)).collect() };
+        assert_eq!(
+            median_ratio(&s(&[30, 10, 20]), &s(&[10, 10, 10])),
+            Some(2.0)
+        );
+        assert_eq!(median_ratio(&s(&[10, 40]), &s(&[10, 10])), Some(2.5));
+        assert_eq!(median_ratio(&s(&[10, 40]), &s(&[0, 0])), None);
+        // A slice without a figure on either side leaves the others paired by position.
+        assert_eq!(
+            median_ratio(&[None, Some(30), Some(0)], &[Some(10), Some(10), Some(10)]),
+            Some(3.0)
+        );
     }
 }

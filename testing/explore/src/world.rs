@@ -225,7 +225,7 @@ impl World {
             );
         }
         if letter.is_fault() {
-            self.faults += 1;
+            self.faults = self.faults.saturating_add(1);
         }
         match letter {
             Letter::Toggle { page, fate } => self.toggle(usize::from(page), fate),

@@ -352,10 +352,10 @@ fn models_row() {
 /// The median over the interleaved slices of a query's p99 while ingesting against its p99
 /// alone (`None` from a bench that kept no slices).
 fn median_slice_ratio(r: &Value, side: &str, kind: &str) -> Option<f64> {
-    let slices = |when: &str| -> Vec<u64> {
+    let slices = |when: &str| -> Vec<Option<u64>> {
         r[format!("{side}_{kind}")][when]["slices_p99_ns"]
             .as_array()
-            .map(|a| a.iter().filter_map(Value::as_u64).collect())
+            .map(|a| a.iter().map(Value::as_u64).collect())
             .unwrap_or_default()
     };
     perf::median_ratio(&slices("ingesting"), &slices("alone"))
@@ -511,15 +511,18 @@ fn readside_rows() {
             String::new()
         };
         out!(
-            "| 7. ({side}) p99 of a 256-page hash query while the writer ingests batches every other of which removes ({} events/s; {} alone){fell_back} | {} (p50 {}) | | its p50 with no ingest: {} | {:.1}x that p50 | ≤ 2x: {}; ≤ 20 µs: {} |",
+            "| 7. ({side}) p99 of a 256-page hash query while the writer ingests batches every other of which removes ({} events/s; {} alone){fell_back} | {} (p50 {}) | | its p50 with no ingest: {} | {:.1}x that p50 | {} |",
             rate(num(&row["ingesting"]["events_per_s"])),
             rate(removing_rate),
             time(p99),
             time(num(&row["ingesting"]["p50_ns"])),
             time(p50),
             p99 / p50,
-            verdict(p99 <= 2.0 * p50),
-            verdict(p99 <= 20_000.0)
+            if side == "reader" {
+                format!("≤ 20 µs: {}", verdict(p99 <= 20_000.0))
+            } else {
+                "(no goal)".to_owned()
+            }
         );
     }
 }

@@ -348,16 +348,17 @@ struct Phase {
     cpu_p50_ns: Option<u64>,
     /// The p99 of the same.
     cpu_p99_ns: Option<u64>,
-    /// The query's p99 in each slice of an [`interleaved`] run, in order (empty otherwise):
-    /// the same slice of two phases ran in the same seconds of the machine.
-    slices_p99_ns: Vec<u64>,
+    /// The query's p99 in each slice of an [`interleaved`] run, in order (`None` for a slice
+    /// without a query; empty outside such a run): the same slice of two phases ran in the same
+    /// seconds of the machine, so the lists pair by position.
+    slices_p99_ns: Vec<Option<u64>>,
 }
 
 impl Phase {
     fn json(&self) -> String {
         let opt = |v: Option<String>| v.unwrap_or_else(|| "null".into());
         format!(
-            "{{\"events_per_s\":{},\"p50_ns\":{},\"p99_ns\":{},\"queries\":{},\"p99_undisturbed_ns\":{},\"switched\":{},\"cpu_p50_ns\":{},\"cpu_p99_ns\":{},\"slices_p99_ns\":{:?}}}",
+            "{{\"events_per_s\":{},\"p50_ns\":{},\"p99_ns\":{},\"queries\":{},\"p99_undisturbed_ns\":{},\"switched\":{},\"cpu_p50_ns\":{},\"cpu_p99_ns\":{},\"slices_p99_ns\":[{}]}}",
             opt(self.events_per_s.map(|r| format!("{r:.0}"))),
             opt(self.p50_ns.map(|n| n.to_string())),
             opt(self.p99_ns.map(|n| n.to_string())),
@@ -367,6 +368,10 @@ impl Phase {
             opt(self.cpu_p50_ns.map(|n| n.to_string())),
             opt(self.cpu_p99_ns.map(|n| n.to_string())),
             self.slices_p99_ns
+                .iter()
+                .map(|p| opt(p.map(|n| n.to_string())))
+                .collect::<Vec<_>>()
+                .join(",")
         )
     }
 }
@@ -471,11 +476,11 @@ fn interleaved<const N: usize>(
     count_switches: bool,
 ) -> [Phase; N] {
     let mut raw: [Raw; N] = core::array::from_fn(|_| Raw::default());
-    let mut slices: [Vec<u64>; N] = core::array::from_fn(|_| Vec::new());
+    let mut slices: [Vec<Option<u64>>; N] = core::array::from_fn(|_| Vec::new());
     for _ in 0..SLICES {
         for ((sum, p99s), &(ingest, query)) in raw.iter_mut().zip(&mut slices).zip(&runs) {
             let slice = run(fx, writer, ingest, query, length / SLICES, count_switches);
-            p99s.extend(slice.phase().p99_ns);
+            p99s.push(slice.phase().p99_ns);
             sum.add(slice);
         }
     }

@@ -99,6 +99,7 @@ impl Buckets {
         slots: &Slots,
         ns: u32,
         hash: &PageHash,
+        touch: bool,
     ) -> (u128, u128, Option<SlotAt>) {
         let h = self.table_hash(ns, hash);
         let words = hash_words(hash);
@@ -111,7 +112,7 @@ impl Buckets {
             }
             if self.tag_of(bucket) == tag {
                 let idx = (bucket & mask) as usize - 1;
-                match slots.read(idx, ns, &words) {
+                match slots.read(idx, ns, &words, touch) {
                     SlotRead::Page(present, cpu, version) => {
                         return (present, cpu, Some(SlotAt::new(idx, version)));
                     }

@@ -259,9 +259,10 @@ impl Slots {
     // ---- The reader's side.
 
     /// Reads slot `idx` for the page `(ns, words)` under its version (see the module docs),
-    /// and sets its reference bit when it holds the page.
+    /// and, with `touch`, sets its reference bit when it holds the page (a query's read; a
+    /// judge's read leaves the eviction order alone).
     #[inline]
-    pub(super) fn read(&self, idx: usize, ns: u32, words: &[u32; 8]) -> SlotRead {
+    pub(super) fn read(&self, idx: usize, ns: u32, words: &[u32; 8], touch: bool) -> SlotRead {
         let Some((chunk, slot)) = self.slot(idx) else {
             return SlotRead::Other;
         };
@@ -281,7 +282,7 @@ impl Slots {
                 return SlotRead::Other;
             }
             let present = cpu | disk;
-            if present != 0 {
+            if touch && present != 0 {
                 let (word, bit) = chunk.reference_bit(idx);
                 if word.load(Ordering::Relaxed) & bit == 0 {
                     word.fetch_or(bit, Ordering::Relaxed);
