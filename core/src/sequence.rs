@@ -87,7 +87,10 @@
 //!   batch for the check interval reads the master's status again: at the position it
 //!   confirms it; ahead of it (a later sequence, event ids no earlier), it forgets unless a
 //!   batch arrives within another interval (a tail lost after the last batch); anything else is
-//!   another run's (R5): forget. An answer asked before the last batch arrived is ignored.
+//!   another run's (R5): forget. So too while queries miss until the stream continues its
+//!   position (R3), where a status at the position forgets at once: the batch that would have
+//!   continued it was lost, and none will come while the master is quiet. An answer asked
+//!   before the last batch arrived is ignored.
 //!
 //! The stream never applies a batch after a later one of the same run.
 

@@ -4,7 +4,8 @@
 
 use hicache_index::{
     Command, Config, Effect, Effects, EventKind, Instant, Layout, Lookup, ModelLayout, Namespace,
-    PageHash, Report, ResyncConfig, Seq, Session, SglangParams, Timestamp, Watermark,
+    PageHash, Report, ResyncConfig, Seq, Session, SglangParams, Timestamp, VerifyRequest,
+    Watermark,
 };
 use hicache_index_shortcuts::{Shortcuts, Untimed};
 use hicache_index_sim::encode::{encode_message, MasterFlavor, OwnedBatch, OwnedEvent};
@@ -731,16 +732,20 @@ fn a_batch_from_before_an_unreadable_one_never_begins_a_stream() {
 
 /// Answers the point check among `fx` (R3): the master holds every key asked.
 fn answer_point_check(session: &mut Session, fx: &Effects, now: Instant) {
-    let (request, keys) = fx
-        .iter()
+    let (_, keys) = point_check(fx);
+    let _ = answer_point_check_holding(session, fx, now, &keys);
+}
+
+/// The point check among `fx`: its request and the keys it asks about.
+fn point_check(fx: &Effects) -> (VerifyRequest, Vec<String>) {
+    fx.iter()
         .find_map(|e| match e {
             Effect::Command(Command::VerifyKeys { request, keys }) => {
                 Some((*request, keys.clone()))
             }
             _ => None,
         })
-        .expect("a point check");
-    let _ = session.handle_verify_result(now, request, keys.iter().map(|k| (k.as_str(), true)));
+        .expect("a point check")
 }
 
 /// An unreadable batch that arrives first (after a connect, say) fences the sequences before
@@ -1177,11 +1182,16 @@ fn a_batch_fenced_after_a_reset_is_fetched_again_not_skipped() {
     master.extend(ka.iter().cloned());
     let _ = feed(&mut session, now, &stores(5, 1_005, 9, &ka));
     assert_eq!(session.health(), hicache_index::Health::Recovering);
-    let deadline = session
-        .poll_timeout()
-        .expect("the point must be continued in time");
-    let asked = fetches(&session.handle_timeout(deadline));
-    assert!(!asked.is_empty(), "a point not continued fetches again");
+    // The quiet stream's status checks (R11) go unanswered: the point's own deadline fetches.
+    let limit = now + std::time::Duration::from_secs(11);
+    let mut asked = Vec::new();
+    while asked.is_empty() {
+        let due = session
+            .poll_timeout()
+            .expect("the point must be continued in time");
+        assert!(due <= limit, "a point not continued fetches again");
+        asked = fetches(&session.handle_timeout(due));
+    }
     for request in asked {
         let _ = session.handle_snapshot(
             now,
@@ -1331,4 +1341,103 @@ fn forgetting_during_a_fetch_asks_for_one_fetch_at_a_time() {
     );
     assert_eq!(session.health(), hicache_index::Health::Live);
     assert_eq!(hit_pages(&session, &a_tokens), 1);
+}
+
+/// Answers the point check among `fx` as a master holding exactly `held`; returns its effects.
+fn answer_point_check_holding(
+    session: &mut Session,
+    fx: &Effects,
+    now: Instant,
+    held: &[String],
+) -> Effects {
+    let (request, keys) = point_check(fx);
+    session.handle_verify_result(
+        now,
+        request,
+        keys.iter().map(|k| (k.as_str(), held.contains(k))),
+    )
+}
+
+/// Found by the exhaustive checker (`EXPLORE_DEEP_DEPTH=8`, status counters on, one fault): the
+/// key list of run 1 (holding A) is handed over in chunks; between its status point and its
+/// lines the master restarts unseen, and run 2's first batch (storing B, as many events as run
+/// 1's) arrives: it ends at the point's event id, so it proves the point by numbers, and the
+/// point check asked then sampled an index still empty (its lines had not come): nothing to
+/// check. The lines then brought A back, with health live. The check now waits for the whole
+/// list.
+#[test]
+fn a_point_proven_while_the_key_list_is_handed_over_is_checked_against_the_whole_list() {
+    let mut session = Session::new(config(true)).expect("a valid config");
+    let fx = connect(&mut session);
+    let request = fetches(&fx)[0];
+    let (a_tokens, a) = page(1);
+    let (b_tokens, b) = page(200);
+    let (ka, kb) = (keys(&a), keys(&b));
+    let n = ka.len() as u64;
+    let now = Instant::from_millis(5);
+    let point = Watermark {
+        seq: Seq(1),
+        events: Some(n),
+    };
+    let _ = session.handle(
+        now,
+        hicache_index::Input::SnapshotBegin {
+            request,
+            watermark: Some(point),
+        },
+    );
+    let _ = feed(&mut session, now, &stores(1, 1_001, 1, &kb));
+    let lines: Vec<&[u8]> = ka.iter().map(|k| k.as_bytes()).collect();
+    let _ = session.handle(
+        now,
+        hicache_index::Input::SnapshotLines {
+            request,
+            lines: &lines,
+        },
+    );
+    let fx = session.handle(now, hicache_index::Input::SnapshotEnd { request });
+    assert_eq!(hit_pages(&session, &a_tokens), 0, "checked first");
+    let _ = answer_point_check_holding(&mut session, &fx, now, &kb);
+    assert_eq!(hit_pages(&session, &a_tokens), 0, "the master lacks A");
+    assert_eq!(
+        hit_pages(&session, &b_tokens),
+        0,
+        "B came in a skipped batch"
+    );
+    assert_ne!(session.status(now).health, hicache_index::Health::Live);
+}
+
+/// Found by the exhaustive checker (`EXPLORE_DEEP_DEPTH=8`, status counters on, one fault): a
+/// key list read at run 1's status point (2 batches, holding nothing) placed the stream; then
+/// the master restarted unseen, and run 2's batches 1 and 2, of run 1's sizes, stored A and B.
+/// Numbered at or before the point, both were skipped (the key list holds what they did), and
+/// the second, ending at the point's event id, proved the point by numbers; the point check
+/// sampled what the index claims, nothing, and passed. The index stayed live and never claimed
+/// A or B, which the master held. The check now asks about what the skipped batches stored
+/// too: held at the master and absent from the index, the key list was another run's.
+#[test]
+fn a_restart_whose_batches_prove_the_point_is_told_by_what_they_stored() {
+    let mut session = Session::new(config(true)).expect("a valid config");
+    let fx = connect(&mut session);
+    let (a_tokens, a) = page(1);
+    let (b_tokens, b) = page(200);
+    let (ka, kb) = (keys(&a), keys(&b));
+    let n = ka.len() as u64;
+    let now = Instant::from_millis(5);
+    let point = Watermark {
+        seq: Seq(2),
+        events: Some(2 * n),
+    };
+    answer_fetches(&mut session, &fx, now, Some(point), &[]);
+    let _ = feed(&mut session, now, &stores(1, 1_001, 1, &ka));
+    let fx = feed(&mut session, now, &stores(2, 1_002, n + 1, &kb));
+    let master: Vec<String> = ka.iter().chain(&kb).cloned().collect();
+    let fx = answer_point_check_holding(&mut session, &fx, now, &master);
+    assert!(
+        !fetches(&fx).is_empty(),
+        "the key list was another run's: fetch again"
+    );
+    answer_fetches(&mut session, &fx, now, Some(point), &master);
+    assert_eq!(hit_pages(&session, &a_tokens), 1);
+    assert_eq!(hit_pages(&session, &b_tokens), 1);
 }

@@ -56,20 +56,17 @@ impl StatusCheck {
         self.state = State::Quiet { since: now };
     }
 
-    /// Reports whether checks can run at `position` (`unproven`: queries miss there already).
-    fn armed(&self, position: Position, unproven: bool) -> bool {
+    /// Reports whether checks can run at `position`.
+    fn armed(&self, position: Position) -> bool {
         self.every.is_some()
             && self.tells
-            && !unproven
             && matches!(position, Position::Batch(_) | Position::Status { .. })
     }
 
     /// Returns when the next status must be asked for, if a check is to be asked.
-    pub(super) fn due(&self, position: Position, unproven: bool) -> Option<Instant> {
+    pub(super) fn due(&self, position: Position) -> Option<Instant> {
         match (self.state, self.every) {
-            (State::Quiet { since }, Some(every)) if self.armed(position, unproven) => {
-                Some(since + every)
-            }
+            (State::Quiet { since }, Some(every)) if self.armed(position) => Some(since + every),
             _ => None,
         }
     }
@@ -83,7 +80,9 @@ impl StatusCheck {
     }
 
     /// Rules on the status `status` (`None`: not told) answering `request` at `now`: a forget,
-    /// or `None` (the same point, an answer not awaited, or not told).
+    /// or `None` (the same point, an answer not awaited, or not told). `unproven`: the stream
+    /// waits for a batch to continue its position (R3), which the same point shows will not
+    /// come.
     pub(super) fn answered(
         &mut self,
         now: Instant,
@@ -96,10 +95,13 @@ impl StatusCheck {
             return None; // a batch arrived since it was asked, or another was asked
         }
         self.state = State::Quiet { since: now };
-        if !self.armed(position, unproven) {
+        if !self.armed(position) {
             return None;
         }
         match position.against(status?)? {
+            // Nothing was published after the position the stream waits to see continued:
+            // its batch was lost, and nothing will continue it while the master stays quiet.
+            Versus::Same if unproven => Some(forget(Why::Unproven, position)),
             Versus::Same => None,
             Versus::Ahead => {
                 let every = self.every.expect("armed");

@@ -186,3 +186,77 @@ fn r11_a_stream_placed_without_a_status_is_never_checked() {
     assert_eq!(s.place(ms(1), None), Placed::LastHeard);
     assert_eq!(s.status_due(), None);
 }
+
+/// A resyncing stream placed at the status point (seq 4, events 10) at 0 ms, where batch 3
+/// (events 9) arrives at 10 ms: queries miss until the stream continues the point (R3), for
+/// up to a point timeout of 10 s.
+fn unproven() -> Stream<u64> {
+    let mut s = Stream::new(StreamConfig {
+        reorder: ReorderConfig::default(),
+        resync: Some(HoldBounds {
+            batches: 8,
+            bytes: 1 << 20,
+            point_timeout: Duration::from_secs(10),
+            status_check: Some(EVERY),
+        }),
+    });
+    s.fetch_asked();
+    assert_eq!(s.place(ms(0), Some(point(4, 10))), Placed::AtPoint);
+    assert_eq!(
+        s.offer(ms(10), mark(3, 9, 9), 1, || 3),
+        Ruling::Skip(Skip::BeforePoint)
+    );
+    assert!(s.is_unproven());
+    s
+}
+
+#[test]
+fn r11_a_quiet_stream_waiting_for_its_point_forgets_when_the_status_is_at_the_point() {
+    // The master's queue dropped batch 4 and nothing came after it (the real master at the end
+    // of a burst): waiting out the point timeout would leave the index missing for 10 s.
+    let mut s = unproven();
+    let (at, ruling) = check(&mut s, 1, point(4, 10));
+    assert_eq!(at, ms(10) + EVERY);
+    assert_eq!(
+        ruling,
+        Some(Ruling::Forget(Forgot {
+            why: Why::Unproven,
+            apply: false,
+            position: Some(Seq(4)),
+        }))
+    );
+    assert!(s.is_unplaced() && !s.is_unproven());
+}
+
+#[test]
+fn r11_a_quiet_stream_waiting_for_its_point_waits_an_interval_for_a_status_ahead() {
+    let mut s = unproven();
+    let (at, ruling) = check(&mut s, 1, point(6, 13));
+    assert_eq!(ruling, None, "batches 4 to 6 may be on their way");
+    let lost = Why::TailLost {
+        expected: Seq(5),
+        status: Seq(6),
+    };
+    assert_eq!(
+        s.handle_timeout(at + EVERY),
+        Some(Ruling::Forget(Forgot {
+            why: lost,
+            apply: false,
+            position: Some(Seq(4)),
+        }))
+    );
+}
+
+#[test]
+fn r11_a_stream_waiting_for_its_point_that_continues_it_is_proven_after_a_status_ahead() {
+    let mut s = unproven();
+    let (at, _) = check(&mut s, 1, point(5, 11));
+    let arrived = at + Duration::from_millis(300);
+    assert_eq!(
+        s.offer(arrived, mark(4, 10, 10), 1, || 4),
+        Ruling::Skip(Skip::BeforePoint)
+    );
+    assert!(!s.is_unproven());
+    assert_eq!(s.offer(arrived, mark(5, 11, 11), 1, || 5), Ruling::Apply);
+    assert_eq!(s.handle_timeout(at + EVERY), None);
+}

@@ -56,7 +56,9 @@ pub enum Why {
     OtherRun,
     /// The batch could not be decoded, at its place (R8).
     Undecodable,
-    /// The stream did not continue the status point within the fetch timeout (R3).
+    /// The stream did not continue the status point within the fetch timeout (R3), or the
+    /// master's status, read while the stream was quiet, showed nothing after the position it
+    /// waited to see continued (R11).
     Unproven,
     /// The batches held for the status point outgrew the resync's buffer: the point could no
     /// longer place all of them.

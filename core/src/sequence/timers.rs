@@ -54,7 +54,7 @@ impl<T> Stream<T> {
     /// a check is to be asked: the stream stands placed by a status point, and nothing arrived
     /// for the check interval.
     pub fn status_due(&self) -> Option<Instant> {
-        self.check.due(self.position, self.is_unproven())
+        self.check.due(self.position)
     }
 
     /// The master's status was asked for by `request` at `now` (R11).

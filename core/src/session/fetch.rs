@@ -74,6 +74,18 @@ pub(super) enum ResyncDue {
 }
 
 impl ResyncState {
+    /// Reports whether a key list is being fetched or handed over to place the stream (not
+    /// to reconcile a placed one).
+    pub(super) fn is_fetching(&self) -> bool {
+        matches!(
+            self,
+            ResyncState::Fetching {
+                reconcile: None,
+                ..
+            }
+        )
+    }
+
     /// A fetch asked for at `now` (`reconcile`: the stream stays placed and the index keeps
     /// answering); `confirms`: what the completed fetch confirms.
     pub(super) fn fetching(

@@ -193,6 +193,7 @@ impl Session {
             Placed::AtPoint | Placed::LastHeard => {
                 self.resync.unanchored.attempts = 0;
                 self.counters.placements += 1;
+                self.note_placed();
                 fx.push(Report::Placed {
                     at: watermark.map(|w| w.seq),
                 });
@@ -403,6 +404,11 @@ impl Session {
         });
         self.emit_deltas(fx);
         self.schedule_verify(now);
+        // A point proven by numbers while the key list was handed over is checked now, against
+        // the whole list (R3).
+        if self.stream.take_proved_after_doubt() {
+            self.check_point(now, fx);
+        }
         self.update_health(fx);
     }
 

@@ -86,7 +86,9 @@ impl Session {
         let batch = decoded.as_ref().ok().map(|b| (b, frames[2].len(), now));
         self.act(now, Some(&mark), batch, ruling, &mut fx);
         self.release_held(now, &mut fx);
-        if self.stream.take_proved_after_doubt() {
+        // While the key list is handed over the index is not yet what the point check asks
+        // about: the check waits for the resync to complete (R3).
+        if !self.resync.state.is_fetching() && self.stream.take_proved_after_doubt() {
             self.check_point(now, &mut fx);
         }
         self.update_health(&mut fx);
@@ -115,6 +117,9 @@ impl Session {
                     Skip::BeforePoint => &mut self.counters.before_point,
                     Skip::Unplaced => &mut self.counters.unplaced_dropped,
                 } += 1;
+                if let (Skip::BeforePoint, Some((batch, _, _))) = (why, batch) {
+                    self.note_skipped(batch);
+                }
                 if let Some(seq) = seq {
                     fx.push(Report::Skipped { seq, why });
                 }

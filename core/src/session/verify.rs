@@ -26,6 +26,22 @@ pub(super) struct Verify {
     /// The check of a status point proven after doubt under way (R3): its request, and when
     /// it is given up unanswered (the round timeout: a check that never returns fails).
     pub(super) point_check: Option<(VerifyRequest, Instant)>,
+    /// What the batches skipped before the status point stored since it placed the stream.
+    pub(super) skipped: Skipped,
+    /// The keys of [`Verify::skipped`] the point check under way asks about: one the master
+    /// holds that the index lacks shows the key list is not of the stream's run.
+    point_stores: Vec<String>,
+}
+
+/// What the batches skipped before a status point stored (R3): the key list, read after the
+/// point, must hold it where the master still does, unless it is of another run.
+#[derive(Debug, Default)]
+pub(super) struct Skipped {
+    /// Keys of the default tenant that the skipped batches stored, up to a sample.
+    stores: Vec<String>,
+    /// The index's evictions and untracked objects when the point placed the stream: one more
+    /// since lets the index lack a key rightly.
+    lossy_at: u64,
 }
 
 /// A verification sweep in progress (see `Sampled` in the index).
@@ -61,6 +77,8 @@ impl Verify {
             escalated_at: None,
             held: false,
             point_check: None,
+            skipped: Skipped::default(),
+            point_stores: Vec::new(),
         }
     }
 
@@ -278,12 +296,21 @@ impl Session {
     /// list, or after both, that no transport saw). Asks the master (`/batch_query_keys`, which
     /// resync needs anyway, verification rounds on or off) whether it holds a sample of what the
     /// index claims; queries miss until it answers.
+    /// The keys the skipped batches stored are asked about too: the index claiming nothing
+    /// (a key list of another run, empty) proves nothing.
     pub(super) fn check_point(&mut self, now: Instant, fx: &mut Effects) {
         let sample = self.config.verify.unwrap_or_default().sample;
         let mut keys = Vec::new();
         let _ = self.index.sample_keys(DEFAULT_TENANT, sample, &mut keys);
+        let index = &self.index;
+        let stores: Vec<String> = core::mem::take(&mut self.verify.skipped.stores)
+            .into_iter()
+            .filter(|key| !index.contains_key(DEFAULT_TENANT, key))
+            .collect();
+        keys.extend(stores.iter().cloned());
+        self.verify.point_stores = stores;
         if keys.is_empty() {
-            return; // nothing claimed: nothing to check
+            return; // nothing claimed or stored: nothing to check
         }
         // The sample moved the sweep's place outside a round: the sweep confirms nothing.
         self.verify.sweep = None;
@@ -302,7 +329,9 @@ impl Session {
     }
 
     /// The master's answer to a point check: a key the index claims (and no event changed
-    /// since) absent at the master shows the key list was not the master's state: forget.
+    /// since) absent at the master, or one a skipped batch stored that the master holds and
+    /// the index lacks (and lost nothing to its bounds since the placement), shows the key list
+    /// was not the stream's run's: forget.
     fn point_checked<'k>(
         &mut self,
         now: Instant,
@@ -310,11 +339,15 @@ impl Session {
     ) -> Effects {
         let mut fx = Effects::new();
         self.verify.point_check = None;
+        let stores = core::mem::take(&mut self.verify.point_stores);
         let index = &self.index;
-        let absent = results
-            .into_iter()
-            .any(|(key, present)| !present && index.contains_key(DEFAULT_TENANT, key));
-        if absent {
+        let lossless = lossy(index) == self.verify.skipped.lossy_at;
+        let contradicted = results.into_iter().any(|(key, present)| {
+            let claimed = index.contains_key(DEFAULT_TENANT, key);
+            (!present && claimed)
+                || (present && !claimed && lossless && stores.iter().any(|s| s == key))
+        });
+        if contradicted {
             self.counters.point_checks_failed += 1;
             self.forget(now, ClearReason::Restart, &mut fx);
         }
@@ -420,4 +453,40 @@ impl Session {
             other_tenants: round.other_tenants,
         });
     }
+}
+
+impl Session {
+    /// The stream was placed at a status point: what batches skipped before it store is noted
+    /// from now on (R3).
+    pub(super) fn note_placed(&mut self) {
+        self.verify.skipped = Skipped {
+            stores: Vec::new(),
+            lossy_at: lossy(&self.index),
+        };
+    }
+
+    /// Notes what the batch `batch`, skipped before the status point (R3), stored, up to a
+    /// sample: the point check asks the master about it.
+    pub(super) fn note_skipped(&mut self, batch: &Batch<'_>) {
+        let sample = self.config.verify.unwrap_or_default().sample;
+        let stores = &mut self.verify.skipped.stores;
+        for event in &batch.events {
+            if stores.len() >= sample {
+                return;
+            }
+            if let (EventKind::Stored, Some(key)) = (event.kind, event.object_key) {
+                if event.tenant_id.unwrap_or(DEFAULT_TENANT) == DEFAULT_TENANT
+                    && parse_object_key(key).is_some()
+                {
+                    stores.push(key.into());
+                }
+            }
+        }
+    }
+}
+
+/// What the index lost to its bounds so far: evictions and untracked objects.
+fn lossy(index: &Index) -> u64 {
+    let c = index.counters();
+    c.evictions + c.untracked_objects
 }

@@ -102,7 +102,7 @@ impl<S: System> World<S> {
     }
 
     /// Reports whether a watching session has not yet been answered the master's signals as
-    /// they stand (its reads may back off for up to eight intervals after failures): settling
+    /// they stand (its reads may back off for up to two intervals after failures): settling
     /// waits for that answer, and then for the reconcile it asks for.
     pub(super) fn signals_unread(&self) -> bool {
         self.watch_bound().is_some() && self.signals_answered != Some(self.master_signals())

@@ -251,7 +251,7 @@ impl<S: System> World<S> {
                 // A reconcile asked for by the master's signals (its silent removals) is under
                 // way: settled once it is applied.
                 // So is a read of the signals as they stand: after failed reads the watch
-                // backs off for up to eight intervals.
+                // backs off for up to two intervals.
                 let reconciling = self.sut.status(self.now).health == Health::Reconciling
                     || self.signals_unread();
                 let busy = self.master.queued() > 0
