@@ -1343,6 +1343,21 @@ fn forgetting_during_a_fetch_asks_for_one_fetch_at_a_time() {
     assert_eq!(hit_pages(&session, &a_tokens), 1);
 }
 
+/// A page's tokens and its object keys.
+type TokensAndKeys = (Vec<u32>, Vec<String>);
+
+/// A resyncing session just connected (its effects: the fetch at connect), and two pages, A
+/// and B: each one's tokens and object keys.
+fn connected_with_two_pages() -> (Session, Effects, [TokensAndKeys; 2]) {
+    let mut session = Session::new(config(true)).expect("a valid config");
+    let fx = connect(&mut session);
+    let pages = [1, 200].map(|first| {
+        let (tokens, hash) = page(first);
+        (tokens, keys(&hash))
+    });
+    (session, fx, pages)
+}
+
 /// Answers the point check among `fx` as a master holding exactly `held`; returns its effects.
 fn answer_point_check_holding(
     session: &mut Session,
@@ -1367,12 +1382,8 @@ fn answer_point_check_holding(
 /// list.
 #[test]
 fn a_point_proven_while_the_key_list_is_handed_over_is_checked_against_the_whole_list() {
-    let mut session = Session::new(config(true)).expect("a valid config");
-    let fx = connect(&mut session);
+    let (mut session, fx, [(a_tokens, ka), (b_tokens, kb)]) = connected_with_two_pages();
     let request = fetches(&fx)[0];
-    let (a_tokens, a) = page(1);
-    let (b_tokens, b) = page(200);
-    let (ka, kb) = (keys(&a), keys(&b));
     let n = ka.len() as u64;
     let now = Instant::from_millis(5);
     let point = Watermark {
@@ -1417,11 +1428,7 @@ fn a_point_proven_while_the_key_list_is_handed_over_is_checked_against_the_whole
 /// too: held at the master and absent from the index, the key list was another run's.
 #[test]
 fn a_restart_whose_batches_prove_the_point_is_told_by_what_they_stored() {
-    let mut session = Session::new(config(true)).expect("a valid config");
-    let fx = connect(&mut session);
-    let (a_tokens, a) = page(1);
-    let (b_tokens, b) = page(200);
-    let (ka, kb) = (keys(&a), keys(&b));
+    let (mut session, fx, [(a_tokens, ka), (b_tokens, kb)]) = connected_with_two_pages();
     let n = ka.len() as u64;
     let now = Instant::from_millis(5);
     let point = Watermark {

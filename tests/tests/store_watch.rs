@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use hicache_index::{
     ClearReason, Command, Config, Effect, Effects, Health, Input, Layout, PageHash, Report,
-    ResyncConfig, StoreSignals,
+    ResyncConfig, SignalsRequest, StoreSignals,
 };
 use hicache_index_tests::{
     cleared, config, mha, page_hashes, removed, store_page, tokens, Harness,
@@ -44,15 +44,20 @@ fn setup() -> (Harness, Layout, Vec<PageHash>) {
     (h, layout, pages)
 }
 
+/// Fires the next timer; returns the read of the master's signals it asks for, if any.
+fn fire_for_signals_read(h: &mut Harness) -> Option<SignalsRequest> {
+    let fx = h.fire_timeout().expect("the watch is scheduled");
+    fx.iter().find_map(|e| match e {
+        Effect::Command(Command::ReadSignals { request }) => Some(*request),
+        _ => None,
+    })
+}
+
 /// Fires timers until the session reads the master's signals, and answers with `unmounts` as
 /// the unmount counter (`None`: the master lists no signal family).
 fn read_signals(h: &mut Harness, unmounts: Option<u64>) -> Effects {
     for _ in 0..20 {
-        let fx = h.fire_timeout().expect("the watch is scheduled");
-        let Some(request) = fx.iter().find_map(|e| match e {
-            Effect::Command(Command::ReadSignals { request }) => Some(*request),
-            _ => None,
-        }) else {
+        let Some(request) = fire_for_signals_read(h) else {
             continue;
         };
         let mut signals = StoreSignals::default();
@@ -383,11 +388,7 @@ fn failed_signal_reads_are_tried_again_within_two_intervals() {
     let mut failed_at = None;
     let mut failures = 0;
     for _ in 0..200 {
-        let fx = h.fire_timeout().expect("the watch is scheduled");
-        let Some(request) = fx.iter().find_map(|e| match e {
-            Effect::Command(Command::ReadSignals { request }) => Some(*request),
-            _ => None,
-        }) else {
+        let Some(request) = fire_for_signals_read(&mut h) else {
             continue;
         };
         if let Some(at) = failed_at {

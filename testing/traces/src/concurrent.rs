@@ -11,12 +11,12 @@ use std::time::Duration;
 use hdrhistogram::Histogram;
 use hicache_index::{Instant, Lookup, QueryError};
 
-use crate::blocks::{Blocks, RequestPages, PAGES_PER_BLOCK};
+use crate::blocks::{Blocks, RequestPages};
 use crate::followers::{Follower, Ours};
-use crate::master::{Master, Message};
-use crate::replay::ReplayConfig;
+use crate::master::Message;
+use crate::replay::{ReplayConfig, Stage};
 use crate::report::QueryFigures;
-use crate::store::{Change, Store};
+use crate::store::Change;
 use crate::trace::Trace;
 
 /// The requests the query thread cycles through: the latest this many that arrived.
@@ -59,16 +59,15 @@ fn wall() -> std::time::Instant {
 /// # Panics
 /// If the trace is empty or ours fails to read the master's messages.
 pub fn replay_concurrent(trace: &Trace, config: &ReplayConfig) -> Concurrent {
-    let layout = config.model.layout();
-    let distinct = trace.distinct_blocks();
-    let mut master = Master::new(&layout);
-    let objects_per_page = master.objects_per_page();
-    let capacity_pages = ((distinct * PAGES_PER_BLOCK) as f64 * config.capacity).round() as usize;
-    let capacity = capacity_pages.max(1) * objects_per_page as usize;
-    let page_bound = trace.block_id_bound() * PAGES_PER_BLOCK;
-    let mut store = Store::new(capacity, page_bound, objects_per_page);
-    let mut blocks = Blocks::new(trace);
-    let mut ours = Ours::new(&layout, 2 * capacity_pages + 1024);
+    let Stage {
+        layout,
+        mut master,
+        capacity_pages,
+        mut store,
+        mut blocks,
+        ..
+    } = Stage::new(trace, config);
+    let mut ours = Ours::new(&layout, Stage::max_pages(capacity_pages));
     let reader = ours.reader();
     let arrived = AtomicUsize::new(0);
     let done = AtomicBool::new(false);

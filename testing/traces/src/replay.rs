@@ -138,26 +138,70 @@ impl Tally {
     }
 }
 
+/// What a replay begins with: the model's layout, the master, and its store sized as the
+/// config says.
+pub(crate) struct Stage {
+    pub(crate) layout: Layout,
+    /// The trace's distinct blocks.
+    pub(crate) distinct: usize,
+    pub(crate) master: Master,
+    /// The store's capacity in objects.
+    pub(crate) capacity: usize,
+    /// The store's capacity in pages.
+    pub(crate) capacity_pages: usize,
+    /// One past the highest page number the trace can name.
+    pub(crate) page_bound: usize,
+    pub(crate) store: Store,
+    pub(crate) blocks: Blocks,
+}
+
+impl Stage {
+    pub(crate) fn new(trace: &Trace, config: &ReplayConfig) -> Stage {
+        let layout = config.model.layout();
+        let distinct = trace.distinct_blocks();
+        let master = Master::new(&layout);
+        let objects_per_page = master.objects_per_page();
+        let capacity_pages =
+            ((distinct * PAGES_PER_BLOCK) as f64 * config.capacity).round() as usize;
+        let capacity = capacity_pages.max(1) * objects_per_page as usize;
+        let page_bound = trace.block_id_bound() * PAGES_PER_BLOCK;
+        Stage {
+            store: Store::new(capacity, page_bound, objects_per_page),
+            blocks: Blocks::new(trace),
+            layout,
+            distinct,
+            master,
+            capacity,
+            capacity_pages,
+            page_bound,
+        }
+    }
+
+    /// Room for every page the store can hold whole and as many again partly: the index must
+    /// not evict on its own (its evictions are counted, and would show as present pages missed).
+    pub(crate) fn max_pages(capacity_pages: usize) -> usize {
+        2 * capacity_pages + 1024
+    }
+}
+
 /// Replays `trace` as `config` says; `meter` counts each follower's memory.
 ///
 /// # Panics
 /// If the trace is empty, or a follower fails to read the master's messages.
 pub fn replay(trace: &Trace, config: &ReplayConfig, meter: &dyn Meter) -> Replayed {
     let started = wall();
-    let layout = config.model.layout();
-    let distinct = trace.distinct_blocks();
-    let mut master = Master::new(&layout);
-    let objects_per_page = master.objects_per_page();
-    let capacity_pages = ((distinct * PAGES_PER_BLOCK) as f64 * config.capacity).round() as usize;
-    let capacity = capacity_pages.max(1) * objects_per_page as usize;
-    let page_bound = trace.block_id_bound() * PAGES_PER_BLOCK;
-    let mut store = Store::new(capacity, page_bound, objects_per_page);
-    let mut blocks = Blocks::new(trace);
-    // Room for every page the store can hold whole and as many again partly: the index must
-    // not evict on its own (its evictions are counted, and would show as present pages missed).
-    let max_pages = 2 * capacity_pages + 1024;
+    let Stage {
+        layout,
+        distinct,
+        mut master,
+        capacity,
+        capacity_pages,
+        page_bound,
+        mut store,
+        mut blocks,
+    } = Stage::new(trace, config);
     meter.enter(0);
-    let mut ours = Ours::new(&layout, max_pages);
+    let mut ours = Ours::new(&layout, Stage::max_pages(capacity_pages));
     meter.leave();
     let mut others: Vec<Box<dyn Follower>> = Vec::new();
     if config.yardsticks {
