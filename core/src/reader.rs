@@ -32,7 +32,7 @@ use spin::RwLock;
 use crate::effect::Health;
 use crate::error::QueryError;
 use crate::hash::{page_count, DigestMemo, Namespace, NoMemo, PageHash, PageHashes};
-use crate::index::shared::{Claims, PageTable, Shared, Still};
+use crate::index::shared::{Claims, PageTable, Shared, SlotAt, Still, CLAIMS, FEW_CLAIMS};
 use crate::layout::ModelLayout;
 use crate::layout::{Layout, LayoutVotes, ModelVerdict};
 use crate::query::{Hits, Lookup, MapCover, Pages, Tokens};
@@ -330,9 +330,7 @@ impl Reader {
             map.fill(false);
         }
         let mut state = self.pages().state();
-        let mut claims = Claims::new();
         for _ in 0..ATTEMPTS {
-            claims.clear();
             // The layouts are taken after the state and checked again with it at the end: a
             // worker that puts a layout in doubt moves no page, yet the pages stored after it
             // are not to be read under the old layout.
@@ -374,6 +372,15 @@ impl Reader {
             }
             let tenant = lookup.tenant;
             let page_map = map.as_deref_mut();
+            // A query claims at most its pages: a short one zeroes a short buffer.
+            let mut few = [SlotAt::default(); FEW_CLAIMS];
+            let mut many;
+            let mut claims = Claims::new(if total <= FEW_CLAIMS {
+                &mut few
+            } else {
+                many = [SlotAt::default(); CLAIMS];
+                &mut many
+            });
             let claimed = Some(&mut claims);
             let found = match (tokens.as_deref_mut(), lookup.pages) {
                 (_, Pages::Hashes(hashes)) => {

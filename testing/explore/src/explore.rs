@@ -6,6 +6,11 @@
 //! counted exactly over the graph of states: a state reached by several histories is expanded
 //! once, and its continuations count once per history that reaches it.
 //!
+//! The last level is not merged: each history one letter short of the depth is played on to
+//! its last letter and then to idle on the same session, so the deepest histories (most of
+//! them) cost neither a replay nor a fingerprint, and their endings are played, not inferred
+//! from a merged state.
+//!
 //! A failure ends its history (it is not continued). Failures are told apart by the problem
 //! and by which kinds of fault and interleaving their history holds ([`Letter::kind`]).
 
@@ -34,21 +39,52 @@ pub struct Options {
 enum Edge {
     /// The state reached.
     To(u32),
+    /// The history ended.
+    End(End<u32>),
+    /// The history reached the last level and was played on to idle at once: how that ended.
+    Idled(End<u32>),
+}
+
+/// How a history ended; `F` names a failure (the problem, then the class's number).
+#[derive(Clone, Copy, Debug)]
+enum End<F> {
     /// The master went idle and the index was live and exact in time (`true`: after an
     /// excused claim on the way).
     Live(bool),
     /// The master went idle without status counters, the index visibly recovering.
     Stall,
-    /// A problem was found: the class's number.
-    Failed(u32),
+    /// A problem was found.
+    Failed(F),
+}
+
+impl<F> End<F> {
+    /// The same ending with its failure named by `f`.
+    fn map<G>(self, f: impl FnOnce(F) -> G) -> End<G> {
+        match self {
+            End::Live(excused) => End::Live(excused),
+            End::Stall => End::Stall,
+            End::Failed(failure) => End::Failed(f(failure)),
+        }
+    }
 }
 
 /// What one letter played after a state gave.
 enum Played {
     State(u128),
-    Live(bool),
-    Stall,
-    Failed(Problem),
+    End(End<Problem>),
+    Idled(End<Problem>),
+}
+
+/// How much of a state's continuation [`expand`] plays.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Reach {
+    /// Every enabled letter, each child fingerprinted.
+    Letters,
+    /// Every enabled letter, each child then played to idle at once (the level before the
+    /// last).
+    LettersThenIdle,
+    /// Only the idle ending (the last level: a state first reached earlier).
+    Idle,
 }
 
 /// What expanding one state gave: its index in the level, each letter's outcome, and the
@@ -77,8 +113,11 @@ pub struct Level {
     pub states: usize,
     /// States first reached here, and expanded.
     pub new_states: usize,
-    /// Histories of this many letters that reach a state (not ended, not failed).
+    /// Histories of this many letters that did not end before it (not ended, not failed).
     pub histories: u128,
+    /// Of those, the ones played on to idle at once, not merged into states (at the last
+    /// level: see the module docs).
+    pub idled: u128,
 }
 
 /// What an exploration found.
@@ -143,15 +182,15 @@ pub fn replay(setup: Setup, history: &[Letter], trace: bool) -> World {
     world
 }
 
-/// Expands the state `history` reaches: every enabled letter (only [`Letter::Idle`] at the last
-/// level), each played on a replay of its own. Returns what each gave and the letters played.
-fn expand(setup: Setup, history: &[Letter], last: bool) -> (Vec<(Letter, Played)>, u64) {
+/// Expands the state `history` reaches as `reach` says, each letter played on a replay of its
+/// own. Returns what each gave and the letters played.
+fn expand(setup: Setup, history: &[Letter], reach: Reach) -> (Vec<(Letter, Played)>, u64) {
     let mut world = Some(replay(setup, history, false));
     let mut played = history.len() as u64;
-    let letters = match (&world, last) {
-        (_, true) => vec![Letter::Idle],
-        (Some(w), false) => w.enabled(),
-        (None, false) => unreachable!("the world was just made"),
+    let letters = match (&world, reach) {
+        (_, Reach::Idle) => vec![Letter::Idle],
+        (Some(w), _) => w.enabled(),
+        (None, _) => unreachable!("the world was just made"),
     };
     let count = letters.len();
     let mut out = Vec::with_capacity(count);
@@ -165,16 +204,28 @@ fn expand(setup: Setup, history: &[Letter], last: bool) -> (Vec<(Letter, Played)
             }
         };
         played += 1;
-        let ending = w.play(letter);
-        let result = match (w.problem(), ending) {
-            (Some((problem, _)), _) => Played::Failed(problem.clone()),
-            (None, Some(Ending::Live)) => Played::Live(w.saw_excused_claim()),
-            (None, Some(Ending::Stall)) => Played::Stall,
-            (None, None) => Played::State(w.fingerprint()),
+        let result = match (ended(&mut w, letter), reach) {
+            (Some(end), _) => Played::End(end),
+            (None, Reach::LettersThenIdle) => {
+                played += 1;
+                Played::Idled(ended(&mut w, Letter::Idle).expect("idle ends a history"))
+            }
+            (None, _) => Played::State(w.fingerprint()),
         };
         out.push((letter, result));
     }
     (out, played)
+}
+
+/// Plays `letter`; returns how the history ended, if it did.
+fn ended(w: &mut World, letter: Letter) -> Option<End<Problem>> {
+    let ending = w.play(letter);
+    match (w.problem(), ending) {
+        (Some((problem, _)), _) => Some(End::Failed(problem.clone())),
+        (None, Some(Ending::Live)) => Some(End::Live(w.saw_excused_claim())),
+        (None, Some(Ending::Stall)) => Some(End::Stall),
+        (None, None) => None,
+    }
 }
 
 /// Runs the exploration.
@@ -204,8 +255,15 @@ pub fn explore(options: Options) -> Summary {
     let mut merges_seen = 0usize;
     // The states at this level and how many histories reach each.
     let mut level: Vec<(u32, u128)> = vec![(0, 1)];
+    // Histories of the next level played on to idle at once (not merged into states).
+    let mut idled: u128 = 0;
     for d in 0..=options.depth {
         let last = d == options.depth;
+        let reach = match options.depth - d {
+            0 => Reach::Idle,
+            1 => Reach::LettersThenIdle,
+            _ => Reach::Letters,
+        };
         let expand_now: Vec<u32> = level
             .iter()
             .map(|&(s, _)| s)
@@ -214,7 +272,8 @@ pub fn explore(options: Options) -> Summary {
         summary.levels.push(Level {
             states: level.len(),
             new_states: expand_now.len(),
-            histories: level.iter().map(|&(_, n)| n).sum(),
+            histories: level.iter().map(|&(_, n)| n).sum::<u128>() + idled,
+            idled,
         });
         let next = AtomicUsize::new(0);
         let results: Mutex<Vec<Expanded>> = Mutex::new(Vec::new());
@@ -225,7 +284,7 @@ pub fn explore(options: Options) -> Summary {
                     let Some(&state) = expand_now.get(i) else {
                         break;
                     };
-                    let (children, played) = expand(setup, &histories[state as usize], last);
+                    let (children, played) = expand(setup, &histories[state as usize], reach);
                     results
                         .lock()
                         .expect("no worker panics holding it")
@@ -240,6 +299,26 @@ pub fn explore(options: Options) -> Summary {
             let state = expand_now[i];
             let mut out = Vec::with_capacity(children.len());
             for (letter, result) in children {
+                let mut failed = |problem: Problem, tail: &[Letter]| {
+                    let mut example = histories[state as usize].clone();
+                    example.push(letter);
+                    example.extend_from_slice(tail);
+                    let kinds: BTreeSet<&'static str> =
+                        example.iter().filter_map(|l| l.kind()).collect();
+                    let failures = &mut summary.failures;
+                    *classes
+                        .entry((problem.clone(), kinds.clone()))
+                        .or_insert_with(|| {
+                            failures.push(Class {
+                                problem,
+                                kinds,
+                                histories: 0,
+                                example,
+                                trace: String::new(),
+                            });
+                            (failures.len() - 1) as u32
+                        })
+                };
                 let edge = match result {
                     Played::State(fp) => {
                         let id = match ids.get(&fp) {
@@ -268,28 +347,8 @@ pub fn explore(options: Options) -> Summary {
                         };
                         Edge::To(id)
                     }
-                    Played::Live(excused) => Edge::Live(excused),
-                    Played::Stall => Edge::Stall,
-                    Played::Failed(problem) => {
-                        let mut example = histories[state as usize].clone();
-                        example.push(letter);
-                        let kinds: BTreeSet<&'static str> =
-                            example.iter().filter_map(|l| l.kind()).collect();
-                        let failures = &mut summary.failures;
-                        let id = *classes
-                            .entry((problem.clone(), kinds.clone()))
-                            .or_insert_with(|| {
-                                failures.push(Class {
-                                    problem,
-                                    kinds,
-                                    histories: 0,
-                                    example,
-                                    trace: String::new(),
-                                });
-                                (failures.len() - 1) as u32
-                            });
-                        Edge::Failed(id)
-                    }
+                    Played::End(end) => Edge::End(end.map(|p| failed(p, &[]))),
+                    Played::Idled(end) => Edge::Idled(end.map(|p| failed(p, &[Letter::Idle]))),
                 };
                 out.push((letter, edge));
             }
@@ -302,28 +361,39 @@ pub fn explore(options: Options) -> Summary {
         // Count the histories through every edge of this level.
         let mut next_level: Vec<(u32, u128)> = Vec::new();
         let mut slot_of: HashMap<u32, usize> = HashMap::new();
+        idled = 0;
         for &(state, n) in &level {
             let expanded = edges[state as usize].as_ref().expect("expanded");
             // At the last level only the idle ending counts (a state expanded at an earlier
             // level has every letter's edge).
             for &(_, edge) in expanded.iter().filter(|(l, _)| !last || *l == Letter::Idle) {
                 summary.histories += n;
-                match edge {
+                let end = match edge {
                     Edge::To(child) => {
                         let slot = *slot_of.entry(child).or_insert_with(|| {
                             next_level.push((child, 0));
                             next_level.len() - 1
                         });
                         next_level[slot].1 += n;
+                        continue;
                     }
-                    Edge::Live(excused) => {
+                    Edge::End(end) => end,
+                    Edge::Idled(end) => {
+                        // The history of the next level, and its idle ending.
+                        idled += n;
+                        summary.histories += n;
+                        end
+                    }
+                };
+                match end {
+                    End::Live(excused) => {
                         summary.live += n;
                         if excused {
                             summary.live_after_excuse += n;
                         }
                     }
-                    Edge::Stall => summary.stalls += n,
-                    Edge::Failed(class) => summary.failures[class as usize].histories += n,
+                    End::Stall => summary.stalls += n,
+                    End::Failed(class) => summary.failures[class as usize].histories += n,
                 }
             }
         }
@@ -402,11 +472,19 @@ pub fn render(summary: &Summary, took: std::time::Duration) -> String {
         o.jobs
     );
     for (d, level) in summary.levels.iter().enumerate() {
-        let _ = writeln!(
-            out,
-            "   level {d}: {} histories reach {} distinct states ({} new)",
-            level.histories, level.states, level.new_states
-        );
+        if level.idled > 0 {
+            let _ = writeln!(
+                out,
+                "   level {d}: {} histories, {} played on to idle at once (not merged), the rest reach {} distinct states ({} new)",
+                level.histories, level.idled, level.states, level.new_states
+            );
+        } else {
+            let _ = writeln!(
+                out,
+                "   level {d}: {} histories reach {} distinct states ({} new)",
+                level.histories, level.states, level.new_states
+            );
+        }
     }
     let _ = writeln!(
         out,

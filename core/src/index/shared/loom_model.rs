@@ -157,7 +157,8 @@ fn loom_a_query_that_checks_its_slots_again_never_claims_two_pages_a_removal_swa
         let r = Arc::clone(&t);
         let query = loom::thread::spawn(move || {
             let before = r.state();
-            let mut claims = Claims::new();
+            let mut slots = [SlotAt::default(); CLAIMS];
+            let mut claims = Claims::new(&mut slots);
             let mut claim = |p: u8| {
                 let (present, _, at) = r.probe_at(0, &hash(p));
                 if let Some(at) = at.filter(|_| present != 0) {

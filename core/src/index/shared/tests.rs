@@ -263,7 +263,8 @@ fn query_many_with_writer_between(
         i += 1;
         pages.get(i - 1).copied()
     });
-    let mut claims = Claims::new();
+    let mut slots = [SlotAt::default(); CLAIMS];
+    let mut claims = Claims::new(&mut slots);
     let hits = shared.query(
         "default",
         layout,
