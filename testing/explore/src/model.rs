@@ -238,6 +238,8 @@ pub struct Fetch {
     pub status: Option<(u8, Option<Watermark>)>,
     /// `/get_all_keys` once read: what the master held then, in the list's order.
     pub keys: Option<Vec<Key>>,
+    /// The run that answered `/get_all_keys` (0 until read).
+    pub keys_run: u8,
     /// The handover was begun ([`hicache_index::Input::SnapshotBegin`] and the first half of
     /// the lines).
     pub begun: bool,

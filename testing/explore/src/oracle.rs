@@ -30,7 +30,9 @@
 //! [`STALE_BOUND`] of the moment the session had both the message and the position it
 //! continues: verification rounds are what bounds it. Whether a restart is invisible is
 //! decided by what the session was handed so far: a later message of the old run, say, makes
-//! it visible again, and a status handed later can make it invisible.
+//! it visible again, and a status handed later can make it invisible. A stale claim may also
+//! begin after that moment, when a key list the old run answered (read before the restart) is
+//! handed after it: the session cannot tell it from the new run's list either.
 //!
 //! **Its mirror** (the same class, rule R10 of the core's sequence module): a message of an
 //! older run, handed late (after the session learned a newer run's position), that continues
@@ -152,6 +154,8 @@ pub struct Oracle {
     /// The readable messages handed since the last status was: run, sequence, first event id,
     /// the position of their change.
     since_status: Vec<(u8, u64, u64, u64)>,
+    /// The key lists handed whole: the run that answered `/get_all_keys`, and when.
+    lists: Vec<(u8, Instant)>,
     grace: Duration,
 }
 
@@ -165,6 +169,7 @@ impl Oracle {
             known: BTreeMap::new(),
             masquerades: Vec::new(),
             since_status: Vec::new(),
+            lists: Vec::new(),
             grace,
         }
     }
@@ -231,6 +236,11 @@ impl Oracle {
             r.first_held = false;
         }
         self.learn(now, run, seq, events, true);
+    }
+
+    /// The session was handed the whole key list that run `run` answered, at `now`.
+    pub fn list_handed(&mut self, now: Instant, run: u8) {
+        self.lists.push((run, now));
     }
 
     /// The session was handed `message` at `now`.
@@ -528,8 +538,9 @@ impl Oracle {
     /// The excuse covers only what the old run held before the invisible restart (within
     /// the window the session may still be reflecting), while no change of the page since the
     /// restart has reached the session, and only a claim held since the restart became
-    /// invisible: a claim made later, or of a page the new run changed visibly, rests on
-    /// something else.
+    /// invisible or made when an older run's key list was handed after it (read before the
+    /// restart: the session cannot tell that list from the new run's): any other claim made
+    /// later, or of a page the new run changed visibly, rests on something else.
     pub fn judge(&self, now: Instant, page: usize, since: Instant) -> Judgement {
         let plain = self.horizon(now, false);
         if self.present_from(page, plain.saturating_sub(1)) {
@@ -540,11 +551,11 @@ impl Oracle {
             .restarts
             .iter()
             .filter_map(|r| match self.seen(r) {
-                Seen::Invisible { at } if r.pos >= all => Some((r.pos, at)),
+                Seen::Invisible { at } if r.pos >= all => Some((r.pos, r.run, at)),
                 _ => None,
             })
             .min();
-        let Some((restart, excused_since)) = excuse else {
+        let Some((restart, run, excused_since)) = excuse else {
             return self.judge_masquerade(now, page, since);
         };
         let held_before = (all.saturating_sub(1)..restart).any(|q| self.present_at(page, q));
@@ -553,7 +564,13 @@ impl Oracle {
                 && matches!(c.kind, Kind::Page { page: p, .. } if usize::from(p) == page)
                 && self.revealed(c).is_some()
         });
-        if !held_before || changed_since || since > excused_since {
+        // A claim made since the restart became invisible rests on something else, unless an
+        // older run's key list was handed in between (read before the restart, handed after).
+        let old_list = self
+            .lists
+            .iter()
+            .any(|&(r, at)| r < run && excused_since <= at && at <= since);
+        if !held_before || changed_since || (since > excused_since && !old_list) {
             return Judgement::FalseHit;
         }
         Judgement::Stale {
@@ -639,6 +656,7 @@ impl Oracle {
             self.known.clone(),
             self.masquerades.clone(),
             self.since_status.clone(),
+            self.lists.clone(),
             self.next_pos - base,
         )
     }

@@ -337,8 +337,10 @@ impl World {
         let mut keys: Vec<Key> = self.model.master.held.iter().copied().collect();
         // The list's order: by name (the master's own order is its map's; any will do).
         keys.sort_by_key(|k| catalog.name(*k));
+        let run = self.model.master.run;
         let fetch = self.model.fetch.as_mut().expect("a fetch is in progress");
         fetch.keys = Some(keys);
+        fetch.keys_run = run;
     }
 
     fn lines(keys: &[Key]) -> Vec<Vec<u8>> {
@@ -394,6 +396,7 @@ impl World {
             request: fetch.request,
             lines: &rest,
         });
+        self.oracle.list_handed(self.now, fetch.keys_run);
         self.input(Input::SnapshotEnd {
             request: fetch.request,
         });
@@ -405,6 +408,7 @@ impl World {
         let lines = Self::lines(fetch.keys.as_deref().expect("the keys were read"));
         let borrowed: Vec<&[u8]> = lines.iter().map(Vec::as_slice).collect();
         let watermark = self.status_handed(&fetch);
+        self.oracle.list_handed(self.now, fetch.keys_run);
         self.input(Input::Snapshot {
             request: fetch.request,
             watermark,
@@ -613,6 +617,7 @@ impl World {
                                 request,
                                 status: None,
                                 keys: None,
+                                keys_run: 0,
                                 begun: false,
                             });
                             if self.idle {

@@ -159,6 +159,33 @@ fn the_excuse_covers_no_claim_made_after_the_restart_became_invisible() {
 }
 
 #[test]
+fn the_excuse_covers_a_claim_made_when_the_old_runs_key_list_is_handed_after_the_restart() {
+    let mut o = Oracle::new(Duration::ZERO);
+    // Status (0, 0) read of run 1; A stored (seq 1, dropped); the key list read shows A.
+    let _ = o.page(A, true, 1, 1, true);
+    o.restart(2);
+    let other = o.page(B, true, 2, 1, false);
+    o.handed(at(0), &message(2, 1, 1, other));
+    // The status is handed with the list's first half: run 2's seq 1 continues it exactly.
+    o.status_handed(at(10), 1, 0, 0);
+    // A claim made later on nothing the old run answered rests on something else.
+    assert_eq!(o.judge(at(60), A, at(60)), Judgement::FalseHit);
+    // The list run 1 answered, handed whole at 60 ms, is why A is claimed from then on.
+    o.list_handed(at(60), 1);
+    assert_eq!(
+        o.judge(at(60), A, at(60)),
+        Judgement::Stale {
+            age: Duration::from_millis(50)
+        }
+    );
+    // The new run's own list is no excuse.
+    let mut o2 = o.clone();
+    o2.lists.clear();
+    o2.list_handed(at(60), 2);
+    assert_eq!(o2.judge(at(60), A, at(60)), Judgement::FalseHit);
+}
+
+#[test]
 fn the_excuse_covers_nothing_the_new_run_stored_and_lost_itself() {
     let mut o = Oracle::new(Duration::ZERO);
     // Run 1 published nothing: status (0, 0). The new run's seq 1 continues it exactly.
