@@ -535,11 +535,12 @@ fn main() {
             .iter()
             .map(|r| {
                 format!(
-                    "{{\"layout\":\"{}\",\"objects\":{},\"pages\":{},\"removed\":{},\"session_bytes\":{},\"chunks\":{},\"handover_ns\":{},\"longest_handle_ns\":{},\"longest_step\":\"{}\",\"longest_lines_ns\":{},\"end_ns\":{},\"end_cpu_ns\":{},\"peak_extra_bytes\":{},\"queries\":{},\"busy\":{},\"longest_query_ns\":{}}}",
+                    "{{\"layout\":\"{}\",\"objects\":{},\"pages\":{},\"removed\":{},\"pages_unclaimed\":{},\"session_bytes\":{},\"chunks\":{},\"handover_ns\":{},\"longest_handle_ns\":{},\"longest_step\":\"{}\",\"longest_lines_ns\":{},\"end_ns\":{},\"end_cpu_ns\":{},\"peak_extra_bytes\":{},\"queries\":{},\"busy\":{},\"longest_query_ns\":{}}}",
                     r.name,
                     r.objects,
                     r.pages,
                     r.removed,
+                    r.pages_unclaimed,
                     r.session_bytes,
                     r.chunks,
                     r.handover.as_nanos(),

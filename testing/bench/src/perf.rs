@@ -54,7 +54,11 @@ pub fn target_dir() -> PathBuf {
     let from_exe = std::env::current_exe().ok().and_then(|exe| {
         exe.ancestors()
             .skip(1)
-            .find(|dir| dir.join("CACHEDIR.TAG").is_file())
+            // Cargo writes both files in a target dir it creates; one made otherwise (a venv
+            // under it first, say) has only the second.
+            .find(|dir| {
+                dir.join("CACHEDIR.TAG").is_file() || dir.join(".rustc_info.json").is_file()
+            })
             .map(PathBuf::from)
     });
     from_exe

@@ -6,8 +6,9 @@
 //!
 //! Run `cargo bench` first: it leaves criterion's estimates under `<target>/criterion/` (rows 1
 //! and 2) and the figures of the other benches under `<target>/perf/` (`memory.json`,
-//! `e2e.json`, `sim.json`, `readside.json`, `traces.json`). Rows whose results are missing are printed as "not run". Every
-//! goal's verdict is computed from the numbers.
+//! `e2e.json`, `sim.json`, `readside.json`, `reconcile.json`, `traces.json`). Rows whose
+//! results are missing are printed as "not run". Every goal's verdict is computed from the
+//! numbers.
 
 use std::cell::RefCell;
 use std::fmt::Write as _;
@@ -30,6 +31,8 @@ macro_rules! out {
         })
     };
 }
+
+mod reconcile;
 
 /// The lines around the table in the file `--write` names.
 const BEGIN: &str = "<!-- perf-table -->";
@@ -667,6 +670,7 @@ fn main() {
     sim_row();
     models_row();
     readside_rows();
+    reconcile::reconcile_rows();
     traces_rows();
     let table = TABLE.with(|t| t.take());
     let mut args = std::env::args().skip(1);
