@@ -31,8 +31,9 @@
 //! continues: verification rounds are what bounds it. Whether a restart is invisible is
 //! decided by what the session was handed so far: a later message of the old run, say, makes
 //! it visible again, and a status handed later can make it invisible. A stale claim may also
-//! begin after that moment, when a key list the old run answered (read before the restart) is
-//! handed after it: the session cannot tell it from the new run's list either.
+//! begin after that moment, exactly as a key list of a run before the restart's (read before
+//! it) that names the page is handed: the session cannot tell it from the new run's list
+//! either.
 //!
 //! **Its mirror** (the same class, rule R10 of the core's sequence module): a message of an
 //! older run, handed late (after the session learned a newer run's position), that continues
@@ -154,8 +155,9 @@ pub struct Oracle {
     /// The readable messages handed since the last status was: run, sequence, first event id,
     /// the position of their change.
     since_status: Vec<(u8, u64, u64, u64)>,
-    /// The key lists handed whole: the run that answered `/get_all_keys`, and when.
-    lists: Vec<(u8, Instant)>,
+    /// The key lists handed whole: the run that answered `/get_all_keys`, when, and which
+    /// pages it named.
+    lists: Vec<(u8, Instant, [bool; PAGES])>,
     grace: Duration,
 }
 
@@ -238,9 +240,10 @@ impl Oracle {
         self.learn(now, run, seq, events, true);
     }
 
-    /// The session was handed the whole key list that run `run` answered, at `now`.
-    pub fn list_handed(&mut self, now: Instant, run: u8) {
-        self.lists.push((run, now));
+    /// The session was handed the whole key list that run `run` answered, at `now`, naming
+    /// the pages `named`.
+    pub fn list_handed(&mut self, now: Instant, run: u8, named: [bool; PAGES]) {
+        self.lists.push((run, now, named));
     }
 
     /// The session was handed `message` at `now`.
@@ -538,9 +541,10 @@ impl Oracle {
     /// The excuse covers only what the old run held before the invisible restart (within
     /// the window the session may still be reflecting), while no change of the page since the
     /// restart has reached the session, and only a claim held since the restart became
-    /// invisible or made when an older run's key list was handed after it (read before the
-    /// restart: the session cannot tell that list from the new run's): any other claim made
-    /// later, or of a page the new run changed visibly, rests on something else.
+    /// invisible, or one that began as a key list of a run before the restart's, naming the
+    /// page, was handed after it (read before the restart: the session cannot tell that list
+    /// from the new run's): any other claim made later (a claim made again after a break
+    /// included), or of a page the new run changed visibly, rests on something else.
     pub fn judge(&self, now: Instant, page: usize, since: Instant) -> Judgement {
         let plain = self.horizon(now, false);
         if self.present_from(page, plain.saturating_sub(1)) {
@@ -564,13 +568,14 @@ impl Oracle {
                 && matches!(c.kind, Kind::Page { page: p, .. } if usize::from(p) == page)
                 && self.revealed(c).is_some()
         });
-        // A claim made since the restart became invisible rests on something else, unless an
-        // older run's key list was handed in between (read before the restart, handed after).
-        let old_list = self
+        // A claim made since the restart became invisible rests on something else, unless it
+        // began as a key list of a run before the restart's, naming the page, was handed (read
+        // before the restart, handed after it).
+        let from_old_list = self
             .lists
             .iter()
-            .any(|&(r, at)| r < run && excused_since <= at && at <= since);
-        if !held_before || changed_since || (since > excused_since && !old_list) {
+            .any(|&(r, at, named)| r < run && at == since && named[page]);
+        if !held_before || changed_since || (since > excused_since && !from_old_list) {
             return Judgement::FalseHit;
         }
         Judgement::Stale {

@@ -343,6 +343,17 @@ impl World {
         fetch.keys_run = run;
     }
 
+    /// The pages the key list `fetch` read names.
+    fn named(fetch: &Fetch) -> [bool; PAGES] {
+        let mut named = [false; PAGES];
+        for key in fetch.keys.iter().flatten() {
+            if let Key::Page(p) = key {
+                named[usize::from(*p)] = true;
+            }
+        }
+        named
+    }
+
     fn lines(keys: &[Key]) -> Vec<Vec<u8>> {
         let catalog = Catalog::get();
         keys.iter().map(|k| catalog.name(*k).into_bytes()).collect()
@@ -396,7 +407,8 @@ impl World {
             request: fetch.request,
             lines: &rest,
         });
-        self.oracle.list_handed(self.now, fetch.keys_run);
+        self.oracle
+            .list_handed(self.now, fetch.keys_run, Self::named(&fetch));
         self.input(Input::SnapshotEnd {
             request: fetch.request,
         });
@@ -408,7 +420,8 @@ impl World {
         let lines = Self::lines(fetch.keys.as_deref().expect("the keys were read"));
         let borrowed: Vec<&[u8]> = lines.iter().map(Vec::as_slice).collect();
         let watermark = self.status_handed(&fetch);
-        self.oracle.list_handed(self.now, fetch.keys_run);
+        self.oracle
+            .list_handed(self.now, fetch.keys_run, Self::named(&fetch));
         self.input(Input::Snapshot {
             request: fetch.request,
             watermark,

@@ -159,7 +159,7 @@ fn the_excuse_covers_no_claim_made_after_the_restart_became_invisible() {
 }
 
 #[test]
-fn the_excuse_covers_a_claim_made_when_the_old_runs_key_list_is_handed_after_the_restart() {
+fn the_excuse_covers_a_claim_that_began_as_the_old_runs_key_list_naming_the_page_was_handed() {
     let mut o = Oracle::new(Duration::ZERO);
     // Status (0, 0) read of run 1; A stored (seq 1, dropped); the key list read shows A.
     let _ = o.page(A, true, 1, 1, true);
@@ -170,19 +170,21 @@ fn the_excuse_covers_a_claim_made_when_the_old_runs_key_list_is_handed_after_the
     o.status_handed(at(10), 1, 0, 0);
     // A claim made later on nothing the old run answered rests on something else.
     assert_eq!(o.judge(at(60), A, at(60)), Judgement::FalseHit);
-    // The list run 1 answered, handed whole at 60 ms, is why A is claimed from then on.
-    o.list_handed(at(60), 1);
-    assert_eq!(
-        o.judge(at(60), A, at(60)),
-        Judgement::Stale {
-            age: Duration::from_millis(50)
-        }
-    );
-    // The new run's own list is no excuse.
-    let mut o2 = o.clone();
-    o2.lists.clear();
-    o2.list_handed(at(60), 2);
-    assert_eq!(o2.judge(at(60), A, at(60)), Judgement::FalseHit);
+    let before = o.clone();
+    // The list run 1 answered, naming A, handed whole at 60 ms: A claimed from then on.
+    o.list_handed(at(60), 1, [true, false, false]);
+    let stale = Judgement::Stale {
+        age: Duration::from_millis(50),
+    };
+    assert_eq!(o.judge(at(60), A, at(60)), stale);
+    // Claimed again after a break (the master said no in between): no excuse.
+    assert_eq!(o.judge(at(70), A, at(70)), Judgement::FalseHit);
+    // A list that does not name the page, or the new run's own list: no excuse.
+    for (run, named) in [(1, [false, true, false]), (2, [true, false, false])] {
+        let mut o = before.clone();
+        o.list_handed(at(60), run, named);
+        assert_eq!(o.judge(at(60), A, at(60)), Judgement::FalseHit);
+    }
 }
 
 #[test]
