@@ -236,10 +236,9 @@ pub struct Fetch {
     /// `/kv_events/status` once read, with the run that answered (`Some((run, None))`: the
     /// master gave no counters).
     pub status: Option<(u8, Option<Watermark>)>,
-    /// `/get_all_keys` once read: what the master held then, in the list's order.
-    pub keys: Option<Vec<Key>>,
-    /// The run that answered `/get_all_keys` (0 until read).
-    pub keys_run: u8,
+    /// `/get_all_keys` once read: the run that answered, and what it held then, in the list's
+    /// order.
+    pub keys: Option<(u8, Vec<Key>)>,
     /// The handover was begun ([`hicache_index::Input::SnapshotBegin`] and the first half of
     /// the lines).
     pub begun: bool,

@@ -339,19 +339,25 @@ impl World {
         keys.sort_by_key(|k| catalog.name(*k));
         let run = self.model.master.run;
         let fetch = self.model.fetch.as_mut().expect("a fetch is in progress");
-        fetch.keys = Some(keys);
-        fetch.keys_run = run;
+        fetch.keys = Some((run, keys));
     }
 
-    /// The pages the key list `fetch` read names.
-    fn named(fetch: &Fetch) -> [bool; PAGES] {
+    /// The key list `fetch` read: the run that answered, and its keys.
+    fn list(fetch: &Fetch) -> (u8, &[Key]) {
+        let (run, keys) = fetch.keys.as_ref().expect("the keys were read");
+        (*run, keys)
+    }
+
+    /// Tells the oracle the key list of `fetch` is handed whole now.
+    fn list_handed(&mut self, fetch: &Fetch) {
+        let (run, keys) = Self::list(fetch);
         let mut named = [false; PAGES];
-        for key in fetch.keys.iter().flatten() {
+        for key in keys {
             if let Key::Page(p) = key {
                 named[usize::from(*p)] = true;
             }
         }
-        named
+        self.oracle.list_handed(self.now, run, named);
     }
 
     fn lines(keys: &[Key]) -> Vec<Vec<u8>> {
@@ -362,7 +368,7 @@ impl World {
     fn deliver(&mut self) {
         let fetch = self.model.fetch.clone().expect("a fetch is in progress");
         let watermark = self.status_handed(&fetch);
-        let lines = Self::lines(fetch.keys.as_deref().expect("the keys were read"));
+        let lines = Self::lines(Self::list(&fetch).1);
         self.input(Input::SnapshotBegin {
             request: fetch.request,
             watermark,
@@ -401,14 +407,13 @@ impl World {
             self.note("(the session no longer takes it: the handover is dropped)");
             return;
         }
-        let lines = Self::lines(fetch.keys.as_deref().expect("the keys were read"));
+        let lines = Self::lines(Self::list(&fetch).1);
         let rest: Vec<&[u8]> = lines[lines.len() / 2..].iter().map(Vec::as_slice).collect();
         self.input(Input::SnapshotLines {
             request: fetch.request,
             lines: &rest,
         });
-        self.oracle
-            .list_handed(self.now, fetch.keys_run, Self::named(&fetch));
+        self.list_handed(&fetch);
         self.input(Input::SnapshotEnd {
             request: fetch.request,
         });
@@ -417,11 +422,10 @@ impl World {
     fn answer_whole(&mut self) {
         let fetch = self.model.fetch.clone().expect("a fetch is in progress");
         self.drop_fetch(fetch.request);
-        let lines = Self::lines(fetch.keys.as_deref().expect("the keys were read"));
+        let lines = Self::lines(Self::list(&fetch).1);
         let borrowed: Vec<&[u8]> = lines.iter().map(Vec::as_slice).collect();
         let watermark = self.status_handed(&fetch);
-        self.oracle
-            .list_handed(self.now, fetch.keys_run, Self::named(&fetch));
+        self.list_handed(&fetch);
         self.input(Input::Snapshot {
             request: fetch.request,
             watermark,
@@ -630,7 +634,6 @@ impl World {
                                 request,
                                 status: None,
                                 keys: None,
-                                keys_run: 0,
                                 begun: false,
                             });
                             if self.idle {
