@@ -33,6 +33,7 @@ macro_rules! out {
 }
 
 mod reconcile;
+mod traces;
 
 /// The lines around the table in the file `--write` names.
 const BEGIN: &str = "<!-- perf-table -->";
@@ -587,76 +588,6 @@ fn cached(phases: &Value) -> String {
     )
 }
 
-/// Row 9: Mooncake's FAST'25 traces replayed (`traces.json`): ours beside the reference and a
-/// plain set of exact keys, every arrival's answer checked against the store model.
-fn traces_rows() {
-    let label = "9. trace replay";
-    let Some(Value::Array(runs)) = figures("traces.json") else {
-        not_run(label);
-        return;
-    };
-    for run in &runs {
-        let followers = run["followers"].as_array().map_or(&[][..], Vec::as_slice);
-        let by_name = |name: &str| followers.iter().find(|f| f["name"] == name);
-        let (Some(ours), Some(reference), Some(set)) = (
-            by_name("ours"),
-            by_name("reference"),
-            by_name("exact-key set"),
-        ) else {
-            not_run(label);
-            continue;
-        };
-        let pages = num(&run["peak_pages_held"]).max(1.0);
-        let figures = |f: &Value| {
-            format!(
-                "{:.0}x real time; {} events/s; by hashes {}/s (p99 {}); by tokens {}/s (p99 {}); peak {:.1} MiB",
-                num(&f["times_real_time"]),
-                rate(num(&f["events_per_second"])),
-                count(&Value::from(num(&f["by_hashes"]["per_second"]).round() as u64)),
-                time(num(&f["by_hashes"]["p99_ns"])),
-                count(&Value::from(num(&f["by_tokens"]["per_second"]).round() as u64)),
-                time(num(&f["by_tokens"]["p99_ns"])),
-                num(&f["peak_bytes"]) / 1048576.0
-            )
-        };
-        let vs = |f: &Value, what: &[&str]| {
-            fn pick<'v>(v: &'v Value, what: &[&str]) -> &'v Value {
-                what.iter().fold(v, |v, k| &v[*k])
-            }
-            num(pick(ours, what)) / num(pick(f, what))
-        };
-        let ratios = |f: &Value| {
-            format!(
-                "ingest {:.1}x, by hashes {:.1}x, by tokens {:.1}x, memory {:.1}x less",
-                vs(f, &["events_per_second"]),
-                vs(f, &["by_hashes", "per_second"]),
-                vs(f, &["by_tokens", "per_second"]),
-                num(&f["peak_bytes"]) / num(&ours["peak_bytes"])
-            )
-        };
-        let wrong = num(&run["wrong_answers"]);
-        out!(
-            "| 9. {} trace, {} ({} objects a page), a store of {} objects ({:.0} % of the distinct blocks, LRU) | {}; {:.1} B a page held | {} | the exact-key set: {} | against the reference: {}; against the set: {} | 0 wrong answers: {} ({} claimed absent, {} present missed); hit rate {:.1} % (ideal prefix reuse {:.1} %) |",
-            run["trace"].as_str().unwrap_or("?"),
-            run["model"].as_str().unwrap_or("?"),
-            count(&run["objects_per_page"]),
-            count(&run["capacity_objects"]),
-            100.0 * num(&run["capacity_fraction"]),
-            figures(ours),
-            num(&ours["peak_bytes"]) / pages,
-            figures(reference),
-            figures(set),
-            ratios(reference),
-            ratios(set),
-            verdict(wrong == 0.0),
-            count(&run["claimed_absent"]),
-            count(&run["present_missed"]),
-            100.0 * num(&run["hit_rate"]),
-            100.0 * num(&run["ideal_rate"])
-        );
-    }
-}
-
 fn main() {
     out!("Machine: {}.\n", cpu());
     out!("| row | ours | reference | limit | ratios | goal |");
@@ -671,7 +602,7 @@ fn main() {
     models_row();
     readside_rows();
     reconcile::reconcile_rows();
-    traces_rows();
+    traces::traces_rows();
     let table = TABLE.with(|t| t.take());
     let mut args = std::env::args().skip(1);
     match (args.next().as_deref(), args.next()) {
