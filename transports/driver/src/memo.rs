@@ -43,7 +43,7 @@ enum Stored {
 
 impl Stored {
     fn of<T: Token>(tokens: &[T]) -> Stored {
-        if tokens.iter().all(|t| t.to_u64() <= u64::from(u32::MAX)) {
+        if narrow(tokens) {
             Stored::Narrow(tokens.iter().map(|t| t.to_u64() as u32).collect())
         } else {
             Stored::Wide(tokens.iter().map(|t| t.to_u64()).collect())
@@ -184,8 +184,6 @@ pub struct PrefixMemo {
     shards: Box<[Mutex<Shard>]>,
     /// Each shard's share of the budget.
     shard_budget: usize,
-    /// The seed of every key hash.
-    seed: u64,
     /// Applied to every key hash (the identity but in tests that force collisions).
     key_hash: fn(u64) -> u64,
 }
@@ -202,7 +200,6 @@ impl PrefixMemo {
         PrefixMemo {
             shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
             shard_budget: bytes / SHARDS,
-            seed: 0x05ee_d1e5,
             key_hash: f,
         }
     }
@@ -222,7 +219,7 @@ impl PrefixMemo {
     }
 
     fn hash_key<T: Token>(&self, prior: Option<&[u8; 32]>, eagle: bool, tokens: &[T]) -> u64 {
-        (self.key_hash)(key_hash(self.seed, prior, eagle, tokens))
+        (self.key_hash)(key_hash(prior, eagle, tokens))
     }
 
     fn shard(&self, key_hash: u64) -> &Mutex<Shard> {
@@ -237,6 +234,15 @@ impl PrefixMemo {
 fn shard_of(key_hash: u64) -> usize {
     (key_hash >> 32) as usize % SHARDS
 }
+
+/// Whether every token fits in 32 bits (held and hashed narrow).
+fn narrow<T: Token>(tokens: &[T]) -> bool {
+    // An OR over all of them, with no early exit: vector code.
+    tokens.iter().fold(0, |all, t| all | t.to_u64()) >> 32 == 0
+}
+
+/// The seed of every key hash.
+const SEED: u64 = 0x05ee_d1e5;
 
 /// Odd 64-bit constants (digits of pi), one per lane of [`key_hash`].
 const LANE: [u64; 4] = [
@@ -263,8 +269,8 @@ fn folded_multiply(a: u64, b: u64) -> u64 {
 /// spreads keys: the memo compares keys in full, so keys that collide stay apart. The hash is of
 /// the tokens' values, the same whichever [`Token`] type holds them: tokens that all fit in 32
 /// bits are hashed two to a word, others one to a word.
-fn key_hash<T: Token>(seed: u64, prior: Option<&[u8; 32]>, eagle: bool, tokens: &[T]) -> u64 {
-    let mut lanes = LANE.map(|k| k ^ seed);
+fn key_hash<T: Token>(prior: Option<&[u8; 32]>, eagle: bool, tokens: &[T]) -> u64 {
+    let mut lanes = LANE.map(|k| k ^ SEED);
     let mut absorb = |i: usize, word: u64| lanes[i] = folded_multiply(lanes[i] ^ word, LANE[i]);
     if let Some(prior) = prior {
         for (i, word) in prior.chunks_exact(8).enumerate() {
@@ -273,7 +279,7 @@ fn key_hash<T: Token>(seed: u64, prior: Option<&[u8; 32]>, eagle: bool, tokens: 
             absorb(i, u64::from_le_bytes(bytes));
         }
     }
-    let narrow = tokens.iter().fold(0, |all, t| all | t.to_u64()) >> 32 == 0;
+    let narrow = narrow(tokens);
     if narrow {
         let mut pairs = tokens.chunks_exact(8);
         for eight in &mut pairs {
@@ -301,7 +307,7 @@ fn key_hash<T: Token>(seed: u64, prior: Option<&[u8; 32]>, eagle: bool, tokens: 
         | u64::from(narrow);
     let left = folded_multiply(lanes[0] ^ lanes[2], LANE[1]);
     let right = folded_multiply(lanes[1] ^ lanes[3], LANE[2]);
-    folded_multiply(left ^ right ^ shape, LANE[3] ^ seed)
+    folded_multiply(left ^ right ^ shape, LANE[3] ^ SEED)
 }
 
 impl DigestMemo for PrefixMemo {

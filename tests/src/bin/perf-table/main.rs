@@ -72,6 +72,18 @@ fn figures(name: &str) -> Option<Value> {
     serde_json::from_str(&std::fs::read_to_string(perf::result_path(name)).ok()?).ok()
 }
 
+/// The runs a bench left in `<target>/perf/{name}` (a JSON array), or none after printing the
+/// row `label` as not run.
+fn runs(name: &str, label: &str) -> Vec<Value> {
+    match figures(name) {
+        Some(Value::Array(runs)) => runs,
+        _ => {
+            not_run(label);
+            Vec::new()
+        }
+    }
+}
+
 fn num(v: &Value) -> f64 {
     v.as_f64().unwrap_or(f64::NAN)
 }

@@ -13,10 +13,7 @@ fn mib(bytes: &Value) -> String {
 /// Row 8, from `reconcile.json` (`cargo bench -p hicache-index-bench --bench reconcile`).
 pub(super) fn reconcile_rows() {
     let label = "8. reconcile of a key list against a full index";
-    let Some(Value::Array(runs)) = figures("reconcile.json") else {
-        not_run(label);
-        return;
-    };
+    let runs = runs("reconcile.json", label);
     for r in &runs {
         let layout = match r["layout"].as_str() {
             Some("reconcile/tp8") => "TP 8",

@@ -6,10 +6,7 @@ use super::*;
 /// plain set of exact keys, every arrival's answer checked against the store model.
 pub(super) fn traces_rows() {
     let label = "9. trace replay";
-    let Some(Value::Array(runs)) = figures("traces.json") else {
-        not_run(label);
-        return;
-    };
+    let runs = runs("traces.json", label);
     for run in &runs {
         let followers = run["followers"].as_array().map_or(&[][..], Vec::as_slice);
         let by_name = |name: &str| followers.iter().find(|f| f["name"] == name);
