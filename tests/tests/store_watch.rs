@@ -252,8 +252,9 @@ fn a_master_without_the_signal_families_is_said_once_and_asked_rarely() {
     assert_eq!(h.health(), Health::Live);
 }
 
-#[test]
-fn a_large_reconcile_is_applied_in_slices_and_a_live_batch_between_them_decides_its_objects() {
+/// 40,000 pages of two objects (more than one slice of a reconcile applies) stored by events
+/// after the watch's baseline, as in [`setup`].
+fn setup_large() -> (Harness, Layout, Vec<PageHash>) {
     let layout = mha(1);
     let cfg = Config {
         resync: Some(ResyncConfig {
@@ -270,11 +271,30 @@ fn a_large_reconcile_is_applied_in_slices_and_a_live_batch_between_them_decides_
     };
     let mut h = Harness::placed(cfg);
     let _ = read_signals(&mut h, Some(0));
-    // More pages than one slice of a reconcile applies.
     let pages = page_hashes(&layout, &tokens(40_000));
     for chunk in pages.chunks(1_000) {
         let _ = h.batch(chunk.iter().flat_map(|p| store_page(&layout, p)).collect());
     }
+    (h, layout, pages)
+}
+
+/// Fires the reconcile's slices until it reports; returns (removed, restored) and how many
+/// slices came after the first.
+fn finish_reconcile(h: &mut Harness) -> ((usize, usize), usize) {
+    let mut slices = 0;
+    loop {
+        let fx = h.fire_timeout().expect("the next slice is due");
+        slices += 1;
+        if let Some(done) = reconciled(&fx) {
+            return (done, slices);
+        }
+        assert!(slices < 1_000, "the reconcile never ends");
+    }
+}
+
+#[test]
+fn a_large_reconcile_is_applied_in_slices_and_a_live_batch_between_them_decides_its_objects() {
+    let (mut h, layout, pages) = setup_large();
     let last = pages.len() - 1;
     let _ = read_signals(&mut h, Some(1));
     // The master lost pages 0, 30,000 and `last`; the list says so.
@@ -286,19 +306,49 @@ fn a_large_reconcile_is_applied_in_slices_and_a_live_batch_between_them_decides_
     // Between two slices (the first took the first 4,096 page slots) a worker stores page
     // 30,000 again: the event is newer than the list.
     let _ = h.batch(store_page(&layout, &pages[30_000]));
-    let mut steps = 1;
-    let done = loop {
-        let fx = h.fire_timeout().expect("the next slice is due");
-        steps += 1;
-        if let Some(done) = reconciled(&fx) {
-            break done;
-        }
-        assert!(steps < 1_000, "the reconcile never ends");
-    };
-    assert!(steps > 2, "{steps} steps");
+    let (done, slices) = finish_reconcile(&mut h);
+    assert!(slices > 1, "{slices} slices after the first");
     assert_eq!(done, (4, 0), "pages 0 and {last} removed, page 30,000 kept");
     let c = claimed(&h, &[pages[0], pages[1], pages[30_000], pages[last]]);
     assert_eq!(c, [false, true, true, false]);
+    assert_eq!(h.health(), Health::Live);
+}
+
+#[test]
+fn a_large_list_is_restored_in_slices_and_a_removal_between_them_wins() {
+    let (mut h, layout, pages) = setup_large();
+    // The master stopped listing the first 10,000 pages: more than two slices' worth of
+    // restores when they come back.
+    let _ = read_signals(&mut h, Some(1));
+    let gone: Vec<usize> = (0..10_000).collect();
+    let listed = keys_but(&layout, &pages, &gone);
+    let listed: Vec<&str> = listed.iter().map(String::as_str).collect();
+    let _ = h.answer_fetch(h.next_seq - 1, &listed);
+    let (done, _) = finish_reconcile(&mut h);
+    assert_eq!(done, (20_000, 0));
+    // They are listed again (a stalled client resumed), without an event.
+    let _ = read_signals(&mut h, Some(2));
+    let all = keys_but(&layout, &pages, &[]);
+    let all: Vec<&str> = all.iter().map(String::as_str).collect();
+    let fx = h.answer_fetch(h.next_seq - 1, &all);
+    assert_eq!(reconciled(&fx), None, "one slice at a time: {fx:?}");
+    // The page slots take the first 10 slices (40,000 slots); the restores follow. Once they
+    // began, a worker removes page 7 (one of the pages to restore): the event is newer than
+    // the list, whether page 7 was restored already or not.
+    for _ in 0..11 {
+        let fx = h.fire_timeout().expect("the next slice is due");
+        assert_eq!(reconciled(&fx), None, "{fx:?}");
+    }
+    let _ = h.batch(layout.object_keys(&pages[7]).map(removed).collect());
+    let (done, slices) = finish_reconcile(&mut h);
+    assert!(
+        slices > 1,
+        "the restores took {slices} slices after the removal"
+    );
+    assert_eq!(done, (0, 19_998), "every object back but page 7's two");
+    let c = claimed(&h, &pages[..10_000]);
+    let expected: Vec<bool> = (0..10_000).map(|i| i != 7).collect();
+    assert_eq!(c, expected);
     assert_eq!(h.health(), Health::Live);
 }
 

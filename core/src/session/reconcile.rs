@@ -54,13 +54,12 @@ pub(super) struct Applying {
     kept: ObjectSet,
     /// The next page slot whose objects are compared with the list; `None` once all were.
     next_slot: Option<usize>,
-    /// Then, the listed pages left to restore from.
-    restores: Vec<(u32, crate::hash::PageHash, u128)>,
     done: Reconciled,
 }
 
-/// How many page slots (or listed pages) one slice of a reconcile applies: about 3 ms of the
-/// writer's CPU (0.65 µs a page, measured by `testing/bench/benches/reconcile.rs`).
+/// How many page slots (or listed pages) one slice of a reconcile applies: about 1.5 ms of the
+/// writer's CPU for page slots, 1 ms for listed pages (1M MLA pages, measured by
+/// `testing/bench/benches/reconcile.rs`).
 const RECONCILE_SLICE: usize = 4_096;
 
 impl Reconcile {
@@ -225,7 +224,6 @@ impl Session {
         reconcile.applying = Some(Applying {
             kept,
             next_slot: Some(0),
-            restores: Vec::new(),
             done: Reconciled::default(),
         });
         self.reconcile_step(now, fx);
@@ -271,19 +269,15 @@ impl Session {
                 &mut applying.done,
             );
             applying.next_slot = next;
-            match next {
-                Some(_) => return,
-                None => {
-                    budget -= budget.min(self.index.slots().saturating_sub(from));
-                    applying.restores = core::mem::take(listed).into_pages();
-                }
+            if next.is_some() {
+                return;
             }
+            budget -= budget.min(self.index.slots().saturating_sub(from));
         }
-        let at = applying.restores.len().saturating_sub(budget.max(1));
-        let slice = applying.restores.split_off(at);
-        self.index
-            .reconcile_restores(&slice, &applying.kept, &mut applying.done);
-        if !applying.restores.is_empty() {
+        if self
+            .index
+            .reconcile_restores(listed, budget.max(1), &applying.kept, &mut applying.done)
+        {
             return;
         }
         let ResyncState::Fetching {
