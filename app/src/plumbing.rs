@@ -67,7 +67,7 @@ fn decode_line_inner(line: &str) -> Result<Value, String> {
                 },
                 "object_key": e.object_key,
                 "tenant_id": e.tenant_id,
-                "group_id": e.group_id,
+                "group_id": e.group_id.map(String::from_utf8_lossy),
                 "medium": e.medium.map(|m| match m {
                     Medium::Cpu => "cpu",
                     Medium::Disk => "disk",

@@ -88,8 +88,10 @@ pub struct Event<'a> {
     pub object_key: Option<&'a str>,
     /// The tenant; `None` when missing or nil (the index reads that as `"default"`).
     pub tenant_id: Option<&'a str>,
-    /// `sglang-hicache:{logical key}` when SGLang group semantics are on.
-    pub group_id: Option<&'a str>,
+    /// `sglang-hicache:{logical key}` when SGLang group semantics are on, as raw bytes: it is
+    /// only compared with the object key, so it is not checked as UTF-8 (a group id that is
+    /// not counts as one that does not match).
+    pub group_id: Option<&'a [u8]>,
     /// The replica's medium.
     pub medium: Option<Medium>,
     /// The publisher's per-event counter.
@@ -587,7 +589,7 @@ impl<'a> Reader<'a> {
             match Field::of(key) {
                 Field::ObjectKey => event.object_key = self.opt_str()?,
                 Field::TenantId => event.tenant_id = self.opt_str()?,
-                Field::GroupId => event.group_id = self.opt_str()?,
+                Field::GroupId => event.group_id = self.opt_str_bytes()?,
                 Field::EventType => event_type = Some(self.opt_str_bytes()?),
                 Field::Type => legacy_type = self.opt_str_bytes()?,
                 Field::Medium => event.medium = self.opt_str_bytes()?.map(medium_from),

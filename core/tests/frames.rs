@@ -173,7 +173,11 @@ fn every_published_vector_decodes_to_its_listed_fields() {
             assert_eq!(got.kind, kind, "{name}");
             assert_eq!(got.object_key, as_opt_str(&want["object_key"]), "{name}");
             assert_eq!(got.tenant_id, as_opt_str(&want["tenant_id"]), "{name}");
-            assert_eq!(got.group_id, as_opt_str(&want["group_id"]), "{name}");
+            assert_eq!(
+                got.group_id,
+                as_opt_str(&want["group_id"]).map(str::as_bytes),
+                "{name}"
+            );
             assert_eq!(got.medium, Some(medium), "{name}");
             assert_eq!(got.event_id, want["event_id"].as_u64(), "{name}");
         }
@@ -246,7 +250,9 @@ fn check_listed_fields(recs: &[Value]) {
             assert_eq!(got.tenant_id, as_opt_str(&want["tenant_id"]), "{name}");
             assert_eq!(
                 got.group_id,
-                want.get("group_id").and_then(Value::as_str),
+                want.get("group_id")
+                    .and_then(Value::as_str)
+                    .map(str::as_bytes),
                 "{name}"
             );
             assert_eq!(got.medium, medium, "{name}");
@@ -510,6 +516,24 @@ fn invalid_utf8_in_an_ignored_field_is_skipped() {
     );
 }
 
+#[test]
+fn a_group_id_that_is_not_utf8_is_read_as_its_bytes() {
+    let payload = batch_tail(
+        batch_head(1)
+            .map(2)
+            .str("group_id")
+            .str_bytes(b"sglang-hicache:\xff\xfe")
+            .str("object_key")
+            .str("k"),
+    );
+    let batch = decode_payload(&payload).expect("only compared with the key, never text");
+    assert_eq!(
+        batch.events[0].group_id,
+        Some(&b"sglang-hicache:\xff\xfe"[..])
+    );
+    assert_eq!(batch.events[0].object_key, Some("k"));
+}
+
 /// `depth` nested arrays around a zero, as the value of an ignored field.
 fn nested_ignored_field(depth: usize) -> (usize, Vec<u8>) {
     let mut mp = batch_head(1).map(2).str("seq_hashes");
@@ -741,7 +765,7 @@ fn unknown_fields_of_every_type_are_ignored() {
     assert_eq!(event.kind, EventKind::Removed);
     assert_eq!(event.object_key, Some("k_0_v"));
     assert_eq!(event.tenant_id, None);
-    assert_eq!(event.group_id, Some("sglang-hicache:k"));
+    assert_eq!(event.group_id, Some(&b"sglang-hicache:k"[..]));
     assert_eq!(event.medium, Some(Medium::Other));
     assert_eq!(event.event_id, Some(256));
 }

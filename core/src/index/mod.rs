@@ -304,7 +304,7 @@ impl Index {
         &mut self,
         tenant: &str,
         key: &str,
-        group_id: Option<&str>,
+        group_id: Option<&[u8]>,
         medium: Option<Medium>,
     ) -> Applied {
         let Some(parsed) = parse_object_key(key) else {
@@ -313,7 +313,7 @@ impl Index {
         };
         if let Some(group) = group_id {
             let logical = &key[..key.len() - parsed.suffix.len()];
-            if group.strip_prefix("sglang-hicache:") != Some(logical) {
+            if group.strip_prefix(b"sglang-hicache:") != Some(logical.as_bytes()) {
                 self.counters.group_id_mismatches += 1;
             }
         }

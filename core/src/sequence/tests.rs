@@ -486,6 +486,33 @@ fn prints_tell_payloads_apart() {
 }
 
 #[test]
+fn prints_tell_apart_every_bit_flip_word_swap_and_zero_extension_of_a_payload() {
+    // 203 bytes: six four-lane blocks, two more words and a tail of three bytes.
+    let payload: Vec<u8> = (0..203u32).map(|i| (i * 37 + 11) as u8).collect();
+    let mut seen = alloc::collections::BTreeSet::new();
+    assert!(seen.insert(Print::of(&payload)));
+    for bit in 0..payload.len() * 8 {
+        let mut flipped = payload.clone();
+        flipped[bit / 8] ^= 1 << (bit % 8);
+        assert!(seen.insert(Print::of(&flipped)), "bit {bit}");
+    }
+    // Words swapped between two lanes of one block, one lane of two blocks, and a block with
+    // the words after the blocks.
+    for (a, b) in [(0, 8), (0, 32), (8, 168), (40, 176)] {
+        let mut swapped = payload.clone();
+        for i in 0..8 {
+            swapped.swap(a + i, b + i);
+        }
+        assert!(seen.insert(Print::of(&swapped)), "words at {a} and {b}");
+    }
+    for zeros in 1..=40 {
+        let mut longer = payload.clone();
+        longer.resize(payload.len() + zeros, 0);
+        assert!(seen.insert(Print::of(&longer)), "{zeros} zeros more");
+    }
+}
+
+#[test]
 fn r5_a_batch_numbered_like_one_passed_with_other_bytes_is_another_run() {
     let mut s = resync_on(0);
     s.fetch_asked();

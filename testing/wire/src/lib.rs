@@ -89,7 +89,7 @@ impl OwnedEvent {
             kind: self.kind,
             object_key: self.object_key.as_deref(),
             tenant_id: self.tenant_id.as_deref(),
-            group_id: self.group_id.as_deref(),
+            group_id: self.group_id.as_deref().map(str::as_bytes),
             medium: self.medium,
             event_id: self.event_id,
         }
@@ -97,13 +97,16 @@ impl OwnedEvent {
 }
 
 impl From<&Event<'_>> for OwnedEvent {
-    /// Copies the decoded fields; the wire-only fields get the defaults of [`OwnedEvent::new`].
+    /// Copies the decoded fields (a group id that is not UTF-8 lossily); the wire-only fields
+    /// get the defaults of [`OwnedEvent::new`].
     fn from(event: &Event<'_>) -> OwnedEvent {
         OwnedEvent {
             kind: event.kind,
             object_key: event.object_key.map(str::to_owned),
             tenant_id: event.tenant_id.map(str::to_owned),
-            group_id: event.group_id.map(str::to_owned),
+            group_id: event
+                .group_id
+                .map(|g| String::from_utf8_lossy(g).into_owned()),
             medium: event.medium,
             event_id: event.event_id,
             timestamp_ms: 0,
