@@ -51,6 +51,14 @@ pub fn removed(key: impl Into<String>) -> OwnedEvent {
     OwnedEvent::new(EventKind::Removed, key)
 }
 
+/// A publisher's `cleared` event: of every tenant (`None`), or of `tenant`.
+pub fn publisher_clear(tenant: Option<&str>) -> OwnedEvent {
+    let mut e = OwnedEvent::new(EventKind::Cleared, String::new());
+    e.object_key = None;
+    e.tenant_id = tenant.map(str::to_owned);
+    e
+}
+
 /// `stored` events for every object of `page` under `layout`.
 pub fn store_page(layout: &Layout, page: &PageHash) -> Vec<OwnedEvent> {
     layout.object_keys(page).map(stored).collect()

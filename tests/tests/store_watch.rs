@@ -11,7 +11,7 @@ use hicache_index::{
     ResyncConfig, SignalsRequest, StoreSignals,
 };
 use hicache_index_tests::{
-    cleared, config, mha, page_hashes, removed, store_page, tokens, Harness,
+    cleared, config, mha, page_hashes, publisher_clear, removed, store_page, tokens, Harness,
 };
 
 const UNMOUNTS: &str = "master_unmount_segment_requests_total";
@@ -97,6 +97,7 @@ fn claimed(h: &Harness, pages: &[PageHash]) -> Vec<bool> {
 
 /// Every object key of the pages whose index is not in `gone`.
 fn keys_but(layout: &Layout, pages: &[PageHash], gone: &[usize]) -> Vec<String> {
+    let gone: std::collections::HashSet<usize> = gone.iter().copied().collect();
     pages
         .iter()
         .enumerate()
@@ -332,24 +333,66 @@ fn a_large_list_is_restored_in_slices_and_a_removal_between_them_wins() {
     let all: Vec<&str> = all.iter().map(String::as_str).collect();
     let fx = h.answer_fetch(h.next_seq - 1, &all);
     assert_eq!(reconciled(&fx), None, "one slice at a time: {fx:?}");
-    // The page slots take the first 10 slices (40,000 slots); the restores follow. Once they
-    // began, a worker removes page 7 (one of the pages to restore): the event is newer than
-    // the list, whether page 7 was restored already or not.
+    // The page slots take the first 10 slices (40,000 slots); the restores follow. Once some
+    // pages are back, a worker removes one that is not yet: the event is newer than the list.
     for _ in 0..11 {
         let fx = h.fire_timeout().expect("the next slice is due");
         assert_eq!(reconciled(&fx), None, "{fx:?}");
     }
-    let _ = h.batch(layout.object_keys(&pages[7]).map(removed).collect());
+    let c = claimed(&h, &pages[..10_000]);
+    let back = c.iter().filter(|&&c| c).count();
+    assert!(
+        back > 0 && back < 10_000,
+        "{back} pages back before the removal"
+    );
+    let gone = c.iter().position(|&c| !c).expect("a page not restored yet");
+    let _ = h.batch(layout.object_keys(&pages[gone]).map(removed).collect());
     let (done, slices) = finish_reconcile(&mut h);
     assert!(
         slices > 1,
         "the restores took {slices} slices after the removal"
     );
-    assert_eq!(done, (0, 19_998), "every object back but page 7's two");
+    assert_eq!(done, (0, 19_998), "every object back but page {gone}'s two");
     let c = claimed(&h, &pages[..10_000]);
-    let expected: Vec<bool> = (0..10_000).map(|i| i != 7).collect();
+    let expected: Vec<bool> = (0..10_000).map(|i| i != gone).collect();
     assert_eq!(c, expected);
     assert_eq!(h.health(), Health::Live);
+}
+
+#[test]
+fn a_publisher_clear_between_two_slices_makes_the_reconcile_fall_back_and_restores_nothing() {
+    // Of every tenant (which numbers the namespaces anew) and of the default tenant.
+    for tenant in [None, Some("default")] {
+        let (mut h, layout, pages) = setup_large();
+        let _ = read_signals(&mut h, Some(1));
+        let listed = keys_but(&layout, &pages, &[0]);
+        let listed: Vec<&str> = listed.iter().map(String::as_str).collect();
+        let fx = h.answer_fetch(h.next_seq - 1, &listed);
+        assert_eq!(reconciled(&fx), None, "one slice at a time: {fx:?}");
+        // Between two slices the store is cleared, then page 5 is stored again: the list is
+        // older than the clear, and every page it lists but page 5 is gone.
+        let mut events = vec![publisher_clear(tenant)];
+        events.extend(store_page(&layout, &pages[5]));
+        let _ = h.batch(events);
+        let mut forgot = Vec::new();
+        for _ in 0..100 {
+            let Some(fx) = h.fire_timeout() else { break };
+            forgot.extend(cleared(&fx));
+            assert_eq!(reconciled(&fx), None, "{tenant:?}: {fx:?}");
+            let c = claimed(&h, &pages);
+            let claimed: Vec<usize> = (0..pages.len()).filter(|&i| c[i] && i != 5).collect();
+            assert!(
+                claimed.is_empty(),
+                "{tenant:?}: {} pages claimed after the clear, the first {:?}",
+                claimed.len(),
+                &claimed[..claimed.len().min(5)]
+            );
+            if !forgot.is_empty() {
+                break;
+            }
+        }
+        assert_eq!(forgot, [ClearReason::StoreChanged], "{tenant:?}");
+    }
 }
 
 #[test]

@@ -42,7 +42,7 @@ impl ObjectSet {
     }
 }
 
-/// What [`Index::reconcile`] changed.
+/// What a reconcile changed (`Index::reconcile_removals`, `Index::reconcile_restores`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Reconciled {
     /// Objects the index held that the key list does not: removed.

@@ -5,12 +5,13 @@
 //! the master had assigned before its key list was read) decides, object by object, who is
 //! newer: a live batch numbered after `P` decides the objects it touched; for every other
 //! object the key list does. Once the list is whole and the stream has applied every batch up
-//! to `P`, the index is brought to it in one step ([`Index::reconcile`]): objects held and not
-//! listed are removed, objects listed and not held are stored, and objects present all along
-//! stay hits throughout. Whatever cannot be placed so (the master gives no status point, the
-//! point is before where the stream stood when the fetch was asked and so another run's, or the
-//! stream does not reach it within the fetch timeout, or the fetch fails) forgets and resyncs
-//! instead ([`ClearReason::StoreChanged`]): misses, never a hit.
+//! to `P`, the index is brought to it in slices (`Index::reconcile_removals`, then
+//! `Index::reconcile_restores`): objects held and not listed are removed, objects listed and
+//! not held are stored, and objects present all along stay hits throughout. Whatever cannot be
+//! placed so (the master gives no status point, the point is before where the stream stood when
+//! the fetch was asked and so another run's, or the stream does not reach it within the fetch
+//! timeout, the fetch fails, or the publisher clears while the reconcile is under way) forgets
+//! and resyncs instead ([`ClearReason::StoreChanged`]): misses, never a hit.
 
 use alloc::boxed::Box;
 
@@ -33,13 +34,16 @@ pub(super) struct Reconcile {
     overflowed: bool,
     /// The fetch's status point, once its answer began.
     point: Option<Point>,
-    /// The objects the key list holds, numbered as the index numbers them.
+    /// The objects the key list holds, numbered as the index numbers them (while it is
+    /// applied, the pages not restored yet).
     pub(super) listed: ObjectSet,
     /// Every default-tenant object key a live batch touched since the fetch was asked, with
     /// the batch's sequence.
     live: Vec<(String, Seq)>,
-    /// The sequence of the last live `cleared` of the default tenant since the ask.
-    cleared: Option<Seq>,
+    /// A live `cleared` of the default tenant came since the ask: the key list may describe
+    /// the store before it, and a clear of every tenant renumbers the namespaces the list's
+    /// objects are numbered by. The reconcile falls back.
+    cleared: bool,
     /// The key list was handed over whole (its doubted lines confirmed): it waits for the
     /// stream to reach the status point.
     listed_all: bool,
@@ -66,7 +70,7 @@ impl Reconcile {
     /// Records a live default-tenant event of the batch `seq`.
     pub(super) fn saw(&mut self, seq: Seq, event: &crate::frame::Event<'_>) {
         match (event.kind, event.object_key) {
-            (EventKind::Cleared, _) => self.cleared = Some(seq),
+            (EventKind::Cleared, _) => self.cleared = true,
             (_, Some(key)) if self.live.len() < MAX_LIVE_EVENTS => {
                 self.live.push((String::from(key), seq));
             }
@@ -109,7 +113,7 @@ impl Session {
             // Room for a key list of about the index's size: no rehash under the writer.
             listed: ObjectSet::with_capacity(self.index.page_count()),
             live: Vec::new(),
-            cleared: None,
+            cleared: false,
             listed_all: false,
             applying: None,
         };
@@ -197,7 +201,7 @@ impl Session {
         else {
             return;
         };
-        if reconcile.overflowed {
+        if reconcile.overflowed || reconcile.cleared {
             return self.reconcile_fell_back(now, fx);
         }
         if stands_at(self.stream.position()).is_none_or(|at| at < point.seq) {
@@ -210,16 +214,12 @@ impl Session {
         else {
             unreachable!("matched above");
         };
-        // A live batch after the point decides the objects it touched; a `cleared` after it
-        // leaves nothing of the list to add.
+        // A live batch after the point decides the objects it touched.
         let mut kept = ObjectSet::default();
         for (key, seq) in reconcile.live.drain(..) {
             if seq > point.seq {
                 self.index.name_key(DEFAULT_TENANT, &key, &mut kept);
             }
-        }
-        if reconcile.cleared.is_some_and(|seq| seq > point.seq) {
-            reconcile.listed = ObjectSet::default();
         }
         reconcile.applying = Some(Applying {
             kept,
@@ -241,8 +241,9 @@ impl Session {
         else {
             return;
         };
-        if reconcile.overflowed {
-            // Live events were left unrecorded: what they decided cannot be told.
+        if reconcile.overflowed || reconcile.cleared {
+            // Live events were left unrecorded, so what they decided cannot be told; or the
+            // publisher cleared since the ask (see `Reconcile::cleared`).
             return self.reconcile_fell_back(now, fx);
         }
         let Reconcile {
