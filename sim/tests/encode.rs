@@ -46,7 +46,7 @@ fn batch_from_listing(seq: Seq, decoded: &Value) -> OwnedBatch {
             },
             object_key: opt_string(&e["object_key"]),
             tenant_id: opt_string(&e["tenant_id"]),
-            group_id: opt_string(&e["group_id"]),
+            group_id: opt_string(&e["group_id"]).map(String::into_bytes),
             medium: e["medium"].as_str().map(|m| match m {
                 "cpu" => Medium::Cpu,
                 "disk" => Medium::Disk,
@@ -234,7 +234,7 @@ impl Arbitrary for AnyBatch {
                     .unwrap(),
                 object_key: any_opt_string(g),
                 tenant_id: any_opt_string(g),
-                group_id: any_opt_string(g),
+                group_id: any_opt_string(g).map(String::into_bytes),
                 medium: *g
                     .choose(&[
                         None,

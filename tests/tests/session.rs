@@ -276,7 +276,7 @@ fn removal_without_group_id_removes_a_page_stored_with_one() {
     let events: Vec<OwnedEvent> = store_page(&layout, &page)
         .into_iter()
         .map(|mut e| {
-            e.group_id = Some(layout.group_id(&page));
+            e.group_id = Some(layout.group_id(&page).into_bytes());
             e
         })
         .collect();
@@ -294,9 +294,29 @@ fn group_id_mismatch_is_counted() {
     let mut h = Harness::connected(config(layout.clone()));
     let page = page_hashes(&layout, &tokens(1))[0];
     let mut e = stored(layout.object_keys(&page).next().unwrap());
-    e.group_id = Some("sglang-hicache:something_else".into());
+    e.group_id = Some(b"sglang-hicache:something_else".to_vec());
     let _ = h.batch(vec![e]);
     assert_eq!(h.status().counters.group_id_mismatches, 1);
+}
+
+#[test]
+fn a_group_id_that_is_not_utf8_is_applied_and_counted_as_a_mismatch() {
+    let layout = mha(1);
+    let mut h = Harness::connected(config(layout.clone()));
+    let t = tokens(1);
+    let page = page_hashes(&layout, &t)[0];
+    let events: Vec<OwnedEvent> = store_page(&layout, &page)
+        .into_iter()
+        .map(|mut e| {
+            e.group_id = Some(b"sglang-hicache:\xff\xfe".to_vec());
+            e
+        })
+        .collect();
+    let n = events.len() as u64;
+    let _ = h.batch(events);
+    assert_eq!(h.prefix(&t), 1, "the batch is applied, not undecodable");
+    let c = h.status().counters;
+    assert_eq!((c.group_id_mismatches, c.clears_undecodable), (n, 0));
 }
 
 #[test]

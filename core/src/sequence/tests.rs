@@ -487,8 +487,8 @@ fn prints_tell_payloads_apart() {
 
 #[test]
 fn prints_tell_apart_every_bit_flip_word_swap_and_zero_extension_of_a_payload() {
-    // 203 bytes: six four-lane blocks, two more words and a tail of three bytes.
-    let payload: Vec<u8> = (0..203u32).map(|i| (i * 37 + 11) as u8).collect();
+    // 211 bytes: six four-lane blocks (192 bytes), two more words and a tail of three bytes.
+    let payload: Vec<u8> = (0..211u32).map(|i| (i * 37 + 11) as u8).collect();
     let mut seen = alloc::collections::BTreeSet::new();
     assert!(seen.insert(Print::of(&payload)));
     for bit in 0..payload.len() * 8 {
@@ -496,9 +496,9 @@ fn prints_tell_apart_every_bit_flip_word_swap_and_zero_extension_of_a_payload() 
         flipped[bit / 8] ^= 1 << (bit % 8);
         assert!(seen.insert(Print::of(&flipped)), "bit {bit}");
     }
-    // Words swapped between two lanes of one block, one lane of two blocks, and a block with
-    // the words after the blocks.
-    for (a, b) in [(0, 8), (0, 32), (8, 168), (40, 176)] {
+    // Words swapped between two lanes of one block, one lane of two blocks, a block and the
+    // words after the blocks, and those two words.
+    for (a, b) in [(0, 8), (0, 32), (8, 192), (40, 200), (192, 200)] {
         let mut swapped = payload.clone();
         for i in 0..8 {
             swapped.swap(a + i, b + i);

@@ -288,7 +288,7 @@ impl Master {
                 }
                 _ => None,
             };
-            set_opt(&mut ev.group_id, group);
+            set_opt_bytes(&mut ev.group_id, group.map(str::as_bytes));
             let stored = kind == EventKind::Stored;
             match flavor {
                 MasterFlavor::Upstream => {
@@ -312,6 +312,18 @@ fn set_opt(dst: &mut Option<String>, src: Option<&str>) {
         (Some(d), Some(s)) => {
             d.clear();
             d.push_str(s);
+        }
+        (None, Some(s)) => *dst = Some(s.to_owned()),
+        (_, None) => *dst = None,
+    }
+}
+
+/// [`set_opt`] for a field held as bytes.
+fn set_opt_bytes(dst: &mut Option<Vec<u8>>, src: Option<&[u8]>) {
+    match (dst.as_mut(), src) {
+        (Some(d), Some(s)) => {
+            d.clear();
+            d.extend_from_slice(s);
         }
         (None, Some(s)) => *dst = Some(s.to_owned()),
         (_, None) => *dst = None,

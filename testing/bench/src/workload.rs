@@ -73,7 +73,7 @@ pub fn payloads_of(
                     e.event_id = Some(first_event_id + (i * 64 + j) as u64);
                     e.timestamp_ms = 1_767_225_600_000;
                     e.backend_id = "store-node-1".into();
-                    e.group_id = Some(group.clone());
+                    e.group_id = Some(group.clone().into_bytes());
                     e.base_block_idx = Some(0);
                     e
                 })

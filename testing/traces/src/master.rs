@@ -85,7 +85,7 @@ impl Master {
             self.batch.timestamp = Timestamp::Millis(EPOCH_MS + at_ms);
             self.batch.events.resize_with(chunk.len(), || {
                 let mut e = OwnedEvent::new(EventKind::Stored, String::new());
-                e.group_id = Some(String::new());
+                e.group_id = Some(Vec::new());
                 e.dp_rank = Some(0);
                 e.backend_id = "trace-store".to_owned();
                 e.medium = Some(Medium::Cpu);
@@ -101,10 +101,10 @@ impl Master {
                 key.clear();
                 key.push_str(&self.logical);
                 key.push_str(suffix);
-                let group = event.group_id.get_or_insert_with(String::new);
+                let group = event.group_id.get_or_insert_with(Vec::new);
                 group.clear();
-                group.push_str("sglang-hicache:");
-                group.push_str(&self.logical);
+                group.extend_from_slice(b"sglang-hicache:");
+                group.extend_from_slice(self.logical.as_bytes());
                 event.kind = change.kind;
                 event.event_id = Some(self.event_id);
                 event.timestamp_ms = EPOCH_MS + at_ms;

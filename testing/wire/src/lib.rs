@@ -46,8 +46,9 @@ pub struct OwnedEvent {
     pub object_key: Option<String>,
     /// The tenant; `None` is written as nil (the master always sends one).
     pub tenant_id: Option<String>,
-    /// The SGLang group id; `None` is written as nil.
-    pub group_id: Option<String>,
+    /// The SGLang group id, as bytes (the decoder does not check it as UTF-8, so a copy of a
+    /// decoded event keeps any bytes); written as a string, `None` as nil.
+    pub group_id: Option<Vec<u8>>,
     /// The replica medium; [`Medium::Other`] is written as `"other"`, `None` as nil.
     pub medium: Option<Medium>,
     /// The per-event counter; `None` is written as nil (the master always sends one).
@@ -89,7 +90,7 @@ impl OwnedEvent {
             kind: self.kind,
             object_key: self.object_key.as_deref(),
             tenant_id: self.tenant_id.as_deref(),
-            group_id: self.group_id.as_deref().map(str::as_bytes),
+            group_id: self.group_id.as_deref(),
             medium: self.medium,
             event_id: self.event_id,
         }
@@ -97,16 +98,13 @@ impl OwnedEvent {
 }
 
 impl From<&Event<'_>> for OwnedEvent {
-    /// Copies the decoded fields (a group id that is not UTF-8 lossily); the wire-only fields
-    /// get the defaults of [`OwnedEvent::new`].
+    /// Copies the decoded fields; the wire-only fields get the defaults of [`OwnedEvent::new`].
     fn from(event: &Event<'_>) -> OwnedEvent {
         OwnedEvent {
             kind: event.kind,
             object_key: event.object_key.map(str::to_owned),
             tenant_id: event.tenant_id.map(str::to_owned),
-            group_id: event
-                .group_id
-                .map(|g| String::from_utf8_lossy(g).into_owned()),
+            group_id: event.group_id.map(<[u8]>::to_vec),
             medium: event.medium,
             event_id: event.event_id,
             timestamp_ms: 0,
@@ -288,7 +286,7 @@ pub fn encode_event_into(out: &mut Vec<u8>, event: &OwnedEvent, flavor: MasterFl
     match flavor {
         MasterFlavor::Upstream => {
             write_key(out, "group_id");
-            write_opt_str(out, event.group_id.as_deref());
+            write_opt_str_bytes(out, event.group_id.as_deref());
             write_medium(out, event.medium);
             write_key(out, "dp_rank");
             write_opt_uint(out, event.dp_rank);
@@ -298,7 +296,7 @@ pub fn encode_event_into(out: &mut Vec<u8>, event: &OwnedEvent, flavor: MasterFl
             write_key(out, "dp_rank");
             write_opt_uint(out, event.dp_rank);
             write_key(out, "group_id");
-            write_opt_str(out, event.group_id.as_deref());
+            write_opt_str_bytes(out, event.group_id.as_deref());
         }
     }
     write_key(out, "object_key");
@@ -326,7 +324,7 @@ fn estimated_len(event: &OwnedEvent) -> usize {
     let len = |s: &Option<String>| s.as_ref().map_or(1, |s| s.len() + 5);
     320 + len(&event.object_key)
         + len(&event.tenant_id)
-        + len(&event.group_id)
+        + event.group_id.as_ref().map_or(1, |g| g.len() + 5)
         + len(&event.session_id)
         + event.backend_id.len()
 }
@@ -382,8 +380,17 @@ fn write_str(out: &mut Vec<u8>, s: &str) {
 }
 
 fn write_opt_str(out: &mut Vec<u8>, s: Option<&str>) {
-    match s {
-        Some(s) => write_str(out, s),
+    write_opt_str_bytes(out, s.map(str::as_bytes));
+}
+
+/// Writes `bytes` as a msgpack string (whatever they hold), or nil.
+fn write_opt_str_bytes(out: &mut Vec<u8>, bytes: Option<&[u8]>) {
+    match bytes {
+        Some(b) => {
+            let len = u32::try_from(b.len()).expect("a msgpack string is shorter than 4 GiB");
+            rmp::encode::write_str_len(out, len).expect(GROWS);
+            out.extend_from_slice(b);
+        }
         None => write_nil(out),
     }
 }
