@@ -374,6 +374,11 @@ fn a_publisher_clear_between_two_slices_makes_the_reconcile_fall_back_and_restor
         let mut events = vec![publisher_clear(tenant)];
         events.extend(store_page(&layout, &pages[5]));
         let _ = h.batch(events);
+        let c = claimed(&h, &pages);
+        assert!(
+            (0..pages.len()).all(|i| c[i] == (i == 5)),
+            "{tenant:?}: right after the clear"
+        );
         let mut forgot = Vec::new();
         for _ in 0..100 {
             let Some(fx) = h.fire_timeout() else { break };
@@ -393,6 +398,22 @@ fn a_publisher_clear_between_two_slices_makes_the_reconcile_fall_back_and_restor
         }
         assert_eq!(forgot, [ClearReason::StoreChanged], "{tenant:?}");
     }
+}
+
+#[test]
+fn a_publisher_clear_of_another_tenant_leaves_the_reconcile_to_finish() {
+    let (mut h, layout, pages) = setup_large();
+    let _ = read_signals(&mut h, Some(1));
+    let listed = keys_but(&layout, &pages, &[0]);
+    let listed: Vec<&str> = listed.iter().map(String::as_str).collect();
+    let _ = h.answer_fetch(h.next_seq - 1, &listed);
+    // The key list covers the default tenant only: another tenant's clear changes none of it.
+    let _ = h.batch(vec![publisher_clear(Some("another"))]);
+    let (done, _) = finish_reconcile(&mut h);
+    assert_eq!(done, (2, 0), "page 0's two objects removed");
+    let c = claimed(&h, &pages);
+    assert!((0..pages.len()).all(|i| c[i] == (i != 0)));
+    assert_eq!(h.health(), Health::Live);
 }
 
 #[test]

@@ -147,7 +147,8 @@ impl Session {
             return fx;
         };
         let placeable = match (watermark, reconcile.at_ask) {
-            _ if reconcile.overflowed => false,
+            // A clear since the ask: the rest of the list need not be read (see `cleared`).
+            _ if reconcile.overflowed || reconcile.cleared => false,
             (None, _) => false,
             (Some(w), Some(at)) => w.seq >= at,
             (Some(_), None) => true,
