@@ -417,6 +417,31 @@ fn a_publisher_clear_of_another_tenant_leaves_the_reconcile_to_finish() {
 }
 
 #[test]
+fn lines_handed_after_a_reconciles_list_ended_are_not_taken() {
+    let (mut h, layout, pages) = setup_large();
+    let _ = read_signals(&mut h, Some(1));
+    let request = h.fetch_request().expect("a reconcile's fetch");
+    let listed = keys_but(&layout, &pages, &[0]);
+    let listed: Vec<&str> = listed.iter().map(String::as_str).collect();
+    let _ = h.answer_fetch(h.next_seq - 1, &listed);
+    // A driver that breaks the input contract hands page 0's keys after the list's end, while
+    // the list is applied: they are not part of it.
+    let late: Vec<String> = layout.object_keys(&pages[0]).collect();
+    let late: Vec<&[u8]> = late.iter().map(|k| k.as_bytes()).collect();
+    let fx = h.session.handle(
+        h.now,
+        Input::SnapshotLines {
+            request,
+            lines: &late,
+        },
+    );
+    let _ = h.record(fx);
+    let (done, _) = finish_reconcile(&mut h);
+    assert_eq!(done, (2, 0), "page 0's two objects removed, none restored");
+    assert!(!claimed(&h, &pages[..1])[0]);
+}
+
+#[test]
 fn a_change_seen_while_a_key_list_is_read_asks_for_another_list() {
     let (mut h, layout, pages) = setup();
     let fx = read_signals(&mut h, Some(1));

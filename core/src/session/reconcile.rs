@@ -67,6 +67,11 @@ pub(super) struct Applying {
 const RECONCILE_SLICE: usize = 4_096;
 
 impl Reconcile {
+    /// Reports whether the key list still takes lines: not once it was handed over whole.
+    pub(super) fn takes_lines(&self) -> bool {
+        !self.listed_all
+    }
+
     /// Records a live default-tenant event of the batch `seq`.
     pub(super) fn saw(&mut self, seq: Seq, event: &crate::frame::Event<'_>) {
         match (event.kind, event.object_key) {

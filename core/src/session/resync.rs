@@ -216,7 +216,8 @@ impl Session {
     /// Applies a chunk of the snapshot of `request` ([`Input::SnapshotLines`]). Only lines that
     /// are exactly keys become keys (see [`crate::snapshot`]). Returns how many keys it applied
     /// in all so far, or `None` when `request` is not being handed over (stale, refused by
-    /// [`Session::begin_snapshot`]).
+    /// [`Session::begin_snapshot`], or a reconcile's list already ended: its lines are being
+    /// applied, so a line handed after its end is not taken).
     pub(super) fn snapshot_keys<I>(&mut self, request: SnapshotRequest, lines: I) -> Option<usize>
     where
         I: IntoIterator,
@@ -228,8 +229,11 @@ impl Session {
                 applied: Some(_),
                 confirming: None,
                 asked_at,
+                reconcile,
                 ..
-            } if *current == request => *asked_at,
+            } if *current == request && reconcile.as_ref().is_none_or(|r| r.takes_lines()) => {
+                *asked_at
+            }
             _ => return None,
         };
         // The master's key list was read after the fetch was asked for.
