@@ -267,19 +267,26 @@ fn reorder_deadline_declares_loss_and_the_deadline_moves_forward() {
     );
 }
 
+/// `stored` events for every object of `page`, each with the group id `group`.
+fn store_page_with_group(
+    layout: &Layout,
+    page: &hicache_index::PageHash,
+    group: &[u8],
+) -> Vec<OwnedEvent> {
+    let mut events = store_page(layout, page);
+    for e in &mut events {
+        e.group_id = Some(group.to_vec());
+    }
+    events
+}
+
 #[test]
 fn removal_without_group_id_removes_a_page_stored_with_one() {
     let layout = mha(1);
     let mut h = Harness::connected(config(layout.clone()));
     let t = tokens(1);
     let page = page_hashes(&layout, &t)[0];
-    let events: Vec<OwnedEvent> = store_page(&layout, &page)
-        .into_iter()
-        .map(|mut e| {
-            e.group_id = Some(layout.group_id(&page).into_bytes());
-            e
-        })
-        .collect();
+    let events = store_page_with_group(&layout, &page, layout.group_id(&page).as_bytes());
     let _ = h.batch(events);
     assert_eq!(h.prefix(&t), 1);
     let key = layout.object_keys(&page).next().unwrap();
@@ -305,13 +312,7 @@ fn a_group_id_that_is_not_utf8_is_applied_and_counted_as_a_mismatch() {
     let mut h = Harness::connected(config(layout.clone()));
     let t = tokens(1);
     let page = page_hashes(&layout, &t)[0];
-    let events: Vec<OwnedEvent> = store_page(&layout, &page)
-        .into_iter()
-        .map(|mut e| {
-            e.group_id = Some(b"sglang-hicache:\xff\xfe".to_vec());
-            e
-        })
-        .collect();
+    let events = store_page_with_group(&layout, &page, b"sglang-hicache:\xff\xfe");
     let n = events.len() as u64;
     let _ = h.batch(events);
     assert_eq!(h.prefix(&t), 1, "the batch is applied, not undecodable");

@@ -106,6 +106,14 @@ fn keys_but(layout: &Layout, pages: &[PageHash], gone: &[usize]) -> Vec<String> 
         .collect()
 }
 
+/// Answers the reconcile's fetch with every object key but those of the pages in `gone`, with
+/// the status point where the stream stands.
+fn answer_all_but(h: &mut Harness, layout: &Layout, pages: &[PageHash], gone: &[usize]) -> Effects {
+    let listed = keys_but(layout, pages, gone);
+    let listed: Vec<&str> = listed.iter().map(String::as_str).collect();
+    h.answer_fetch(h.next_seq - 1, &listed)
+}
+
 fn reconciled(fx: &Effects) -> Option<(usize, usize)> {
     fx.iter().find_map(|e| match e {
         Effect::Report(Report::Reconciled { removed, restored }) => Some((*removed, *restored)),
@@ -121,9 +129,7 @@ fn a_segment_leaving_unclaims_its_pages_and_the_others_stay_hits_throughout() {
     assert!(asks_fetch(&fx), "a change asks for a key list: {fx:?}");
     assert_eq!(h.health(), Health::Reconciling);
     assert_eq!(claimed(&h, &pages), [true; 8], "no forget, no miss window");
-    let listed = keys_but(&layout, &pages, &[2, 5]);
-    let listed: Vec<&str> = listed.iter().map(String::as_str).collect();
-    let fx = h.answer_fetch(h.next_seq - 1, &listed);
+    let fx = answer_all_but(&mut h, &layout, &pages, &[2, 5]);
     assert_eq!(reconciled(&fx), Some((4, 0)), "{fx:?}");
     assert!(cleared(&fx).is_empty(), "{fx:?}");
     assert_eq!(
@@ -140,15 +146,11 @@ fn a_segment_leaving_unclaims_its_pages_and_the_others_stay_hits_throughout() {
 fn objects_listed_again_after_a_stall_are_restored() {
     let (mut h, layout, pages) = setup();
     let _ = read_signals(&mut h, Some(1));
-    let listed = keys_but(&layout, &pages, &[3]);
-    let listed: Vec<&str> = listed.iter().map(String::as_str).collect();
-    let _ = h.answer_fetch(h.next_seq - 1, &listed);
+    let _ = answer_all_but(&mut h, &layout, &pages, &[3]);
     assert!(!claimed(&h, &pages)[3]);
     // The stalled client resumed: its objects are listed again, no event says so.
     let _ = read_signals(&mut h, Some(2));
-    let all = keys_but(&layout, &pages, &[]);
-    let all: Vec<&str> = all.iter().map(String::as_str).collect();
-    let fx = h.answer_fetch(h.next_seq - 1, &all);
+    let fx = answer_all_but(&mut h, &layout, &pages, &[]);
     assert_eq!(reconciled(&fx), Some((0, 2)), "{fx:?}");
     assert_eq!(claimed(&h, &pages), [true; 8]);
 }
@@ -299,9 +301,7 @@ fn a_large_reconcile_is_applied_in_slices_and_a_live_batch_between_them_decides_
     let last = pages.len() - 1;
     let _ = read_signals(&mut h, Some(1));
     // The master lost pages 0, 30,000 and `last`; the list says so.
-    let listed = keys_but(&layout, &pages, &[0, 30_000, last]);
-    let listed: Vec<&str> = listed.iter().map(String::as_str).collect();
-    let fx = h.answer_fetch(h.next_seq - 1, &listed);
+    let fx = answer_all_but(&mut h, &layout, &pages, &[0, 30_000, last]);
     assert_eq!(reconciled(&fx), None, "one slice at a time: {fx:?}");
     assert_eq!(h.health(), Health::Reconciling);
     // Between two slices (the first took the first 4,096 page slots) a worker stores page
@@ -322,16 +322,12 @@ fn a_large_list_is_restored_in_slices_and_a_removal_between_them_wins() {
     // restores when they come back.
     let _ = read_signals(&mut h, Some(1));
     let gone: Vec<usize> = (0..10_000).collect();
-    let listed = keys_but(&layout, &pages, &gone);
-    let listed: Vec<&str> = listed.iter().map(String::as_str).collect();
-    let _ = h.answer_fetch(h.next_seq - 1, &listed);
+    let _ = answer_all_but(&mut h, &layout, &pages, &gone);
     let (done, _) = finish_reconcile(&mut h);
     assert_eq!(done, (20_000, 0));
     // They are listed again (a stalled client resumed), without an event.
     let _ = read_signals(&mut h, Some(2));
-    let all = keys_but(&layout, &pages, &[]);
-    let all: Vec<&str> = all.iter().map(String::as_str).collect();
-    let fx = h.answer_fetch(h.next_seq - 1, &all);
+    let fx = answer_all_but(&mut h, &layout, &pages, &[]);
     assert_eq!(reconciled(&fx), None, "one slice at a time: {fx:?}");
     // The page slots take the first 10 slices (40,000 slots); the restores follow. Once some
     // pages are back, a worker removes one that is not yet: the event is newer than the list.
@@ -365,9 +361,7 @@ fn a_publisher_clear_between_two_slices_makes_the_reconcile_fall_back_and_restor
     for tenant in [None, Some("default")] {
         let (mut h, layout, pages) = setup_large();
         let _ = read_signals(&mut h, Some(1));
-        let listed = keys_but(&layout, &pages, &[0]);
-        let listed: Vec<&str> = listed.iter().map(String::as_str).collect();
-        let fx = h.answer_fetch(h.next_seq - 1, &listed);
+        let fx = answer_all_but(&mut h, &layout, &pages, &[0]);
         assert_eq!(reconciled(&fx), None, "one slice at a time: {fx:?}");
         // Between two slices the store is cleared, then page 5 is stored again: the list is
         // older than the clear, and every page it lists but page 5 is gone.
@@ -404,9 +398,7 @@ fn a_publisher_clear_between_two_slices_makes_the_reconcile_fall_back_and_restor
 fn a_publisher_clear_of_another_tenant_leaves_the_reconcile_to_finish() {
     let (mut h, layout, pages) = setup_large();
     let _ = read_signals(&mut h, Some(1));
-    let listed = keys_but(&layout, &pages, &[0]);
-    let listed: Vec<&str> = listed.iter().map(String::as_str).collect();
-    let _ = h.answer_fetch(h.next_seq - 1, &listed);
+    let _ = answer_all_but(&mut h, &layout, &pages, &[0]);
     // The key list covers the default tenant only: another tenant's clear changes none of it.
     let _ = h.batch(vec![publisher_clear(Some("another"))]);
     let (done, _) = finish_reconcile(&mut h);
@@ -421,9 +413,7 @@ fn lines_handed_after_a_reconciles_list_ended_are_not_taken() {
     let (mut h, layout, pages) = setup_large();
     let _ = read_signals(&mut h, Some(1));
     let request = h.fetch_request().expect("a reconcile's fetch");
-    let listed = keys_but(&layout, &pages, &[0]);
-    let listed: Vec<&str> = listed.iter().map(String::as_str).collect();
-    let _ = h.answer_fetch(h.next_seq - 1, &listed);
+    let _ = answer_all_but(&mut h, &layout, &pages, &[0]);
     // A driver that breaks the input contract hands page 0's keys after the list's end, while
     // the list is applied: they are not part of it.
     let late: Vec<String> = layout.object_keys(&pages[0]).collect();
@@ -451,9 +441,7 @@ fn a_change_seen_while_a_key_list_is_read_asks_for_another_list() {
     // may be older than that.
     let fx = read_signals(&mut h, Some(2));
     assert!(!asks_fetch(&fx), "one fetch at a time: {fx:?}");
-    let listed = keys_but(&layout, &pages, &[2]);
-    let listed: Vec<&str> = listed.iter().map(String::as_str).collect();
-    let fx = h.answer_fetch(h.next_seq - 1, &listed);
+    let fx = answer_all_but(&mut h, &layout, &pages, &[2]);
     assert_eq!(reconciled(&fx), Some((2, 0)), "{fx:?}");
     assert!(
         asks_fetch(&fx),
@@ -465,9 +453,7 @@ fn a_change_seen_while_a_key_list_is_read_asks_for_another_list() {
         Health::Reconciling,
         "page 5 may still be claimed"
     );
-    let listed = keys_but(&layout, &pages, &[2, 5]);
-    let listed: Vec<&str> = listed.iter().map(String::as_str).collect();
-    let fx = h.answer_fetch(h.next_seq - 1, &listed);
+    let fx = answer_all_but(&mut h, &layout, &pages, &[2, 5]);
     assert_eq!(reconciled(&fx), Some((2, 0)), "{fx:?}");
     assert_eq!(
         claimed(&h, &pages),

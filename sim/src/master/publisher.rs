@@ -288,7 +288,7 @@ impl Master {
                 }
                 _ => None,
             };
-            set_opt_bytes(&mut ev.group_id, group.map(str::as_bytes));
+            set_opt(&mut ev.group_id, group.map(str::as_bytes));
             let stored = kind == EventKind::Stored;
             match flavor {
                 MasterFlavor::Upstream => {
@@ -306,25 +306,10 @@ impl Master {
     }
 }
 
-/// Overwrites an optional string in place, reusing its allocation.
-fn set_opt(dst: &mut Option<String>, src: Option<&str>) {
+/// Overwrites an optional string (or bytes) in place, reusing its allocation.
+fn set_opt<T: ToOwned + ?Sized>(dst: &mut Option<T::Owned>, src: Option<&T>) {
     match (dst.as_mut(), src) {
-        (Some(d), Some(s)) => {
-            d.clear();
-            d.push_str(s);
-        }
-        (None, Some(s)) => *dst = Some(s.to_owned()),
-        (_, None) => *dst = None,
-    }
-}
-
-/// [`set_opt`] for a field held as bytes.
-fn set_opt_bytes(dst: &mut Option<Vec<u8>>, src: Option<&[u8]>) {
-    match (dst.as_mut(), src) {
-        (Some(d), Some(s)) => {
-            d.clear();
-            d.extend_from_slice(s);
-        }
+        (Some(d), Some(s)) => s.clone_into(d),
         (None, Some(s)) => *dst = Some(s.to_owned()),
         (_, None) => *dst = None,
     }
