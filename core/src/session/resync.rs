@@ -40,19 +40,53 @@ impl Resync {
 /// HTTP side failing grows to at most.
 pub(super) const RETRY_BACKOFF_CAP: u32 = 8;
 
-/// Takes one key of a key list: a reconcile lists it (see `reconcile.rs`), a resync stores it
-/// ([`store_snapshot_key`]).
-fn take_key(
-    index: &mut Index,
-    seen: &BTreeMap<u64, bool>,
+/// Where the keys of a placed fetch's key list go: a reconcile lists them (see
+/// `reconcile.rs`), a resync stores them ([`store_snapshot_key`]); `applied` counts them.
+struct KeySink<'a> {
+    index: &'a mut Index,
+    seen: &'a BTreeMap<u64, bool>,
     cleared: bool,
-    applied: &mut usize,
-    reconcile: Option<&mut Reconcile>,
-    key: &str,
-) {
-    match reconcile {
-        Some(r) => *applied += usize::from(index.list_key(DEFAULT_TENANT, key, &mut r.listed)),
-        None => store_snapshot_key(index, seen, cleared, applied, key),
+    applied: &'a mut usize,
+    reconcile: Option<&'a mut Reconcile>,
+}
+
+impl<'a> KeySink<'a> {
+    /// Borrows the fetch under way apart once its status point placed it: the filter its lines
+    /// go through, and where their keys go (`None`: no fetch is placed).
+    fn of(
+        state: &'a mut ResyncState,
+        index: &'a mut Index,
+    ) -> Option<(&'a mut LineFilter, KeySink<'a>)> {
+        let ResyncState::Fetching {
+            applied: Some(applied),
+            seen,
+            cleared,
+            lines,
+            reconcile,
+            ..
+        } = state
+        else {
+            return None;
+        };
+        let sink = KeySink {
+            index,
+            seen,
+            cleared: *cleared,
+            applied,
+            reconcile: reconcile.as_deref_mut(),
+        };
+        Some((lines, sink))
+    }
+
+    /// Takes one key of the key list.
+    fn take(&mut self, key: &str) {
+        match &mut self.reconcile {
+            Some(r) => {
+                *self.applied +=
+                    usize::from(self.index.list_key(DEFAULT_TENANT, key, &mut r.listed));
+            }
+            None => store_snapshot_key(self.index, self.seen, self.cleared, self.applied, key),
+        }
     }
 }
 
@@ -238,31 +272,11 @@ impl Session {
         };
         // The master's key list was read after the fetch was asked for.
         self.note_evidence(asked_at);
-        let ResyncState::Fetching {
-            applied: Some(applied),
-            seen,
-            cleared,
-            lines: filter,
-            reconcile,
-            ..
-        } = &mut self.resync.state
-        else {
-            return None;
-        };
-        let index = &mut self.index;
+        let (filter, mut keys) = KeySink::of(&mut self.resync.state, &mut self.index)?;
         for line in lines {
-            filter.push(line.as_ref(), |key| {
-                take_key(
-                    index,
-                    seen,
-                    *cleared,
-                    applied,
-                    reconcile.as_deref_mut(),
-                    key,
-                )
-            });
+            filter.push(line.as_ref(), |key| keys.take(key));
         }
-        Some(*applied)
+        Some(*keys.applied)
     }
 
     /// Ends the key list of `request` ([`Input::SnapshotEnd`]): the doubted lines go to the
@@ -277,35 +291,17 @@ impl Session {
             .resync
             .map_or(Duration::ZERO, |r| r.fetch_timeout);
         let confirm = self.verify.reserve_request();
-        let doubted = match &mut self.resync.state {
+        let doubted = match &self.resync.state {
             ResyncState::Fetching {
                 request: current,
-                applied: Some(applied),
-                confirming: confirming @ None,
-                seen,
-                cleared,
-                lines,
-                deadline,
-                reconcile,
+                applied: Some(_),
+                confirming: None,
                 ..
             } if *current == request => {
-                let index = &mut self.index;
-                lines.finish(|key| {
-                    take_key(
-                        index,
-                        seen,
-                        *cleared,
-                        applied,
-                        reconcile.as_deref_mut(),
-                        key,
-                    )
-                });
-                let doubted = core::mem::take(&mut lines.doubted_keys);
-                if !doubted.is_empty() {
-                    *confirming = Some(confirm);
-                    *deadline = now + timeout;
-                }
-                doubted
+                let (lines, mut keys) = KeySink::of(&mut self.resync.state, &mut self.index)
+                    .expect("a placed fetch: matched above");
+                lines.finish(|key| keys.take(key));
+                core::mem::take(&mut lines.doubted_keys)
             }
             _ => {
                 self.counters.unawaited_answers += 1;
@@ -315,6 +311,15 @@ impl Session {
         if doubted.is_empty() {
             self.complete_resync(now, 0, &mut fx);
         } else {
+            if let ResyncState::Fetching {
+                confirming,
+                deadline,
+                ..
+            } = &mut self.resync.state
+            {
+                *confirming = Some(confirm);
+                *deadline = now + timeout;
+            }
             fx.push(Command::VerifyKeys {
                 request: confirm,
                 keys: doubted,
@@ -338,29 +343,14 @@ impl Session {
     ) -> Effects {
         let mut fx = Effects::new();
         let mut confirmed = 0;
-        if let ResyncState::Fetching {
-            applied: Some(applied),
-            seen,
-            cleared,
-            reconcile,
-            ..
-        } = &mut self.resync.state
-        {
-            let before = *applied;
+        if let Some((_, mut keys)) = KeySink::of(&mut self.resync.state, &mut self.index) {
+            let before = *keys.applied;
             for (key, _) in results.into_iter().filter(|(_, present)| *present) {
                 if parse_object_key(key).is_some() {
-                    let index = &mut self.index;
-                    take_key(
-                        index,
-                        seen,
-                        *cleared,
-                        applied,
-                        reconcile.as_deref_mut(),
-                        key,
-                    );
+                    keys.take(key);
                 }
             }
-            confirmed = *applied - before;
+            confirmed = *keys.applied - before;
         }
         self.counters.snapshot_confirmed_lines += confirmed as u64;
         self.complete_resync(now, confirmed, &mut fx);

@@ -10,7 +10,7 @@ impl Front for QueryHandle {
     fn page_shape(&self, model: Option<&str>) -> Result<(u32, bool), QueryError> {
         // `None`: the subscriber died while changing the index; the handle then answers a
         // miss for no page, which this shape matches.
-        self.read(|s| s.models().layout_for(model).map(|l| (l.page_size, l.eagle)))
+        self.read(|s| s.page_shape(model))
             .unwrap_or(Ok((u32::MAX, false)))
     }
 
@@ -20,10 +20,7 @@ impl Front for QueryHandle {
         map: &mut [bool],
         cover: MapCover,
     ) -> Result<Hits, QueryError> {
-        match cover {
-            MapCover::UntilMiss => self.query_prefix_map(lookup, map),
-            MapCover::Every => self.query_map(lookup, map),
-        }
+        self.answer(lookup, Some(map), cover)
     }
 
     fn known_models(&self) -> Vec<String> {

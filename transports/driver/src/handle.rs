@@ -107,7 +107,7 @@ impl QueryHandle {
     /// Asks the reader (the core's one query path, through the prefix memo); when the writer
     /// kept changing what it read, asks again under the session's read lock, with the pages
     /// already hashed. A subscriber that died while changing the session answers a miss.
-    fn answer(
+    pub(crate) fn answer(
         &self,
         lookup: &Lookup<'_>,
         mut map: Option<&mut [bool]>,

@@ -1,7 +1,7 @@
 //! Answering through an index front ([`Front`]): one query, a batch, and the JSON and msgpack
 //! bodies of their answers.
 
-use hicache_index::{Hits, Lookup, MapCover, Pages, QueryError, Session};
+use hicache_index::{Hits, Lookup, MapCover, NoMemo, Pages, QueryError, Session};
 use serde::Deserialize;
 
 use super::{
@@ -38,10 +38,9 @@ impl Front for Session {
         map: &mut [bool],
         cover: MapCover,
     ) -> Result<Hits, QueryError> {
-        match cover {
-            MapCover::UntilMiss => self.reader().query_prefix_map(lookup, map),
-            MapCover::Every => self.query_map(lookup, map),
-        }
+        self.reader()
+            .ask(lookup, &NoMemo, None, Some(map), cover)
+            .answer()
     }
 
     fn known_models(&self) -> Vec<String> {
