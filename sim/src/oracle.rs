@@ -26,7 +26,9 @@
 //! the time of the query (see [`crate::flight`]): unpublished in the master's queue, in flight
 //! (in the network, or queued at the subscriber while the driver is stalled), lost and not yet
 //! revealed by a later message, or handed or revealed less than the reorder window's
-//! `max_delay` ago. With nothing pending, `h` is one past the latest position.
+//! `max_delay` ago (plus the driver's timer lag, [`crate::options::DriverOptions::timer_lag`]:
+//! the window's timer is handed over that much late). With nothing pending, `h` is one past
+//! the latest position.
 //!
 //! A required object `X` of a reported hit is **justified** iff `P(X, p)` holds for some `p` in
 //! `[h - 1, now]`: the master held it (or said so) at some moment the session could still be

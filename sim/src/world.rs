@@ -167,6 +167,8 @@ pub struct World<S: System> {
     judge: Option<u64>,
     /// A restart the HTTP side scheduled (see [`HttpOptions::restart_after_keys`]).
     restart_at: Option<Instant>,
+    /// A publisher's clear the HTTP side scheduled (see [`HttpOptions::clear_after_keys`]).
+    clear_at: Option<Instant>,
     /// Why the session said it is recovering, last (until it is no longer recovering).
     recovering: Option<hicache_index::Recovering>,
     /// Draws of the named worlds that the world makes itself (restarts the transport sees).
@@ -258,8 +260,10 @@ impl<S: System> World<S> {
             .map(|d| Instant::ZERO + d);
         let opts_driver = opts.driver.clone();
         let grace = opts.session.reorder.max_delay.unwrap_or(Duration::ZERO);
+        // A lagging driver hands the session the window's timer late: it releases or declares
+        // a loss that much later.
         let grace = if opts.session.reorder.max_held > 0 {
-            grace
+            grace + opts.driver.timer_lag
         } else {
             Duration::ZERO
         };
@@ -308,6 +312,7 @@ impl<S: System> World<S> {
             driver: delivery::Driver::new(&root, &opts_driver, grace),
             judge: None,
             restart_at: None,
+            clear_at: None,
             recovering: None,
             world_rng: root.fork(7),
             tail_lose: 0,

@@ -278,6 +278,7 @@ impl Options {
             body_time: (Duration::ZERO, us(500)),
             load: (Duration::ZERO, Duration::ZERO),
             restart_after_keys: 0.0,
+            clear_after_keys: 0.0,
             restart_after_status: 0.0,
             lag_after_restart: (Duration::ZERO, Duration::ZERO),
         };
@@ -286,6 +287,7 @@ impl Options {
             stall_len: (ms(50), ms(500)),
             snapshot_stall: 0.0,
             queries_per_sec: r.range(0, 400) as f64,
+            timer_lag: Duration::ZERO,
         };
         let session = SessionOptions {
             resync: r.chance(0.7),
@@ -343,6 +345,17 @@ impl Options {
                 o.worlds = forced;
             }
             o.apply_worlds(&mut w, &root.fork(0x27));
+        }
+        // A busy driver's late timers, from a stream of their own: the draws above stay as they
+        // were. Pristine has none.
+        let mut lag = root.fork(0x42);
+        if o.preset != Preset::Pristine && lag.chance(0.3) {
+            o.driver.timer_lag = lag.duration(us(100), ms(3));
+        }
+        // Where the master's publisher clears, it sometimes clears as a key list is applied (the
+        // same stream: the draws above stay as they were).
+        if o.master.mix.cleared_event > 0.0 && lag.chance(0.5) {
+            o.http.clear_after_keys = lag.unit() * 0.5;
         }
         // A reorder window needs resync (rule R7 of the core's sequence module): only the
         // master's status places a reordering stream after a loss.
@@ -541,6 +554,7 @@ impl Options {
             "stalls" => {
                 d.stalls_per_sec = 0.0;
                 d.snapshot_stall = 0.0;
+                d.timer_lag = Duration::ZERO;
             }
             "heavy-http" => h.calm_down(),
             "undecodable" => {

@@ -248,6 +248,9 @@ pub struct HttpOptions {
     /// Chance the master restarts (an HA failover, unseen by the transport) right after it
     /// served a key list: between a snapshot and the first batch after it.
     pub restart_after_keys: f64,
+    /// Chance the master's publisher clears a tenant (a `cleared` event, its objects gone) within
+    /// 5 ms of serving a key list: the event reaches a session while it applies that list.
+    pub clear_after_keys: f64,
     /// Chance the master restarts right after it answered a fetch's status, before the key
     /// list is read: with [`HttpOptions::lag_after_restart`], a key list of the run before.
     pub restart_after_status: f64,
@@ -281,6 +284,10 @@ pub struct DriverOptions {
     pub snapshot_stall: f64,
     /// Queries per second besides those after each put (the router asks while workers idle).
     pub queries_per_sec: f64,
+    /// How late the driver hands the session a timer that is due: a busy driver reads the
+    /// messages that arrived meanwhile first, so they land between the steps the session
+    /// takes through its timers (a reconcile's slices, due at once one after another).
+    pub timer_lag: Duration,
 }
 
 /// The session's configuration knobs.

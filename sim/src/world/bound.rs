@@ -16,7 +16,9 @@
 //!    snapshot's application for one stall each;
 //! 4. with restarts, a read that reaches a down master fails, and the reads back off from the
 //!    watch interval up to two intervals (the core's cap on a failed read's wait): the downtime
-//!    and two intervals cover it.
+//!    and two intervals cover it;
+//! 5. a lagging driver hands the session each timer late, so each step of the reconcile (its
+//!    slices, each due at once after the last) waits for the lag: [`RECONCILE_STEPS`] lags.
 //!
 //! **Where it is checked**: in runs whose session watches (resync on, the watch on), for an
 //! object the event history still holds (its claim is stale: only the watch can tell; an
@@ -34,6 +36,9 @@ const SLOW_ANSWER: Duration = Duration::from_millis(400);
 /// The most watch intervals a failed read waits before the next (the core's
 /// `FAILED_READ_INTERVALS`, in `core/src/session/watch.rs`).
 const FAILED_READ_INTERVALS: u32 = 2;
+/// The most timer steps a reconcile takes at the simulator's index sizes (page slots of an index
+/// of 2^16 pages and the pages it restores, 4,096 a slice, with room to spare).
+const RECONCILE_STEPS: u32 = 64;
 /// Rounding of times, and the session's timer granularity.
 const SLACK: Duration = Duration::from_millis(50);
 
@@ -65,7 +70,9 @@ impl<S: System> World<S> {
         } else {
             Duration::ZERO
         };
-        Some(interval + request + 2 * fetch + 3 * stall + restart + SLACK)
+        // A lagging driver takes each of a reconcile's slices late.
+        let lag = RECONCILE_STEPS * d.timer_lag;
+        Some(interval + request + 2 * fetch + 3 * stall + restart + lag + SLACK)
     }
 
     /// The master's `/metrics` as the simulated master answers it: every object the other

@@ -248,6 +248,15 @@ impl<S: System> World<S> {
                 let objects = self.master.default_objects().max(1);
                 let per_object = (foreign / objects) as u64;
                 self.stats.foreign_per_object = self.stats.foreign_per_object.max(per_object);
+                // Drawn only where the world has them: every other seed's draws stay as they were.
+                if self.http_opts.clear_after_keys > 0.0
+                    && self.http_rng.chance(self.http_opts.clear_after_keys)
+                {
+                    let after = self
+                        .http_rng
+                        .duration(Duration::ZERO, Duration::from_millis(5));
+                    self.clear_at = Some(now + after);
+                }
                 if self.http_rng.chance(self.http_opts.restart_after_keys) {
                     // A failover right after the key list was served.
                     let after = self

@@ -20,6 +20,8 @@ impl<S: System> World<S> {
         self.http_opts.hang = 0.0;
         self.http_opts.slow = 0.0;
         self.http_opts.restart_after_keys = 0.0;
+        self.http_opts.clear_after_keys = 0.0;
+        self.clear_at = None;
         self.http_opts.restart_after_status = 0.0;
         self.http_opts.calm_down();
         self.next_stray = None;
@@ -65,7 +67,8 @@ impl<S: System> World<S> {
             && self.master.queued() == 0
             && !self.master.is_down(self.now)
             && !self.master.clients_busy()
-            && self.restart_at.is_none();
+            && self.restart_at.is_none()
+            && self.clear_at.is_none();
         if idle {
             self.idle_since.get_or_insert(self.now);
         } else {
@@ -103,6 +106,14 @@ impl<S: System> World<S> {
         }
     }
 
+    /// When the driver hands the session its next timer: when it is due, plus the driver's lag
+    /// ([`crate::options::DriverOptions::timer_lag`]).
+    fn timer_due(&self) -> Option<Instant> {
+        self.sut
+            .poll_timeout()
+            .map(|t| t + self.opts.driver.timer_lag)
+    }
+
     pub(super) fn run_until(&mut self, stop: Option<Instant>) {
         while !self.stopped() && self.phase != Phase::Done {
             if self.phase == Phase::Chaos
@@ -119,7 +130,7 @@ impl<S: System> World<S> {
             let candidates = [
                 self.net.next_at().filter(|_| !stalled),
                 self.next_http(stalled).map(|(at, _)| at),
-                self.sut.poll_timeout().filter(|_| !stalled),
+                self.timer_due().filter(|_| !stalled),
                 self.master.next_at(),
                 self.next_stray,
                 self.next_junk,
@@ -127,6 +138,7 @@ impl<S: System> World<S> {
                 self.phase_deadline(),
                 self.driver.next_at(),
                 self.restart_at,
+                self.clear_at,
                 self.idle_deadline(),
             ];
             let Some(next) = candidates.into_iter().flatten().min() else {
@@ -184,10 +196,10 @@ impl<S: System> World<S> {
         }
         if stalled {
             // The master, the stray publisher and the phases go on; the driver does not.
-        } else if self.sut.poll_timeout().is_some_and(|t| t <= now) {
+        } else if self.timer_due().is_some_and(|t| t <= now) {
             let fx = self.sut.handle(now, Input::Timeout);
             self.absorb(fx, None);
-            if self.sut.poll_timeout().is_some_and(|t| t <= now) {
+            if self.timer_due().is_some_and(|t| t <= now) {
                 self.spins += 1;
                 if self.spins > SPIN_CAP {
                     let deadline = self.sut.poll_timeout();
@@ -203,6 +215,11 @@ impl<S: System> World<S> {
             return;
         }
         if self.driver_step() {
+            return;
+        }
+        if self.clear_at.is_some_and(|t| t <= now) {
+            self.clear_at = None;
+            self.act(Action::ClearedEvent);
             return;
         }
         if self.restart_at.is_some_and(|t| t <= now) {
