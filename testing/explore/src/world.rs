@@ -488,8 +488,8 @@ impl World {
         let health = self.session.status(self.now).health;
         let mut missing = false;
         let mut extra = false;
-        for page in 0..PAGES {
-            let claimed = self.claims(page);
+        let claims = self.claimed();
+        for (page, &claimed) in claims.iter().enumerate() {
             let held = self.model.master.holds(page);
             // Without the master's counters a tail the queue dropped cannot be known (rule R11
             // needs them): its page is not asked to be exact.
@@ -507,11 +507,13 @@ impl World {
             missing |= held && !claimed;
             extra |= claimed && !held;
         }
-        self.note(format!(
-            "idle for {LIVE_BOUND:?}: health {}, {}",
-            health.as_str(),
-            self.claims_line()
-        ));
+        if self.trace.is_some() {
+            let line = self.claims_line();
+            self.note(format!(
+                "idle for {LIVE_BOUND:?}: health {}, {line}",
+                health.as_str()
+            ));
+        }
         if health != Health::Live {
             if !self.setup.status && health == Health::Recovering && !extra {
                 self.note("stall: a master without status counters (expected, visible)");

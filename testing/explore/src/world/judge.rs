@@ -4,11 +4,6 @@
 use super::*;
 
 impl World {
-    /// Reports whether the session claims page `page` (a query through its reader).
-    pub(super) fn claims(&self, page: usize) -> bool {
-        self.claimed()[page]
-    }
-
     /// Which pages the session claims: one query through its reader for pages A, B, C, with
     /// each page's answer in the map (an MLA page has one pool: a page in the map is a page a
     /// router asking about it alone is told is there).
@@ -30,10 +25,8 @@ impl World {
     }
 
     pub(super) fn claims_line(&self) -> String {
-        let claimed: String = (0..PAGES)
-            .filter(|&p| self.claims(p))
-            .map(page_name)
-            .collect();
+        let claims = self.claimed();
+        let claimed: String = (0..PAGES).filter(|&p| claims[p]).map(page_name).collect();
         let held: String = (0..PAGES)
             .filter(|&p| self.model.master.holds(p))
             .map(page_name)
