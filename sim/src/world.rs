@@ -169,6 +169,8 @@ pub struct World<S: System> {
     restart_at: Option<Instant>,
     /// A publisher's clear the HTTP side scheduled (see [`HttpOptions::clear_after_keys`]).
     clear_at: Option<Instant>,
+    /// When the session was last handed a timer (see `World::timer_due`).
+    last_timer: Instant,
     /// Why the session said it is recovering, last (until it is no longer recovering).
     recovering: Option<hicache_index::Recovering>,
     /// Draws of the named worlds that the world makes itself (restarts the transport sees).
@@ -313,6 +315,7 @@ impl<S: System> World<S> {
             judge: None,
             restart_at: None,
             clear_at: None,
+            last_timer: Instant::ZERO,
             recovering: None,
             world_rng: root.fork(7),
             tail_lose: 0,

@@ -311,15 +311,16 @@ impl Session {
         if doubted.is_empty() {
             self.complete_resync(now, 0, &mut fx);
         } else {
-            if let ResyncState::Fetching {
+            let ResyncState::Fetching {
                 confirming,
                 deadline,
                 ..
             } = &mut self.resync.state
-            {
-                *confirming = Some(confirm);
-                *deadline = now + timeout;
-            }
+            else {
+                unreachable!("the fetch matched above");
+            };
+            *confirming = Some(confirm);
+            *deadline = now + timeout;
             fx.push(Command::VerifyKeys {
                 request: confirm,
                 keys: doubted,

@@ -523,7 +523,7 @@ impl Options {
 
     /// The fault classes [`Options::without`] can turn off, to tell which one a failure needs
     /// (the named worlds' names among them).
-    pub const CLASSES: [&'static str; 16] = [
+    pub const CLASSES: [&'static str; 17] = [
         "stalls",
         "heavy-http",
         "undecodable",
@@ -540,6 +540,7 @@ impl Options {
         "tail-loss-idle",
         "clock-jump",
         "segments",
+        "clears-after-keys",
     ];
 
     /// Turns one fault class of [`Options::CLASSES`] off; returns `false` for an unknown name.
@@ -562,6 +563,7 @@ impl Options {
                 n.truncate = 0.0;
             }
             "late-copies" => n.late_copy = 0.0,
+            "clears-after-keys" => h.clear_after_keys = 0.0,
             "cross-restart-reorder" => n.cross_epoch_reorder = false,
             "odd-keys" => m.mix.foreign_put = 0.0,
             "unknown-keyless" => m.mix.unknown_keyless = 0.0,

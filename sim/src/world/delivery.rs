@@ -108,10 +108,18 @@ impl<S: System> World<S> {
     }
 
     /// Reports whether a stall may begin now: not at the very instant the last one ended while
-    /// the session still has a due timer (a driver that wakes up runs its timers first).
+    /// the session still has a due timer, nor while a timer that fell due during it has not been
+    /// handed since (a driver that wakes up runs its timers first: at once, or with its lag,
+    /// [`crate::options::DriverOptions::timer_lag`]). [`crate::flight::Flight::stalled`] counts
+    /// on it.
     pub(super) fn may_stall(&self) -> bool {
-        let due = self.sut.poll_timeout().is_some_and(|t| t <= self.now);
-        !(self.driver.woke_at == Some(self.now) && due)
+        let Some(woke) = self.driver.woke_at else {
+            return true;
+        };
+        let due_by = |at: Instant| self.sut.poll_timeout().is_some_and(|t| t <= at);
+        let waking = woke == self.now && due_by(self.now);
+        let unhanded = due_by(woke) && self.last_timer < woke;
+        !(waking || unhanded)
     }
 
     fn begin_stall(&mut self) -> Instant {

@@ -130,6 +130,9 @@ pub struct RunStats {
     pub expected_stall: bool,
     /// Key lists read from the run before a restart while the HTTP side lagged behind it.
     pub stale_key_lists: u64,
+    /// Publisher clears scheduled after a key list ([`crate::options::HttpOptions::clear_after_keys`])
+    /// that came while the session was reconciling (the clear's event on its way to it).
+    pub clears_while_reconciling: u64,
     /// The most foreign keys per SGLang object of the default tenant a key list held.
     pub foreign_per_object: u64,
     /// Final bursts with a lost tail before an idle master.

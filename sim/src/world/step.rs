@@ -67,8 +67,7 @@ impl<S: System> World<S> {
             && self.master.queued() == 0
             && !self.master.is_down(self.now)
             && !self.master.clients_busy()
-            && self.restart_at.is_none()
-            && self.clear_at.is_none();
+            && self.restart_at.is_none();
         if idle {
             self.idle_since.get_or_insert(self.now);
         } else {
@@ -107,11 +106,15 @@ impl<S: System> World<S> {
     }
 
     /// When the driver hands the session its next timer: when it is due, plus the driver's lag
-    /// ([`crate::options::DriverOptions::timer_lag`]).
+    /// ([`crate::options::DriverOptions::timer_lag`]), counted from the last timer handed when
+    /// it was due before that (a deadline "at once", as each of a reconcile's slices asks).
     fn timer_due(&self) -> Option<Instant> {
-        self.sut
-            .poll_timeout()
-            .map(|t| t + self.opts.driver.timer_lag)
+        let lag = self.opts.driver.timer_lag;
+        let due = self.sut.poll_timeout()?;
+        if lag.is_zero() {
+            return Some(due);
+        }
+        Some(due.max(self.last_timer) + lag)
     }
 
     pub(super) fn run_until(&mut self, stop: Option<Instant>) {
@@ -197,6 +200,7 @@ impl<S: System> World<S> {
         if stalled {
             // The master, the stray publisher and the phases go on; the driver does not.
         } else if self.timer_due().is_some_and(|t| t <= now) {
+            self.last_timer = now;
             let fx = self.sut.handle(now, Input::Timeout);
             self.absorb(fx, None);
             if self.timer_due().is_some_and(|t| t <= now) {
@@ -219,6 +223,9 @@ impl<S: System> World<S> {
         }
         if self.clear_at.is_some_and(|t| t <= now) {
             self.clear_at = None;
+            if self.sut.status(now).health == Health::Reconciling {
+                self.stats.clears_while_reconciling += 1;
+            }
             self.act(Action::ClearedEvent);
             return;
         }
