@@ -291,17 +291,32 @@ impl Session {
             .resync
             .map_or(Duration::ZERO, |r| r.fetch_timeout);
         let confirm = self.verify.reserve_request();
-        let doubted = match &self.resync.state {
+        let doubted = match &mut self.resync.state {
             ResyncState::Fetching {
                 request: current,
-                applied: Some(_),
-                confirming: None,
+                applied: Some(applied),
+                confirming: confirming @ None,
+                seen,
+                cleared,
+                lines,
+                deadline,
+                reconcile,
                 ..
             } if *current == request => {
-                let (lines, mut keys) = KeySink::of(&mut self.resync.state, &mut self.index)
-                    .expect("a placed fetch: matched above");
+                let mut keys = KeySink {
+                    index: &mut self.index,
+                    seen,
+                    cleared: *cleared,
+                    applied,
+                    reconcile: reconcile.as_deref_mut(),
+                };
                 lines.finish(|key| keys.take(key));
-                core::mem::take(&mut lines.doubted_keys)
+                let doubted = core::mem::take(&mut lines.doubted_keys);
+                if !doubted.is_empty() {
+                    *confirming = Some(confirm);
+                    *deadline = now + timeout;
+                }
+                doubted
             }
             _ => {
                 self.counters.unawaited_answers += 1;
@@ -311,16 +326,6 @@ impl Session {
         if doubted.is_empty() {
             self.complete_resync(now, 0, &mut fx);
         } else {
-            let ResyncState::Fetching {
-                confirming,
-                deadline,
-                ..
-            } = &mut self.resync.state
-            else {
-                unreachable!("the fetch matched above");
-            };
-            *confirming = Some(confirm);
-            *deadline = now + timeout;
             fx.push(Command::VerifyKeys {
                 request: confirm,
                 keys: doubted,
