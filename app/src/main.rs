@@ -13,6 +13,7 @@
 mod demo;
 mod latency;
 mod layout_report;
+mod outcome;
 mod plumbing;
 mod serve;
 mod tools;
@@ -22,6 +23,8 @@ use std::process::ExitCode;
 
 use clap::error::ErrorKind;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
+
+use crate::outcome::Failure;
 
 /// An index of the SGLang HiCache pages present in a Mooncake store, fed by the Mooncake
 /// master's KV events, for routers.
@@ -48,31 +51,6 @@ enum Command {
     /// Decode captured messages (JSON lines with "frames_hex") into JSON lines.
     Decode(tools::DecodeArgs),
 }
-
-/// Why a subcommand failed, in one line: a usage error (exit 2: the command line, a variable
-/// or a configuration file is wrong) or a failure (exit 1).
-#[derive(Debug)]
-enum Failure {
-    /// The invocation is wrong: exit 2.
-    Usage(String),
-    /// Something failed: exit 1.
-    Failed(String),
-}
-
-impl From<String> for Failure {
-    fn from(message: String) -> Failure {
-        Failure::Failed(message)
-    }
-}
-
-impl From<&str> for Failure {
-    fn from(message: &str) -> Failure {
-        Failure::Failed(message.to_owned())
-    }
-}
-
-/// What a subcommand returns: its exit code, or why it failed.
-type Outcome = Result<ExitCode, Failure>;
 
 /// The version line: the version and the optional features built in.
 fn version() -> &'static str {
@@ -155,12 +133,6 @@ fn usage_error(e: &clap::Error) -> ExitCode {
     }
 }
 
-/// Prints a line on stdout; returns false when stdout is closed (a reader that went away).
-fn say(line: &str) -> bool {
-    use std::io::Write;
-    writeln!(std::io::stdout().lock(), "{line}").is_ok()
-}
-
 /// Logs to stderr at `default` level, or as `RUST_LOG` says (e.g. `RUST_LOG=debug`).
 fn init_logging(default: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
@@ -171,8 +143,6 @@ fn init_logging(default: &str) {
         .with_ansi(false)
         .try_init();
 }
-
-use hicache_index_options::parse_duration;
 
 #[cfg(test)]
 mod tests {

@@ -41,7 +41,8 @@ use self::routes::{error_json, router, MODEL_LAYOUT_CONFLICT, MODEL_WORKERS};
 use self::signals::Signals;
 use self::telemetry::STOPPING;
 use crate::layout_report;
-use crate::{parse_duration, Failure, Outcome};
+use crate::outcome::{Failure, Outcome};
+use hicache_index_options::parse_duration;
 use hicache_index_options::IndexArgs;
 
 /// How log lines are written (on stderr).

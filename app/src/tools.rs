@@ -11,7 +11,7 @@ use hicache_index_options::LayoutArgs;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::{Failure, Outcome};
+use crate::outcome::{Failure, Outcome};
 
 /// `hash --page-size N [--eagle] [--extra-key K] [--cache-salt S] TOKEN...`
 #[derive(Args, Debug)]

@@ -20,13 +20,14 @@ use hicache_index::{
 };
 use hicache_index_driver::run::run as drive;
 use hicache_index_driver::{
-    prepare_observed, Error, LinkChange, Observer, Parts, SubscriberConfig,
+    prepare_observed, Error, LinkChange, Observed, Observer, Parts, SubscriberConfig,
 };
 use hicache_index_tokio::Tokio;
 use serde::Serialize;
 use serde_json::json;
 
-use crate::{parse_duration, say, Failure, Outcome};
+use crate::outcome::{say, Failure, Outcome};
+use hicache_index_options::parse_duration;
 
 /// `watch --events URL [--topic T] [--json]`
 #[derive(Args, Debug)]
@@ -121,33 +122,22 @@ struct Watch {
 }
 
 impl Observer for Watch {
-    fn observe_message(
-        &mut self,
-        now: Instant,
-        frames: &[&[u8]],
-        effects: &Effects,
-    ) -> ControlFlow<()> {
-        self.messages += 1;
-        self.show_message(frames, effects);
-        self.show_effects(now, effects);
-        self.go_on()
-    }
-
-    fn observe_link(&mut self, _now: Instant, change: LinkChange<'_>) -> ControlFlow<()> {
-        match change {
-            LinkChange::Connected => self.show_connection("connected", None),
+    fn observe(&mut self, now: Instant, seen: Observed<'_>) -> ControlFlow<()> {
+        match seen {
+            Observed::Message { frames, effects } => {
+                self.messages += 1;
+                self.show_message(frames, effects);
+                self.show_effects(now, effects);
+            }
+            Observed::Link(LinkChange::Connected) => self.show_connection("connected", None),
             // The reconnection that follows is shown with the session's effects.
-            LinkChange::Disconnected => {}
-            LinkChange::Failed(error) => {
+            Observed::Link(LinkChange::Disconnected) => {}
+            Observed::Link(LinkChange::Failed(error)) => {
                 self.failed = Some(format!("cannot subscribe to {}: {error}", self.endpoint));
                 return ControlFlow::Break(());
             }
+            Observed::Effects(effects) => self.show_effects(now, effects),
         }
-        self.go_on()
-    }
-
-    fn observe_effects(&mut self, now: Instant, effects: &Effects) -> ControlFlow<()> {
-        self.show_effects(now, effects);
         self.go_on()
     }
 }

@@ -2,7 +2,9 @@
 
 import os
 from datetime import timedelta
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, TypedDict, Union
+
+from typing_extensions import Unpack
 
 __version__: str
 
@@ -38,25 +40,30 @@ class Answer:
     @property
     def live(self) -> bool: ...
 
+class _LayoutFlags(TypedDict, total=False):
+    """The layout's flags, as ``Layout`` and ``Index`` take them (each named as its CLI flag)."""
+
+    page_size: Optional[int]
+    tp: Optional[int]
+    pp: Optional[int]
+    mla: bool
+    tp_lcm: Optional[int]
+    tag: Optional[str]
+    model: Optional[str]
+    dcp: Optional[int]
+    cp: Optional[int]
+    tag_only_prefix: bool
+    key_prefix: Optional[str]
+    eagle: bool
+    pool: Optional[Sequence[str]]
+    logical_kv: bool
+
 class Layout:
     def __init__(
         self,
         *,
-        page_size: Optional[int] = None,
-        tp: Optional[int] = None,
-        pp: Optional[int] = None,
-        mla: bool = False,
-        tp_lcm: Optional[int] = None,
-        tag: Optional[str] = None,
-        model: Optional[str] = None,
-        dcp: Optional[int] = None,
-        cp: Optional[int] = None,
-        tag_only_prefix: bool = False,
-        key_prefix: Optional[str] = None,
-        eagle: bool = False,
-        pool: Optional[Sequence[str]] = None,
-        logical_kv: bool = False,
         layout: Union[str, "os.PathLike[str]", None] = None,
+        **flags: Unpack[_LayoutFlags],
     ) -> None: ...
     @staticmethod
     def from_sglang(document: Union[str, bytes, Mapping[str, Any]], eagle: bool = False) -> "Layout": ...
@@ -83,20 +90,6 @@ class Index:
         verify_interval: Optional[_Duration] = None,
         verify_sample: Optional[int] = None,
         verify_escalate_every: Optional[_Duration] = None,
-        page_size: Optional[int] = None,
-        tp: Optional[int] = None,
-        pp: Optional[int] = None,
-        mla: bool = False,
-        tp_lcm: Optional[int] = None,
-        tag: Optional[str] = None,
-        model: Optional[str] = None,
-        dcp: Optional[int] = None,
-        cp: Optional[int] = None,
-        tag_only_prefix: bool = False,
-        key_prefix: Optional[str] = None,
-        eagle: bool = False,
-        pool: Optional[Sequence[str]] = None,
-        logical_kv: bool = False,
         layout: Union[
             str,
             "os.PathLike[str]",
@@ -111,6 +104,7 @@ class Index:
         worker_timeout: Optional[_Duration] = None,
         max_pages: Optional[int] = None,
         prefix_memo_bytes: Optional[int] = None,
+        **flags: Unpack[_LayoutFlags],
     ) -> None: ...
     def query(
         self,

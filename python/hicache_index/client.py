@@ -49,31 +49,28 @@ def _hex(hashes: Any) -> List[str]:
     return [h.hex() if isinstance(h, (bytes, bytearray, memoryview)) else h for h in hashes]
 
 
-def _request(
-    tokens: Optional[Sequence[int]] = None,
-    page_hashes: Optional[Sequence[Union[bytes, str]]] = None,
-    cache_salt: Optional[str] = None,
-    extra_key: Optional[str] = None,
-    model: Optional[str] = None,
-    prefix_only: bool = True,
-    tenant: Optional[str] = None,
-) -> Dict[str, Any]:
+_QUERY_KEYS = frozenset(
+    ("tokens", "page_hashes", "cache_salt", "extra_key", "model", "prefix_only", "tenant")
+)
+
+
+def _request(query: Mapping[str, Any]) -> Dict[str, Any]:
+    """The JSON body of one query, from a mapping of ``Client.query``'s keywords."""
+    unknown = sorted(set(query) - _QUERY_KEYS)
+    if unknown:
+        raise TypeError(f"query() got an unexpected keyword argument {unknown[0]!r}")
+    tokens = query.get("tokens")
     if isinstance(tokens, (str, bytes)):
         raise ValueError("tokens must be a sequence of token ids, not a string")
     body: Dict[str, Any] = {}
     if tokens is not None:
         body["tokens"] = tokens if isinstance(tokens, list) else list(tokens)
-    if page_hashes is not None:
-        body["page_hashes"] = _hex(page_hashes)
-    for key, value in (
-        ("cache_salt", cache_salt),
-        ("extra_key", extra_key),
-        ("model", model),
-        ("tenant", tenant),
-    ):
-        if value is not None:
-            body[key] = value
-    if not prefix_only:
+    if query.get("page_hashes") is not None:
+        body["page_hashes"] = _hex(query["page_hashes"])
+    for key in ("cache_salt", "extra_key", "model", "tenant"):
+        if query.get(key) is not None:
+            body[key] = query[key]
+    if not query.get("prefix_only", True):
         body["page_map"] = True
     return body
 
@@ -296,7 +293,17 @@ class Client:
         tenant: Optional[str] = None,
     ) -> Answer:
         """Answers like ``Index.query``, over ``POST /v1/query`` (or the same map over nng)."""
-        body = _request(tokens, page_hashes, cache_salt, extra_key, model, prefix_only, tenant)
+        body = _request(
+            {
+                "tokens": tokens,
+                "page_hashes": page_hashes,
+                "cache_salt": cache_salt,
+                "extra_key": extra_key,
+                "model": model,
+                "prefix_only": prefix_only,
+                "tenant": tenant,
+            }
+        )
         if self._nng is not None:
             doc = self._nng.ask(body)
             if not isinstance(doc, dict):
@@ -310,7 +317,7 @@ class Client:
         """Answers several queries (each a mapping of ``query``'s keywords) in one request,
         ``POST /v1/query_batch`` (or ``{"queries": [...]}`` over nng): one ``Answer`` per query,
         in order, or the ``ValueError`` that refused that query alone."""
-        doc = {"queries": [_request(**q) for q in queries]}
+        doc = {"queries": [_request(q) for q in queries]}
         if self._nng is not None:
             answers = _answers(self._nng.ask(doc), self._nng.url)
         else:

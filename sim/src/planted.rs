@@ -11,10 +11,10 @@ use hicache_index::{
 };
 use hicache_index_shortcuts::Shortcuts;
 
-use crate::encode::{encode_payload, MasterFlavor, OwnedBatch};
+use crate::options::Options;
 use crate::system::System;
 use crate::world::Report;
-use crate::Options;
+use hicache_index_wire::{encode_payload, MasterFlavor, OwnedBatch};
 
 /// The defence a [`PlantedBug`] undoes.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]

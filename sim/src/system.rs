@@ -111,11 +111,14 @@ impl GapBlindSession {
         // them, so that the planted blindness is complete.
         let payload = match hicache_index::decode(frames) {
             Ok(batch) => {
-                let mut owned = crate::encode::OwnedBatch::from(&batch);
+                let mut owned = hicache_index_wire::OwnedBatch::from(&batch);
                 for event in &mut owned.events {
                     event.event_id = None;
                 }
-                crate::encode::encode_payload(&owned, crate::encode::MasterFlavor::Release0314)
+                hicache_index_wire::encode_payload(
+                    &owned,
+                    hicache_index_wire::MasterFlavor::Release0314,
+                )
             }
             Err(_) => frames[2].to_vec(),
         };

@@ -78,7 +78,6 @@ use hicache_index::{
     PageHash, Pages, Report as CoreReport, Session, Timestamp, Tokens,
 };
 
-use crate::encode::{encode_payload, OwnedBatch, OwnedEvent};
 use crate::master::{Action, Master, MasterOutput, ObjId, PageId, Request};
 use crate::models::{ModelSpec, TENANTS};
 use crate::network::{Message, NetEvent, NetStats, Network, Origin};
@@ -87,6 +86,7 @@ use crate::oracle::Oracle;
 use crate::rng::Rng;
 use crate::system::System;
 use crate::util::Transcript;
+use hicache_index_wire::{encode_payload, OwnedBatch, OwnedEvent};
 
 mod bound;
 mod checks;

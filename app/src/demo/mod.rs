@@ -35,7 +35,8 @@ use hicache_index_emulator::{Emulator, EmulatorConfig, Position};
 use hicache_index_tokio::{QueryHandle, Subscriber, SubscriberConfig};
 
 use crate::latency::Latency;
-use crate::{parse_duration, say, Failure, Outcome};
+use crate::outcome::{say, Failure, Outcome};
+use hicache_index_options::parse_duration;
 use report::{progress, report};
 use workers::{workers, Plan};
 use workload::{router, system_prompts};

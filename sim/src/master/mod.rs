@@ -63,11 +63,11 @@ use std::time::Duration;
 
 use hicache_index::{Instant, Medium, PageHash, Seq, Timestamp};
 
-use crate::encode::{OwnedBatch, OwnedEvent};
 use crate::models::{ModelSpec, TENANTS};
 use crate::options::{ActionMix, MasterOptions};
 use crate::rng::Rng;
 use crate::util::{FxHashMap, IdSet};
+use hicache_index_wire::{OwnedBatch, OwnedEvent};
 
 mod clock;
 mod foreign;

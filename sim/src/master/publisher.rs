@@ -3,9 +3,9 @@
 use hicache_index::{EventKind, Instant, Medium, Seq, Timestamp};
 
 use super::{Change, Master, MasterOutput};
-use crate::encode::{encode_payload_into, MasterFlavor, OwnedEvent};
 use crate::models::TENANTS;
 use crate::options::TWIN_FLUSH;
+use hicache_index_wire::{encode_payload_into, MasterFlavor, OwnedEvent};
 
 /// A master message's identity and fate (a [`Published`] carries it as sent, and the network reports it).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]

@@ -19,9 +19,9 @@ use hicache_index::{
     BackoffConfig, Config, IndexConfig, ModelLayout, ReorderConfig, ResyncConfig, VerifyConfig,
 };
 
-use crate::encode::MasterFlavor;
 use crate::models::{all_models, catalogue, hybrid_catalogue, ModelSpec};
 use crate::rng::Rng;
+use hicache_index_wire::MasterFlavor;
 mod classes;
 mod parts;
 mod shapes;

@@ -32,109 +32,63 @@ impl Untimed for Session {
     }
 }
 
-/// A verb per [`Input`], each a call of [`Session::handle`].
+/// A verb per [`Input`], each a call of [`Session::handle`] (through [`Shortcuts::hand`]).
 pub trait Shortcuts {
+    /// Hands over one input: [`Session::handle`].
+    fn hand(&mut self, now: Instant, input: Input<'_>) -> Effects;
+
     /// Hands over one multipart message, `[topic, seq, payload]` ([`Input::Message`]).
-    fn feed(&mut self, now: Instant, frames: &[&[u8]]) -> Effects;
-    /// Does whatever is due at `now` ([`Input::Timeout`]).
-    fn handle_timeout(&mut self, now: Instant) -> Effects;
-    /// Reports that the subscriber connected ([`Input::Connected`]).
-    fn handle_connected(&mut self, now: Instant) -> Effects;
-    /// Reports that the connection was lost ([`Input::Disconnected`]).
-    fn handle_disconnected(&mut self, now: Instant) -> Effects;
-    /// Reports that the driver stopped for good ([`Input::Stopped`]).
-    fn handle_stopped(&mut self, now: Instant) -> Effects;
-    /// Asks to connect again after a stop ([`Input::Resume`], which has no effects).
-    fn resume(&mut self, now: Instant);
-    /// Forgets every page now ([`Input::Clear`]).
-    fn clear(&mut self, now: Instant) -> Effects;
-    /// Reports what a worker advertises, `None`: gone ([`Input::Worker`]).
-    fn handle_worker(&mut self, now: Instant, worker: &str, info: Option<WorkerInfo>) -> Effects;
-    /// Hands over a whole key list, from any iterator of lines ([`Input::Snapshot`]).
-    fn handle_snapshot<I>(
-        &mut self,
-        now: Instant,
-        request: SnapshotRequest,
-        watermark: Option<Watermark>,
-        lines: I,
-    ) -> Effects
-    where
-        I: IntoIterator,
-        I::Item: AsRef<[u8]>;
-    /// Reports that a fetch failed ([`Input::SnapshotFailed`]).
-    fn handle_snapshot_failed(&mut self, now: Instant, request: SnapshotRequest) -> Effects;
-    /// Reports that a fetch's status said the publisher is off ([`Input::EventsDisabled`]).
-    fn handle_events_disabled(&mut self, now: Instant, request: SnapshotRequest) -> Effects;
-    /// Hands over a verification answer, from any iterator ([`Input::VerifyResult`]).
-    fn handle_verify_result<'k, I>(
-        &mut self,
-        now: Instant,
-        request: VerifyRequest,
-        results: I,
-    ) -> Effects
-    where
-        I: IntoIterator<Item = (&'k str, bool)>;
-    /// Reports that a verification failed ([`Input::VerifyFailed`]).
-    fn handle_verify_failed(&mut self, now: Instant, request: VerifyRequest) -> Effects;
-    /// Hands over what HA discovery says about the leader ([`Input::LeaderView`]).
-    fn handle_leader_view(&mut self, now: Instant, view: &LeaderView) -> Effects;
-    /// Hands over the answer to a leader check ([`Input::LeaderStatus`]).
-    fn handle_leader_status(
-        &mut self,
-        now: Instant,
-        request: LeaderRequest,
-        status: &LeaderStatus,
-    ) -> Effects;
-}
-
-impl Shortcuts for Session {
     fn feed(&mut self, now: Instant, frames: &[&[u8]]) -> Effects {
-        self.handle(now, Input::Message(frames))
+        self.hand(now, Input::Message(frames))
     }
 
+    /// Does whatever is due at `now` ([`Input::Timeout`]).
     fn handle_timeout(&mut self, now: Instant) -> Effects {
-        self.handle(now, Input::Timeout)
+        self.hand(now, Input::Timeout)
     }
 
+    /// Reports that the subscriber connected ([`Input::Connected`]).
     fn handle_connected(&mut self, now: Instant) -> Effects {
-        self.handle(now, Input::Connected)
+        self.hand(now, Input::Connected)
     }
 
+    /// Reports that the connection was lost ([`Input::Disconnected`]).
     fn handle_disconnected(&mut self, now: Instant) -> Effects {
-        self.handle(now, Input::Disconnected)
+        self.hand(now, Input::Disconnected)
     }
 
+    /// Reports that the driver stopped for good ([`Input::Stopped`]).
     fn handle_stopped(&mut self, now: Instant) -> Effects {
-        self.handle(now, Input::Stopped)
+        self.hand(now, Input::Stopped)
     }
 
+    /// Asks to connect again after a stop ([`Input::Resume`], which has no effects).
     fn resume(&mut self, now: Instant) {
-        let fx = self.handle(now, Input::Resume);
+        let fx = self.hand(now, Input::Resume);
         assert!(fx.is_empty(), "resuming only schedules: {fx:?}");
     }
 
+    /// Forgets every page now ([`Input::Clear`]).
     fn clear(&mut self, now: Instant) -> Effects {
-        self.handle(now, Input::Clear)
+        self.hand(now, Input::Clear)
     }
 
+    /// Reports what a worker advertises, `None`: gone ([`Input::Worker`]).
     fn handle_worker(&mut self, now: Instant, worker: &str, info: Option<WorkerInfo>) -> Effects {
-        self.handle(now, Input::Worker { worker, info })
+        self.hand(now, Input::Worker { worker, info })
     }
 
-    fn handle_snapshot<I>(
+    /// Hands over a whole key list, from any iterator of lines ([`Input::Snapshot`]).
+    fn handle_snapshot(
         &mut self,
         now: Instant,
         request: SnapshotRequest,
         watermark: Option<Watermark>,
-        lines: I,
-    ) -> Effects
-    where
-        I: IntoIterator,
-        I::Item: AsRef<[u8]>,
-    {
-        let owned: Vec<I::Item> = lines.into_iter().collect();
+        lines: impl IntoIterator<Item = impl AsRef<[u8]>>,
+    ) -> Effects {
+        let owned: Vec<_> = lines.into_iter().collect();
         let lines: Vec<&[u8]> = owned.iter().map(AsRef::as_ref).collect();
-        self.handle(
+        self.hand(
             now,
             Input::Snapshot {
                 request,
@@ -144,25 +98,25 @@ impl Shortcuts for Session {
         )
     }
 
+    /// Reports that a fetch failed ([`Input::SnapshotFailed`]).
     fn handle_snapshot_failed(&mut self, now: Instant, request: SnapshotRequest) -> Effects {
-        self.handle(now, Input::SnapshotFailed { request })
+        self.hand(now, Input::SnapshotFailed { request })
     }
 
+    /// Reports that a fetch's status said the publisher is off ([`Input::EventsDisabled`]).
     fn handle_events_disabled(&mut self, now: Instant, request: SnapshotRequest) -> Effects {
-        self.handle(now, Input::EventsDisabled { request })
+        self.hand(now, Input::EventsDisabled { request })
     }
 
-    fn handle_verify_result<'k, I>(
+    /// Hands over a verification answer, from any iterator ([`Input::VerifyResult`]).
+    fn handle_verify_result<'k>(
         &mut self,
         now: Instant,
         request: VerifyRequest,
-        results: I,
-    ) -> Effects
-    where
-        I: IntoIterator<Item = (&'k str, bool)>,
-    {
+        results: impl IntoIterator<Item = (&'k str, bool)>,
+    ) -> Effects {
         let results: Vec<(&str, bool)> = results.into_iter().collect();
-        self.handle(
+        self.hand(
             now,
             Input::VerifyResult {
                 request,
@@ -171,20 +125,29 @@ impl Shortcuts for Session {
         )
     }
 
+    /// Reports that a verification failed ([`Input::VerifyFailed`]).
     fn handle_verify_failed(&mut self, now: Instant, request: VerifyRequest) -> Effects {
-        self.handle(now, Input::VerifyFailed { request })
+        self.hand(now, Input::VerifyFailed { request })
     }
 
+    /// Hands over what HA discovery says about the leader ([`Input::LeaderView`]).
     fn handle_leader_view(&mut self, now: Instant, view: &LeaderView) -> Effects {
-        self.handle(now, Input::LeaderView(view))
+        self.hand(now, Input::LeaderView(view))
     }
 
+    /// Hands over the answer to a leader check ([`Input::LeaderStatus`]).
     fn handle_leader_status(
         &mut self,
         now: Instant,
         request: LeaderRequest,
         status: &LeaderStatus,
     ) -> Effects {
-        self.handle(now, Input::LeaderStatus { request, status })
+        self.hand(now, Input::LeaderStatus { request, status })
+    }
+}
+
+impl Shortcuts for Session {
+    fn hand(&mut self, now: Instant, input: Input<'_>) -> Effects {
+        self.handle(now, input)
     }
 }

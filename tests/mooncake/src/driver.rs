@@ -19,6 +19,12 @@
 //!
 //! Besides driving, it records every effect with its time, so that tests can check what the core
 //! decided (what the stream itself showed is counted by [`crate::observer::Observer`]).
+//!
+//! It is deliberately not the production driver, and repeats some of its lines on purpose (the
+//! SUB socket and its monitor as `transports/driver/src/socket.rs` opens them, the master's
+//! answers as [`Input`] names them): the scenarios judge the core against the real master, so a
+//! bug in the production driver must not be shared by this one. It and [`crate::http`] are the
+//! two copies the duplicate report keeps listing.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};

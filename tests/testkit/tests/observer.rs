@@ -4,9 +4,11 @@
 
 use std::ops::ControlFlow;
 
-use hicache_index::{Command, Config, Effect, Effects, Instant};
+use hicache_index::{Command, Config, Effect, Instant};
 use hicache_index_driver::run::run;
-use hicache_index_driver::{prepare_observed, LinkChange, Observer, Parts, SubscriberConfig};
+use hicache_index_driver::{
+    prepare_observed, LinkChange, Observed, Observer, Parts, SubscriberConfig,
+};
 use hicache_index_testkit::{wait_subscribed, EmulatorPeer, Peer, PATIENCE};
 use hicache_index_tokio::Tokio;
 
@@ -28,33 +30,30 @@ struct Recorder {
 }
 
 impl Observer for Recorder {
-    fn observe_message(&mut self, _: Instant, frames: &[&[u8]], _: &Effects) -> ControlFlow<()> {
-        let stop = frames
-            .last()
-            .is_some_and(|p| p.windows(9).any(|w| w == b"stop-here"));
-        self.seen.push(Seen::Message {
-            frames: frames.len(),
-            stop,
-        });
-        match stop {
-            true => ControlFlow::Break(()),
-            false => ControlFlow::Continue(()),
-        }
-    }
-
-    fn observe_link(&mut self, _: Instant, change: LinkChange<'_>) -> ControlFlow<()> {
-        if let LinkChange::Connected = change {
-            self.seen.push(Seen::Connected);
-        }
-        ControlFlow::Continue(())
-    }
-
-    fn observe_effects(&mut self, _: Instant, effects: &Effects) -> ControlFlow<()> {
-        let connect = effects
-            .iter()
-            .any(|e| matches!(e, Effect::Command(Command::Connect { .. })));
-        if connect {
-            self.seen.push(Seen::Connect);
+    fn observe(&mut self, _: Instant, seen: Observed<'_>) -> ControlFlow<()> {
+        match seen {
+            Observed::Message { frames, .. } => {
+                let stop = frames
+                    .last()
+                    .is_some_and(|p| p.windows(9).any(|w| w == b"stop-here"));
+                self.seen.push(Seen::Message {
+                    frames: frames.len(),
+                    stop,
+                });
+                if stop {
+                    return ControlFlow::Break(());
+                }
+            }
+            Observed::Link(LinkChange::Connected) => self.seen.push(Seen::Connected),
+            Observed::Link(_) => {}
+            Observed::Effects(effects) => {
+                let connect = effects
+                    .iter()
+                    .any(|e| matches!(e, Effect::Command(Command::Connect { .. })));
+                if connect {
+                    self.seen.push(Seen::Connect);
+                }
+            }
         }
         ControlFlow::Continue(())
     }

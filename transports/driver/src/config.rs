@@ -3,6 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
+use hicache_index::leader::{master_view_key, parse_locator, DEFAULT_CLUSTER_ID};
 use hicache_index::{Config, ConfigError, ResyncConfig, VerifyConfig};
 
 /// Everything a subscriber (tokio or smol) is made from.
@@ -25,7 +26,7 @@ pub struct SubscriberConfig {
     /// Follow a Mooncake HA cluster's leader, named in etcd: the leader's host then replaces
     /// the host of `session.endpoint` and of `master_http` (their ports kept), and the session
     /// follows the leader (`session.leader`, default timing when unset). `None`: one fixed master.
-    pub ha: Option<crate::etcd::HaLocator>,
+    pub ha: Option<HaLocator>,
 }
 
 impl SubscriberConfig {
@@ -37,14 +38,14 @@ impl SubscriberConfig {
             socket: SocketConfig::default(),
             http: HttpConfig::default(),
             metrics_interval: Duration::from_secs(1),
-            prefix_memo_bytes: crate::DEFAULT_MEMO_BYTES,
+            prefix_memo_bytes: crate::memo::DEFAULT_MEMO_BYTES,
             ha: None,
         }
     }
 
     /// Follows the leader of the HA cluster `locator` names (see [`SubscriberConfig::ha`]); the
     /// master HTTP URL MUST be set too (its port and path are kept).
-    pub fn with_ha(mut self, locator: crate::etcd::HaLocator) -> SubscriberConfig {
+    pub fn with_ha(mut self, locator: HaLocator) -> SubscriberConfig {
         self.ha = Some(locator);
         self.session.leader.get_or_insert_with(Default::default);
         self
@@ -162,5 +163,67 @@ impl std::error::Error for Error {}
 impl From<ConfigError> for Error {
     fn from(e: ConfigError) -> Error {
         Error::Config(e)
+    }
+}
+
+/// Where a Mooncake HA cluster's leader is named: its etcd endpoints and cluster id.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HaLocator {
+    /// The etcd endpoints (`host:port`).
+    pub endpoints: Vec<String>,
+    /// The Mooncake cluster id (`MC_STORE_CLUSTER_ID`; default `mooncake_cluster`).
+    pub cluster_id: String,
+    /// How long to wait before reading the key again after an etcd error (the fallback poll).
+    pub poll_interval: Duration,
+    /// Time allowed for connecting and for one etcd request.
+    pub request_timeout: Duration,
+}
+
+/// Why an HA locator was refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LocatorError(pub String);
+
+impl fmt::Display for LocatorError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "HA locator {:?} is not etcd://host:port[;host:port...]",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for LocatorError {}
+
+impl HaLocator {
+    /// Parses `etcd://host:port[;host:port...]` (Mooncake's own form) with a cluster id
+    /// (`None`: `mooncake_cluster`).
+    pub fn parse(locator: &str, cluster_id: Option<&str>) -> Result<HaLocator, LocatorError> {
+        let endpoints = parse_locator(locator).ok_or_else(|| LocatorError(locator.into()))?;
+        Ok(HaLocator {
+            endpoints,
+            cluster_id: cluster_id.unwrap_or(DEFAULT_CLUSTER_ID).into(),
+            poll_interval: Duration::from_millis(500),
+            request_timeout: Duration::from_secs(2),
+        })
+    }
+
+    /// Returns the etcd key that names the leader.
+    pub fn key(&self) -> String {
+        master_view_key(&self.cluster_id)
+    }
+}
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn locators_take_mooncakes_form_and_the_default_cluster_id() {
+        let l = HaLocator::parse("etcd://127.0.0.1:2379;127.0.0.2:2379", None).unwrap();
+        assert_eq!(l.endpoints, ["127.0.0.1:2379", "127.0.0.2:2379"]);
+        assert_eq!(l.key(), "mooncake-store/mooncake_cluster/master_view");
+        let l = HaLocator::parse("etcd://10.0.0.1:2379", Some("prod")).unwrap();
+        assert_eq!(l.key(), "mooncake-store/prod/master_view");
+        assert!(HaLocator::parse("127.0.0.1:2379", None).is_err());
     }
 }

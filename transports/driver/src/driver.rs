@@ -14,7 +14,7 @@ use hicache_index::{Command, Effect, Effects, Health, Input, Instant, LeaderRequ
 use crate::config::SocketConfig;
 use crate::handle::{Control, HoldKind, Inbox, Shared};
 use crate::http::{HttpError, HttpJob, MasterHttp};
-use crate::observe::{LinkChange, Observer};
+use crate::observe::{LinkChange, Observed, Observer};
 use crate::report;
 use crate::socket::{self, Link, LinkEvent, MAX_FRAMES};
 
@@ -182,7 +182,11 @@ impl<O: Observer> Driver<O> {
                 return false;
             };
             self.deadline = deadline;
-            if self.observer.observe_message(now, message, &fx).is_break() {
+            let seen = Observed::Message {
+                frames: message,
+                effects: &fx,
+            };
+            if self.observer.observe(now, seen).is_break() {
                 self.stop_observed();
                 return false;
             }
@@ -260,7 +264,11 @@ impl<O: Observer> Driver<O> {
     /// Shows a change of the link to the observer, before the session hears of it.
     fn observe_link(&mut self, change: LinkChange<'_>) {
         let now = self.now();
-        if self.observer.observe_link(now, change).is_break() {
+        if self
+            .observer
+            .observe(now, Observed::Link(change))
+            .is_break()
+        {
             self.stop_observed();
         }
     }
@@ -268,7 +276,7 @@ impl<O: Observer> Driver<O> {
     /// Shows the effects of a call made at `now` to the observer, then executes them (unless
     /// it stopped the driver).
     fn observe_and_execute(&mut self, now: Instant, fx: Effects) {
-        match self.observer.observe_effects(now, &fx) {
+        match self.observer.observe(now, Observed::Effects(&fx)) {
             ControlFlow::Continue(()) => self.execute(fx),
             ControlFlow::Break(()) => self.stop_observed(),
         }

@@ -13,64 +13,16 @@
 //! ```
 //! It stops once the loop is gone (the inbox is closed).
 
-use std::fmt;
+#[cfg(feature = "etcd")]
 use std::time::Duration;
 
 #[cfg(feature = "etcd")]
 use etcd_client::{Client, ConnectOptions, EventType, WatchOptions};
-use hicache_index::leader::{master_view_key, parse_locator, DEFAULT_CLUSTER_ID};
 #[cfg(feature = "etcd")]
 use hicache_index::LeaderView;
 
+use crate::config::HaLocator;
 use crate::handle::Control;
-
-/// Where a Mooncake HA cluster's leader is named: its etcd endpoints and cluster id.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct HaLocator {
-    /// The etcd endpoints (`host:port`).
-    pub endpoints: Vec<String>,
-    /// The Mooncake cluster id (`MC_STORE_CLUSTER_ID`; default `mooncake_cluster`).
-    pub cluster_id: String,
-    /// How long to wait before reading the key again after an etcd error (the fallback poll).
-    pub poll_interval: Duration,
-    /// Time allowed for connecting and for one etcd request.
-    pub request_timeout: Duration,
-}
-
-/// Why an HA locator was refused.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct LocatorError(pub String);
-
-impl fmt::Display for LocatorError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "HA locator {:?} is not etcd://host:port[;host:port...]",
-            self.0
-        )
-    }
-}
-
-impl std::error::Error for LocatorError {}
-
-impl HaLocator {
-    /// Parses `etcd://host:port[;host:port...]` (Mooncake's own form) with a cluster id
-    /// (`None`: `mooncake_cluster`).
-    pub fn parse(locator: &str, cluster_id: Option<&str>) -> Result<HaLocator, LocatorError> {
-        let endpoints = parse_locator(locator).ok_or_else(|| LocatorError(locator.into()))?;
-        Ok(HaLocator {
-            endpoints,
-            cluster_id: cluster_id.unwrap_or(DEFAULT_CLUSTER_ID).into(),
-            poll_interval: Duration::from_millis(500),
-            request_timeout: Duration::from_secs(2),
-        })
-    }
-
-    /// Returns the etcd key that names the leader.
-    pub fn key(&self) -> String {
-        master_view_key(&self.cluster_id)
-    }
-}
 
 /// Refuses to follow an HA cluster: this build has no etcd client (the `etcd` feature, whose
 /// build needs `protoc`).
@@ -173,19 +125,4 @@ fn view_of(value: Option<&[u8]>, create_revision: i64) -> LeaderView {
     let view = LeaderView::from_value(value, u64::try_from(create_revision).unwrap_or(0));
     tracing::debug!(?view, "etcd: master view");
     view
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn locators_take_mooncakes_form_and_the_default_cluster_id() {
-        let l = HaLocator::parse("etcd://127.0.0.1:2379;127.0.0.2:2379", None).unwrap();
-        assert_eq!(l.endpoints, ["127.0.0.1:2379", "127.0.0.2:2379"]);
-        assert_eq!(l.key(), "mooncake-store/mooncake_cluster/master_view");
-        let l = HaLocator::parse("etcd://10.0.0.1:2379", Some("prod")).unwrap();
-        assert_eq!(l.key(), "mooncake-store/prod/master_view");
-        assert!(HaLocator::parse("127.0.0.1:2379", None).is_err());
-    }
 }

@@ -14,13 +14,8 @@ impl Front for QueryHandle {
             .unwrap_or(Ok((u32::MAX, false)))
     }
 
-    fn ask(
-        &self,
-        lookup: &Lookup<'_>,
-        map: &mut [bool],
-        cover: MapCover,
-    ) -> Result<Hits, QueryError> {
-        self.answer(lookup, Some(map), cover)
+    fn ask(&self, q: &Lookup<'_>, map: &mut [bool], cover: MapCover) -> Result<Hits, QueryError> {
+        self.answer(q, Some(map), cover)
     }
 
     fn known_models(&self) -> Vec<String> {

@@ -28,7 +28,9 @@ use crate::config::{Error, HttpConfig};
 mod job;
 mod response;
 
-pub use job::{parse_batch_query, parse_signals, parse_watermark, HttpJob, HttpOutcome};
+pub use job::{
+    parse_batch_query, parse_events_status, parse_signals, parse_watermark, HttpJob, HttpOutcome,
+};
 pub use response::ResponseReader;
 
 /// Where the master's HTTP side is, and the client's limits.

@@ -6,7 +6,7 @@
 
 use hicache_index::{EventsStatus, LeaderStatus};
 
-use crate::http::MasterHttp;
+use crate::http::{parse_events_status, MasterHttp};
 
 /// Asks the master behind `http` (the candidate's host) whether it serves; call it off the event
 /// loop. A request that fails reads as not serving, events unknown.
@@ -44,23 +44,6 @@ pub fn parse_health(body: &[u8]) -> LeaderStatus {
     }
 }
 
-/// Reads `/kv_events/status`: `"enabled":true|false`, or `"success":false` from a master whose
-/// service plane is not active; `None` (no answer) is unknown.
-pub fn parse_events_status(body: Option<&[u8]>) -> EventsStatus {
-    let Some(value) = body.and_then(|b| serde_json::from_slice::<serde_json::Value>(b).ok()) else {
-        return EventsStatus::Unknown;
-    };
-    match (
-        value.get("enabled").and_then(serde_json::Value::as_bool),
-        value.get("success").and_then(serde_json::Value::as_bool),
-    ) {
-        (Some(true), _) => EventsStatus::Enabled,
-        (Some(false), _) => EventsStatus::Disabled,
-        (None, Some(false)) => EventsStatus::Inactive,
-        _ => EventsStatus::Unknown,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -77,24 +60,5 @@ mod tests {
         let standby = br#"{"status":"ok","role":"standby","ha_state":"standby","service_ready":false,"leader_address":null,"view_version":null}"#;
         assert!(!parse_health(standby).serving);
         assert!(!parse_health(b"not json").serving);
-    }
-
-    #[test]
-    fn events_status_tells_enabled_disabled_and_inactive_apart() {
-        assert_eq!(
-            parse_events_status(Some(br#"{"enabled":true,"published_batches":0}"#)),
-            EventsStatus::Enabled
-        );
-        assert_eq!(
-            parse_events_status(Some(br#"{"enabled":false}"#)),
-            EventsStatus::Disabled
-        );
-        assert_eq!(
-            parse_events_status(Some(
-                br#"{"success":false,"error_code":-1011,"error_message":"service plane is not active"}"#
-            )),
-            EventsStatus::Inactive
-        );
-        assert_eq!(parse_events_status(None), EventsStatus::Unknown);
     }
 }

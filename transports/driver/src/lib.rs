@@ -56,13 +56,12 @@ use std::collections::VecDeque;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-pub use config::{Error, HttpConfig, SocketConfig, SubscriberConfig};
+pub use config::{Error, HaLocator, HttpConfig, LocatorError, SocketConfig, SubscriberConfig};
 pub use driver::{Action, Driver, SNAPSHOT_CHUNK_LINES};
-pub use etcd::{HaLocator, LocatorError};
 pub use handle::{Control, Inbox, LockTimes, QueryHandle};
 pub use http::{parse_signals, HttpError, HttpJob, HttpOutcome, MasterHttp, ResponseReader};
 pub use memo::{MemoStats, PrefixMemo, DEFAULT_MEMO_BYTES};
-pub use observe::{LinkChange, Observer};
+pub use observe::{LinkChange, Observed, Observer};
 pub use workers::WorkerPoller;
 
 use hicache_index::Session;

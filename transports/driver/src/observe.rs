@@ -25,62 +25,49 @@ pub enum LinkChange<'a> {
     Failed(&'a (dyn std::error::Error + 'a)),
 }
 
+/// What an [`Observer`] sees of one call the driver makes into the session.
+#[derive(Clone, Copy, Debug)]
+pub enum Observed<'a> {
+    /// A message fed (`Input::Message`: its first [`crate::socket::MAX_FRAMES`] frames) and the
+    /// effects it returned.
+    Message {
+        /// The message's frames.
+        frames: &'a [&'a [u8]],
+        /// What the session returned.
+        effects: &'a Effects,
+    },
+    /// A change of the link, before the session hears of it.
+    Link(LinkChange<'a>),
+    /// The effects of every other call into the session (a timer, a connection change, an
+    /// answer of the master, a request through the control handle).
+    Effects(&'a Effects),
+}
+
 /// Sees every call the driver makes into the session, with what the session returned, before
 /// the driver executes it.
 ///
-/// Every method returns whether the loop goes on. On [`ControlFlow::Break`] the driver executes
-/// nothing more (not even the effects just shown), makes no further call into the session
-/// (except the final `Input::Stopped` when it is dropped, which is not observed), closes the
-/// link and ends the loop at the end of its turn, as on a stop request. The snapshot's chunks
+/// It returns whether the loop goes on. On [`ControlFlow::Break`] the driver executes nothing
+/// more (not even the effects just shown), makes no further call into the session (except the
+/// final `Input::Stopped` when it is dropped, which is not observed), closes the link and ends
+/// the loop at the end of its turn, as on a stop request. The snapshot's chunks
 /// (`Input::SnapshotLines`, which return no effects) are not shown.
 ///
-/// The methods run on the driver's loop: they SHOULD be quick (every message waits for them).
+/// It runs on the driver's loop: it SHOULD be quick (every message waits for it).
 pub trait Observer {
-    /// Sees one message fed (`Input::Message`: its first [`crate::socket::MAX_FRAMES`]
-    /// frames) and the effects it returned.
-    fn observe_message(
-        &mut self,
-        now: Instant,
-        frames: &[&[u8]],
-        effects: &Effects,
-    ) -> ControlFlow<()> {
-        let _ = (now, frames, effects);
-        ControlFlow::Continue(())
-    }
+    /// Sees one call at `now`.
+    fn observe(&mut self, now: Instant, seen: Observed<'_>) -> ControlFlow<()>;
+}
 
-    /// Sees a change of the link, before the session hears of it.
-    fn observe_link(&mut self, now: Instant, change: LinkChange<'_>) -> ControlFlow<()> {
-        let _ = (now, change);
-        ControlFlow::Continue(())
-    }
-
-    /// Sees the effects of every other call into the session (a timer, a connection change, an
-    /// answer of the master, a request through the control handle).
-    fn observe_effects(&mut self, now: Instant, effects: &Effects) -> ControlFlow<()> {
-        let _ = (now, effects);
+/// Observes nothing: the driver's default.
+impl Observer for () {
+    fn observe(&mut self, _: Instant, _: Observed<'_>) -> ControlFlow<()> {
         ControlFlow::Continue(())
     }
 }
 
-/// Observes nothing: the driver's default.
-impl Observer for () {}
-
 /// Observes through a borrowed observer (one that outlives the loop, to be read afterwards).
 impl<O: Observer + ?Sized> Observer for &mut O {
-    fn observe_message(
-        &mut self,
-        now: Instant,
-        frames: &[&[u8]],
-        effects: &Effects,
-    ) -> ControlFlow<()> {
-        (**self).observe_message(now, frames, effects)
-    }
-
-    fn observe_link(&mut self, now: Instant, change: LinkChange<'_>) -> ControlFlow<()> {
-        (**self).observe_link(now, change)
-    }
-
-    fn observe_effects(&mut self, now: Instant, effects: &Effects) -> ControlFlow<()> {
-        (**self).observe_effects(now, effects)
+    fn observe(&mut self, now: Instant, seen: Observed<'_>) -> ControlFlow<()> {
+        (**self).observe(now, seen)
     }
 }

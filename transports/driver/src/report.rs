@@ -76,7 +76,7 @@ pub fn describe() {
 }
 
 /// Exports the prefix memo's hits, misses and size.
-pub fn export_memo(stats: &crate::MemoStats) {
+pub fn export_memo(stats: &crate::memo::MemoStats) {
     metrics::counter!("hicache_index_prefix_memo_hits_total").absolute(stats.hits);
     metrics::counter!("hicache_index_prefix_memo_misses_total").absolute(stats.misses);
     metrics::gauge!("hicache_index_prefix_memo_bytes").set(stats.bytes as f64);

@@ -14,13 +14,8 @@ use super::{
 pub trait Front {
     /// Returns the page size and EAGLE mode of the layout of `model` (`None`: the default).
     fn page_shape(&self, model: Option<&str>) -> Result<(u32, bool), QueryError>;
-    /// Answers `lookup`, filling `map` as `cover` says.
-    fn ask(
-        &self,
-        lookup: &Lookup<'_>,
-        map: &mut [bool],
-        cover: MapCover,
-    ) -> Result<Hits, QueryError>;
+    /// Answers the lookup `q`, filling `map` as `cover` says.
+    fn ask(&self, q: &Lookup<'_>, map: &mut [bool], cover: MapCover) -> Result<Hits, QueryError>;
     /// Returns every model the index knows, in name order.
     fn known_models(&self) -> Vec<String>;
 }
@@ -32,14 +27,9 @@ impl Front for Session {
             .map(|l| (l.page_size, l.eagle))
     }
 
-    fn ask(
-        &self,
-        lookup: &Lookup<'_>,
-        map: &mut [bool],
-        cover: MapCover,
-    ) -> Result<Hits, QueryError> {
+    fn ask(&self, q: &Lookup<'_>, map: &mut [bool], cover: MapCover) -> Result<Hits, QueryError> {
         self.reader()
-            .ask(lookup, &NoMemo, None, Some(map), cover)
+            .ask(q, &NoMemo, None, Some(map), cover)
             .answer()
     }
 

@@ -1,7 +1,7 @@
 //! The jobs the core asks for over HTTP ([`HttpJob`]), what they give back ([`HttpOutcome`]), and
 //! the parsers of the master's answers.
 
-use hicache_index::{Seq, StoreSignals, Watermark};
+use hicache_index::{EventsStatus, Seq, StoreSignals, Watermark};
 
 use super::{HttpError, MasterHttp};
 
@@ -124,10 +124,9 @@ impl HttpJob {
             HttpJob::Snapshot { request } => {
                 // The watermark first: every batch after it must then reach the stream.
                 let status = http.get("/kv_events/status");
-                let disabled = status.as_deref().is_ok_and(|body| {
-                    crate::leader::parse_events_status(Some(body))
-                        == hicache_index::EventsStatus::Disabled
-                });
+                let disabled = status
+                    .as_deref()
+                    .is_ok_and(|body| parse_events_status(Some(body)) == EventsStatus::Disabled);
                 let watermark = status.ok().and_then(|body| parse_watermark(&body));
                 let keys = match disabled {
                     true => Err(HttpError::EventsDisabled),
@@ -223,4 +222,21 @@ pub fn parse_batch_query(body: &[u8]) -> Result<Vec<(String, bool)>, HttpError> 
             Some((key.clone(), ok))
         })
         .collect())
+}
+
+/// Reads `/kv_events/status`: `"enabled":true|false`, or `"success":false` from a master whose
+/// service plane is not active; `None` (no answer) is unknown.
+pub fn parse_events_status(body: Option<&[u8]>) -> EventsStatus {
+    let Some(value) = body.and_then(|b| serde_json::from_slice::<serde_json::Value>(b).ok()) else {
+        return EventsStatus::Unknown;
+    };
+    match (
+        value.get("enabled").and_then(serde_json::Value::as_bool),
+        value.get("success").and_then(serde_json::Value::as_bool),
+    ) {
+        (Some(true), _) => EventsStatus::Enabled,
+        (Some(false), _) => EventsStatus::Disabled,
+        (None, Some(false)) => EventsStatus::Inactive,
+        _ => EventsStatus::Unknown,
+    }
 }

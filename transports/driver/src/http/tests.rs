@@ -1,7 +1,7 @@
 //! Unit tests of the master's HTTP side: URLs and request bytes, the response reader, the
 //! jobs' parsers.
 
-use hicache_index::{Seq, Watermark};
+use hicache_index::{EventsStatus, Seq, Watermark};
 
 use super::*;
 
@@ -266,4 +266,23 @@ fn a_moved_counter_is_a_change_and_other_families_are_not_watched() {
     assert_eq!(other.changed_since(&before), None);
     let none = parse_signals(b"# HELP x y\n# TYPE x counter\nx_total 3\n").expect("parses");
     assert!(none.is_empty());
+}
+
+#[test]
+fn events_status_tells_enabled_disabled_and_inactive_apart() {
+    assert_eq!(
+        parse_events_status(Some(br#"{"enabled":true,"published_batches":0}"#)),
+        EventsStatus::Enabled
+    );
+    assert_eq!(
+        parse_events_status(Some(br#"{"enabled":false}"#)),
+        EventsStatus::Disabled
+    );
+    assert_eq!(
+        parse_events_status(Some(
+            br#"{"success":false,"error_code":-1011,"error_message":"service plane is not active"}"#
+        )),
+        EventsStatus::Inactive
+    );
+    assert_eq!(parse_events_status(None), EventsStatus::Unknown);
 }
