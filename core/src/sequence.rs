@@ -94,8 +94,6 @@
 //!
 //! The stream never applies a batch after a later one of the same run.
 
-use core::time::Duration;
-
 mod check;
 mod hold;
 mod mark;
@@ -107,23 +105,8 @@ mod watermark;
 
 pub use self::mark::{Mark, Print};
 pub use self::place::{Place, Point, Position, Versus};
-pub use self::ruling::{Forgot, HoldBounds, Placed, Ruling, Skip, StreamConfig, Why};
+pub use self::ruling::{
+    Forgot, HoldBounds, Placed, ReorderConfig, Ruling, Skip, StreamConfig, Why,
+};
 pub use self::stream::Stream;
 pub use self::watermark::Watermark;
-
-/// How much reordering the transport can produce.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct ReorderConfig {
-    /// The most out-of-order batches held while waiting for a hole to fill; 0 turns reordering
-    /// off (every jump forward is loss at once, as over one ZeroMQ connection).
-    pub max_held: usize,
-    /// The longest a held batch waits for the hole before it is declared loss.
-    pub max_delay: Option<Duration>,
-}
-
-impl ReorderConfig {
-    /// Reports whether the transport can reorder (a window is configured).
-    pub fn is_on(&self) -> bool {
-        self.max_held > 0
-    }
-}

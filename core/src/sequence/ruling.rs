@@ -2,7 +2,6 @@
 
 use core::time::Duration;
 
-use super::ReorderConfig;
 use crate::frame::Seq;
 
 /// What the session does with a batch (or, from a timer, without one).
@@ -114,4 +113,21 @@ pub enum Placed {
     LastHeard,
     /// Without a status, the stream cannot be placed: the fetch must be asked again (R6).
     Unanchored,
+}
+
+/// How much reordering the transport can produce.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReorderConfig {
+    /// The most out-of-order batches held while waiting for a hole to fill; 0 turns reordering
+    /// off (every jump forward is loss at once, as over one ZeroMQ connection).
+    pub max_held: usize,
+    /// The longest a held batch waits for the hole before it is declared loss.
+    pub max_delay: Option<Duration>,
+}
+
+impl ReorderConfig {
+    /// Reports whether the transport can reorder (a window is configured).
+    pub fn is_on(&self) -> bool {
+        self.max_held > 0
+    }
 }

@@ -1,6 +1,6 @@
 //! What the master's status says of its stream: the point a key list read after it stands at.
 
-use super::Point;
+use super::place::Point;
 use crate::frame::Seq;
 
 /// What the master's `GET /kv_events/status` said just before its key list was read: where its
