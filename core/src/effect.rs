@@ -162,6 +162,9 @@ pub enum ResyncFailure {
     BufferFull,
     /// The master's status said its publisher is off (`"enabled":false`).
     EventsDisabled,
+    /// The master did not confirm the key list's doubted lines (`/batch_query_keys` failed or
+    /// timed out): without them the list is not the store's (see [`crate::snapshot`]).
+    Confirm,
 }
 
 /// Why the index is [`Health::Recovering`] ([`crate::SessionStatus::recovering`]).
@@ -206,6 +209,9 @@ impl Recovering {
             Recovering::Retrying {
                 failure: ResyncFailure::EventsDisabled,
             } => "the master's KV event publisher is off",
+            Recovering::Retrying {
+                failure: ResyncFailure::Confirm,
+            } => "confirming the key list's lines next to foreign keys failed; retrying",
             Recovering::Unproven => "the stream has not reached the key list's status point",
             Recovering::NoStatus => {
                 "snapshot unanchored: the master gives no status counters and no batch has \

@@ -81,7 +81,7 @@ pub struct Counters {
     pub snapshot_doubted_lines: u64,
     /// Doubted snapshot lines the master confirmed present (applied).
     pub snapshot_confirmed_lines: u64,
-    /// Confirmations of doubted lines that failed or timed out (those lines stay out: misses).
+    /// Confirmations of doubted lines that failed or timed out (each fails its fetch).
     pub confirm_failures: u64,
     /// Clears the driver asked for.
     pub clears_requested: u64,

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use hicache_index::{
     ClearReason, Command, Config, Effect, Effects, Health, Input, Layout, PageHash, Report,
-    ResyncConfig, SignalsRequest, StoreSignals,
+    ResyncConfig, ResyncFailure, SignalsRequest, StoreSignals,
 };
 use hicache_index_tests::{
     cleared, config, mha, page_hashes, publisher_clear, removed, store_page, tokens, Harness,
@@ -501,6 +501,107 @@ fn a_reconcile_whose_point_is_never_reached_falls_back_after_its_doubted_lines_a
     }
     assert_eq!(forgot, [ClearReason::StoreChanged], "it falls back");
     assert_eq!(h.status().counters.confirm_failures, 0);
+}
+
+/// Found by the simulator (seed 7304478 of the hostile preset): a reconcile whose doubted
+/// lines could not be confirmed completed without them, so it removed from the index the
+/// objects those lines name while the master held them, and nothing ever brought them back
+/// (the index said `live` with pages missing for good). The fetch fails instead, as any fetch
+/// that fails: the reconcile falls back to a resync.
+#[test]
+fn a_reconcile_whose_doubted_lines_are_not_confirmed_removes_nothing_the_master_lists() {
+    let (mut h, layout, pages) = setup();
+    let _ = read_signals(&mut h, Some(1));
+    // Every page is listed; the lines next to another application's key are doubted.
+    let mut lines = keys_but(&layout, &pages, &[]);
+    lines.insert(4, "a key of another application".to_owned());
+    let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
+    let fx = h.answer_fetch(h.next_seq - 1, &lines);
+    let request = fx
+        .iter()
+        .find_map(|e| match e {
+            Effect::Command(Command::VerifyKeys { request, .. }) => Some(*request),
+            _ => None,
+        })
+        .expect("the doubted lines are confirmed");
+    assert_eq!(claimed(&h, &pages), [true; 8], "hits while it confirms");
+    let fx = h.session.handle(h.now, Input::VerifyFailed { request });
+    let fx = h.record(fx);
+    assert_eq!(
+        reconciled(&fx),
+        None,
+        "no reconcile without its lines: {fx:?}"
+    );
+    assert_eq!(
+        cleared(&fx),
+        [ClearReason::StoreChanged],
+        "it falls back: {fx:?}"
+    );
+    assert!(asks_fetch(&fx), "and resyncs: {fx:?}");
+    assert_ne!(h.health(), Health::Live);
+    assert_eq!(h.status().counters.confirm_failures, 1);
+    // The resync restores every page the master lists.
+    let listed = keys_but(&layout, &pages, &[]);
+    let listed: Vec<&str> = listed.iter().map(String::as_str).collect();
+    let _ = h.answer_fetch(h.next_seq - 1, &listed);
+    for _ in 0..20 {
+        if h.health() == Health::Live {
+            break;
+        }
+        let _ = h.fire_timeout();
+    }
+    assert_eq!(h.health(), Health::Live);
+    assert_eq!(claimed(&h, &pages), [true; 8]);
+}
+
+/// The same for a resync: one whose doubted lines could not be confirmed went live without
+/// them, and the pages they name stayed misses while the master held them. It fails instead,
+/// and fetches again after its backoff.
+#[test]
+fn a_resync_whose_doubted_lines_are_not_confirmed_fails_and_fetches_again() {
+    let (mut h, layout, pages) = setup();
+    let fx = h.session.handle(h.now, Input::Clear);
+    let mut asked = asks_fetch(&h.record(fx));
+    for _ in 0..20 {
+        if asked {
+            break;
+        }
+        let fx = h.fire_timeout().expect("the resync is scheduled");
+        asked = asks_fetch(&fx);
+    }
+    assert!(asked, "a clear resyncs");
+    let mut lines = keys_but(&layout, &pages, &[]);
+    lines.insert(4, "a key of another application".to_owned());
+    let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
+    let fx = h.answer_fetch(h.next_seq - 1, &lines);
+    let request = fx
+        .iter()
+        .find_map(|e| match e {
+            Effect::Command(Command::VerifyKeys { request, .. }) => Some(*request),
+            _ => None,
+        })
+        .expect("the doubted lines are confirmed");
+    let fx = h.session.handle(h.now, Input::VerifyFailed { request });
+    let fx = h.record(fx);
+    let failed = fx.iter().any(|e| {
+        matches!(
+            e,
+            Effect::Report(Report::ResyncFailed {
+                reason: ResyncFailure::Confirm
+            })
+        )
+    });
+    assert!(failed, "the fetch fails: {fx:?}");
+    assert_eq!(h.health(), Health::Recovering);
+    let mut asked = false;
+    for _ in 0..20 {
+        let Some(fx) = h.fire_timeout() else { break };
+        if asks_fetch(&fx) {
+            asked = true;
+            break;
+        }
+    }
+    assert!(asked, "it fetches again");
 }
 
 /// Found by a 20,000-seed sweep (seeds 812119 and 805937): reads that failed in a row backed

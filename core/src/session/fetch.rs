@@ -64,8 +64,7 @@ pub(super) enum ResyncState {
 pub(super) enum ResyncDue {
     /// The fetch was not answered within the fetch timeout: it failed.
     FetchTimedOut,
-    /// The confirmation of doubted lines was not answered in time: the resync ends without
-    /// them.
+    /// The confirmation of doubted lines was not answered in time: the fetch fails.
     ConfirmTimedOut,
     /// The retry time after a failure came: fetch again.
     Retry,

@@ -132,7 +132,7 @@ pub fn counter_help(field: &str) -> Option<&'static str> {
         "snapshot_odd_lines" => "Snapshot lines that were not well-formed object keys (never applied)",
         "snapshot_doubted_lines" => "Well-formed snapshot lines next to an odd one: applied only once /batch_query_keys confirms them",
         "snapshot_confirmed_lines" => "Doubted snapshot lines the master confirmed present (applied)",
-        "confirm_failures" => "Confirmations of doubted lines that failed or timed out (those lines stay out: misses)",
+        "confirm_failures" => "Confirmations of doubted lines that failed or timed out (each fails its fetch)",
         "clears_requested" => "Clears the driver asked for",
         "stale_escalations" => "Verification rounds that escalated: a key found gone without an event asked for a reconcile with the master's key list (at most one per escalate_every)",
         "stray_topic" => "Messages with another topic",

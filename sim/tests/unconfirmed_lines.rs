@@ -1,0 +1,23 @@
+//! Key lists with lines next to other applications' keys (doubted, confirmed with
+//! `/batch_query_keys`) whose confirmation fails. Found by a 5,000-seed hostile sweep
+//! (`hicache-index-sim --seeds 7300000..7305000 --preset hostile`): a reconcile whose
+//! confirmation failed completed without the doubted lines and removed the objects they name
+//! while the master held them; nothing brought them back, and the index was not exact once the
+//! master went idle (a liveness failure). The fetch fails instead (`confirmation_failed` in
+//! `core/src/session/resync.rs`); put back the old completion and this seed fails.
+
+use hicache_index_sim::{run, Options, Preset};
+
+/// The hostile seed (20,000 events) whose reconcile lost an object to a failed confirmation.
+const SEED: u64 = 7_304_478;
+
+#[test]
+fn a_key_list_whose_doubted_lines_are_not_confirmed_loses_no_page() {
+    let options = Options::for_seed(SEED, Some(Preset::Hostile), 20_000);
+    let report = run(&options);
+    assert!(
+        report.stats.odd_snapshots > 0,
+        "no key list held another application's keys"
+    );
+    assert!(report.failures.is_empty(), "{:#?}", report.failures);
+}
