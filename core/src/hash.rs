@@ -354,6 +354,20 @@ fn page_digest<T: Token>(prior: Option<&[u8; 32]>, eagle: bool, raw: &[T]) -> [u
     if wide {
         digest.update([0xff]);
     }
+    if !eagle && !wide {
+        // The common page: every value a u32, encoded a chunk at a time (a loop the compiler
+        // vectorises) rather than a value at a time. Value by value, encoding cost two thirds
+        // of SHA-256's own time (a profile of the query bench).
+        let mut buf = [0u8; FAST_CHUNK];
+        for chunk in raw.chunks(FAST_CHUNK / 4) {
+            for (out, t) in buf.chunks_exact_mut(4).zip(chunk) {
+                // Narrow: no value above u32::MAX (checked above).
+                out.copy_from_slice(&(t.to_u64() as u32).to_le_bytes());
+            }
+            digest.update(&buf[..chunk.len() * 4]);
+        }
+        return digest.finalize().into();
+    }
     let mut body = PageBody::new(digest, wide);
     if eagle {
         for pair in raw.windows(2) {
@@ -407,6 +421,10 @@ impl<T: Token> FusedIterator for PageHashes<'_, T> {}
 
 /// Bytes of a page body gathered on the stack before they go to SHA-256 in one call.
 const BODY_CHUNK: usize = 512;
+
+/// Bytes of a narrow page body encoded at a time: one SHA-256 block. A larger buffer costs its
+/// zeroing on every page (a 512-byte one was 5 % of a 256-page query) and gains nothing.
+const FAST_CHUNK: usize = 64;
 
 /// A page body being encoded: values as u32 LE (or u64 LE when wide), fed in chunks.
 struct PageBody {

@@ -160,10 +160,14 @@ impl Shared {
             trailing: [(0, 0); MAX_TRAILING_POOLS],
             trailing_len: 0,
         };
+        // Each suffix is looked for from the slot after the last one found (see
+        // `slot_of_from`).
+        let mut next = 0;
         for pool in &layout.pools {
             let mut mask = 0u128;
             for suffix in &pool.suffixes {
-                let slot = entry.slot_of(suffix)?;
+                let slot = entry.slot_of_from(suffix, next)?;
+                next = slot + 1;
                 mask |= 1u128 << slot;
             }
             match pool.hit_policy {

@@ -77,19 +77,36 @@ pub(crate) struct SharedNamespace {
 impl SharedNamespace {
     /// Returns the slot of `suffix`, if it has one.
     pub(crate) fn slot_of(&self, suffix: &str) -> Option<u32> {
-        let mut slot = 0u32;
-        for seg in &self.suffixes {
-            let seg = seg.get()?;
-            for s in seg.iter() {
-                match s.get() {
-                    Some(s) if s == suffix => return Some(slot),
-                    Some(_) => {}
-                    None => return None,
-                }
-                slot += 1;
+        self.slot_of_from(suffix, 0)
+    }
+
+    /// Returns the slot of `suffix`, if it has one, comparing the slots from `from` on first,
+    /// then those before it. A layout's suffixes are mostly registered in the layout's own
+    /// order (the writer gives them slots as its objects arrive), so a plan that asks for each
+    /// suffix from the slot after the last one found finds each at its first comparison. From
+    /// slot 0 every time, the plan of a 16-object page compared 136 strings: 10 % of a query
+    /// that misses at page 8 (a profile of the query bench).
+    pub(crate) fn slot_of_from(&self, suffix: &str, from: u32) -> Option<u32> {
+        let from = from as usize;
+        let mut slot = from;
+        while let Some(s) = self.suffix_at(slot) {
+            if s == suffix {
+                return u32::try_from(slot).ok();
             }
+            slot += 1;
         }
-        None
+        (0..from.min(slot))
+            .find(|&s| self.suffix_at(s) == Some(suffix))
+            .and_then(|s| u32::try_from(s).ok())
+    }
+
+    /// Returns the suffix in `slot`, if it is set.
+    fn suffix_at(&self, slot: usize) -> Option<&str> {
+        if slot >= MAX_SUFFIXES {
+            return None;
+        }
+        let (k, i) = suffix_cell(slot);
+        self.suffixes[k].get()?.get(i)?.get().map(String::as_str)
     }
 
     /// Returns the cell of suffix `slot`, allocating its segment (the writer only).

@@ -438,6 +438,32 @@ fn namespaces_past_the_first_segments_are_found() {
 }
 
 #[test]
+fn a_suffix_is_found_from_any_starting_slot_and_an_absent_one_is_not() {
+    let dir = SharedNamespaces::new(1 << 20, 7);
+    dir.add(0, "t", None);
+    let suffixes: Vec<String> = (0..40).map(|i| alloc::format!("_{i}_k")).collect();
+    for (slot, suffix) in suffixes.iter().enumerate() {
+        dir.add_suffix(0, slot as u32, suffix);
+    }
+    let read = dir.read().expect("no clear under way");
+    let (_, entry) = read.find("t", None).expect("added");
+    for (slot, suffix) in suffixes.iter().enumerate() {
+        for from in [0, 1, 7, 8, 39, 40, 41, 127, 128, 1000] {
+            assert_eq!(
+                entry.slot_of_from(suffix, from),
+                Some(slot as u32),
+                "{suffix} from {from}"
+            );
+        }
+        assert_eq!(entry.slot_of(suffix), Some(slot as u32));
+    }
+    for from in [0, 5, 40, 200] {
+        assert_eq!(entry.slot_of_from("_40_k", from), None);
+        assert_eq!(entry.slot_of_from("_1_v", from), None);
+    }
+}
+
+#[test]
 fn the_namespace_cap_costs_nothing_until_namespaces_come() {
     // Before the shared directory, namespaces grew on demand: a high cap (or `usize::MAX`
     // for "no cap", which now asks for 2^31 entries and 2^32 buckets, 32 GiB, at
