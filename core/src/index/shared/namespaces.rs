@@ -65,6 +65,12 @@ fn suffix_segment_len(k: usize) -> usize {
     }
 }
 
+/// Compares two suffixes byte by byte: they are a few bytes long, and the call `==` makes to
+/// `memcmp` cost more than the comparison (2 % of a query that misses at page 8).
+fn same(a: &str, b: &str) -> bool {
+    a.len() == b.len() && a.bytes().zip(b.bytes()).all(|(x, y)| x == y)
+}
+
 /// One namespace as readers see it: its tenant, its prefix and its suffixes, each suffix set
 /// once, in slot order, in segments allocated as the suffixes come (a namespace of a few
 /// suffixes costs a few cells, not [`MAX_SUFFIXES`]).
@@ -90,13 +96,13 @@ impl SharedNamespace {
         let from = from as usize;
         let mut slot = from;
         while let Some(s) = self.suffix_at(slot) {
-            if s == suffix {
+            if same(s, suffix) {
                 return u32::try_from(slot).ok();
             }
             slot += 1;
         }
         (0..from.min(slot))
-            .find(|&s| self.suffix_at(s) == Some(suffix))
+            .find(|&s| self.suffix_at(s).is_some_and(|s| same(s, suffix)))
             .and_then(|s| u32::try_from(s).ok())
     }
 
