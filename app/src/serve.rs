@@ -33,6 +33,7 @@ use hicache_index_api::Limits;
 use hicache_index_driver::report::{HTTP_REJECTED_TOTAL, QUERY_DURATION_SECONDS};
 use hicache_index_driver::workers::LastPolls;
 use hicache_index_driver::WorkerPoller;
+use hicache_index_options::{parse_duration, IndexArgs};
 use hicache_index_tokio::{QueryHandle, Subscriber};
 use metrics_exporter_prometheus::PrometheusHandle;
 
@@ -42,8 +43,6 @@ use self::signals::Signals;
 use self::telemetry::STOPPING;
 use crate::layout_report;
 use crate::outcome::{Failure, Outcome};
-use hicache_index_options::parse_duration;
-use hicache_index_options::IndexArgs;
 
 /// How log lines are written (on stderr).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]

@@ -22,12 +22,12 @@ use hicache_index_driver::run::run as drive;
 use hicache_index_driver::{
     prepare_observed, Error, LinkChange, Observed, Observer, Parts, SubscriberConfig,
 };
+use hicache_index_options::parse_duration;
 use hicache_index_tokio::Tokio;
 use serde::Serialize;
 use serde_json::json;
 
 use crate::outcome::{say, Failure, Outcome};
-use hicache_index_options::parse_duration;
 
 /// `watch --events URL [--topic T] [--json]`
 #[derive(Args, Debug)]

@@ -152,6 +152,7 @@ pub enum StrayReason {
 
 /// Why a resynchronisation did not complete.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum ResyncFailure {
     /// The driver reported that the fetch failed.
     Fetch,
@@ -162,8 +163,9 @@ pub enum ResyncFailure {
     BufferFull,
     /// The master's status said its publisher is off (`"enabled":false`).
     EventsDisabled,
-    /// The master did not confirm the key list's doubted lines (`/batch_query_keys` failed or
-    /// timed out): without them the list is not the store's (see [`crate::snapshot`]).
+    /// The key list's doubted lines were not confirmed (`/batch_query_keys` failed or timed
+    /// out, or there were more than [`crate::snapshot::MAX_DOUBTED`]): without them the list is
+    /// not the store's (see [`crate::snapshot`]).
     Confirm,
 }
 

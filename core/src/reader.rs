@@ -32,7 +32,7 @@ use spin::RwLock;
 use crate::effect::Health;
 use crate::error::QueryError;
 use crate::hash::{page_count, DigestMemo, Namespace, NoMemo, PageHash, PageHashes};
-use crate::index::shared::{Claims, PageTable, Shared, SlotAt, Still, CLAIMS, FEW_CLAIMS};
+use crate::index::shared::{Claims, PageTable, Shared, SlotAt, Spill, Still, FEW_CLAIMS};
 use crate::layout::ModelLayout;
 use crate::layout::{Layout, LayoutVotes, ModelVerdict};
 use crate::query::{Hits, Lookup, MapCover, Pages, Tokens};
@@ -372,15 +372,15 @@ impl Reader {
             }
             let tenant = lookup.tenant;
             let page_map = map.as_deref_mut();
-            // A query claims at most its pages: a short one zeroes a short buffer.
+            // A query claims at most its pages: it zeroes a short buffer, and a longer one
+            // only once its claims outgrow the short one.
             let mut few = [SlotAt::default(); FEW_CLAIMS];
-            let mut many;
-            let mut claims = Claims::new(if total <= FEW_CLAIMS {
-                &mut few
+            let mut spill: Spill = None;
+            let mut claims = if total <= FEW_CLAIMS {
+                Claims::new(&mut few)
             } else {
-                many = [SlotAt::default(); CLAIMS];
-                &mut many
-            });
+                Claims::spilling(&mut few, &mut spill)
+            };
             let claimed = Some(&mut claims);
             let found = match (tokens.as_deref_mut(), lookup.pages) {
                 (_, Pages::Hashes(hashes)) => {

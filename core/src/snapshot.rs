@@ -27,8 +27,9 @@ pub fn snapshot_lines(body: &[u8]) -> impl Iterator<Item = &[u8]> {
     body.split(|&b| b == b'\n').filter(move |_| !empty)
 }
 
-/// The most doubted lines one snapshot keeps for confirmation; past it they stay out (misses).
-pub(crate) const MAX_DOUBTED: usize = 1 << 20;
+/// The most doubted lines one key list keeps for confirmation; a key list with more fails its
+/// fetch, as one whose confirmation failed does (the lines past it cannot be confirmed).
+pub const MAX_DOUBTED: usize = 1 << 20;
 
 /// Decides line by line which snapshot lines become keys, across chunks of one snapshot.
 #[derive(Debug, Default)]
@@ -42,7 +43,8 @@ pub(crate) struct LineFilter {
     pub(crate) odd: u64,
     /// Well-formed lines next to an odd line.
     pub(crate) doubted: u64,
-    /// The doubted lines kept for confirmation (at most [`MAX_DOUBTED`]).
+    /// The doubted lines kept for confirmation (at most [`MAX_DOUBTED`]; `doubted` counts
+    /// them all).
     pub(crate) doubted_keys: Vec<String>,
 }
 

@@ -10,11 +10,11 @@ use hicache_index::{
     SnapshotRequest, Timestamp, Watermark,
 };
 use hicache_index_shortcuts::Shortcuts;
+use hicache_index_wire::{encode_payload, MasterFlavor, OwnedBatch};
 
 use crate::options::Options;
 use crate::system::System;
 use crate::world::Report;
-use hicache_index_wire::{encode_payload, MasterFlavor, OwnedBatch};
 
 /// The defence a [`PlantedBug`] undoes.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]

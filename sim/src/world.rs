@@ -77,6 +77,7 @@ use hicache_index::{
     ClearReason, Command, Effect, Effects, Health, HitPolicy, Hits, Input, Instant, Lookup,
     PageHash, Pages, Report as CoreReport, Session, Timestamp, Tokens,
 };
+use hicache_index_wire::{encode_payload, OwnedBatch, OwnedEvent};
 
 use crate::master::{Action, Master, MasterOutput, ObjId, PageId, Request};
 use crate::models::{ModelSpec, TENANTS};
@@ -86,7 +87,6 @@ use crate::oracle::Oracle;
 use crate::rng::Rng;
 use crate::system::System;
 use crate::util::Transcript;
-use hicache_index_wire::{encode_payload, OwnedBatch, OwnedEvent};
 
 mod bound;
 mod checks;

@@ -19,5 +19,10 @@ fn a_key_list_whose_doubted_lines_are_not_confirmed_loses_no_page() {
         report.stats.odd_snapshots > 0,
         "no key list held another application's keys"
     );
+    assert!(
+        report.stats.confirm_failures > 0,
+        "no confirmation of doubted lines failed"
+    );
+    assert!(!report.stats.liveness_skipped, "the liveness check ran");
     assert!(report.failures.is_empty(), "{:#?}", report.failures);
 }

@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+use hicache_index::snapshot::MAX_DOUBTED;
 use hicache_index::{
     ClearReason, Command, Config, Effect, Effects, Health, Input, Layout, PageHash, Report,
     ResyncConfig, ResyncFailure, SignalsRequest, StoreSignals,
@@ -538,7 +539,7 @@ fn a_reconcile_whose_doubted_lines_are_not_confirmed_removes_nothing_the_master_
         "it falls back: {fx:?}"
     );
     assert!(asks_fetch(&fx), "and resyncs: {fx:?}");
-    assert_ne!(h.health(), Health::Live);
+    assert_eq!(h.health(), Health::Recovering, "said at once");
     assert_eq!(h.status().counters.confirm_failures, 1);
     // The resync restores every page the master lists.
     let listed = keys_but(&layout, &pages, &[]);
@@ -552,6 +553,64 @@ fn a_reconcile_whose_doubted_lines_are_not_confirmed_removes_nothing_the_master_
     }
     assert_eq!(h.health(), Health::Live);
     assert_eq!(claimed(&h, &pages), [true; 8]);
+}
+
+/// The same when the confirmation is never answered: its timeout fails the fetch.
+#[test]
+fn a_reconcile_whose_confirmation_times_out_removes_nothing_the_master_lists() {
+    let (mut h, layout, pages) = setup();
+    let _ = read_signals(&mut h, Some(1));
+    let mut lines = keys_but(&layout, &pages, &[]);
+    lines.insert(4, "a key of another application".to_owned());
+    let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
+    let fx = h.answer_fetch(h.next_seq - 1, &lines);
+    assert!(
+        fx.iter()
+            .any(|e| matches!(e, Effect::Command(Command::VerifyKeys { .. }))),
+        "the doubted lines are confirmed: {fx:?}"
+    );
+    let mut forgot = Vec::new();
+    for _ in 0..50 {
+        let Some(fx) = h.fire_timeout() else { break };
+        assert_eq!(
+            reconciled(&fx),
+            None,
+            "no reconcile without its lines: {fx:?}"
+        );
+        forgot.extend(cleared(&fx));
+        if !forgot.is_empty() {
+            break;
+        }
+    }
+    assert_eq!(forgot, [ClearReason::StoreChanged], "it falls back");
+    assert_eq!(h.health(), Health::Recovering);
+    assert_eq!(h.status().counters.confirm_failures, 1);
+}
+
+/// A key list with more doubted lines than are kept for confirmation
+/// ([`hicache_index::snapshot::MAX_DOUBTED`]) cannot be confirmed whole: its fetch fails and
+/// nothing is asked of `/batch_query_keys`.
+#[test]
+fn a_key_list_with_more_doubted_lines_than_are_kept_fails_its_fetch() {
+    let (mut h, layout, pages) = setup();
+    let _ = read_signals(&mut h, Some(1));
+    // Each listed key between two foreign lines is doubted.
+    let key = layout.object_keys(&pages[0]).next().expect("an object key");
+    let mut lines = Vec::with_capacity(2 * MAX_DOUBTED + 4);
+    for _ in 0..=MAX_DOUBTED {
+        lines.push("a key of another application");
+        lines.push(key.as_str());
+    }
+    lines.push("a key of another application");
+    let fx = h.answer_fetch(h.next_seq - 1, &lines);
+    assert!(
+        !fx.iter()
+            .any(|e| matches!(e, Effect::Command(Command::VerifyKeys { .. }))),
+        "nothing to confirm with"
+    );
+    assert_eq!(reconciled(&fx), None);
+    assert_eq!(cleared(&fx), [ClearReason::StoreChanged], "it falls back");
+    assert_eq!(h.health(), Health::Recovering);
 }
 
 /// The same for a resync: one whose doubted lines could not be confirmed went live without

@@ -32,11 +32,11 @@ use hicache_index::{
     SglangParams, VerifyConfig,
 };
 use hicache_index_emulator::{Emulator, EmulatorConfig, Position};
+use hicache_index_options::parse_duration;
 use hicache_index_tokio::{QueryHandle, Subscriber, SubscriberConfig};
 
 use crate::latency::Latency;
 use crate::outcome::{say, Failure, Outcome};
-use hicache_index_options::parse_duration;
 use report::{progress, report};
 use workers::{workers, Plan};
 use workload::{router, system_prompts};

@@ -80,7 +80,7 @@ mod namespaces;
 mod slots;
 mod state;
 
-pub(crate) use self::claims::{Claims, SlotAt, CLAIMS, FEW_CLAIMS};
+pub(crate) use self::claims::{Claims, SlotAt, Spill, FEW_CLAIMS};
 pub(crate) use self::namespaces::SharedNamespaces;
 pub(crate) use self::slots::PageWords;
 pub(crate) use self::state::{State, Still};

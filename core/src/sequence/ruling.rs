@@ -103,18 +103,6 @@ pub struct HoldBounds {
     pub status_check: Option<Duration>,
 }
 
-/// What a status point did to an unplaced stream ([`super::Stream::place`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Placed {
-    /// The stream stands at the point; the held batches are released against it.
-    AtPoint,
-    /// Without a status, the stream continues exactly from the last batch heard on the
-    /// connection before the fetch was asked (R6).
-    LastHeard,
-    /// Without a status, the stream cannot be placed: the fetch must be asked again (R6).
-    Unanchored,
-}
-
 /// How much reordering the transport can produce.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ReorderConfig {
@@ -130,4 +118,16 @@ impl ReorderConfig {
     pub fn is_on(&self) -> bool {
         self.max_held > 0
     }
+}
+
+/// What a status point did to an unplaced stream ([`super::Stream::place`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Placed {
+    /// The stream stands at the point; the held batches are released against it.
+    AtPoint,
+    /// Without a status, the stream continues exactly from the last batch heard on the
+    /// connection before the fetch was asked (R6).
+    LastHeard,
+    /// Without a status, the stream cannot be placed: the fetch must be asked again (R6).
+    Unanchored,
 }

@@ -312,25 +312,29 @@ impl Session {
                 };
                 lines.finish(|key| keys.take(key));
                 let doubted = core::mem::take(&mut lines.doubted_keys);
-                if !doubted.is_empty() {
+                // Lines past the most kept cannot be confirmed: the fetch fails (`None`).
+                let all_kept = lines.doubted <= doubted.len() as u64;
+                if all_kept && !doubted.is_empty() {
                     *confirming = Some(confirm);
                     *deadline = now + timeout;
                 }
-                doubted
+                all_kept.then_some(doubted)
             }
             _ => {
                 self.counters.unawaited_answers += 1;
                 return fx;
             }
         };
-        if doubted.is_empty() {
-            self.complete_resync(now, 0, &mut fx);
-        } else {
-            fx.push(Command::VerifyKeys {
-                request: confirm,
-                keys: doubted,
-            });
-            self.update_health(&mut fx);
+        match doubted {
+            None => self.confirmation_failed(now, &mut fx),
+            Some(doubted) if doubted.is_empty() => self.complete_resync(now, 0, &mut fx),
+            Some(keys) => {
+                fx.push(Command::VerifyKeys {
+                    request: confirm,
+                    keys,
+                });
+                self.update_health(&mut fx);
+            }
         }
         fx
     }
@@ -364,14 +368,17 @@ impl Session {
     }
 
     /// Fails the fetch whose doubted lines were not confirmed (the confirmation failed or timed
-    /// out), as any failed fetch: a resync fetches again after its backoff, a reconcile falls
-    /// back to one. Completing without those lines would lose the objects they name for good:
-    /// a resync would never restore them, and a reconcile would remove them from the index
-    /// while the master holds them (found by the simulator, seed 7304478 of the hostile
-    /// preset).
+    /// out, or there were more than [`crate::snapshot::MAX_DOUBTED`] of them), as any failed
+    /// fetch: a resync fetches again after its backoff, a reconcile falls back to one. The
+    /// index stays `recovering` until a fetch is confirmed whole, however long the master's
+    /// `/batch_query_keys` keeps failing. Completing without those lines would lose the objects
+    /// they name for good: a resync would never restore them, and a reconcile would remove them
+    /// from the index while the master holds them (found by the simulator, seed 7304478 of the
+    /// hostile preset).
     pub(super) fn confirmation_failed(&mut self, now: Instant, fx: &mut Effects) {
         self.counters.confirm_failures += 1;
         self.resync_failed(now, ResyncFailure::Confirm, fx);
+        self.update_health(fx);
     }
 
     /// Ends the resync under way: the index is live again (once the stream has continued the

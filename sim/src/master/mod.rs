@@ -62,12 +62,12 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use hicache_index::{Instant, Medium, PageHash, Seq, Timestamp};
+use hicache_index_wire::{OwnedBatch, OwnedEvent};
 
 use crate::models::{ModelSpec, TENANTS};
 use crate::options::{ActionMix, MasterOptions};
 use crate::rng::Rng;
 use crate::util::{FxHashMap, IdSet};
-use hicache_index_wire::{OwnedBatch, OwnedEvent};
 
 mod clock;
 mod foreign;

@@ -1,11 +1,11 @@
 //! The publisher: the bounded event queue, sequences, event ids and the batches it sends.
 
 use hicache_index::{EventKind, Instant, Medium, Seq, Timestamp};
+use hicache_index_wire::{encode_payload_into, MasterFlavor, OwnedEvent};
 
 use super::{Change, Master, MasterOutput};
 use crate::models::TENANTS;
 use crate::options::TWIN_FLUSH;
-use hicache_index_wire::{encode_payload_into, MasterFlavor, OwnedEvent};
 
 /// A master message's identity and fate (a [`Published`] carries it as sent, and the network reports it).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]

@@ -18,10 +18,11 @@ use core::time::Duration;
 use hicache_index::{
     BackoffConfig, Config, IndexConfig, ModelLayout, ReorderConfig, ResyncConfig, VerifyConfig,
 };
+use hicache_index_wire::MasterFlavor;
 
 use crate::models::{all_models, catalogue, hybrid_catalogue, ModelSpec};
 use crate::rng::Rng;
-use hicache_index_wire::MasterFlavor;
+
 mod classes;
 mod parts;
 mod shapes;

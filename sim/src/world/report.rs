@@ -69,6 +69,9 @@ pub struct RunStats {
     pub resyncs: u64,
     /// Resyncs failed.
     pub resyncs_failed: u64,
+    /// Confirmations of a key list's doubted lines that failed or timed out (each failed its
+    /// fetch).
+    pub confirm_failures: u64,
     /// Verification rounds.
     pub verify_rounds: u64,
     /// Stale keys verification removed.
@@ -244,6 +247,7 @@ impl<S: System> World<S> {
             + c.publisher_clears;
         s.resyncs = c.resyncs_completed;
         s.resyncs_failed = c.resyncs_failed;
+        s.confirm_failures = c.confirm_failures;
         s.verify_rounds = c.verify_rounds;
         s.stale_keys_found = c.stale_keys_found;
         s.duplicates = c.duplicates + c.before_point;

@@ -213,6 +213,7 @@ impl HaLocator {
         master_view_key(&self.cluster_id)
     }
 }
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -2,6 +2,7 @@
 //! and every reordering the memory model allows, explored by loom. Run with
 //! `RUSTFLAGS="--cfg loom" cargo test -p hicache-index --release --lib loom`.
 
+use super::claims::CLAIMS;
 use super::*;
 use crate::index::table::page_table_hash;
 use loom::sync::Arc;

@@ -252,19 +252,33 @@ fn query_many_with_writer_between(
     pages: &[PageHash],
     between: impl FnOnce(&mut Index),
 ) -> Option<usize> {
+    query_many_with_writer_after(index, layout, pages, 1, between)
+}
+
+/// [`query_many_with_writer_between`] with `between` run after the first `read` pages were
+/// probed.
+fn query_many_with_writer_after(
+    index: &mut Index,
+    layout: &Layout,
+    pages: &[PageHash],
+    read: usize,
+    between: impl FnOnce(&mut Index),
+) -> Option<usize> {
     let shared = index.shared();
     let before = shared.pages.state();
     let mut between = Some(between);
     let mut i = 0;
     let iter = core::iter::from_fn(|| {
-        if i == 1 {
+        if i == read {
             (between.take().expect("once"))(index);
         }
         i += 1;
         pages.get(i - 1).copied()
     });
-    let mut slots = [SlotAt::default(); CLAIMS];
-    let mut claims = Claims::new(&mut slots);
+    // The reader's buffers: a short one, then the spill.
+    let mut few = [SlotAt::default(); FEW_CLAIMS];
+    let mut spill: Spill = None;
+    let mut claims = Claims::spilling(&mut few, &mut spill);
     let hits = shared.query(
         "default",
         layout,
@@ -358,6 +372,34 @@ fn a_query_that_overlaps_a_removal_of_other_pages_keeps_its_answer() {
     assert_eq!(
         answer, None,
         "page 0 was taken and stored again under the query"
+    );
+}
+
+#[test]
+fn a_removal_of_a_page_claimed_past_the_first_buffer_makes_the_query_read_again() {
+    // The reader records its first FEW_CLAIMS claims in a short buffer and the rest in a spill
+    // buffer: a removal of a page it claimed there, after the page was read, is found too.
+    let layout = review_layout();
+    let page = |i: usize| {
+        let mut h = [0u8; 32];
+        h[..8].copy_from_slice(&(i as u64 + 1).to_le_bytes());
+        PageHash(h)
+    };
+    let pages: Vec<PageHash> = (0..FEW_CLAIMS + 8).map(page).collect();
+    let mut index = Index::new(IndexConfig::default());
+    for p in &pages {
+        store_page(&mut index, &layout, p);
+    }
+    let late = FEW_CLAIMS + 2;
+    let answer = query_many_with_writer_after(&mut index, &layout, &pages, late + 1, |index| {
+        remove_one_object(index, &layout, &pages[late]);
+    });
+    assert_eq!(answer, None, "page {late} was claimed, then lost an object");
+    let answer = query_many_with_writer_after(&mut index, &layout, &pages, late + 1, |_| {});
+    assert_eq!(
+        answer,
+        Some(late),
+        "the prefix ends at the page that lost an object"
     );
 }
 
