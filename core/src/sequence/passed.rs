@@ -36,8 +36,7 @@ impl Heard {
     /// Reports whether `m` is a copy of a decodable batch heard under the followed run (R2).
     /// An undecodable batch is never taken for one (bytes that cannot be read can be alike in
     /// two runs, an empty payload say; its own forget costs misses only), nor a batch like one
-    /// of a run the stream left (it is placed: a late copy of that run is R5's, a new run's
-    /// twin continues).
+    /// of a run the stream left (a late copy of that run is R5's: [`Heard::left_run_copy_of`]).
     pub(super) fn copy_of(&self, m: &Mark) -> bool {
         !m.undecodable
             && self.passed.iter().any(|p| {
@@ -55,6 +54,19 @@ impl Heard {
                 .passed
                 .iter()
                 .any(|p| p.seq == m.seq && p.run == self.run && p.print != m.print)
+    }
+
+    /// Reports whether `m` is a copy of a batch heard under a run the stream has since left
+    /// (R5): a late copy across a run change. It was heard before the followed run was found
+    /// (and before any fetch that placed it was asked), so it is taken for another run's even
+    /// where its numbers continue the position (twin runs number alike); at worst a needless
+    /// forget. A batch only held counts too: its bytes were heard.
+    pub(super) fn left_run_copy_of(&self, m: &Mark) -> bool {
+        !m.undecodable
+            && self
+                .passed
+                .iter()
+                .any(|p| p.seq == m.seq && p.print == m.print && p.run != self.run)
     }
 
     /// Records a batch heard, to tell its copies (R2) and twins (R5), keeping at least the

@@ -187,7 +187,14 @@ impl<T> Stream<T> {
             // status point, at or below the batch heard before it over one connection.
             Place::Other
         } else {
-            self.position.place(m)
+            match self.position.place(m) {
+                // R5: a late copy of a batch of a run the stream left, where it would continue
+                // or pass the position (before a point, R3 skips it anyway).
+                Place::Next | Place::Ahead { .. } if self.passed.left_run_copy_of(m) => {
+                    Place::Other
+                }
+                place => place,
+            }
         };
         let ruling = match place {
             Place::Ahead { .. } if reorder && arriving => return Ruling::Hold, // R7

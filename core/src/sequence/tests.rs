@@ -539,6 +539,38 @@ fn r5_a_batch_numbered_like_one_passed_with_other_bytes_is_another_run() {
     assert_eq!(offer(&mut s, mark(3, 4, 4, 4)), Ruling::Hold);
 }
 
+/// Found by the simulator (reorder-heavy seed 7400825): a batch of run 1 heard before the
+/// stream forgot for run 2, delivered again late after a key list of run 2 placed the stream
+/// exactly before it (twin runs number alike), was applied: what it stored was gone.
+#[test]
+fn r5_a_late_copy_of_a_batch_of_a_run_left_is_another_runs_even_where_it_continues() {
+    let old = mark(1, 4, 49, 64);
+    // Run 1's batch 4 applied, then run 2's batch 3 (numbered below it): forget, and a key
+    // list of run 2 places the stream at `at`.
+    let left = |at| {
+        let mut s = resync_on(4);
+        s.fetch_asked();
+        s.place(T0, point(3, 48));
+        assert_eq!(offer(&mut s, old), Ruling::Apply);
+        assert_eq!(
+            offer(&mut s, mark(2, 3, 33, 48)),
+            forgot(Why::OtherRun, false, Some(4))
+        );
+        s.fetch_asked();
+        s.place(T0, at);
+        s
+    };
+    // The late copy of run 1's batch 4 continues run 2's point exactly, and is not run 2's.
+    let mut s = left(point(3, 48));
+    assert_eq!(offer(&mut s, old), forgot(Why::OtherRun, false, Some(3)));
+    // Nor when it would pass the position (held, then applied once its hole filled).
+    let mut s = left(point(2, 32));
+    assert_eq!(offer(&mut s, old), forgot(Why::OtherRun, false, Some(2)));
+    // A batch of the followed run with the same numbers and other bytes applies.
+    let mut s = left(point(3, 48));
+    assert_eq!(offer(&mut s, mark(3, 4, 49, 64)), Ruling::Apply);
+}
+
 #[test]
 fn r8_an_undecodable_batch_is_never_taken_for_a_copy() {
     let mut s = resync_off();
