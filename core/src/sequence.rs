@@ -51,11 +51,12 @@
 //!   run's (a restart nobody saw), or, with a reorder window, a late one: forget. So is a batch
 //!   with the sequence of one the stream heard since it last forgot for another run, and other
 //!   bytes (a twin: within one run a sequence is given once), wherever it falls: before a
-//!   status point too, when the batch heard came before the fetch. And so is a copy of a batch
-//!   heard under a run the stream has since left, where it would continue or pass the
-//!   position: it was heard before the followed run was found, so its numbers continuing the
-//!   position (twin runs number alike) prove nothing (found by the simulator, reorder-heavy
-//!   seed 7400825: such a copy, delivered late across a restart, was applied).
+//!   status point too, when the batch heard came before the fetch. With resync, so is a copy of
+//!   a batch heard (among the last 256 or more) under a run the stream has since left, where it
+//!   would continue or pass the position: a late copy across a run change, whose numbers
+//!   continuing the position prove nothing (twin runs number alike; found by the simulator,
+//!   reorder-heavy seed 7400825, where such a copy was applied). The followed run's own batch
+//!   with the same bytes cannot be told from it: it forgets too (misses until the resync).
 //! - **R6 (placing).** After a forget, with resync on, only the master's status places the
 //!   stream: the batches that arrive after the next fetch was asked are held, and ruled against
 //!   its status point (R1-R5) when it answers (without a window, one numbered at or below the

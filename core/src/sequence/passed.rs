@@ -1,4 +1,5 @@
-//! The batches the stream heard, kept to tell a copy (R2) from a twin (R5).
+//! The batches the stream heard, kept to tell a copy (R2) from a twin or a late copy of a run
+//! the stream left (R5).
 
 use alloc::collections::VecDeque;
 
@@ -22,13 +23,14 @@ struct Passed {
 }
 
 /// The batches heard, newest last, whatever became of them, and the run they were heard
-/// under: what a copy is told by (R2), and a batch of another run numbered like one of the
-/// followed run (R5).
+/// under: what a copy is told by (R2), a batch of another run numbered like one of the
+/// followed run, and a late copy of a batch of a run the stream left (R5).
 #[derive(Debug, Default)]
 pub(super) struct Heard {
     passed: VecDeque<Passed>,
     /// The number of the run the stream follows: one more at each forget for another run's
-    /// batch or status (R5, R11), so that only the followed run's batches tell twins.
+    /// batch or status (R5, R11), so that only the followed run's batches tell copies and
+    /// twins, and the others tell late copies of the runs left.
     run: u32,
 }
 
@@ -57,10 +59,11 @@ impl Heard {
     }
 
     /// Reports whether `m` is a copy of a batch heard under a run the stream has since left
-    /// (R5): a late copy across a run change. It was heard before the followed run was found
-    /// (and before any fetch that placed it was asked), so it is taken for another run's even
-    /// where its numbers continue the position (twin runs number alike); at worst a needless
-    /// forget. A batch only held counts too: its bytes were heard.
+    /// (R5): a late copy across a run change, taken for another run's even where its numbers
+    /// continue the position (twin runs number alike). The followed run's own batch with the
+    /// same bytes (a fast restart publishing the same events in the same millisecond), or one
+    /// of its batches heard before the run change was seen, cannot be told from it: at worst a
+    /// needless forget. A batch only held counts too: its bytes were heard.
     pub(super) fn left_run_copy_of(&self, m: &Mark) -> bool {
         !m.undecodable
             && self
@@ -69,8 +72,8 @@ impl Heard {
                 .any(|p| p.seq == m.seq && p.print == m.print && p.run != self.run)
     }
 
-    /// Records a batch heard, to tell its copies (R2) and twins (R5), keeping at least the
-    /// last `keep` of them.
+    /// Records a batch heard, to tell its copies (R2), twins and late copies (R5), keeping at
+    /// least the last `keep` of them (so a late copy older than that is not told).
     pub(super) fn remember(&mut self, m: &Mark, tells_copies: bool, keep: usize) {
         if self.passed.len() >= PASSED_AT_LEAST.max(keep) {
             self.passed.pop_front();
@@ -84,7 +87,8 @@ impl Heard {
     }
 
     /// The stream forgot because of another run's batch or status: the batches heard are that
-    /// other run's, or the followed one's before it; neither tells twins any more.
+    /// other run's, or the followed one's before it; from now on they tell no copies or twins,
+    /// only late copies of a run left.
     pub(super) fn run_changed(&mut self) {
         self.run = self.run.wrapping_add(1);
     }

@@ -182,15 +182,21 @@ impl<T> Stream<T> {
             return Ruling::Skip(Skip::Copy);
         }
         let reorder = self.config.reorder.is_on();
+        // R5: a late copy of a batch of a run the stream left, where it would continue or pass
+        // the position (before a point, R3 skips it anyway). Only with resync: without, the
+        // batch that forgets for another run begins the stream (R6), so forgetting gains
+        // nothing.
+        let mut left_run_copy = false;
         let place = if self.passed.twin_of(m) || (arriving && self.behind_heard(m)) {
             // R5: numbered like a batch of the followed run with other bytes, or, held for a
             // status point, at or below the batch heard before it over one connection.
             Place::Other
         } else {
             match self.position.place(m) {
-                // R5: a late copy of a batch of a run the stream left, where it would continue
-                // or pass the position (before a point, R3 skips it anyway).
-                Place::Next | Place::Ahead { .. } if self.passed.left_run_copy_of(m) => {
+                Place::Next | Place::Ahead { .. }
+                    if self.config.resync.is_some() && self.passed.left_run_copy_of(m) =>
+                {
+                    left_run_copy = true;
                     Place::Other
                 }
                 place => place,
@@ -240,7 +246,11 @@ impl<T> Stream<T> {
             Place::Other => self.forgot(Why::OtherRun, m), // R5
             Place::Wait => Ruling::Skip(Skip::Unplaced),   // R6
         };
-        self.remember(m, !m.undecodable);
+        // A late copy of a left run's batch stays that run's: heard under the run just begun,
+        // it would make the new run's own batch of its number a twin (a second forget).
+        if !left_run_copy {
+            self.remember(m, !m.undecodable);
+        }
         ruling
     }
 

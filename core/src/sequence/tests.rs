@@ -569,6 +569,12 @@ fn r5_a_late_copy_of_a_batch_of_a_run_left_is_another_runs_even_where_it_continu
     // A batch of the followed run with the same numbers and other bytes applies.
     let mut s = left(point(3, 48));
     assert_eq!(offer(&mut s, mark(3, 4, 49, 64)), Ruling::Apply);
+    // And after the late copy forgot once, run 2's own batch 4 is no twin of it.
+    let mut s = left(point(3, 48));
+    assert_eq!(offer(&mut s, old), forgot(Why::OtherRun, false, Some(3)));
+    s.fetch_asked();
+    s.place(T0, point(3, 48));
+    assert_eq!(offer(&mut s, mark(2, 4, 49, 64)), Ruling::Apply);
 }
 
 #[test]
