@@ -9,7 +9,7 @@ use std::time::Duration;
 use hicache_index::snapshot::MAX_DOUBTED;
 use hicache_index::{
     ClearReason, Command, Config, Effect, Effects, Health, Input, Layout, PageHash, Report,
-    ResyncConfig, ResyncFailure, SignalsRequest, StoreSignals,
+    ResyncConfig, ResyncFailure, SignalsRequest, StoreSignals, VerifyRequest,
 };
 use hicache_index_tests::{
     cleared, config, mha, page_hashes, publisher_clear, removed, store_page, tokens, Harness,
@@ -113,6 +113,28 @@ fn answer_all_but(h: &mut Harness, layout: &Layout, pages: &[PageHash], gone: &[
     let listed = keys_but(layout, pages, gone);
     let listed: Vec<&str> = listed.iter().map(String::as_str).collect();
     h.answer_fetch(h.next_seq - 1, &listed)
+}
+
+/// Answers the fetch under way with every page listed and another application's key among
+/// them (the lines next to it are doubted), at the status point `seq`.
+fn answer_with_a_foreign_line(
+    h: &mut Harness,
+    layout: &Layout,
+    pages: &[PageHash],
+    seq: u64,
+) -> Effects {
+    let mut lines = keys_but(layout, pages, &[]);
+    lines.insert(4, "a key of another application".to_owned());
+    let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
+    h.answer_fetch(seq, &lines)
+}
+
+/// The confirmation of doubted lines `fx` asks for: its request and keys.
+fn confirmation(fx: &Effects) -> Option<(VerifyRequest, Vec<String>)> {
+    fx.iter().find_map(|e| match e {
+        Effect::Command(Command::VerifyKeys { request, keys }) => Some((*request, keys.clone())),
+        _ => None,
+    })
 }
 
 fn reconciled(fx: &Effects) -> Option<(usize, usize)> {
@@ -469,19 +491,9 @@ fn a_reconcile_whose_point_is_never_reached_falls_back_after_its_doubted_lines_a
     let _ = read_signals(&mut h, Some(1));
     // The list's lines next to a line that is no object key are doubted, and confirmed with
     // the master; the status point is past anything the stream will ever see (a lost tail).
-    let mut lines = keys_but(&layout, &pages, &[]);
-    lines.insert(4, "a key of another application".to_owned());
-    let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
-    let fx = h.answer_fetch(h.next_seq + 5, &lines);
-    let (request, keys) = fx
-        .iter()
-        .find_map(|e| match e {
-            Effect::Command(Command::VerifyKeys { request, keys }) => {
-                Some((*request, keys.clone()))
-            }
-            _ => None,
-        })
-        .expect("the doubted lines are confirmed");
+    let seq = h.next_seq + 5;
+    let fx = answer_with_a_foreign_line(&mut h, &layout, &pages, seq);
+    let (request, keys) = confirmation(&fx).expect("the doubted lines are confirmed");
     let answers: Vec<(&str, bool)> = keys.iter().map(|k| (k.as_str(), true)).collect();
     let fx = h.session.handle(
         h.now,
@@ -514,17 +526,9 @@ fn a_reconcile_whose_doubted_lines_are_not_confirmed_removes_nothing_the_master_
     let (mut h, layout, pages) = setup();
     let _ = read_signals(&mut h, Some(1));
     // Every page is listed; the lines next to another application's key are doubted.
-    let mut lines = keys_but(&layout, &pages, &[]);
-    lines.insert(4, "a key of another application".to_owned());
-    let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
-    let fx = h.answer_fetch(h.next_seq - 1, &lines);
-    let request = fx
-        .iter()
-        .find_map(|e| match e {
-            Effect::Command(Command::VerifyKeys { request, .. }) => Some(*request),
-            _ => None,
-        })
-        .expect("the doubted lines are confirmed");
+    let seq = h.next_seq - 1;
+    let fx = answer_with_a_foreign_line(&mut h, &layout, &pages, seq);
+    let (request, _) = confirmation(&fx).expect("the doubted lines are confirmed");
     assert_eq!(claimed(&h, &pages), [true; 8], "hits while it confirms");
     let fx = h.session.handle(h.now, Input::VerifyFailed { request });
     let fx = h.record(fx);
@@ -560,13 +564,10 @@ fn a_reconcile_whose_doubted_lines_are_not_confirmed_removes_nothing_the_master_
 fn a_reconcile_whose_confirmation_times_out_removes_nothing_the_master_lists() {
     let (mut h, layout, pages) = setup();
     let _ = read_signals(&mut h, Some(1));
-    let mut lines = keys_but(&layout, &pages, &[]);
-    lines.insert(4, "a key of another application".to_owned());
-    let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
-    let fx = h.answer_fetch(h.next_seq - 1, &lines);
+    let seq = h.next_seq - 1;
+    let fx = answer_with_a_foreign_line(&mut h, &layout, &pages, seq);
     assert!(
-        fx.iter()
-            .any(|e| matches!(e, Effect::Command(Command::VerifyKeys { .. }))),
+        confirmation(&fx).is_some(),
         "the doubted lines are confirmed: {fx:?}"
     );
     let mut forgot = Vec::new();
@@ -603,11 +604,7 @@ fn a_key_list_with_more_doubted_lines_than_are_kept_fails_its_fetch() {
     }
     lines.push("a key of another application");
     let fx = h.answer_fetch(h.next_seq - 1, &lines);
-    assert!(
-        !fx.iter()
-            .any(|e| matches!(e, Effect::Command(Command::VerifyKeys { .. }))),
-        "nothing to confirm with"
-    );
+    assert_eq!(confirmation(&fx), None, "nothing to confirm with");
     assert_eq!(reconciled(&fx), None);
     assert_eq!(cleared(&fx), [ClearReason::StoreChanged], "it falls back");
     assert_eq!(h.health(), Health::Recovering);
@@ -629,17 +626,9 @@ fn a_resync_whose_doubted_lines_are_not_confirmed_fails_and_fetches_again() {
         asked = asks_fetch(&fx);
     }
     assert!(asked, "a clear resyncs");
-    let mut lines = keys_but(&layout, &pages, &[]);
-    lines.insert(4, "a key of another application".to_owned());
-    let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
-    let fx = h.answer_fetch(h.next_seq - 1, &lines);
-    let request = fx
-        .iter()
-        .find_map(|e| match e {
-            Effect::Command(Command::VerifyKeys { request, .. }) => Some(*request),
-            _ => None,
-        })
-        .expect("the doubted lines are confirmed");
+    let seq = h.next_seq - 1;
+    let fx = answer_with_a_foreign_line(&mut h, &layout, &pages, seq);
+    let (request, _) = confirmation(&fx).expect("the doubted lines are confirmed");
     let fx = h.session.handle(h.now, Input::VerifyFailed { request });
     let fx = h.record(fx);
     let failed = fx.iter().any(|e| {

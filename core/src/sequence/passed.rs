@@ -22,6 +22,25 @@ struct Passed {
     tells_copies: bool,
 }
 
+/// What a batch is to the batches heard ([`Heard::kin_of`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct Kin {
+    /// A copy of a decodable batch heard under the followed run (R2). A batch like one of a
+    /// run the stream left is not one (it is `left_run_copy`).
+    pub(super) copy: bool,
+    /// The sequence of a batch of the followed run that the stream heard, and other bytes:
+    /// within one run a sequence is given once, so it is another run's (R5). A batch heard
+    /// undecodable tells twins too (at worst a needless forget).
+    pub(super) twin: bool,
+    /// A copy of a batch heard under a run the stream has since left (R5): a late copy across
+    /// a run change, taken for another run's even where its numbers continue the position
+    /// (twin runs number alike). The followed run's own batch with the same bytes (a fast
+    /// restart publishing the same events in the same millisecond), or one of its batches
+    /// heard before the run change was seen, cannot be told from it: at worst a needless
+    /// forget. A batch only held counts too: its bytes were heard.
+    pub(super) left_run_copy: bool,
+}
+
 /// The batches heard, newest last, whatever became of them, and the run they were heard
 /// under: what a copy is told by (R2), a batch of another run numbered like one of the
 /// followed run, and a late copy of a batch of a run the stream left (R5).
@@ -35,41 +54,25 @@ pub(super) struct Heard {
 }
 
 impl Heard {
-    /// Reports whether `m` is a copy of a decodable batch heard under the followed run (R2).
-    /// An undecodable batch is never taken for one (bytes that cannot be read can be alike in
-    /// two runs, an empty payload say; its own forget costs misses only), nor a batch like one
-    /// of a run the stream left (a late copy of that run is R5's: [`Heard::left_run_copy_of`]).
-    pub(super) fn copy_of(&self, m: &Mark) -> bool {
-        !m.undecodable
-            && self.passed.iter().any(|p| {
-                p.seq == m.seq && p.print == m.print && p.run == self.run && p.tells_copies
-            })
-    }
-
-    /// Reports whether `m` has the sequence of a batch of the followed run that the stream
-    /// heard, and other bytes: within one run a sequence is given once, so it is another run's
-    /// (R5). An undecodable batch arriving takes no part (its sequence may be garbled; it
-    /// forgets anyway, R8); one heard tells twins (at worst a needless forget).
-    pub(super) fn twin_of(&self, m: &Mark) -> bool {
-        !m.undecodable
-            && self
-                .passed
-                .iter()
-                .any(|p| p.seq == m.seq && p.run == self.run && p.print != m.print)
-    }
-
-    /// Reports whether `m` is a copy of a batch heard under a run the stream has since left
-    /// (R5): a late copy across a run change, taken for another run's even where its numbers
-    /// continue the position (twin runs number alike). The followed run's own batch with the
-    /// same bytes (a fast restart publishing the same events in the same millisecond), or one
-    /// of its batches heard before the run change was seen, cannot be told from it: at worst a
-    /// needless forget. A batch only held counts too: its bytes were heard.
-    pub(super) fn left_run_copy_of(&self, m: &Mark) -> bool {
-        !m.undecodable
-            && self
-                .passed
-                .iter()
-                .any(|p| p.seq == m.seq && p.print == m.print && p.run != self.run)
+    /// Relates `m` to the batches heard, in one pass over them (every batch asks, so the
+    /// ingest path reads them once). An undecodable batch arriving is related to none: its
+    /// bytes can be alike in two runs (an empty payload, say) and its sequence may be garbled;
+    /// it forgets anyway (R8).
+    pub(super) fn kin_of(&self, m: &Mark) -> Kin {
+        let mut kin = Kin::default();
+        if m.undecodable {
+            return kin;
+        }
+        for p in self.passed.iter().filter(|p| p.seq == m.seq) {
+            let same = p.print == m.print;
+            if p.run == self.run {
+                kin.copy |= same && p.tells_copies;
+                kin.twin |= !same;
+            } else {
+                kin.left_run_copy |= same;
+            }
+        }
+        kin
     }
 
     /// Records a batch heard, to tell its copies (R2), twins and late copies (R5), keeping at

@@ -177,8 +177,9 @@ impl<T> Stream<T> {
     /// The rules (module [`crate::sequence`]): the batch's place, then what the session does.
     /// `arriving`: it just arrived (a held batch released is never held again).
     fn rule(&mut self, now: Instant, m: &Mark, arriving: bool) -> Ruling {
+        let kin = self.passed.kin_of(m);
         // R2: a copy of a batch heard under the followed run.
-        if self.passed.copy_of(m) {
+        if kin.copy {
             return Ruling::Skip(Skip::Copy);
         }
         let reorder = self.config.reorder.is_on();
@@ -187,14 +188,14 @@ impl<T> Stream<T> {
         // batch that forgets for another run begins the stream (R6), so forgetting gains
         // nothing.
         let mut left_run_copy = false;
-        let place = if self.passed.twin_of(m) || (arriving && self.behind_heard(m)) {
+        let place = if kin.twin || (arriving && self.behind_heard(m)) {
             // R5: numbered like a batch of the followed run with other bytes, or, held for a
             // status point, at or below the batch heard before it over one connection.
             Place::Other
         } else {
             match self.position.place(m) {
                 Place::Next | Place::Ahead { .. }
-                    if self.config.resync.is_some() && self.passed.left_run_copy_of(m) =>
+                    if self.config.resync.is_some() && kin.left_run_copy =>
                 {
                     left_run_copy = true;
                     Place::Other
