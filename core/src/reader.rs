@@ -402,7 +402,7 @@ impl Reader {
                 Still::Yes => true,
                 // Removals overlapped the query: its pages stand if none of their slots was
                 // written since it read them (all were then in the table together).
-                Still::IfUnchanged => claims.unchanged(self.pages()),
+                Still::IfUnchanged => claims.unchanged(|at| self.pages().unchanged(at)),
                 Still::No => false,
             };
             if stands && self.swaps.load(Ordering::Acquire) == swaps {

@@ -1,20 +1,7 @@
 //! Queries: a plan per layout, and the probe of each page.
 
+use super::hits::{IndexHits, MapCover};
 use super::*;
-
-/// The answer of [`Index::query`].
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct IndexHits {
-    /// Leading pages fully present, honouring trailing-page policies.
-    pub prefix_pages: usize,
-    /// Pages hashed and probed.
-    pub pages_checked: usize,
-    /// Of the prefix pages, how many have a memory replica of every all-pages object (or one
-    /// on a medium the events did not name).
-    pub memory_pages: usize,
-    /// Of the prefix pages, how many have an all-pages object present only on disk.
-    pub disk_only_pages: usize,
-}
 
 /// A layout resolved against one namespace: the masks a query tests.
 pub(super) struct Plan {
@@ -181,16 +168,4 @@ impl Shared {
         }
         (plan.all_mask != 0).then_some(plan)
     }
-}
-
-/// Which pages a query's per-page map covers.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum MapCover {
-    /// The pages checked until the first that misses one of its objects, that page included
-    /// (the rest of the map is false): hashing and probing stop there, as for a query without
-    /// a map. What a router needs (the prefix), at the cost of the prefix.
-    #[default]
-    UntilMiss,
-    /// Every page up to the map's length, hashed and probed whatever misses before it.
-    Every,
 }

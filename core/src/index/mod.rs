@@ -19,7 +19,11 @@
 //! removal confirms it or any later event about it decides. See
 //! the crate docs for why.
 
+mod hashing;
+mod hits;
+mod limits;
 mod lookup;
+mod object_set;
 mod reconcile;
 mod sample;
 pub(crate) mod shared;
@@ -36,18 +40,6 @@ use crate::frame::Medium;
 use crate::hash::PageHash;
 use crate::layout::{parse_object_key, HitPolicy, Layout, ObjectKey};
 
-/// Suffix slots per namespace: the width of a page's presence mask.
-pub const MAX_SUFFIXES: usize = 128;
-
-/// Trailing-page pools a query can honour; a layout with more answers no hits.
-pub const MAX_TRAILING_POOLS: usize = 8;
-
-/// The longest tenant the index tracks; objects of longer ones are counted as untracked.
-pub const MAX_TENANT_LEN: usize = 256;
-
-/// The longest key prefix the index tracks; objects under longer ones are counted as untracked.
-pub const MAX_PREFIX_LEN: usize = 1024;
-
 /// The tenant Mooncake uses when none is configured, and the one events without a tenant mean.
 pub const DEFAULT_TENANT: &str = "default";
 
@@ -63,12 +55,11 @@ pub struct IndexConfig {
     pub seed: u64,
 }
 
-pub use self::lookup::{IndexHits, MapCover};
-pub(crate) use self::reconcile::{ObjectSet, Reconciled};
+pub use self::hits::{IndexHits, MapCover};
+pub use self::limits::{MAX_PREFIX_LEN, MAX_SUFFIXES, MAX_TENANT_LEN, MAX_TRAILING_POOLS};
+pub(crate) use self::object_set::{ObjectSet, Reconciled};
 pub(crate) use self::shared::PageTable;
 use self::shared::{Claims, PageWords, Shared, SharedNamespaces};
-use self::suspects::SuspectPage;
-use self::table::page_table_hash;
 
 impl Default for IndexConfig {
     fn default() -> Self {
@@ -91,6 +82,19 @@ struct Namespace {
     next_suffix: u32,
     /// The mask that makes a page complete under a watched layout (0: not watched).
     complete_mask: u128,
+}
+
+/// The objects of one page that a removal left unproven on their other medium.
+#[derive(Debug)]
+struct SuspectPage {
+    pub(super) ns: u32,
+    pub(super) hash: PageHash,
+    /// The suspect objects' suffix bits.
+    pub(super) slots: u128,
+    /// Of those, the ones whose remaining medium is disk (the others: memory).
+    pub(super) disk: u128,
+    /// The write stamp of the latest suspension on this page.
+    pub(super) stamp: u64,
 }
 
 /// What one event did to the index.

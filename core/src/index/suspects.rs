@@ -1,19 +1,7 @@
 //! Suspects: objects whose other medium the stream cannot prove, until verification answers.
 
+use super::hashing::page_table_hash;
 use super::*;
-
-/// The objects of one page that a removal left unproven on their other medium.
-#[derive(Debug)]
-pub(super) struct SuspectPage {
-    pub(super) ns: u32,
-    pub(super) hash: PageHash,
-    /// The suspect objects' suffix bits.
-    pub(super) slots: u128,
-    /// Of those, the ones whose remaining medium is disk (the others: memory).
-    pub(super) disk: u128,
-    /// The write stamp of the latest suspension on this page.
-    pub(super) stamp: u64,
-}
 
 /// Pages of capacity per suspect page the side table may hold (and at least 16): a full table
 /// costs under 3 bytes per page.

@@ -2,7 +2,7 @@
 
 use alloc::string::String;
 
-use super::Layout;
+use super::objects::Layout;
 
 /// A layout for one model (or the default layout, with no model).
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -1,11 +1,13 @@
-//! Why a layout cannot be used: [`LayoutError`].
+//! Why a layout cannot be used ([`LayoutError`]), and the bounds it must keep.
 
 use alloc::string::String;
 use core::fmt;
 
-#[cfg(doc)]
-use super::HitPolicy;
-use super::{MAX_OBJECTS_PER_PAGE, MAX_SUFFIX_LEN};
+/// The longest suffix [`parse_object_key`](crate::layout::parse_object_key) accepts, in bytes.
+pub const MAX_SUFFIX_LEN: usize = 64;
+
+/// The most objects one logical page may have; larger layouts are refused as misconfigured.
+pub const MAX_OBJECTS_PER_PAGE: usize = 4096;
 
 /// Why a layout cannot be used.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -13,14 +15,15 @@ use super::{MAX_OBJECTS_PER_PAGE, MAX_SUFFIX_LEN};
 pub enum LayoutError {
     /// The page size is 0.
     ZeroPageSize,
-    /// No pool has [`HitPolicy::AllPages`]: nothing would tie a hit to every page.
+    /// No pool has [`HitPolicy::AllPages`](crate::layout::HitPolicy::AllPages): nothing would
+    /// tie a hit to every page.
     NoAllPagesPool,
     /// A pool lists no suffix.
     EmptyPool {
         /// The pool's name.
         pool: String,
     },
-    /// A [`HitPolicy::TrailingPages`] window of 0 pages.
+    /// A [`HitPolicy::TrailingPages`](crate::layout::HitPolicy::TrailingPages) window of 0 pages.
     ZeroTrailingPages {
         /// The pool's name.
         pool: String,

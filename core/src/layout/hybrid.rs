@@ -16,10 +16,9 @@ use alloc::string::String;
 use alloc::vec::Vec;
 use serde::{Deserialize, Serialize};
 
-use super::{
-    mha_rank_parts, mla_rank_parts, HitPolicy, Layout, LayoutError, Pool, SglangParams,
-    MAX_OBJECTS_PER_PAGE,
-};
+use super::error::{LayoutError, MAX_OBJECTS_PER_PAGE};
+use super::objects::{HitPolicy, Layout, Pool};
+use super::sglang::{mha_rank_parts, mla_rank_parts, SglangParams};
 
 /// A side pool SGLang registers next to the KV pool, named as SGLang's `PoolName`.
 ///

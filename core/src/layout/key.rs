@@ -4,9 +4,7 @@
 use alloc::borrow::ToOwned;
 use core::fmt::{self, Write as _};
 
-#[cfg(doc)]
-use super::Layout;
-use super::LayoutError;
+use super::error::{LayoutError, MAX_SUFFIX_LEN};
 use crate::hash::PageHash;
 
 /// An object key split into its parts.
@@ -19,9 +17,6 @@ pub struct ObjectKey<'a> {
     /// Everything after the hash; starts with `_`.
     pub suffix: &'a str,
 }
-
-/// The longest suffix [`parse_object_key`] accepts, in bytes.
-pub const MAX_SUFFIX_LEN: usize = 64;
 
 /// Length of a page hash in hex characters.
 pub(super) const HASH_HEX_LEN: usize = 64;
@@ -59,8 +54,8 @@ fn is_lower_hex(b: u8) -> bool {
 /// The hash is the last run of exactly 64 lowercase hex characters that starts the key or
 /// follows a `_`, and is followed by a `_` that opens a suffix of at most [`MAX_SUFFIX_LEN`]
 /// bytes. The prefix is everything before the `_` in front of the hash (`Some("")` when the key
-/// starts with `_`), or `None` when the hash starts the key. For every valid [`Layout`] this is
-/// the exact inverse of [`Layout::object_keys`]; any other shape gives `None`.
+/// starts with `_`), or `None` when the hash starts the key. For every valid [`Layout`](crate::layout::Layout) this is
+/// the exact inverse of [`Layout::object_keys`](crate::layout::Layout::object_keys); any other shape gives `None`.
 ///
 /// ```
 /// use hicache_index::layout::parse_object_key;

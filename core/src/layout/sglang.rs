@@ -6,7 +6,8 @@ use alloc::string::String;
 use alloc::vec::Vec;
 use serde::{Deserialize, Serialize};
 
-use super::{Layout, LayoutError, Pool, MAX_OBJECTS_PER_PAGE};
+use super::error::{LayoutError, MAX_OBJECTS_PER_PAGE};
+use super::objects::{Layout, Pool};
 
 /// Which SGLang rule turns the launch parameters into the key prefix.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -20,7 +20,7 @@ use alloc::format;
 use alloc::string::String;
 use alloc::vec::Vec;
 
-use super::{HitPolicy, Layout};
+use super::objects::{HitPolicy, Layout};
 
 /// What one worker advertises for its model.
 #[derive(Clone, Debug, PartialEq, Eq)]

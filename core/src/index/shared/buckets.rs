@@ -17,7 +17,7 @@ use loom::sync::atomic::{AtomicU32, Ordering};
 #[cfg(not(loom))]
 use core::sync::atomic::{AtomicU32, Ordering};
 
-use super::super::table::page_table_hash;
+use super::super::hashing::page_table_hash;
 use super::claims::SlotAt;
 use super::slots::{hash_words, SlotRead, Slots};
 use crate::hash::PageHash;

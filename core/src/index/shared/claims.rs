@@ -2,10 +2,8 @@
 //! page it claims, in a buffer on the query's stack (a *double collect*, see the parent
 //! module's docs for why it is a point of the stream's history).
 
-use super::PageTable;
-
 /// Where a reader found a page it claims: the slot and the (even) version it read there, to be
-/// checked again once the query has read every page ([`PageTable::unchanged`]).
+/// checked again once the query has read every page.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct SlotAt {
     pub(super) idx: u32,
@@ -73,9 +71,9 @@ impl<'b> Claims<'b> {
         }
     }
 
-    /// Reports whether every slot recorded still holds the version read there (and none was
-    /// left unrecorded for want of room).
-    pub(crate) fn unchanged(&self, pages: &PageTable) -> bool {
+    /// Reports whether every slot recorded still holds the version read there, as `unchanged`
+    /// says of each (and none was left unrecorded for want of room).
+    pub(crate) fn unchanged(&self, unchanged: impl Fn(SlotAt) -> bool) -> bool {
         let first = self.len.min(self.slots.len());
         let spilled = match self.spill.as_deref() {
             Some(Some(spill)) => &spill[..self.len - first],
@@ -85,7 +83,7 @@ impl<'b> Claims<'b> {
             && self.slots[..first]
                 .iter()
                 .chain(spilled)
-                .all(|&at| pages.unchanged(at))
+                .all(|&at| unchanged(at))
     }
 
     /// Records a slot a claimed page was read in.

@@ -4,7 +4,7 @@
 
 use super::claims::CLAIMS;
 use super::*;
-use crate::index::table::page_table_hash;
+use crate::index::hashing::page_table_hash;
 use loom::sync::Arc;
 
 const SEED: u64 = 3;
@@ -170,7 +170,7 @@ fn loom_a_query_that_checks_its_slots_again_never_claims_two_pages_a_removal_swa
             let (one, two) = (claim(1), claim(2));
             let stands = match r.still(before) {
                 Still::Yes => true,
-                Still::IfUnchanged => claims.unchanged(&r),
+                Still::IfUnchanged => claims.unchanged(|at| r.unchanged(at)),
                 Still::No => false,
             };
             (one, two, stands)

@@ -32,8 +32,8 @@ use loom::sync::{RwLock, RwLockReadGuard};
 #[cfg(not(loom))]
 use spin::{RwLock, RwLockReadGuard};
 
-use super::super::table::namespace_hash;
-use super::super::MAX_SUFFIXES;
+use super::super::hashing::namespace_hash;
+use super::super::limits::MAX_SUFFIXES;
 
 /// Suffix cells in the first segment of a namespace; segment `k > 0` holds `SUFFIX_BASE << (k -
 /// 1)`, so that the segments, each allocated on first use, cover [`MAX_SUFFIXES`] slots.

@@ -5,7 +5,7 @@ use super::claims::CLAIMS;
 use super::slots::CHUNK_SLOTS;
 use super::state::GENERATION_SHIFT;
 use super::*;
-use crate::index::table::page_table_hash;
+use crate::index::hashing::page_table_hash;
 use alloc::string::String;
 use alloc::vec::Vec;
 use core::sync::atomic::Ordering;

@@ -67,7 +67,7 @@ fn query_many_with_writer_after(
     );
     let stands = match shared.pages.still(before) {
         Still::Yes => true,
-        Still::IfUnchanged => claims.unchanged(&shared.pages),
+        Still::IfUnchanged => claims.unchanged(|at| shared.pages.unchanged(at)),
         Still::No => false,
     };
     stands.then_some(hits.prefix_pages)
