@@ -1,6 +1,13 @@
 //! What a session is configured with: endpoint, layouts, limits, backoff, resync, verification.
 
-use super::*;
+use alloc::string::String;
+use alloc::vec::Vec;
+use core::time::Duration;
+
+use crate::index::IndexConfig;
+use crate::layout::ModelLayout;
+use crate::leader::LeaderConfig;
+use crate::sequence::ReorderConfig;
 
 /// Reconnection timing: exponential backoff with jitter, reset after a healthy period.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -120,13 +127,15 @@ pub struct Config {
     pub resync: Option<ResyncConfig>,
     /// Verification against silent removals; `None`: off.
     pub verify: Option<VerifyConfig>,
-    /// Emit [`Report::Page`] for pages that become complete or incomplete under the layouts.
+    /// Emit [`Report::Page`](crate::effect::Report::Page) for pages that become complete or
+    /// incomplete under the layouts.
     pub page_deltas: bool,
     /// Seeds the backoff jitter and the index's hashing.
     pub seed: u64,
-    /// Follow the leader of a Mooncake HA cluster (see [`crate::leader`]); `endpoint` is then
-    /// a template whose host is replaced by the leader's, and nothing connects until
-    /// [`Input::LeaderView`] names a leader that serves. `None`: one fixed master.
+    /// Follow the leader of a Mooncake HA cluster (see [`crate::leader`]); `endpoint` is then a
+    /// template whose host is replaced by the leader's, and nothing connects until
+    /// [`Input::LeaderView`](crate::input::Input::LeaderView) names a leader that serves. `None`:
+    /// one fixed master.
     pub leader: Option<LeaderConfig>,
 }
 

@@ -3,26 +3,6 @@
 
 use super::*;
 
-/// The session's health, and what it last reported of it.
-#[derive(Debug)]
-pub(super) struct HealthState {
-    pub(super) health: Health,
-    /// Why the index was recovering when it was last reported ([`Report::Recovering`]).
-    recovering: Option<Recovering>,
-    /// The last status read said the publisher is off.
-    pub(super) events_disabled: bool,
-}
-
-impl HealthState {
-    pub(super) fn new() -> HealthState {
-        HealthState {
-            health: Health::Disconnected,
-            recovering: None,
-            events_disabled: false,
-        }
-    }
-}
-
 impl Session {
     /// Works out the health from the sub-machines, and reports what changed: the health, why
     /// it is recovering. Called at the end of every input.

@@ -1,8 +1,8 @@
 //! The session: the sans-IO machine a transport drives.
 //!
 //! A [`Session`] owns the index, the stream machine ([`crate::sequence`]), the connection
-//! lifecycle with its backoff, the worker directory, resynchronisation and verification. It reads no clock and
-//! does no IO: the driver hands it [`Input`]s with their times, and executes the [`Command`]s
+//! lifecycle with its backoff, the worker directory, resynchronisation and verification. It
+//! reads no clock and does no IO: the driver hands it [`Input`]s with their times, and executes the [`Command`]s
 //! it returns (the [`Report`]s only tell).
 //!
 //! # The driving loop
@@ -20,14 +20,23 @@
 //! Queries ([`Session::query`]) take `&self` and may run at any time between these calls; so
 //! may the reads of where the session is ([`Session::status`]) and of its models' layouts
 //! ([`Session::models`]).
+//!
+//! # The folder
+//! `parts/` holds the state of each part (connection, resync, reconcile, verification, watch,
+//! health, ledger, workers) and the methods that need that part alone. The files beside this
+//! one are what the session does, coordinating its parts, one concern a file (`stream.rs`:
+//! batches; `resync.rs`, `reconcile.rs`: key lists; `verify.rs`; `watch.rs`; `link.rs`;
+//! `health.rs`; `ledger.rs`; `workers.rs`, `follow.rs`: workers and the HA leader; `status.rs`,
+//! `answer.rs`: the reads). Imports run one way: those files import the session and its parts,
+//! the session imports its parts, and a part imports neither.
 
 mod answer;
 mod config;
-mod fetch;
 mod follow;
 mod health;
 mod ledger;
 mod link;
+mod parts;
 mod reconcile;
 mod resync;
 mod status;
@@ -49,32 +58,27 @@ use crate::error::{ConfigError, QueryError};
 use crate::frame::{decode, Batch, EventKind, FrameError, Seq};
 use crate::index::{Index, IndexConfig, DEFAULT_TENANT};
 use crate::input::{Input, LeaderRequest, SnapshotRequest, StatusRequest, VerifyRequest};
-use crate::layout::{parse_object_key, Advertised, Layout, LayoutVotes, ModelVerdict};
-use crate::leader::{
-    Leader, LeaderConfig, LeaderInfo, LeaderStatus, LeaderView, StatusStep, ViewStep,
-};
+use crate::layout::{parse_object_key, Advertised, ModelVerdict};
+use crate::leader::{Leader, LeaderStatus, LeaderView, StatusStep, ViewStep};
 use crate::metrics::Counters;
 use crate::query::{Hits, Lookup};
 use crate::reader::Reader;
-use crate::sequence::{
-    HoldBounds, Mark, Placed, Point, ReorderConfig, Ruling, Skip, Stream, StreamConfig, Why,
-};
+use crate::sequence::{HoldBounds, Mark, Placed, Ruling, Skip, Stream, StreamConfig, Why};
 use crate::snapshot::LineFilter;
 use crate::time::Instant;
 
 pub use self::config::{BackoffConfig, Config, ResyncConfig, VerifyConfig};
-use self::fetch::{ResyncDue, ResyncState};
-use self::health::HealthState;
-use self::ledger::Ledger;
-use self::link::{Backoff, Connection, Link, LinkDue};
-use self::reconcile::Reconcile;
-use self::resync::{key_checksum, Resync};
-pub use self::status::{SessionStatus, SnapshotProgress};
-use self::stream::HeldBatch;
-use self::verify::{Verify, VerifyDue};
-use self::watch::Watch;
-pub use self::workers::Models;
-use self::workers::Workers;
+use self::parts::fetch::{key_checksum, ResyncDue, ResyncState};
+use self::parts::health::HealthState;
+use self::parts::ledger::Ledger;
+use self::parts::link::{Backoff, Connection, Link, LinkDue};
+use self::parts::reconcile::Reconcile;
+use self::parts::resync::Resync;
+pub use self::parts::status::{SessionStatus, SnapshotProgress};
+use self::parts::stream::HeldBatch;
+use self::parts::verify::{Verify, VerifyDue};
+pub use self::parts::workers::Models;
+use self::parts::workers::Workers;
 pub use crate::layout::{ModelLayout, WorkerInfo};
 pub use crate::sequence::Watermark;
 

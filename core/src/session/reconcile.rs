@@ -15,75 +15,15 @@
 
 use alloc::boxed::Box;
 
+use super::parts::reconcile::Applying;
 use super::*;
 use crate::index::{ObjectSet, Reconciled};
 use crate::sequence::Position;
-
-/// The most live object events a reconcile keeps while its key list is read; past it, it
-/// forgets and resyncs instead.
-const MAX_LIVE_EVENTS: usize = 1 << 20;
-
-/// A reconcile under way (carried by [`ResyncState::Fetching`]).
-#[derive(Debug)]
-pub(super) struct Reconcile {
-    /// The sequence the stream stood at when the fetch was asked for: a status point before it
-    /// is another run's.
-    at_ask: Option<Seq>,
-    /// More live events came than it keeps ([`MAX_LIVE_EVENTS`]): what they decided cannot
-    /// be told, so it falls back.
-    overflowed: bool,
-    /// The fetch's status point, once its answer began.
-    point: Option<Point>,
-    /// The objects the key list holds, numbered as the index numbers them (while it is
-    /// applied, the pages not restored yet).
-    pub(super) listed: ObjectSet,
-    /// Every default-tenant object key a live batch touched since the fetch was asked, with
-    /// the batch's sequence.
-    live: Vec<(String, Seq)>,
-    /// A live `cleared` of the default tenant came since the ask: the key list may describe
-    /// the store before it, and a clear of every tenant renumbers the namespaces the list's
-    /// objects are numbered by. The reconcile falls back.
-    cleared: bool,
-    /// The key list was handed over whole (its doubted lines confirmed): it waits for the
-    /// stream to reach the status point.
-    listed_all: bool,
-    /// The stream reached the point: the list is being applied, in slices.
-    pub(super) applying: Option<Applying>,
-}
-
-/// A reconcile being applied, slice by slice.
-#[derive(Debug)]
-pub(super) struct Applying {
-    /// The objects live batches after the point touched (they decide them).
-    kept: ObjectSet,
-    /// The next page slot whose objects are compared with the list; `None` once all were.
-    next_slot: Option<usize>,
-    done: Reconciled,
-}
 
 /// How many page slots (or listed pages) one slice of a reconcile applies: about 1.5 ms of the
 /// writer's CPU for page slots, 1 ms for listed pages (1M MLA pages, measured by
 /// `testing/bench/benches/reconcile.rs`).
 const RECONCILE_SLICE: usize = 4_096;
-
-impl Reconcile {
-    /// Reports whether the key list still takes lines: not once it was handed over whole.
-    pub(super) fn takes_lines(&self) -> bool {
-        !self.listed_all
-    }
-
-    /// Records a live default-tenant event of the batch `seq`.
-    pub(super) fn saw(&mut self, seq: Seq, event: &crate::frame::Event<'_>) {
-        match (event.kind, event.object_key) {
-            (EventKind::Cleared, _) => self.cleared = true,
-            (_, Some(key)) if self.live.len() < MAX_LIVE_EVENTS => {
-                self.live.push((String::from(key), seq));
-            }
-            (_, Some(_)) => self.overflowed = true,
-            _ => {}
-        }
-    }
-}
 
 /// The stream's sequence, where it stands at a batch or a status point.
 fn stands_at(position: Position) -> Option<Seq> {

@@ -4,38 +4,6 @@
 
 use super::*;
 
-/// The resynchronisation: where it stands, the numbering of its fetches, and the backoff of
-/// fetches that could not be anchored.
-#[derive(Debug)]
-pub(super) struct Resync {
-    pub(super) state: ResyncState,
-    /// The number of the next fetch ([`SnapshotRequest`]).
-    pub(super) next_request: u64,
-    /// The number of the next status check ([`StatusRequest`]).
-    pub(super) next_status: u64,
-    /// The backoff of fetches whose snapshots could not be anchored, in a row (`attempts` is
-    /// zero once one is anchored).
-    pub(super) unanchored: Backoff,
-    /// The backoff of fetches that failed or timed out in a row (`attempts` is zero once the
-    /// master answers one).
-    pub(super) failures: Backoff,
-    /// The watch of the master's signals, whose changes ask for reconciles.
-    pub(super) watch: Watch,
-}
-
-impl Resync {
-    pub(super) fn new(seed: u64) -> Resync {
-        Resync {
-            state: ResyncState::Idle,
-            next_request: 1,
-            next_status: 1,
-            unanchored: Backoff::new(seed ^ 0x5bd1_e995),
-            failures: Backoff::new(seed ^ 0x6874_7470),
-            watch: Watch::new(seed),
-        }
-    }
-}
-
 /// How many times the retry delay (or the verification interval) the backoff of the master's
 /// HTTP side failing grows to at most.
 pub(super) const RETRY_BACKOFF_CAP: u32 = 8;
@@ -104,18 +72,6 @@ pub(super) fn store_snapshot_key(
     }
     let _ = index.store(DEFAULT_TENANT, key, None, None);
     *applied += 1;
-}
-
-/// An order-independent checksum term of one key (FNV-1a, then mixed): a round's answer names
-/// every key asked about, each once, when the sums of the terms agree (and the counts).
-pub(super) fn key_checksum(key: &str) -> u64 {
-    let mut h = 0xcbf2_9ce4_8422_2325u64;
-    for b in key.bytes() {
-        h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
-    }
-    h ^= h >> 33;
-    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
-    h ^ (h >> 33)
 }
 
 impl Session {

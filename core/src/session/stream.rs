@@ -3,32 +3,6 @@
 
 use super::*;
 
-/// A batch kept for later: its sequence frame and payload, and when it arrived.
-#[derive(Clone, Debug)]
-pub(super) struct HeldBatch {
-    seq: [u8; 8],
-    payload: Vec<u8>,
-    /// When the session received it: what it stores was present at the master then.
-    arrived: Instant,
-}
-
-impl HeldBatch {
-    fn copy(arrived: Instant, frames: &[&[u8]]) -> HeldBatch {
-        let mut seq = [0u8; 8];
-        seq.copy_from_slice(frames[1]);
-        HeldBatch {
-            seq,
-            payload: frames[2].to_vec(),
-            arrived,
-        }
-    }
-
-    /// Decodes it again (an undecodable one fails again: its mark says so).
-    fn decode(&self) -> Result<Batch<'_>, FrameError> {
-        decode(&[&[], &self.seq, &self.payload])
-    }
-}
-
 /// A batch the session acts on: decoded, its payload's size, and when it arrived.
 type Decoded<'b, 'a> = Option<(&'b Batch<'a>, usize, Instant)>;
 

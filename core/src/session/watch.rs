@@ -6,6 +6,7 @@
 //! baseline taken while the index holds, or is fetching, a key list that may be older than it
 //! asks for a reconcile too (the list may predate a change the baseline already counts).
 
+use super::parts::watch::WatchDue;
 use super::*;
 use crate::input::SignalsRequest;
 use crate::signals::StoreSignals;
@@ -18,97 +19,6 @@ const ABSENT_INTERVALS: u32 = 64;
 /// cheap, and every interval more it waits is as much longer that a change the master already
 /// shows goes unseen (the watch's bound counts it).
 const FAILED_READ_INTERVALS: u32 = 2;
-
-/// The watch: the next read, the one in flight, what the last answer said, and the change
-/// waiting for a key list.
-#[derive(Debug)]
-pub(super) struct Watch {
-    next_at: Option<Instant>,
-    /// The read under way and when it is given up.
-    in_flight: Option<(SignalsRequest, Instant)>,
-    next_request: u64,
-    /// The last answer that listed the families (kept across connections: a change while
-    /// disconnected is still a change).
-    last: Option<StoreSignals>,
-    /// [`Report::SignalsAbsent`] was said.
-    absent_said: bool,
-    /// The backoff of reads that failed in a row.
-    failures: Backoff,
-    /// When the latest change was seen that no key list asked for since has satisfied (a list
-    /// asked after it satisfies every earlier one too).
-    pub(super) wanted: Option<Instant>,
-}
-
-/// What the watch's timer asks for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum WatchDue {
-    /// Read the signals.
-    Read,
-    /// The read under way was not answered in time.
-    TimedOut,
-}
-
-impl Watch {
-    pub(super) fn new(seed: u64) -> Watch {
-        Watch {
-            next_at: None,
-            in_flight: None,
-            next_request: 1,
-            last: None,
-            absent_said: false,
-            failures: Backoff::new(seed ^ 0x7761_7463),
-            wanted: None,
-        }
-    }
-
-    /// The link came up: read now (unless a read is under way).
-    pub(super) fn start(&mut self, now: Instant) {
-        if self.in_flight.is_none() {
-            self.next_at = Some(now);
-        }
-    }
-
-    /// The link went down: nothing is read until it comes up again (the next connection
-    /// reads a key list anyway).
-    pub(super) fn stop(&mut self) {
-        self.next_at = None;
-        self.in_flight = None;
-    }
-
-    /// Returns when [`Watch::handle_timeout`] is next due.
-    pub(super) fn poll_timeout(&self) -> Option<Instant> {
-        match self.in_flight {
-            Some((_, deadline)) => Some(deadline),
-            None => self.next_at,
-        }
-    }
-
-    /// Returns what is due at `now`, if anything.
-    pub(super) fn handle_timeout(&mut self, now: Instant) -> Option<WatchDue> {
-        match self.in_flight {
-            Some((_, deadline)) if deadline <= now => {
-                self.in_flight = None;
-                Some(WatchDue::TimedOut)
-            }
-            None if self.next_at.is_some_and(|at| at <= now) => Some(WatchDue::Read),
-            _ => None,
-        }
-    }
-
-    /// A change was seen at `now`: only a key list asked for from now on satisfies it (and
-    /// every earlier one), whatever is under way.
-    pub(super) fn want(&mut self, now: Instant) {
-        self.wanted = Some(now);
-    }
-
-    /// A key list asked for at `asked_at` was applied: it satisfies a change seen at or
-    /// before then.
-    pub(super) fn satisfied_by(&mut self, asked_at: Instant) {
-        if self.wanted.is_some_and(|seen| seen <= asked_at) {
-            self.wanted = None;
-        }
-    }
-}
 
 impl Session {
     /// The watch's timer: asks for a read, or ends one that was not answered in time.

@@ -1,15 +1,24 @@
-//! Where the resynchronisation stands: the fetch under way (a resync after a forget, or a
-//! reconcile), what live batches decided while its key list is read, and its timers.
+//! Where the resynchronisation stands ([`ResyncState`]): the fetch under way (a resync after a
+//! forget, or a reconcile), what live batches decided while its key list is read, and its
+//! timers; and the checksum term of one key that its `seen` map and verification rounds use.
 
 use alloc::boxed::Box;
+use alloc::collections::BTreeMap;
+use core::time::Duration;
 
-use super::*;
+use crate::effect::{Recovering, ResyncFailure};
+use crate::frame::{EventKind, Seq};
+use crate::input::{SnapshotRequest, VerifyRequest};
+use crate::snapshot::LineFilter;
+use crate::time::Instant;
+
+use super::reconcile::Reconcile;
 
 /// Where the resynchronisation stands.
 // One per session, moved only when a resync begins or ends: the size of `Fetching` costs nothing.
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
-pub(super) enum ResyncState {
+pub(in crate::session) enum ResyncState {
     Idle,
     Fetching {
         request: SnapshotRequest,
@@ -42,7 +51,8 @@ pub(super) enum ResyncState {
         /// forgot: the answer is discarded and the fetch asked for again once it comes back
         /// (one fetch under way at a time, however often the index forgets meanwhile).
         superseded: bool,
-        /// The doubted lines are being confirmed by this request ([`Command::VerifyKeys`]).
+        /// The doubted lines are being confirmed by this request
+        /// ([`Command::VerifyKeys`](crate::effect::Command::VerifyKeys)).
         confirming: Option<VerifyRequest>,
         /// This fetch reconciles: the stream stays placed and the index keeps answering (see
         /// `reconcile.rs`); `None`: a resync after a forget.
@@ -61,7 +71,7 @@ pub(super) enum ResyncState {
 
 /// What the resynchronisation's timer asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum ResyncDue {
+pub(in crate::session) enum ResyncDue {
     /// The fetch was not answered within the fetch timeout: it failed.
     FetchTimedOut,
     /// The confirmation of doubted lines was not answered in time: the fetch fails.
@@ -75,7 +85,7 @@ pub(super) enum ResyncDue {
 impl ResyncState {
     /// Reports whether a key list is being fetched or handed over to place the stream (not
     /// to reconcile a placed one).
-    pub(super) fn is_fetching(&self) -> bool {
+    pub(in crate::session) fn is_fetching(&self) -> bool {
         matches!(
             self,
             ResyncState::Fetching {
@@ -87,7 +97,7 @@ impl ResyncState {
 
     /// A fetch asked for at `now` (`reconcile`: the stream stays placed and the index keeps
     /// answering); `confirms`: what the completed fetch confirms.
-    pub(super) fn fetching(
+    pub(in crate::session) fn fetching(
         request: SnapshotRequest,
         now: Instant,
         timeout: Duration,
@@ -111,8 +121,9 @@ impl ResyncState {
         }
     }
 
-    /// Returns when [`ResyncState::handle_timeout`] is next due.
-    pub(super) fn poll_timeout(&self) -> Option<Instant> {
+    /// Returns when [`ResyncState::handle_timeout`](super::fetch::ResyncState::handle_timeout) is
+    /// next due.
+    pub(in crate::session) fn poll_timeout(&self) -> Option<Instant> {
         match self {
             ResyncState::Idle => None,
             // A reconcile being applied: its next slice is due at once.
@@ -127,7 +138,7 @@ impl ResyncState {
     }
 
     /// Returns what is due at `now`, if anything (the session acts on it).
-    pub(super) fn handle_timeout(&self, now: Instant) -> Option<ResyncDue> {
+    pub(in crate::session) fn handle_timeout(&self, now: Instant) -> Option<ResyncDue> {
         match self {
             ResyncState::Fetching {
                 reconcile: Some(r), ..
@@ -156,7 +167,7 @@ impl ResyncState {
     /// Records a live default-tenant event of the batch `seq` applied while a key list is
     /// fetched: for a resync, once the stream is placed, the event wins over the list for its
     /// key; a reconcile keeps every one (see `reconcile.rs`).
-    pub(super) fn saw(&mut self, seq: Seq, event: &crate::frame::Event<'_>) {
+    pub(in crate::session) fn saw(&mut self, seq: Seq, event: &crate::frame::Event<'_>) {
         if let ResyncState::Fetching {
             reconcile: Some(reconcile),
             ..
@@ -187,7 +198,7 @@ impl ResyncState {
     }
 
     /// Why the index is recovering, as far as the resync tells.
-    pub(super) fn recovering(&self) -> Option<Recovering> {
+    pub(in crate::session) fn recovering(&self) -> Option<Recovering> {
         match self {
             ResyncState::Idle => None,
             ResyncState::Fetching {
@@ -201,4 +212,16 @@ impl ResyncState {
             ResyncState::AwaitingStream { .. } => Some(Recovering::NoStatus),
         }
     }
+}
+
+/// An order-independent checksum term of one key (FNV-1a, then mixed): a round's answer names
+/// every key asked about, each once, when the sums of the terms agree (and the counts).
+pub(in crate::session) fn key_checksum(key: &str) -> u64 {
+    let mut h = 0xcbf2_9ce4_8422_2325u64;
+    for b in key.bytes() {
+        h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+    }
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^ (h >> 33)
 }

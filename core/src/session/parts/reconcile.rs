@@ -1,0 +1,72 @@
+//! A reconcile's state: its key list's objects, the live events it keeps while the list is read,
+//! and its progress through the slices that apply it (the reconcile itself:
+//! `session/reconcile.rs`).
+
+use alloc::string::String;
+use alloc::vec::Vec;
+
+use crate::frame::{EventKind, Seq};
+use crate::index::{ObjectSet, Reconciled};
+use crate::sequence::Point;
+
+/// The most live object events a reconcile keeps while its key list is read; past it, it
+/// forgets and resyncs instead.
+const MAX_LIVE_EVENTS: usize = 1 << 20;
+
+/// A reconcile under way (carried by
+/// [`ResyncState::Fetching`](super::fetch::ResyncState::Fetching)).
+#[derive(Debug)]
+pub(in crate::session) struct Reconcile {
+    /// The sequence the stream stood at when the fetch was asked for: a status point before it
+    /// is another run's.
+    pub(in crate::session) at_ask: Option<Seq>,
+    /// More live events came than it keeps ([`MAX_LIVE_EVENTS`]): what they decided cannot
+    /// be told, so it falls back.
+    pub(in crate::session) overflowed: bool,
+    /// The fetch's status point, once its answer began.
+    pub(in crate::session) point: Option<Point>,
+    /// The objects the key list holds, numbered as the index numbers them (while it is
+    /// applied, the pages not restored yet).
+    pub(in crate::session) listed: ObjectSet,
+    /// Every default-tenant object key a live batch touched since the fetch was asked, with
+    /// the batch's sequence.
+    pub(in crate::session) live: Vec<(String, Seq)>,
+    /// A live `cleared` of the default tenant came since the ask: the key list may describe
+    /// the store before it, and a clear of every tenant renumbers the namespaces the list's
+    /// objects are numbered by. The reconcile falls back.
+    pub(in crate::session) cleared: bool,
+    /// The key list was handed over whole (its doubted lines confirmed): it waits for the
+    /// stream to reach the status point.
+    pub(in crate::session) listed_all: bool,
+    /// The stream reached the point: the list is being applied, in slices.
+    pub(in crate::session) applying: Option<Applying>,
+}
+
+/// A reconcile being applied, slice by slice.
+#[derive(Debug)]
+pub(in crate::session) struct Applying {
+    /// The objects live batches after the point touched (they decide them).
+    pub(in crate::session) kept: ObjectSet,
+    /// The next page slot whose objects are compared with the list; `None` once all were.
+    pub(in crate::session) next_slot: Option<usize>,
+    pub(in crate::session) done: Reconciled,
+}
+
+impl Reconcile {
+    /// Reports whether the key list still takes lines: not once it was handed over whole.
+    pub(in crate::session) fn takes_lines(&self) -> bool {
+        !self.listed_all
+    }
+
+    /// Records a live default-tenant event of the batch `seq`.
+    pub(in crate::session) fn saw(&mut self, seq: Seq, event: &crate::frame::Event<'_>) {
+        match (event.kind, event.object_key) {
+            (EventKind::Cleared, _) => self.cleared = true,
+            (_, Some(key)) if self.live.len() < MAX_LIVE_EVENTS => {
+                self.live.push((String::from(key), seq));
+            }
+            (_, Some(_)) => self.overflowed = true,
+            _ => {}
+        }
+    }
+}
