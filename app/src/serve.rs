@@ -12,6 +12,8 @@
 //! Settings come from the flags, `HICACHE_INDEX_<FLAG>` variables and a TOML file, in that order
 //! ([`config`]).
 
+mod app;
+mod args;
 mod config;
 mod listen;
 mod openapi;
@@ -20,6 +22,7 @@ mod routes;
 mod signals;
 mod telemetry;
 
+pub(crate) use args::ServeArgs;
 pub(crate) use config::configure;
 
 use std::process::ExitCode;
@@ -27,126 +30,20 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use clap::{ArgMatches, Args, ValueEnum};
+use clap::ArgMatches;
 use hicache_index::Health;
-use hicache_index_api::Limits;
 use hicache_index_driver::report::{HTTP_REJECTED_TOTAL, QUERY_DURATION_SECONDS};
-use hicache_index_driver::workers::LastPolls;
 use hicache_index_driver::WorkerPoller;
-use hicache_index_options::{parse_duration, IndexArgs};
 use hicache_index_tokio::{QueryHandle, Subscriber};
-use metrics_exporter_prometheus::PrometheusHandle;
 
+use self::app::App;
+use self::args::LogFormat;
 use self::plan::{plan, Plan};
-use self::routes::{error_json, router, MODEL_LAYOUT_CONFLICT, MODEL_WORKERS};
+use self::routes::router;
 use self::signals::Signals;
 use self::telemetry::STOPPING;
 use crate::layout_report;
 use crate::outcome::{Failure, Outcome};
-
-/// How log lines are written (on stderr).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub(crate) enum LogFormat {
-    /// One line of text a line.
-    Text,
-    /// One JSON object a line.
-    Json,
-}
-
-/// `serve --events URL [--master-http URL] LAYOUT... [--workers URL,...] [--listen ADDR]
-/// [--nng-listen URL]`
-#[derive(Args, Debug)]
-pub(crate) struct ServeArgs {
-    /// A TOML file of settings: each key is a flag's name (`master-http = "http://..."`,
-    /// `layout = ["a=a.json"]`, `no-verify = true`). Flags and HICACHE_INDEX_* variables win
-    /// over it.
-    #[arg(long, value_name = "FILE")]
-    config: Option<String>,
-    /// Check the configuration (flags, variables, file, the files they name) and exit: 0 and
-    /// the effective configuration on stderr if it is valid, 2 and the reason if not.
-    #[arg(long)]
-    check: bool,
-    #[command(flatten)]
-    pub(crate) index: IndexArgs,
-    /// The HTTP address to listen on, HOST:PORT (a host name resolves; every address it
-    /// resolves to must be loopback unless a token or --allow-unauthenticated is given).
-    #[arg(long, value_name = "HOST:PORT", default_value = "127.0.0.1:9100")]
-    listen: String,
-    /// Also answer over nng on this URL (e.g. tcp://127.0.0.1:9101 or ipc:///run/hicache.ipc).
-    #[arg(long, value_name = "URL")]
-    nng_listen: Option<String>,
-    /// The largest request body, in bytes.
-    #[arg(long, value_name = "BYTES", default_value_t = Limits::default().max_body_bytes)]
-    max_body_bytes: usize,
-    /// The most tokens in one request.
-    #[arg(long, value_name = "N", default_value_t = Limits::default().max_tokens)]
-    max_tokens: usize,
-    /// The most page hashes in one request.
-    #[arg(long, value_name = "N", default_value_t = Limits::default().max_page_hashes)]
-    max_page_hashes: usize,
-    /// The most queries in one batch (POST /v1/query_batch, or a batch over nng).
-    #[arg(long, value_name = "N", default_value_t = Limits::default().max_batch_queries)]
-    max_batch_queries: usize,
-    /// Time a client has to send a request's headers, and then its body.
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "10s")]
-    client_timeout: Duration,
-    /// The most HTTP connections open at once; past it the connection idle longest is closed
-    /// to make room, and with none idle a new one is answered 503.
-    #[arg(long, value_name = "N", default_value_t = 1024)]
-    max_connections: usize,
-    /// A file holding the bearer token the query routes need (`Authorization: Bearer TOKEN`;
-    /// /healthz, /readyz and /openapi.json stay open).
-    #[arg(long, value_name = "FILE")]
-    auth_token_file: Option<String>,
-    /// /metrics needs the token too.
-    #[arg(long, requires = "auth_token_file")]
-    metrics_auth: bool,
-    /// Listen on a non-loopback address (HTTP or nng) without a token: anyone who reaches the
-    /// port learns which prompt prefixes are cached (see the threat model, docs/guarantees.md).
-    #[arg(long)]
-    allow_unauthenticated: bool,
-    /// Serve HTTPS with this PEM certificate chain (with --tls-key).
-    #[arg(long, value_name = "FILE", requires = "tls_key")]
-    tls_cert: Option<String>,
-    /// The PEM private key of --tls-cert.
-    #[arg(long, value_name = "FILE", requires = "tls_cert")]
-    tls_key: Option<String>,
-    /// On SIGTERM, the time given to finish: /readyz answers 503 at once, new connections are
-    /// still accepted for the first half of it (so that load balancers see the 503), then the
-    /// listener closes, requests in flight finish, and the process exits 0 at the latest when
-    /// it ends.
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "5s")]
-    shutdown_grace: Duration,
-    /// Log lines as text or JSON (on stderr).
-    #[arg(long, value_name = "FORMAT", value_enum, default_value_t = LogFormat::Text)]
-    log_format: LogFormat,
-    /// The log filter: a level (error, warn, info, debug, trace) or tracing directives
-    /// (`info,hicache_index_access=debug` for the access log). Unset, RUST_LOG is read, else
-    /// `info`.
-    #[arg(long, value_name = "FILTER")]
-    log_level: Option<String>,
-}
-
-/// What the handlers share.
-struct App {
-    index: QueryHandle,
-    limits: Limits,
-    client_timeout: Duration,
-    /// The query latencies over HTTP.
-    http_latency: metrics::Histogram,
-    /// HTTP queries refused.
-    rejected: metrics::Counter,
-    /// Renders `/metrics` from the process's recorder.
-    prometheus: PrometheusHandle,
-    /// The URLs of `--workers`.
-    workers: Vec<String>,
-    /// What the last poll of each worker found.
-    polls: LastPolls,
-    /// The process metrics, collected at each scrape.
-    process: metrics_process::Collector,
-    /// Set once SIGTERM came: `/readyz` answers 503.
-    stopping: AtomicBool,
-}
 
 /// The optional features built in, comma-separated (`--version`, `build_info`).
 pub(crate) fn features() -> String {

@@ -14,8 +14,9 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString};
 
 use crate::answer::Answer;
+use crate::convert::argv_from_kwargs;
+use crate::error::{value_error, Error};
 use crate::tools::Layout;
-use crate::{argv_from_kwargs, value_error, Error};
 
 /// `serve`'s subscriber flags alone.
 #[derive(Parser, Debug)]
@@ -428,7 +429,7 @@ fn hashes(value: &Bound<'_, PyAny>, out: &mut Vec<PageHash>) -> PyResult<()> {
                 Some(hash) => out.push(hash),
                 None => {
                     let item = list.get_item(position)?;
-                    out.push(crate::page_hash(&item).ok_or_else(|| bad(position))?);
+                    out.push(crate::convert::page_hash(&item).ok_or_else(|| bad(position))?);
                 }
             }
         }
@@ -444,7 +445,7 @@ fn hashes(value: &Bound<'_, PyAny>, out: &mut Vec<PageHash>) -> PyResult<()> {
         .map_err(|_| value_error("page_hashes must be a sequence of page hashes"))?
         .enumerate()
     {
-        out.push(crate::page_hash(&item?).ok_or_else(|| bad(position))?);
+        out.push(crate::convert::page_hash(&item?).ok_or_else(|| bad(position))?);
     }
     Ok(())
 }

@@ -7,7 +7,8 @@ use hicache_index_options::{clap_message, LayoutArgs};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyString};
 
-use crate::{argv_from_kwargs, value_error};
+use crate::convert::argv_from_kwargs;
+use crate::error::value_error;
 
 /// The layout flags alone, as `keys` takes them.
 #[derive(Parser, Debug)]
@@ -67,7 +68,7 @@ impl Layout {
 
     /// The object keys of a page (32 bytes or 64 hex characters), in the store's order.
     fn object_keys(&self, page_hash: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {
-        let hash = crate::page_hash(page_hash)
+        let hash = crate::convert::page_hash(page_hash)
             .ok_or_else(|| value_error("--page-hash must be 64 lowercase hex characters"))?;
         Ok(self.inner.object_keys(&hash).collect())
     }
@@ -131,7 +132,7 @@ pub(crate) fn object_keys(
     layout: Option<&Layout>,
     flags: Option<&Bound<'_, PyDict>>,
 ) -> PyResult<Vec<String>> {
-    let hash = crate::page_hash(page_hash)
+    let hash = crate::convert::page_hash(page_hash)
         .ok_or_else(|| value_error("--page-hash must be 64 lowercase hex characters"))?;
     let built;
     let layout = match (layout, flags.is_some_and(|f| !f.is_empty())) {

@@ -9,13 +9,15 @@
 //! effect the session returns is executed in order. A step cap fails the run when time stops
 //! advancing (a session whose deadline does not move after `handle_timeout` spins).
 //!
-//! The files: the loop and the phases in `world/step.rs`; executing the session's effects and
-//! the master's output in `world/effects.rs`; the driver's own timing (stalls of a CPU-starved
-//! driver, queries between puts) and what it has handed to the session in `world/delivery.rs`;
-//! the HTTP side (status read, key-list read, answer, each apart under load) in
-//! `world/http.rs`; a stray publisher and junk in `world/faults.rs`; the checks in
-//! `world/checks.rs` and the watch's bound in `world/bound.rs`; failures, figures and the
-//! report in `world/report.rs`.
+//! The files: the world's state ([`World`], its phase) in `world/state.rs`; the loop and the
+//! phases in `world/step.rs`; executing the session's effects and the master's output in
+//! `world/effects.rs`; the driver's own timing (stalls of a CPU-starved driver, queries between
+//! puts) in `world/driver.rs`, and what it hands to the session in `world/delivery.rs`; the
+//! HTTP side (status read, key-list read, answer, each apart under load) in `world/http.rs`,
+//! with what it has on its way in `world/http_item.rs`; a stray publisher and junk in
+//! `world/faults.rs`; the checks in `world/checks.rs` (a model's pools in `world/pools.rs`) and
+//! the watch's bound in `world/bound.rs`; failures, figures and the report in
+//! `world/report.rs`, and failing a run and making its report in `world/verdict.rs`.
 //!
 //! # The phases
 //! 1. **Chaos**: the preset's faults are on until the master has created
@@ -69,20 +71,13 @@
 //! - **Determinism**: [`Report::transcript`] hashes every effect and every answer, in order.
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::time::Duration;
 
-use hicache_index::sequence::Skip;
-use hicache_index::{
-    ClearReason, Command, Effect, Effects, Health, HitPolicy, Hits, Input, Instant, Lookup,
-    PageHash, Pages, Report as CoreReport, Session, Timestamp, Tokens,
-};
-use hicache_index_wire::{encode_payload, OwnedBatch, OwnedEvent};
+use hicache_index::{Instant, Session};
 
-use crate::master::{Action, Master, MasterOutput, ObjId, PageId, Request};
-use crate::models::{ModelSpec, TENANTS};
-use crate::network::{Message, NetEvent, NetStats, Network, Origin};
-use crate::options::{HttpOptions, Options, TailKind, TailLoss};
+use crate::master::{Action, Master, MasterOutput};
+use crate::network::Network;
+use crate::options::Options;
 use crate::oracle::Oracle;
 use crate::rng::Rng;
 use crate::system::System;
@@ -91,112 +86,24 @@ use crate::util::Transcript;
 mod bound;
 mod checks;
 mod delivery;
+mod driver;
 mod effects;
 mod faults;
 mod http;
+mod http_item;
+mod pools;
 mod report;
+mod state;
 mod step;
+mod verdict;
 
-use checks::{pool_plans, PoolPlan};
-use http::{Handed, HttpItem};
 pub use report::{Failure, FailureKind, Report, RunStats};
+pub use state::World;
+pub use step::IDLE_BOUND;
 
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-enum Phase {
-    Chaos,
-    Quiet { until: Instant },
-    Settle { until: Instant },
-    Scripted,
-    Done,
-}
-
-/// A world around the system under test `S` (see the module docs).
-pub struct World<S: System> {
-    opts: Options,
-    now: Instant,
-    phase: Phase,
-    master: Master,
-    net: Network,
-    oracle: Oracle,
-    sut: S,
-    models: Vec<ModelSpec>,
-    plans: Vec<Vec<PoolPlan>>,
-    http_opts: HttpOptions,
-    http: BTreeMap<(Instant, u64), HttpItem>,
-    http_counter: u64,
-    http_rng: Rng,
-    query_rng: Rng,
-    other_rng: Rng,
-    /// Per sequence, the epoch and first and last positions of the batch fed under it.
-    fed: Vec<(u32, u64, u64)>,
-    applied_pos: u64,
-    /// A clear happened and no batch has applied since: the next batch applied is the stream's
-    /// new baseline, and what was published before it is as lost as what came before the
-    /// clear (a batch older than the baseline that arrives after it can only be skipped).
-    baseline_pending: bool,
-    snapshots: Vec<u64>,
-    /// The key list's position of the snapshot that placed the stream, until its resync ends.
-    placed_snapshot: Option<u64>,
-    /// The newest history position of a master message handed to the session.
-    handed_upto: u64,
-    p_loss: u64,
-    next_stray: Option<Instant>,
-    next_junk: Option<Instant>,
-    next_clear: Option<Instant>,
-    stray_seq: u64,
-    transcript: Transcript,
-    stats: RunStats,
-    failures: Vec<Failure>,
-    out: MasterOutput,
-    hashes: Vec<PageHash>,
-    map: Vec<bool>,
-    text: String,
-    same_time_steps: u64,
-    spins: u32,
-    trace: bool,
-    settle_cap: Instant,
-    settle_keys: u64,
-    verified_at_settle: u64,
-    /// The time of each history position, in position order.
-    record_times: Vec<(u64, Instant)>,
-    /// The longest a delivered message's oldest event had existed when it arrived.
-    evidence_lag: Duration,
-    /// What is handed to the session when, and what is still pending for it.
-    driver: delivery::Driver,
-    /// The horizon the current query is judged against.
-    judge: Option<u64>,
-    /// A restart the HTTP side scheduled (see [`HttpOptions::restart_after_keys`]).
-    restart_at: Option<Instant>,
-    /// A publisher's clear the HTTP side scheduled (see [`HttpOptions::clear_after_keys`]).
-    clear_at: Option<Instant>,
-    /// When the session was last handed a timer (see `World::timer_due`).
-    last_timer: Instant,
-    /// Why the session said it is recovering, last (until it is no longer recovering).
-    recovering: Option<hicache_index::Recovering>,
-    /// Draws of the named worlds that the world makes itself (restarts the transport sees).
-    world_rng: Rng,
-    /// Messages still to lose at the tail of the final burst ([`Options::tail`]).
-    tail_lose: u32,
-    /// Since when the master has been idle and reachable (see the module docs).
-    idle_since: Option<Instant>,
-    /// The check of the idle master was made.
-    idle_checked: bool,
-    /// When the session last asked for a snapshot, and was last handed a master message.
-    last_fetch_at: Option<Instant>,
-    last_handed_at: Option<Instant>,
-    /// When the session was last given a reason to forget that a correct session must follow:
-    /// a connection, a message revealing a loss or a restart, stale keys found by
-    /// verification, an unreadable removal, a clear the driver asked for.
-    last_forced_at: Option<Instant>,
-    stale_keys_seen: u64,
-    /// When the quiet phase began (the HTTP side's faults stopped).
-    quiet_since: Option<Instant>,
-    /// The master's signals as last answered to the session.
-    signals_answered: Option<hicache_index::StoreSignals>,
-}
-
-/// How long after the master went idle and reachable the index must be live and exact.
-pub const IDLE_BOUND: Duration = Duration::from_secs(5);
+use driver::Driver;
+use pools::pool_plans;
+use state::Phase;
 
 /// Runs one seed's options against the real [`Session`].
 pub fn run(options: &Options) -> Report {
@@ -311,7 +218,7 @@ impl<S: System> World<S> {
             verified_at_settle: 0,
             record_times: Vec::new(),
             evidence_lag: Duration::ZERO,
-            driver: delivery::Driver::new(&root, &opts_driver, grace),
+            driver: Driver::new(&root, &opts_driver, grace),
             judge: None,
             restart_at: None,
             clear_at: None,

@@ -15,9 +15,13 @@
 //! removal and is counted apart; any other page claimed but absent is a false hit, and the demo
 //! fails. The removal lag (the master removing, to the index applying the batch) is measured.
 
+mod args;
 mod report;
 mod workers;
 mod workload;
+mod world;
+
+pub(crate) use args::DemoArgs;
 
 use std::collections::HashMap;
 use std::io::IsTerminal;
@@ -26,112 +30,18 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use clap::Args;
 use hicache_index::{
-    Config, Health, Layout, Lookup, ModelLayout, Namespace, PageHash, ResyncConfig, Seq,
-    SglangParams, VerifyConfig,
+    Config, Health, Layout, ModelLayout, PageHash, ResyncConfig, SglangParams, VerifyConfig,
 };
-use hicache_index_emulator::{Emulator, EmulatorConfig, Position};
-use hicache_index_options::parse_duration;
-use hicache_index_tokio::{QueryHandle, Subscriber, SubscriberConfig};
+use hicache_index_emulator::{Emulator, EmulatorConfig};
+use hicache_index_tokio::{Subscriber, SubscriberConfig};
 
 use crate::latency::Latency;
 use crate::outcome::{say, Failure, Outcome};
 use report::{progress, report};
 use workers::{workers, Plan};
 use workload::{router, system_prompts};
-
-/// Tokens per page.
-const PAGE: u32 = 64;
-/// The TP size: 16 objects (K and V per rank) a page.
-const TP: u32 = 8;
-/// The served model (part of every key).
-const MODEL: &str = "Qwen/Qwen3-32B";
-
-/// `demo [--duration 30s]`
-#[derive(Args, Debug)]
-pub(crate) struct DemoArgs {
-    /// How long the workload runs.
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "30s")]
-    duration: Duration,
-    /// Router threads asking the index.
-    #[arg(long, value_name = "N", default_value_t = 2)]
-    routers: usize,
-    /// Requests per second, all routers together.
-    #[arg(long, value_name = "N", default_value_t = 1000)]
-    rate: u32,
-    /// The most pages the emulated store holds; beyond it the oldest are removed (with events).
-    #[arg(long, value_name = "N", default_value_t = 30_000)]
-    store_pages: usize,
-    /// Seeds the workload.
-    #[arg(long, value_name = "N", default_value_t = 1)]
-    seed: u64,
-}
-
-/// What the threads share.
-struct World {
-    emulator: Emulator,
-    layout: Layout,
-    index: QueryHandle,
-    /// When the demo started (the clock of `in_flight` and `asking`).
-    start: Instant,
-    /// Pages removed from the master whose removal may still be on its way to the index.
-    in_flight: Mutex<HashMap<PageHash, Removal>>,
-    /// The run of the master the index is known to follow: 0 at first, the new run once the
-    /// index claimed a page stored only after the restart.
-    index_run: AtomicU64,
-    /// For each router, when its current query began (ns since start; `u64::MAX` when idle).
-    asking: Vec<AtomicU64>,
-    stop: AtomicBool,
-    latency: Latency,
-    /// From the master removing objects to the index applying the batch that carried them.
-    removal_lag: Latency,
-    queries: AtomicU64,
-    pages_asked: AtomicU64,
-    pages_hit: AtomicU64,
-    false_hits: AtomicU64,
-    in_flight_claims: AtomicU64,
-    first_false_hit: Mutex<Option<String>>,
-    faults: Mutex<Faults>,
-}
-
-/// A page's removal from the master, and when the index was seen to know it.
-#[derive(Clone, Copy, Debug)]
-struct Removal {
-    /// The batch that carried it; for objects lost in a restart, the new run at sequence 0
-    /// (known once the index follows the new run).
-    at: Position,
-    /// When the index was seen to have applied `at` (ns since start; `u64::MAX` until then).
-    applied_ns: u64,
-}
-
-/// Where the index stands in the master's streams: the run it follows and the last sequence it
-/// applied (read in that order, so the sequence is never older than the run).
-#[derive(Clone, Copy, Debug)]
-struct Applied {
-    run: u64,
-    seq: Option<Seq>,
-}
-
-impl Applied {
-    /// Reports whether an index standing here has applied the batch at `at`.
-    fn covers(self, at: Position) -> bool {
-        self.run > at.run || (self.run == at.run && self.seq.is_some_and(|s| s >= at.seq))
-    }
-}
-
-/// When the faults were injected and when the index had recovered from them.
-#[derive(Default, Debug)]
-struct Faults {
-    gap_at: Option<Duration>,
-    gap_pages: usize,
-    gap_recovered: Option<Duration>,
-    restart_at: Option<Duration>,
-    restart_recovered: Option<Duration>,
-    restart_forgotten: Option<Duration>,
-    removals: u64,
-    removal_waits_timed_out: u64,
-}
+use world::{lock, page_hashes, prefix, Faults, World, MODEL, PAGE, TP};
 
 /// Runs the demo and prints the report; fails on a false hit or a fault not recovered.
 pub(crate) fn run(args: DemoArgs) -> Outcome {
@@ -317,94 +227,6 @@ fn wait_subscribed(world: &World) -> Result<(), String> {
         "the subscriber did not follow the emulated master within 15 s (health {})",
         world.index.health().as_str()
     ))
-}
-
-fn page_hashes(layout: &Layout, tokens: &[u32]) -> Vec<PageHash> {
-    layout.page_hashes(tokens, Namespace::NONE).collect()
-}
-
-/// Leading pages of `hashes` the index claims.
-fn prefix(index: &QueryHandle, hashes: &[PageHash]) -> usize {
-    index
-        .query(&Lookup::page_hashes(hashes))
-        .map_or(0, |h| h.prefix_pages)
-}
-
-impl World {
-    /// Nanoseconds since the demo started.
-    fn nanos(&self) -> u64 {
-        u64::try_from(self.start.elapsed().as_nanos()).unwrap_or(u64::MAX)
-    }
-
-    /// Where the index stands now.
-    fn applied(&self) -> Applied {
-        let run = self.index_run.load(Ordering::SeqCst);
-        Applied {
-            run,
-            seq: self.index.last_applied_seq(),
-        }
-    }
-
-    /// Marks `pages` as being removed by the batch at `at` (called before they leave the
-    /// master, with a sequence no batch has, then again once the batch is known).
-    fn removing(&self, pages: &[PageHash], at: Position) {
-        let mut in_flight = self.removals();
-        for page in pages {
-            in_flight.insert(
-                *page,
-                Removal {
-                    at,
-                    applied_ns: u64::MAX,
-                },
-            );
-        }
-    }
-
-    /// Marks the removals of `pages` as applied by the index now, and drops the entries no
-    /// query in progress can need: applied before every current query began, and more than
-    /// 5 s ago.
-    fn applied_removals(&self, pages: &[PageHash]) {
-        let now = self.nanos();
-        let oldest_query = self
-            .asking
-            .iter()
-            .map(|a| a.load(Ordering::SeqCst))
-            .min()
-            .unwrap_or(u64::MAX);
-        let horizon = oldest_query.min(now.saturating_sub(5_000_000_000));
-        let mut in_flight = self.removals();
-        for page in pages {
-            if let Some(removal) = in_flight.get_mut(page) {
-                removal.applied_ns = now;
-            }
-        }
-        in_flight.retain(|_, r| r.applied_ns >= horizon);
-    }
-
-    fn removals(&self) -> std::sync::MutexGuard<'_, HashMap<PageHash, Removal>> {
-        self.in_flight
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// Counts a false hit, keeping the first one's description.
-    fn false_hit(&self, describe: impl FnOnce() -> String) {
-        self.false_hits.fetch_add(1, Ordering::Relaxed);
-        let mut first = self
-            .first_false_hit
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if first.is_none() {
-            *first = Some(describe());
-        }
-    }
-}
-
-fn lock(world: &World) -> std::sync::MutexGuard<'_, Faults> {
-    world
-        .faults
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 #[cfg(test)]

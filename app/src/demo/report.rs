@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use hicache_index::Health;
 
-use super::{lock, DemoArgs, World, MODEL, PAGE, TP};
+use super::args::DemoArgs;
+use super::world::{lock, World, MODEL, PAGE, TP};
 use crate::plumbing::thousands;
 
 /// The live progress line.

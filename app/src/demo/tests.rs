@@ -1,6 +1,9 @@
 //! Unit tests of the demo: when a removal is known to the index.
 
-use super::*;
+use hicache_index::Seq;
+use hicache_index_emulator::Position;
+
+use super::world::Applied;
 
 #[test]
 fn a_removal_is_known_from_its_batch_on_within_its_run_or_once_a_later_run_is_followed() {

@@ -10,7 +10,7 @@ use hicache_index::{Health, Lookup, PageHash, Seq};
 use hicache_index_emulator::Position;
 use hicache_index_tokio::QueryHandle;
 
-use super::{lock, page_hashes, prefix, World, PAGE};
+use super::world::{lock, page_hashes, prefix, World, PAGE};
 
 /// When the workers thread injects what.
 pub(super) struct Plan {

@@ -9,7 +9,7 @@ use hicache_index::{Lookup, Namespace, PageHash};
 use rand_xoshiro::rand_core::{RngCore, SeedableRng};
 use rand_xoshiro::SplitMix64;
 
-use super::{page_hashes, Applied, World, PAGE};
+use super::world::{page_hashes, Applied, World, PAGE};
 
 /// Shared system prompts.
 const PROMPTS: usize = 300;

@@ -22,6 +22,7 @@ use tokio::sync::{watch, Notify};
 use tokio_rustls::TlsAcceptor;
 use tower_service::Service;
 
+use super::routes::error_json;
 use super::telemetry::{
     record_request, HTTP_CONNECTIONS_CLOSED_IDLE_TOTAL, HTTP_CONNECTIONS_OPEN,
     HTTP_CONNECTIONS_REJECTED_TOTAL,
@@ -268,7 +269,7 @@ fn reject(stream: tokio::net::TcpStream, settings: &Settings, conns: &Arc<Connec
     let (settings, conns) = (settings.clone(), conns.clone());
     tokio::spawn(async move {
         let busy = |_: Request<Incoming>| async {
-            let mut response = super::error_json(
+            let mut response = error_json(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "too many connections (--max-connections); try again",
             );
@@ -387,7 +388,7 @@ impl hyper::service::Service<Request<Incoming>> for Requests {
                     Err(never) => match never {},
                 }
             } else {
-                let mut response = super::error_json(
+                let mut response = error_json(
                     StatusCode::UNAUTHORIZED,
                     "this route needs Authorization: Bearer TOKEN (--auth-token-file)",
                 );

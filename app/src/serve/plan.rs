@@ -7,7 +7,8 @@ use std::sync::Arc;
 use hicache_index_api::Limits;
 use hicache_index_tokio::SubscriberConfig;
 
-use super::{listen, ServeArgs};
+use super::args::ServeArgs;
+use super::listen;
 
 /// Everything checked before the service starts.
 pub(super) struct Plan {

@@ -19,7 +19,9 @@ use hicache_index_driver::workers::LastPolls;
 use hicache_index_tokio::QueryHandle;
 use http_body_util::{BodyExt, Limited};
 
-use super::{openapi, telemetry, App};
+use super::app::App;
+use super::telemetry::{MODEL_LAYOUT_CONFLICT, MODEL_WORKERS};
+use super::{openapi, telemetry};
 use crate::layout_report;
 
 pub(super) fn router(app: Arc<App>) -> Router {
@@ -107,12 +109,6 @@ fn export_now(index: &QueryHandle, workers: &[String], polls: &LastPolls) {
         layout_report::export(&workers, &models);
     }
 }
-
-/// The models whose layout the workers advertise: 1 while a model's workers disagree.
-pub(super) const MODEL_LAYOUT_CONFLICT: &str = "hicache_index_model_layout_conflict";
-
-/// The workers advertising each model's layout now.
-pub(super) const MODEL_WORKERS: &str = "hicache_index_model_workers";
 
 /// Exports, per model its workers advertise, whether its layout is in doubt and how many
 /// workers vote for it.

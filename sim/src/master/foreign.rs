@@ -4,7 +4,10 @@
 
 use hicache_index::Medium;
 
-use super::{Master, MasterOutput, PageId, QKind};
+use super::history::MasterOutput;
+use super::messages::QKind;
+use super::pages::PageId;
+use super::state::Master;
 
 /// The keys one flood call puts, at most.
 const FLOOD_CALL: (u64, u64) = (100, 600);

@@ -3,7 +3,8 @@
 
 use hicache_index::Instant;
 
-use super::{Master, ObjId, Published};
+use super::messages::Published;
+use super::pages::ObjId;
 
 /// One state change, as the oracle learns it.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -116,15 +117,4 @@ pub struct MasterStats {
     pub unknown_keyless: u64,
     /// Foreign keys put (odd keys of another client).
     pub foreign_keys: u64,
-}
-
-impl Master {
-    pub(super) fn record(&mut self, change: Change, out: &mut MasterOutput) -> u64 {
-        self.pos += 1;
-        out.records.push(Record {
-            pos: self.pos,
-            change,
-        });
-        self.pos
-    }
 }

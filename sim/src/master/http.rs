@@ -3,8 +3,9 @@
 
 use hicache_index::Instant;
 
-use super::store::key_hash;
-use super::{Master, ObjId, Status};
+use super::messages::Status;
+use super::pages::{key_hash, ObjId};
+use super::state::Master;
 use crate::util::IdSet;
 
 /// Which run of the master answers HTTP.

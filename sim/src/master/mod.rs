@@ -2,8 +2,9 @@
 //!
 //! - **Puts** are SGLang HiCache write-backs: a request's tokens (with realistic prefix sharing:
 //!   shared system prompts, multi-turn continuations, branches) are cut into pages, hashed with
-//!   [`Layout::page_hashes`], and every object of each page the store lacks is put
-//!   ([`Layout::object_keys`]): one `stored` event (medium `cpu`) per object.
+//!   [`Layout::page_hashes`](hicache_index::Layout::page_hashes), and every object of each page
+//!   the store lacks is put ([`Layout::object_keys`](hicache_index::Layout::object_keys)): one
+//!   `stored` event (medium `cpu`) per object.
 //! - A **disk replica** emits a second `stored` with medium `disk`. **Evictions** (of one object,
 //!   of a page, or to stay under capacity) emit `removed`. A memory replica evicted while a disk
 //!   replica remains emits nothing, or `removed` with medium `cpu` when
@@ -45,46 +46,60 @@
 //! undo the change), silent removals, and restarts. The oracle is built from these records.
 //!
 //! # Files
-//! - `store.rs`: the object store (pages, objects, requests, puts, evictions, silent removals,
-//!   foreign keys).
-//! - `publisher.rs`: the event queue, event ids, sequences and the batches sent.
+//! - `state.rs`: the master's state ([`Master`]) and the flags of its objects; this file reads
+//!   it, drives it and records its changes.
+//! - `pages.rs`: the pages, objects and requests the store holds; `store.rs`: the object store
+//!   (puts, evictions, silent removals, foreign keys).
+//! - `messages.rs`: what the publisher queues and sends, and its status; `publisher.rs`: the
+//!   event queue, event ids, sequences and the batches sent.
 //! - `history.rs`: the records the oracle learns and what one call produced.
 //! - `http.rs`: the HTTP answers (`/kv_events/status`, `/get_all_keys`, `/batch_query_keys`).
-//! - `restart.rs`: going down and coming back, and the old run's HTTP view while it lags.
+//! - `restart.rs`: going down and coming back; `old_view.rs`: the old run's HTTP view while it
+//!   lags.
 //! - `clock.rs`: the publisher's clock (jumps forward, steps back).
 //! - `foreign.rs`: another application's keys (the foreign flood).
 //! - `segments.rs`: store clients and their segments (issue 27): puts placed on them, clients
-//!   that close, crash, stall and resume without events, and the `/metrics` counters they move.
+//!   that close, crash, stall and resume without events, and the `/metrics` counters they move;
+//!   `clients.rs`: the clients' states and counters.
 //! - `tests.rs`: the model's own tests.
 
 use std::collections::VecDeque;
 use std::rc::Rc;
 use std::time::Duration;
 
-use hicache_index::{Instant, Medium, PageHash, Seq, Timestamp};
-use hicache_index_wire::{OwnedBatch, OwnedEvent};
+use hicache_index::{Instant, Medium, Seq, Timestamp};
+use hicache_index_wire::OwnedBatch;
 
 use crate::models::{ModelSpec, TENANTS};
 use crate::options::{ActionMix, MasterOptions};
 use crate::rng::Rng;
 use crate::util::{FxHashMap, IdSet};
 
+mod clients;
 mod clock;
 mod foreign;
 mod history;
 mod http;
+mod messages;
+mod old_view;
+mod pages;
 mod publisher;
 mod restart;
 mod segments;
+mod state;
 mod store;
 
+pub use clients::{ClientSignals, ClientStats};
 pub use history::{Change, MasterOutput, MasterStats, Record};
 pub use http::Served;
-pub use publisher::{MasterMeta, Published, Status};
-pub use segments::{ClientSignals, ClientStats};
-pub use store::{ObjId, ObjInfo, PageId, PageInfo, Request};
+pub use messages::{MasterMeta, Published, Status};
+pub use pages::{ObjId, ObjInfo, PageId, PageInfo, Request};
+pub use state::Master;
 
-use publisher::{QKind, Queued};
+use clients::Clients;
+use clock::Clock;
+use messages::QKind;
+use state::{DISK, HIDDEN, MEM};
 
 /// What the master can do in one action.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -123,69 +138,11 @@ pub enum Action {
     ForeignFlood,
 }
 
-const MEM: u8 = 1;
-const DISK: u8 = 2;
-/// A memory-only object whose client went silent past its active TTL: the master holds it and
-/// lists it nowhere (see `segments.rs`).
-const HIDDEN: u8 = 4;
-
-/// The master model (see the module docs).
-#[derive(Debug)]
-pub struct Master {
-    opts: MasterOptions,
-    models: Vec<ModelSpec>,
-    rng: Rng,
-    pages: Vec<PageInfo>,
-    page_index: FxHashMap<(u8, u8, PageHash), PageId>,
-    objects: Vec<ObjInfo>,
-    /// Objects of the default tenant by the hash of their key (checked against the key).
-    default_keys: FxHashMap<u64, ObjId>,
-    flags: Vec<u8>,
-    segment: Vec<u8>,
-    /// The store clients and their segments ([`MasterOptions::clients`]).
-    clients: Option<segments::Clients>,
-    /// Objects removed by the actions of the other worlds without an event
-    /// ([`Master::silent_signals`]).
-    signalled_removals: u64,
-    present: Vec<IdSet>,
-    requests: VecDeque<Rc<Request>>,
-    prompts: Vec<Vec<Vec<u64>>>,
-    queue: VecDeque<Queued>,
-    epoch: u32,
-    next_seq: u64,
-    next_event_id: u64,
-    foreign_keys: Vec<Box<str>>,
-    foreign_present: IdSet,
-    /// The ids of every foreign key ever put, by its text (for `/batch_query_keys`).
-    foreign_index: FxHashMap<Box<str>, Vec<u32>>,
-    /// The time of the call being served (events are stamped with it when queued).
-    now: Instant,
-    clock: clock::Clock,
-    /// The run before the last restart, as the HTTP side still serves it (see
-    /// [`Served::Lagging`]).
-    old_view: Option<restart::OldView>,
-    /// How long the HTTP side lags behind a restart (see [`Master::set_http_lag`]).
-    http_lag: (Duration, Duration),
-    run_dropped: u64,
-    published_ids: u64,
-    pos: u64,
-    next_action: Instant,
-    next_tick: Instant,
-    down_until: Option<Instant>,
-    faults: bool,
-    acting: bool,
-    stats: MasterStats,
-    batch: OwnedBatch,
-    spare_events: Vec<OwnedEvent>,
-    items: Vec<Queued>,
-    scratch: String,
-}
-
 impl Master {
     /// Makes a master serving `models`; it acts from time zero.
     pub fn new(opts: MasterOptions, models: Vec<ModelSpec>, rng: Rng) -> Master {
         // The clock draws from a stream of its own: a steady clock draws nothing.
-        let clock = clock::Clock::new(&opts, rng.fork(0xc10c));
+        let clock = Clock::new(&opts, rng.fork(0xc10c));
         let mut rng = rng;
         let prompts = models
             .iter()
@@ -204,7 +161,7 @@ impl Master {
         let clients = opts
             .clients
             .clone()
-            .map(|c| segments::Clients::new(c, rng.fork(0x5e6)));
+            .map(|c| Clients::new(c, rng.fork(0x5e6)));
         Master {
             opts: MasterOptions { tenants, ..opts },
             models,
@@ -323,6 +280,18 @@ impl Master {
     /// moves the simulated master's unmount counter, as a segment leaving does).
     pub fn silent_signals(&self) -> u64 {
         self.signalled_removals
+    }
+
+    // ---- recording ----
+
+    /// Records `change` at the next history position, and returns that position.
+    pub(super) fn record(&mut self, change: Change, out: &mut MasterOutput) -> u64 {
+        self.pos += 1;
+        out.records.push(Record {
+            pos: self.pos,
+            change,
+        });
+        self.pos
     }
 
     // ---- driving ----

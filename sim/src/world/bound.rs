@@ -28,8 +28,14 @@
 //! HTTP faults the check covers only what went unlisted after the faults stopped (the quiet
 //! phase on). The final staleness check still holds every run to "none left at the end".
 
-use super::*;
+use std::time::Duration;
+
 use hicache_index::StoreSignals;
+
+use super::report::FailureKind;
+use super::state::World;
+use crate::master::ObjId;
+use crate::system::System;
 
 /// How long a slow HTTP answer is delayed (see [`World::http_fate`]).
 const SLOW_ANSWER: Duration = Duration::from_millis(400);

@@ -1,32 +1,18 @@
 //! The checks: safety after every query, confirmation, and the final liveness and staleness
 //! checks.
 
-use super::*;
+use std::fmt::Write as _;
 
-/// The pools of a model as suffix ranges with their policies.
-#[derive(Copy, Clone, Debug)]
-pub(super) struct PoolPlan {
-    pub(super) start: usize,
-    pub(super) end: usize,
-    pub(super) policy: HitPolicy,
-}
+use hicache_index::{Health, HitPolicy, Hits, Instant, Lookup, Pages, Tokens};
 
-pub(super) fn pool_plans(spec: &ModelSpec) -> Vec<PoolPlan> {
-    let mut at = 0;
-    spec.layout
-        .pools
-        .iter()
-        .map(|p| {
-            let (start, end) = (at, at + p.suffixes.len());
-            at = end;
-            PoolPlan {
-                start,
-                end,
-                policy: p.hit_policy,
-            }
-        })
-        .collect()
-}
+use super::pools::PoolPlan;
+use super::report::FailureKind;
+use super::state::World;
+use super::step::IDLE_BOUND;
+use crate::master::{ObjId, PageId, Request};
+use crate::models::TENANTS;
+use crate::oracle::Oracle;
+use crate::system::System;
 
 impl<S: System> World<S> {
     // ---- queries and the safety check ----

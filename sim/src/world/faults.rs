@@ -1,7 +1,14 @@
 //! Fault injection from outside the master: a stray publisher's batches (another topic, keys
 //! of real pages) and junk messages (random frames), both sent through the network.
 
-use super::*;
+use hicache_index::Timestamp;
+use hicache_index_wire::{encode_payload, OwnedBatch, OwnedEvent};
+
+use super::state::World;
+use crate::master::PageId;
+use crate::models::TENANTS;
+use crate::network::{Message, Origin};
+use crate::system::System;
 
 impl<S: System> World<S> {
     pub(super) fn send_stray(&mut self) {

@@ -1,7 +1,18 @@
 //! The loop: virtual time jumps to the earliest pending thing and one due thing is done per
 //! step; the phases (chaos, quiet, settle) change on the way.
 
-use super::*;
+use std::time::Duration;
+
+use hicache_index::{Health, Input, Instant};
+
+use super::report::FailureKind;
+use super::state::{Phase, World};
+use crate::master::Action;
+use crate::options::{TailKind, TailLoss};
+use crate::system::System;
+
+/// How long after the master went idle and reachable the index must be live and exact.
+pub const IDLE_BOUND: Duration = Duration::from_secs(5);
 
 /// Steps at one virtual instant before the run is declared stuck.
 const STEP_CAP: u64 = 200_000;

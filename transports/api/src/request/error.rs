@@ -4,9 +4,10 @@ use std::fmt;
 
 use hicache_index::QueryError;
 
+use super::answer::ErrorAnswer;
+use super::echo::clip;
 #[cfg(doc)]
-use super::MAX_ECHO_BYTES;
-use super::{clip, ErrorAnswer};
+use super::echo::MAX_ECHO_BYTES;
 
 /// Why a request was refused.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -4,10 +4,9 @@
 use hicache_index::{Hits, Lookup, MapCover, NoMemo, Pages, QueryError, Session};
 use serde::Deserialize;
 
-use super::{
-    check_msgpack_lengths, ApiError, BatchAnswer, BatchItem, BatchRequest, ErrorAnswer, Limits,
-    Query, QueryAnswer, QueryRequest,
-};
+use super::answer::{BatchAnswer, BatchItem, ErrorAnswer, QueryAnswer};
+use super::error::ApiError;
+use super::query::{check_msgpack_lengths, BatchRequest, Limits, Query, QueryRequest};
 
 /// What a query service asks of an index: the page shape of a model's layout, the index
 /// itself, and the models it knows. [`Session`] is one; so is a driver's query handle.
@@ -45,7 +44,7 @@ pub fn answer_front(front: &impl Front, query: &Query) -> Result<QueryAnswer, Ap
         |model| front.page_shape(model),
         |lookup, map, cover| front.ask(lookup, map, cover),
     )
-    .map_err(|e| e.listing_models(query.request.model.as_deref(), || front.known_models()))
+    .map_err(|e| e.listing_models(query.request().model.as_deref(), || front.known_models()))
 }
 
 /// Answers a JSON query body: the HTTP status and the JSON body (the answer or the error).
