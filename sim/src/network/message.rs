@@ -1,8 +1,6 @@
 //! What travels over the network and what it reports: messages, their origin, the events the
 //! driver hears and the counts of what the network did.
 
-#[cfg(doc)]
-use super::Network;
 pub use crate::master::MasterMeta;
 
 /// What the receiver knows about where a message came from (never shown to the session).
@@ -80,6 +78,7 @@ pub struct NetStats {
     pub late_after_reconnect: u64,
     /// Master restarts the transport saw (the connection broke at them).
     pub seen_restarts: u64,
-    /// Master messages lost at the tail of a burst ([`Network::lose_published`]).
+    /// Master messages lost at the tail of a burst
+    /// ([`Network::lose_published`](crate::network::Network::lose_published)).
     pub lost_at_tail: u64,
 }

@@ -1,7 +1,10 @@
 //! The fault classes a hunt can turn off one at a time ([`Options::without`]), to tell which one
 //! a failure needs.
 
-use super::*;
+use core::time::Duration;
+
+use super::worlds::WorldKind;
+use super::Options;
 
 impl Options {
     /// The fault classes [`Options::without`] can turn off, to tell which one a failure needs

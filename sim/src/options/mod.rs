@@ -9,8 +9,11 @@
 //! On top of the preset, each seed draws from a stream of its own which of the named
 //! [`WorldKind`]s it also runs (issue 26: the classes of failure the rules must survive), so
 //! that the preset's own draws stay what they were; `--world NAME` runs one alone. The knobs of
-//! each part live in `options/parts.rs`, the worlds in `options/worlds.rs`; both are
-//! re-exported here.
+//! each part live in `options/parts.rs`, the worlds in `options/worlds.rs` (both re-exported
+//! here) and what each world sets in `options/world_knobs.rs`; the fault classes a hunt turns
+//! off are in `options/classes.rs`, the options narrowed for a hunt in `options/shapes.rs`,
+//! the reorder knobs in `options/reorder.rs` and the duration helpers in
+//! `options/durations.rs`.
 
 use core::fmt;
 use core::time::Duration;
@@ -24,9 +27,15 @@ use crate::models::{all_models, catalogue, hybrid_catalogue, ModelSpec};
 use crate::rng::Rng;
 
 mod classes;
+mod durations;
 mod parts;
+mod reorder;
 mod shapes;
+mod world_knobs;
 mod worlds;
+
+use durations::{ms, us};
+use reorder::reordering;
 
 pub use parts::{
     ActionMix, ClientOptions, DriverOptions, HttpOptions, MasterOptions, NetworkOptions,
@@ -139,24 +148,6 @@ pub struct Options {
 
 /// The default number of events per run.
 pub const DEFAULT_EVENTS: u64 = 20_000;
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
-
-fn us(n: u64) -> Duration {
-    Duration::from_micros(n)
-}
-
-/// Turns on a reorder window of 2 to 16 batches held up to 2 to 30 ms, and network jitter of
-/// 100 us to `max_jitter` for it to reorder.
-fn reordering(s: &mut SessionOptions, n: &mut NetworkOptions, r: &mut Rng, max_jitter: Duration) {
-    s.reorder = ReorderConfig {
-        max_held: r.range(2, 16) as usize,
-        max_delay: Some(r.duration(ms(2), ms(30))),
-    };
-    n.reorder_jitter = r.duration(us(100), max_jitter);
-}
 
 impl Options {
     /// Expands a seed into options: the preset and the named worlds are drawn from the seed

@@ -6,7 +6,7 @@ use core::time::Duration;
 use hicache_index::ReorderConfig;
 use hicache_index_wire::MasterFlavor;
 
-use super::us;
+use super::durations::us;
 
 /// How likely each master action is, per action (a put takes what is left).
 #[derive(Clone, Debug, PartialEq)]

@@ -5,34 +5,24 @@
 use std::collections::VecDeque;
 use std::fmt::Write as _;
 use std::sync::Arc;
-use std::time::Duration;
 
 use hicache_index::{
-    Command, Config, Effects, Health, IndexConfig, Input, Instant, ModelLayout, Reader,
-    ReorderConfig, Report, ResyncConfig, Session, SnapshotRequest, StatusRequest, VerifyConfig,
-    VerifyRequest, Watermark,
+    Command, Effects, Health, Input, Instant, Reader, Report, Session, SnapshotRequest,
+    StatusRequest, VerifyRequest, Watermark,
 };
 
-use crate::fingerprint;
-use crate::model::{page_name, Catalog, Fetch, Key, Master, Message, Model, EPOCH_MS, PAGES};
-use crate::oracle::{Judgement, Oracle, STALE_BOUND};
+use crate::model::{Catalog, Fetch, Key, Master, Message, Model, EPOCH_MS, PAGES};
+use crate::oracle::Oracle;
 
 mod judge;
 mod letters;
 mod show;
+mod timing;
 
 pub use self::letters::{Ending, Fate, Letter, Problem, Setup};
 pub use self::show::describe;
 use self::show::{short, show_input};
-
-/// The reorder window's `max_delay` when the window is on (and its `max_held`: 4 batches).
-pub const WINDOW: Duration = Duration::from_millis(50);
-
-/// How long the network holds a delayed batch: past the reorder window.
-pub const DELAY: Duration = Duration::from_millis(60);
-
-/// How long after the master goes idle the index must be live and exact.
-pub const LIVE_BOUND: Duration = Duration::from_secs(30);
+pub use self::timing::{DELAY, LIVE_BOUND, WINDOW};
 
 /// The most timeouts one letter may fire (more is a session that keeps asking for a wake-up
 /// without moving on).

@@ -20,8 +20,9 @@ use crate::socket::{self, Link, LinkEvent, MAX_FRAMES};
 
 mod handover;
 mod inbox;
+mod key_list;
 
-use handover::Handover;
+use key_list::Handover;
 
 /// The most snapshot lines applied under one hold of the write lock: as many as the master puts
 /// in one batch (64 events), so that a query waits for a chunk no longer than for a live batch;

@@ -1,7 +1,12 @@
 //! What the session claims, read through its reader, judged by the oracle after every input;
 //! and the fingerprint that merges histories reaching the same state.
 
-use super::*;
+use crate::fingerprint;
+use crate::model::{page_name, Catalog, Message, PAGES};
+use crate::oracle::{Judgement, STALE_BOUND};
+
+use super::letters::Problem;
+use super::World;
 
 impl World {
     /// Which pages the session claims: one query through its reader for pages A, B, C, with

@@ -1,7 +1,13 @@
 //! The world's setup and alphabet: which world is explored, its letters, and how a history
 //! ends or fails.
 
-use super::*;
+use std::time::Duration;
+
+use hicache_index::{Config, IndexConfig, ModelLayout, ReorderConfig, ResyncConfig, VerifyConfig};
+
+use super::timing::{LIVE_BOUND, WINDOW};
+use crate::model::Catalog;
+use crate::oracle::STALE_BOUND;
 
 /// Which world to explore.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

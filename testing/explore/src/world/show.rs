@@ -1,6 +1,9 @@
 //! The readable trace: letters, inputs and watermarks as words.
 
-use super::*;
+use hicache_index::{Input, Watermark};
+
+use super::letters::{Fate, Letter};
+use crate::model::{page_name, Catalog, Model};
 
 /// Describes a letter readably, as it applies to `model`.
 pub fn describe(letter: Letter, model: &Model) -> String {

@@ -5,7 +5,8 @@ use hicache_index::{
     Input, LeaderRequest, SignalsRequest, SnapshotRequest, StatusRequest, VerifyRequest,
 };
 
-use super::{Driver, Handover, KEY_LIST, SIGNALS, STATUS_CHECK, VERIFICATION};
+use super::key_list::Handover;
+use super::{Driver, KEY_LIST, SIGNALS, STATUS_CHECK, VERIFICATION};
 use crate::handle::Inbox;
 use crate::http::{HttpError, HttpOutcome};
 use crate::observe::Observer;

@@ -9,9 +9,6 @@ use hicache_index::QueryError;
 use hicache_index::Session;
 use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-#[cfg(doc)]
-use super::QueryHandle;
-
 /// The session behind a reader-writer lock whose writer hands over fairly: each write hold is
 /// one bounded call into the session (one batch, one chunk of 64 key lines, one answer), and on
 /// release the queries waiting for it go first, before the writer may take the lock again.
@@ -151,10 +148,12 @@ pub struct LockTimes {
     pub snapshot_chunk_hold: Duration,
     /// The longest hold for any other call (a snapshot's finish, an answer, a timer).
     pub other_hold: Duration,
-    /// The longest a read of the session through the handle ([`QueryHandle::read`],
-    /// [`QueryHandle::counters`], ...) waited for the read lock (wall time: on a contended CPU
-    /// it includes the writer being descheduled while it holds the lock). Queries take no lock
-    /// and never wait (see [`hicache_index::reader`]) unless they fall back (below).
+    /// The longest a read of the session through the handle
+    /// ([`QueryHandle::read`](crate::handle::QueryHandle::read),
+    /// [`QueryHandle::counters`](crate::handle::QueryHandle::counters), ...) waited for the
+    /// read lock (wall time: on a contended CPU it includes the writer being descheduled while
+    /// it holds the lock). Queries take no lock and never wait (see [`hicache_index::reader`])
+    /// unless they fall back (below).
     pub read_wait: Duration,
     /// How many queries the writer kept changing what they read ([`QueryError::Busy`]), so that
     /// they asked again under the session's read lock.

@@ -3,7 +3,8 @@
 
 use hicache_index::{EventsStatus, Seq, StoreSignals, Watermark};
 
-use super::{HttpError, MasterHttp};
+use super::error::HttpError;
+use super::master::MasterHttp;
 
 /// Work the core asked for over HTTP, run on a thread of its own.
 #[derive(Clone, Debug, PartialEq, Eq)]

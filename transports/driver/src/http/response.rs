@@ -1,7 +1,7 @@
 //! The HTTP/1.1 response reader, sans IO on `httparse`: heads, `Content-Length`, chunked and
 //! read-to-close bodies.
 
-use super::HttpError;
+use super::error::HttpError;
 
 /// The longest response head accepted.
 const MAX_HEAD_BYTES: usize = 64 << 10;

@@ -1,9 +1,13 @@
 //! Unit tests of the master's HTTP side: URLs and request bytes, the response reader, the
 //! jobs' parsers.
 
+use std::io::{Read, Write};
+use std::time::Duration;
+
 use hicache_index::{EventsStatus, Seq, Watermark};
 
 use super::*;
+use crate::config::HttpConfig;
 
 fn master(url: &str) -> MasterHttp {
     MasterHttp::new(url, HttpConfig::default()).expect("a valid URL")
@@ -29,8 +33,11 @@ fn urls_parse_into_host_port_and_base() {
 
 #[test]
 fn key_lists_are_split_to_keep_targets_short_and_encoded() {
-    let mut m = master("http://h:1");
-    m.config.max_target_bytes = 200;
+    let config = HttpConfig {
+        max_target_bytes: 200,
+        ..HttpConfig::default()
+    };
+    let m = MasterHttp::new("http://h:1", config).expect("a valid URL");
     let keys: Vec<String> = (0..50).map(|i| format!("model/a,b_{i:04}_k")).collect();
     let targets = m.batch_query_targets(&keys);
     assert!(targets.len() > 1);
@@ -184,8 +191,11 @@ fn get_reads_the_body_of_a_real_response() {
 #[test]
 fn get_gives_up_on_a_silent_server_with_a_timeout() {
     let (url, server) = serve_once(None);
-    let mut m = master(&url);
-    m.config.request_timeout = Duration::from_millis(200);
+    let config = HttpConfig {
+        request_timeout: Duration::from_millis(200),
+        ..HttpConfig::default()
+    };
+    let m = MasterHttp::new(&url, config).expect("a valid URL");
     assert_eq!(m.get("/get_all_keys"), Err(HttpError::Timeout));
     server.join().expect("the server ends");
 }
