@@ -36,14 +36,15 @@ use hicache_index_driver::report::{HTTP_REJECTED_TOTAL, QUERY_DURATION_SECONDS};
 use hicache_index_driver::WorkerPoller;
 use hicache_index_tokio::{QueryHandle, Subscriber};
 
+use crate::layout_report;
+use crate::outcome::{Failure, Outcome};
+
 use self::app::App;
 use self::args::LogFormat;
 use self::plan::{plan, Plan};
 use self::routes::router;
 use self::signals::Signals;
 use self::telemetry::STOPPING;
-use crate::layout_report;
-use crate::outcome::{Failure, Outcome};
 
 /// The optional features built in, comma-separated (`--version`, `build_info`).
 pub(crate) fn features() -> String {

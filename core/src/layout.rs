@@ -6,7 +6,7 @@
 //! hex characters. Every suffix starts with `_` and holds no run of 64 hex characters, which makes
 //! [`parse_object_key`] the exact inverse of [`Layout::object_keys`].
 //!
-//! A layout comes from one of four places:
+//! A layout comes from one of three places:
 //! - SGLang's own description (`GET /get_hicache_l3_cache_layout`): [`LayoutDocument`], then
 //!   [`Layout::from_document`]. Preferred: SGLang says what it writes.
 //! - SGLang's launch parameters: [`SglangParams`], then [`Layout::from_sglang`] (the KV pool);
@@ -52,15 +52,17 @@ mod document;
 mod error;
 mod hybrid;
 mod key;
+mod limits;
 mod objects;
 mod sglang;
 mod votes;
 
 pub use advertised::{ModelLayout, WorkerInfo};
 pub use document::{LayoutDocument, ObjectLayoutDocument, PoolDocument};
-pub use error::{LayoutError, MAX_OBJECTS_PER_PAGE, MAX_SUFFIX_LEN};
+pub use error::LayoutError;
 pub use hybrid::{HybridParams, PoolKind, SidePool};
 pub use key::{parse_object_key, ObjectKey};
+pub use limits::{MAX_OBJECTS_PER_PAGE, MAX_SUFFIX_LEN};
 pub use objects::{HitPolicy, Layout, Pool};
 pub use sglang::{DcpParams, KeyRule, SglangParams};
 pub use votes::{Advertised, LayoutVotes, ModelVerdict};

@@ -1,10 +1,9 @@
 //! Reading what Python passes: keyword arguments as a command line, and page hashes.
 
+use hicache_index::PageHash;
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
-
-use hicache_index::PageHash;
 
 /// Turns keyword arguments into the command line of `command` (`x_y=v` is `--x-y v`): `None`
 /// and `False` leave a flag out, `True` gives a switch, a list or tuple repeats the flag, a

@@ -12,9 +12,8 @@ mod error;
 mod index;
 mod tools;
 
+use crate::error::Error;
 use pyo3::prelude::*;
-
-use error::Error;
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {

@@ -16,7 +16,7 @@
 //! HTTP side (status read, key-list read, answer, each apart under load) in `world/http.rs`,
 //! with what it has on its way in `world/http_item.rs`; a stray publisher and junk in
 //! `world/faults.rs`; the checks in `world/checks.rs` (a model's pools in `world/pools.rs`) and
-//! the watch's bound in `world/bound.rs`; failures, figures and the report in
+//! the watch's bound in `world/bound.rs`; failures, figures and the `Report` type in
 //! `world/report.rs`, and failing a run and making its report in `world/verdict.rs`.
 //!
 //! # The phases

@@ -35,13 +35,13 @@ use hicache_index::{
 };
 use hicache_index_emulator::{Emulator, EmulatorConfig};
 use hicache_index_tokio::{Subscriber, SubscriberConfig};
-
-use crate::latency::Latency;
-use crate::outcome::{say, Failure, Outcome};
 use report::{progress, report};
 use workers::{workers, Plan};
 use workload::{router, system_prompts};
 use world::{lock, page_hashes, prefix, Faults, World, MODEL, PAGE, TP};
+
+use crate::latency::Latency;
+use crate::outcome::{say, Failure, Outcome};
 
 /// Runs the demo and prints the report; fails on a false hit or a fault not recovered.
 pub(crate) fn run(args: DemoArgs) -> Outcome {

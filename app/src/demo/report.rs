@@ -7,9 +7,10 @@ use std::time::Duration;
 
 use hicache_index::Health;
 
+use crate::plumbing::thousands;
+
 use super::args::DemoArgs;
 use super::world::{lock, World, MODEL, PAGE, TP};
-use crate::plumbing::thousands;
 
 /// The live progress line.
 pub(super) fn progress(world: &World, elapsed: Duration) -> String {

@@ -19,10 +19,11 @@ use hicache_index_driver::workers::LastPolls;
 use hicache_index_tokio::QueryHandle;
 use http_body_util::{BodyExt, Limited};
 
-use super::app::App;
-use super::telemetry::{MODEL_LAYOUT_CONFLICT, MODEL_WORKERS};
-use super::{openapi, telemetry};
 use crate::layout_report;
+
+use super::app::App;
+use super::openapi;
+use super::telemetry::{self, MODEL_LAYOUT_CONFLICT, MODEL_WORKERS};
 
 pub(super) fn router(app: Arc<App>) -> Router {
     Router::new()

@@ -8,10 +8,10 @@ use hicache_index_driver::report::{self, QUERY_DURATION_BUCKETS, QUERY_DURATION_
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 /// The models whose layout the workers advertise: 1 while a model's workers disagree.
-pub(crate) const MODEL_LAYOUT_CONFLICT: &str = "hicache_index_model_layout_conflict";
+pub(super) const MODEL_LAYOUT_CONFLICT: &str = "hicache_index_model_layout_conflict";
 
 /// The workers advertising each model's layout now.
-pub(crate) const MODEL_WORKERS: &str = "hicache_index_model_workers";
+pub(super) const MODEL_WORKERS: &str = "hicache_index_model_workers";
 
 /// HTTP requests answered, by `route` and `status`.
 pub(crate) const HTTP_REQUESTS_TOTAL: &str = "hicache_index_http_requests_total";

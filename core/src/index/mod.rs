@@ -87,14 +87,14 @@ struct Namespace {
 /// The objects of one page that a removal left unproven on their other medium.
 #[derive(Debug)]
 struct SuspectPage {
-    pub(super) ns: u32,
-    pub(super) hash: PageHash,
+    ns: u32,
+    hash: PageHash,
     /// The suspect objects' suffix bits.
-    pub(super) slots: u128,
+    slots: u128,
     /// Of those, the ones whose remaining medium is disk (the others: memory).
-    pub(super) disk: u128,
+    disk: u128,
     /// The write stamp of the latest suspension on this page.
-    pub(super) stamp: u64,
+    stamp: u64,
 }
 
 /// What one event did to the index.

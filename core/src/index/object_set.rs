@@ -3,8 +3,9 @@
 
 use hashbrown::HashTable;
 
-use super::hashing::page_table_hash;
 use crate::hash::PageHash;
+
+use super::hashing::page_table_hash;
 
 /// Objects named exactly, as the index names them: `(namespace, page hash)` and a mask of the
 /// namespace's suffixes.

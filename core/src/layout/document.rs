@@ -2,13 +2,14 @@
 //! layout it describes.
 
 use alloc::borrow::ToOwned;
+use alloc::format;
 use alloc::string::String;
 use alloc::vec::Vec;
+
 use serde::{Deserialize, Serialize};
 
 use super::error::LayoutError;
 use super::objects::{HitPolicy, Layout, Pool};
-use alloc::format;
 
 /// SGLang's description of its object layout (`GET /get_hicache_l3_cache_layout`).
 ///

@@ -1,13 +1,9 @@
-//! Why a layout cannot be used ([`LayoutError`]), and the bounds it must keep.
+//! Why a layout cannot be used: [`LayoutError`].
 
 use alloc::string::String;
 use core::fmt;
 
-/// The longest suffix [`parse_object_key`](crate::layout::parse_object_key) accepts, in bytes.
-pub const MAX_SUFFIX_LEN: usize = 64;
-
-/// The most objects one logical page may have; larger layouts are refused as misconfigured.
-pub const MAX_OBJECTS_PER_PAGE: usize = 4096;
+use super::limits::{MAX_OBJECTS_PER_PAGE, MAX_SUFFIX_LEN};
 
 /// Why a layout cannot be used.
 #[derive(Clone, Debug, PartialEq, Eq)]

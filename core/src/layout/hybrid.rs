@@ -14,9 +14,11 @@
 use alloc::format;
 use alloc::string::String;
 use alloc::vec::Vec;
+
 use serde::{Deserialize, Serialize};
 
-use super::error::{LayoutError, MAX_OBJECTS_PER_PAGE};
+use super::error::LayoutError;
+use super::limits::MAX_OBJECTS_PER_PAGE;
 use super::objects::{HitPolicy, Layout, Pool};
 use super::sglang::{mha_rank_parts, mla_rank_parts, SglangParams};
 

@@ -4,8 +4,10 @@
 use alloc::borrow::ToOwned;
 use core::fmt::{self, Write as _};
 
-use super::error::{LayoutError, MAX_SUFFIX_LEN};
 use crate::hash::PageHash;
+
+use super::error::LayoutError;
+use super::limits::MAX_SUFFIX_LEN;
 
 /// An object key split into its parts.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
@@ -51,11 +53,12 @@ fn is_lower_hex(b: u8) -> bool {
 
 /// Splits an object key into prefix, page hash and suffix, without allocating.
 ///
-/// The hash is the last run of exactly 64 lowercase hex characters that starts the key or
-/// follows a `_`, and is followed by a `_` that opens a suffix of at most [`MAX_SUFFIX_LEN`]
-/// bytes. The prefix is everything before the `_` in front of the hash (`Some("")` when the key
-/// starts with `_`), or `None` when the hash starts the key. For every valid [`Layout`](crate::layout::Layout) this is
-/// the exact inverse of [`Layout::object_keys`](crate::layout::Layout::object_keys); any other shape gives `None`.
+/// The hash is the last run of exactly 64 lowercase hex characters that starts the key or follows a
+/// `_`, and is followed by a `_` that opens a suffix of at most [`MAX_SUFFIX_LEN`] bytes. The
+/// prefix is everything before the `_` in front of the hash (`Some("")` when the key starts with
+/// `_`), or `None` when the hash starts the key. For every valid [`Layout`](crate::layout::Layout)
+/// this is the exact inverse of [`Layout::object_keys`](crate::layout::Layout::object_keys); any
+/// other shape gives `None`.
 ///
 /// ```
 /// use hicache_index::layout::parse_object_key;

@@ -4,11 +4,14 @@
 use alloc::borrow::ToOwned;
 use alloc::string::String;
 use alloc::vec::Vec;
+
 use serde::{Deserialize, Serialize};
 
-use super::error::{LayoutError, MAX_OBJECTS_PER_PAGE};
-use super::key::{check_suffix, ObjectKey, HASH_HEX_LEN};
 use crate::hash::{Namespace, PageHash, PageHashes, Token};
+
+use super::error::LayoutError;
+use super::key::{check_suffix, ObjectKey, HASH_HEX_LEN};
+use super::limits::MAX_OBJECTS_PER_PAGE;
 
 /// When a pool's objects must be present for a page to count as a hit.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -83,8 +86,8 @@ impl Layout {
     ///
     /// The page size is at least 1; some pool has [`HitPolicy::AllPages`]; no pool is empty;
     /// trailing windows are at least 1 page; every suffix starts with `_`, is at most
-    /// [`MAX_SUFFIX_LEN`](super::MAX_SUFFIX_LEN) bytes, holds no run of 64 lowercase hex
-    /// characters and appears once across all pools; the prefix holds no control character; a page has at most
+    /// [`MAX_SUFFIX_LEN`](super::MAX_SUFFIX_LEN) bytes, holds no run of 64 lowercase hex characters
+    /// and appears once across all pools; the prefix holds no control character; a page has at most
     /// [`MAX_OBJECTS_PER_PAGE`] objects.
     pub fn validate(&self) -> Result<(), LayoutError> {
         if self.page_size == 0 {

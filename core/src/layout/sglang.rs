@@ -4,9 +4,11 @@
 use alloc::format;
 use alloc::string::String;
 use alloc::vec::Vec;
+
 use serde::{Deserialize, Serialize};
 
-use super::error::{LayoutError, MAX_OBJECTS_PER_PAGE};
+use super::error::LayoutError;
+use super::limits::MAX_OBJECTS_PER_PAGE;
 use super::objects::{Layout, Pool};
 
 /// Which SGLang rule turns the launch parameters into the key prefix.

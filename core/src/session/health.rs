@@ -1,5 +1,5 @@
-//! The health every answer carries, why the index is recovering, and their publication to the
-//! lock-free readers.
+//! Working out the health every answer carries and why the index is recovering, and publishing
+//! them to the lock-free readers (the health's state: `parts/health.rs`).
 
 use super::*;
 

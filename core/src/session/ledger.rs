@@ -1,5 +1,6 @@
-//! The confirmation ledger: how long the index's content has gone without confirmation from the
-//! master ([`Counters::unconfirmed_ms`]), and the latest time any input carried.
+//! Noting and moving the index's confirmation: how long its content has gone without
+//! confirmation from the master ([`Counters::unconfirmed_ms`]) (the ledger itself:
+//! `parts/ledger.rs`).
 
 use super::*;
 

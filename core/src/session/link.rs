@@ -1,4 +1,5 @@
-//! The connection: connect, the socket coming up or going down, backoff with jitter.
+//! The connection: asking to connect, the socket coming up or going down, scheduling reconnects
+//! (the connection's state and backoff: `parts/link.rs`).
 
 use super::*;
 

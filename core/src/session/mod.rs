@@ -1,8 +1,8 @@
 //! The session: the sans-IO machine a transport drives.
 //!
-//! A [`Session`] owns the index, the stream machine ([`crate::sequence`]), the connection
-//! lifecycle with its backoff, the worker directory, resynchronisation and verification. It
-//! reads no clock and does no IO: the driver hands it [`Input`]s with their times, and executes the [`Command`]s
+//! A [`Session`] owns the index, the stream machine ([`crate::sequence`]), the connection lifecycle
+//! with its backoff, the worker directory, resynchronisation and verification. It reads no clock
+//! and does no IO: the driver hands it [`Input`]s with their times, and executes the [`Command`]s
 //! it returns (the [`Report`]s only tell).
 //!
 //! # The driving loop
@@ -22,13 +22,15 @@
 //! ([`Session::models`]).
 //!
 //! # The folder
-//! `parts/` holds the state of each part (connection, resync, reconcile, verification, watch,
-//! health, ledger, workers) and the methods that need that part alone. The files beside this
-//! one are what the session does, coordinating its parts, one concern a file (`stream.rs`:
-//! batches; `resync.rs`, `reconcile.rs`: key lists; `verify.rs`; `watch.rs`; `link.rs`;
-//! `health.rs`; `ledger.rs`; `workers.rs`, `follow.rs`: workers and the HA leader; `status.rs`,
-//! `answer.rs`: the reads). Imports run one way: those files import the session and its parts,
-//! the session imports its parts, and a part imports neither.
+//! `parts/` holds the state of each part (connection, resync and where it stands, reconcile,
+//! verification, watch, health, ledger, workers, a batch kept for later) with the methods that
+//! need that part alone, and the plain data the session hands out (status, models). The files
+//! beside this one are what the session does, coordinating its parts, one concern a file, each
+//! named like the part it works on (`stream.rs`: batches; `resync.rs`, `reconcile.rs`: key
+//! lists; `verify.rs`; `watch.rs`; `link.rs`; `health.rs`; `ledger.rs`; `workers.rs`,
+//! `follow.rs`: workers and the HA leader; `status.rs`, `answer.rs`: the reads); `config.rs` is
+//! plain data. Imports run one way: those files import the session and its parts, the session
+//! imports its parts, and a part imports other parts and the configuration, never the session.
 
 mod answer;
 mod config;
@@ -68,12 +70,12 @@ use crate::snapshot::LineFilter;
 use crate::time::Instant;
 
 pub use self::config::{BackoffConfig, Config, ResyncConfig, VerifyConfig};
-use self::parts::fetch::{key_checksum, ResyncDue, ResyncState};
 use self::parts::health::HealthState;
 use self::parts::ledger::Ledger;
 use self::parts::link::{Backoff, Connection, Link, LinkDue};
 use self::parts::reconcile::Reconcile;
 use self::parts::resync::Resync;
+use self::parts::resync_state::{ResyncDue, ResyncState};
 pub use self::parts::status::{SessionStatus, SnapshotProgress};
 use self::parts::stream::HeldBatch;
 use self::parts::verify::{Verify, VerifyDue};

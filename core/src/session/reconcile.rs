@@ -1,5 +1,6 @@
 //! Reconciling: a key list read while the stream stays placed and the index keeps answering,
-//! then brought into the index exactly, without a window of misses.
+//! then brought into the index exactly, without a window of misses (its state:
+//! `parts/reconcile.rs`).
 //!
 //! The fetch is an ordinary [`Command::FetchSnapshot`]; its status point `P` (the last sequence
 //! the master had assigned before its key list was read) decides, object by object, who is
@@ -15,10 +16,11 @@
 
 use alloc::boxed::Box;
 
-use super::parts::reconcile::Applying;
-use super::*;
 use crate::index::{ObjectSet, Reconciled};
 use crate::sequence::Position;
+
+use super::parts::reconcile::Applying;
+use super::*;
 
 /// How many page slots (or listed pages) one slice of a reconcile applies: about 1.5 ms of the
 /// writer's CPU for page slots, 1 ms for listed pages (1M MLA pages, measured by

@@ -1,7 +1,9 @@
 //! Resynchronisation from the master's key list: the fetch, its status point placing the
 //! stream (rule R6 of [`crate::sequence`]), the key list applied under the live stream, and
-//! doubted lines confirmed with `/batch_query_keys`.
+//! doubted lines confirmed with `/batch_query_keys` (its state: `parts/resync.rs` and
+//! `parts/resync_state.rs`).
 
+use super::parts::checksum::key_checksum;
 use super::*;
 
 /// How many times the retry delay (or the verification interval) the backoff of the master's
@@ -9,7 +11,7 @@ use super::*;
 pub(super) const RETRY_BACKOFF_CAP: u32 = 8;
 
 /// Where the keys of a placed fetch's key list go: a reconcile lists them (see
-/// `reconcile.rs`), a resync stores them ([`store_snapshot_key`]); `applied` counts them.
+/// `session/reconcile.rs`), a resync stores them ([`store_snapshot_key`]); `applied` counts them.
 struct KeySink<'a> {
     index: &'a mut Index,
     seen: &'a BTreeMap<u64, bool>,

@@ -1,16 +1,7 @@
-//! The session's status: a plain-data snapshot of where it is, for drivers, operators and tests.
+//! Reading where the session is ([`Session::status`]), why it is recovering, and its counters
+//! (the plain data it hands out: `parts/status.rs`).
 
 use super::*;
-
-impl SessionStatus {
-    /// Returns how many keys of the snapshot `request` were applied so far, or `None` when the
-    /// session does not take its lines (a driver SHOULD then drop the handover).
-    pub fn snapshot_applied(&self, request: SnapshotRequest) -> Option<usize> {
-        self.snapshot
-            .filter(|s| s.request == request)
-            .map(|s| s.applied)
-    }
-}
 
 impl Session {
     /// Returns where the session is, with [`Counters::unconfirmed_ms`] as of `now` (a read: it

@@ -1,5 +1,6 @@
 //! The stream: every ruling of [`crate::sequence`] turned into what the session does, in one
-//! place ([`Session::act`]), and a batch's events applied to the index.
+//! place ([`Session::act`]), and a batch's events applied to the index (a batch kept for later:
+//! `parts/stream.rs`).
 
 use super::*;
 

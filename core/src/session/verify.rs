@@ -1,5 +1,7 @@
-//! Verification: rounds of sampled keys asked of the master, sweeps, and the confirmation age.
+//! Verification: rounds of sampled keys asked of the master, sweeps, and the confirmation age
+//! (its state: `parts/verify.rs`).
 
+use super::parts::checksum::key_checksum;
 use super::parts::verify::{Round, Skipped, Sweep};
 use super::*;
 

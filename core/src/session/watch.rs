@@ -1,15 +1,17 @@
 //! The watch of the master's own signals ([`crate::signals`]): objects it stops or starts
-//! listing without an event make the session reconcile with its key list.
+//! listing without an event make the session reconcile with its key list (the watch's state:
+//! `parts/watch.rs`).
 //!
 //! One rule: **a change seen is satisfied by the first key list asked for after it**; until
 //! that list is applied, answers say [`Health::Reconciling`]. The first read is the baseline; a
 //! baseline taken while the index holds, or is fetching, a key list that may be older than it
 //! asks for a reconcile too (the list may predate a change the baseline already counts).
 
-use super::parts::watch::WatchDue;
-use super::*;
 use crate::input::SignalsRequest;
 use crate::signals::StoreSignals;
+
+use super::parts::watch::WatchDue;
+use super::*;
 
 /// How many watch intervals a master without the signal families waits before it is asked
 /// again (it may be upgraded, or a failover may bring one that has them).

@@ -1,4 +1,5 @@
-//! SGLang workers: their advertised layouts and the endpoint they vote for.
+//! SGLang workers: taking their advertised layouts and the endpoint they vote for (their state
+//! and the models' view: `parts/workers.rs`).
 
 use super::*;
 

@@ -4,9 +4,10 @@
 
 use hicache_index::Instant;
 
-use super::pages::ObjId;
 use crate::options::ClientOptions;
 use crate::rng::Rng;
+
+use super::pages::ObjId;
 
 /// The client liveness and segment counters of the master's `/metrics` (spec section 10).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -3,10 +3,11 @@
 
 use hicache_index::Instant;
 
+use crate::util::IdSet;
+
 use super::messages::Status;
 use super::pages::{key_hash, ObjId};
 use super::state::Master;
-use crate::util::IdSet;
 
 /// Which run of the master answers HTTP.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]

@@ -3,7 +3,8 @@
 
 use hicache_index::{Instant, Medium, Seq};
 
-/// A master message's identity and fate (a [`Published`] carries it as sent, and the network reports it).
+/// A master message's identity and fate (a [`Published`] carries it as sent, and the network
+/// reports it).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct MasterMeta {
     /// The message's number over the whole run (from 1, never restarting).
@@ -68,7 +69,8 @@ pub(super) enum QKind {
     /// An event of a type this model's decoder does not know, without an object key, for a
     /// tenant (the target): a future tenant-wide removal.
     UnknownKeyless,
-    /// A `stored` of a foreign client's key (the target indexes [`Master::foreign_keys`]).
+    /// A `stored` of a foreign client's key (the target indexes
+    /// [`Master::foreign_keys`](super::state::Master::foreign_keys)).
     ForeignStored,
     /// A `removed` of a foreign client's key.
     ForeignRemoved,

@@ -4,8 +4,9 @@ use std::time::Duration;
 
 use hicache_index::Instant;
 
-use super::messages::Status;
 use crate::util::IdSet;
+
+use super::messages::Status;
 
 /// The run before a restart as a lagging HTTP side still serves it: what its default tenant
 /// held and its counters when it died.

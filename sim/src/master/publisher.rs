@@ -1,13 +1,15 @@
-//! The publisher: the bounded event queue, sequences, event ids and the batches it sends.
+//! The publisher: the bounded event queue, sequences, event ids and the batches it sends (the
+//! messages' types: `master/messages.rs`).
 
 use hicache_index::{EventKind, Instant, Medium, Seq, Timestamp};
 use hicache_index_wire::{encode_payload_into, MasterFlavor, OwnedEvent};
 
+use crate::models::TENANTS;
+use crate::options::TWIN_FLUSH;
+
 use super::history::{Change, MasterOutput};
 use super::messages::{MasterMeta, Published, QKind, Queued};
 use super::state::Master;
-use crate::models::TENANTS;
-use crate::options::TWIN_FLUSH;
 
 /// The batch timestamp's base: a Unix time in milliseconds (above `u32::MAX`, as on the wire).
 const EPOCH_MS: u64 = 1_764_000_000_000;

@@ -7,10 +7,11 @@ use std::time::Duration;
 
 use hicache_index::Instant;
 
+use crate::models::TENANTS;
+
 use super::history::{Change, MasterOutput};
 use super::old_view::OldView;
 use super::state::Master;
-use crate::models::TENANTS;
 
 impl Master {
     pub(super) fn restart(&mut self, now: Instant, out: &mut MasterOutput) {

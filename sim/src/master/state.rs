@@ -9,16 +9,17 @@ use std::time::Duration;
 use hicache_index::{Instant, PageHash};
 use hicache_index_wire::{OwnedBatch, OwnedEvent};
 
+use crate::models::ModelSpec;
+use crate::options::MasterOptions;
+use crate::rng::Rng;
+use crate::util::{FxHashMap, IdSet};
+
 use super::clients::Clients;
 use super::clock::Clock;
 use super::history::MasterStats;
 use super::messages::Queued;
 use super::old_view::OldView;
 use super::pages::{ObjId, ObjInfo, PageId, PageInfo, Request};
-use crate::models::ModelSpec;
-use crate::options::MasterOptions;
-use crate::rng::Rng;
-use crate::util::{FxHashMap, IdSet};
 
 pub(super) const MEM: u8 = 1;
 pub(super) const DISK: u8 = 2;
@@ -59,7 +60,7 @@ pub struct Master {
     pub(super) now: Instant,
     pub(super) clock: Clock,
     /// The run before the last restart, as the HTTP side still serves it (see
-    /// [`Served::Lagging`]).
+    /// [`Served::Lagging`](super::http::Served::Lagging)).
     pub(super) old_view: Option<OldView>,
     /// How long the HTTP side lags behind a restart (see [`Master::set_http_lag`]).
     pub(super) http_lag: (Duration, Duration),

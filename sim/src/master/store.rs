@@ -1,17 +1,18 @@
-//! The object store: pages and objects ever written, what is present, the recent requests and
-//! how a put writes them, evictions, silent removals and a foreign client's keys.
+//! The object store: what is present, how a put writes a request's objects, evictions, silent
+//! removals and a foreign client's keys (the pages and objects themselves: `master/pages.rs`).
 
 use std::rc::Rc;
 
 use hicache_index::{HitPolicy, Medium, Namespace, PageHash};
 
+use crate::models::NAMESPACES;
+use crate::rng::Rng;
+use crate::util::IdSet;
+
 use super::history::{Change, MasterOutput};
 use super::messages::QKind;
 use super::pages::{key_hash, ObjId, ObjInfo, PageId, PageInfo, Request};
 use super::state::{Master, DISK, MEM};
-use crate::models::NAMESPACES;
-use crate::rng::Rng;
-use crate::util::IdSet;
 
 const RECENT_REQUESTS: usize = 512;
 /// The most foreign keys the master holds at once.
@@ -85,10 +86,10 @@ impl Master {
         self.present[t].remove(obj);
     }
 
-    /// Evicts an object from every medium. An older master sends one `removed` once no replica
-    /// is left (medium `cpu`, whatever the last one was); with
-    /// [`MasterOptions::per_medium_removals`] one per medium it had (`cpu` first), the last
-    /// one taking the object away.
+    /// Evicts an object from every medium. An older master sends one `removed` once no replica is
+    /// left (medium `cpu`, whatever the last one was); with
+    /// [`MasterOptions::per_medium_removals`](crate::options::MasterOptions::per_medium_removals)
+    /// one per medium it had (`cpu` first), the last one taking the object away.
     pub(super) fn evict(&mut self, obj: ObjId, out: &mut MasterOutput) {
         let flags = self.flags[obj as usize];
         self.take_away(obj);

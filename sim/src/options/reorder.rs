@@ -5,9 +5,10 @@ use core::time::Duration;
 
 use hicache_index::ReorderConfig;
 
+use crate::rng::Rng;
+
 use super::durations::{ms, us};
 use super::parts::{NetworkOptions, SessionOptions};
-use crate::rng::Rng;
 
 /// Turns on a reorder window of 2 to 16 batches held up to 2 to 30 ms, and network jitter of
 /// 100 us to `max_jitter` for it to reorder.

@@ -1,13 +1,14 @@
 //! Options narrowed for a hunt: the world a seed made before a later part of the simulator
 //! joined (a planted bug's test looks where it was found).
 
-use super::Options;
 use crate::models::catalogue;
 
+use super::Options;
+
 impl Options {
-    /// Returns these options without the [`hybrid_catalogue`](crate::models::hybrid_catalogue)'s models: the world the seed made
-    /// before they joined (they are drawn from a stream of their own). The replay command does
-    /// not say it.
+    /// Returns these options without the [`hybrid_catalogue`](crate::models::hybrid_catalogue)'s
+    /// models: the world the seed made before they joined (they are drawn from a stream of their
+    /// own). The replay command does not say it.
     #[must_use]
     pub fn without_hybrid_models(mut self) -> Options {
         let n = catalogue().len();

@@ -5,12 +5,13 @@ use core::time::Duration;
 
 use hicache_index::ReorderConfig;
 
+use crate::rng::Rng;
+
 use super::durations::ms;
 use super::parts::ClientOptions;
 use super::reorder::reordering;
 use super::worlds::{TailKind, TailLoss, WorldKind};
 use super::Options;
-use crate::rng::Rng;
 
 impl Options {
     /// Sets the knobs of every world in [`Options::worlds`], each from its own stream of `w`.

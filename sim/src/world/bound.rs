@@ -32,10 +32,11 @@ use std::time::Duration;
 
 use hicache_index::StoreSignals;
 
-use super::report::FailureKind;
-use super::state::World;
 use crate::master::ObjId;
 use crate::system::System;
+
+use super::report::FailureKind;
+use super::state::World;
 
 /// How long a slow HTTP answer is delayed (see [`World::http_fate`]).
 const SLOW_ANSWER: Duration = Duration::from_millis(400);

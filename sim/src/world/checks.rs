@@ -5,14 +5,15 @@ use std::fmt::Write as _;
 
 use hicache_index::{Health, HitPolicy, Hits, Instant, Lookup, Pages, Tokens};
 
-use super::pools::PoolPlan;
-use super::report::FailureKind;
-use super::state::World;
-use super::step::IDLE_BOUND;
 use crate::master::{ObjId, PageId, Request};
 use crate::models::TENANTS;
 use crate::oracle::Oracle;
 use crate::system::System;
+
+use super::pools::PoolPlan;
+use super::report::FailureKind;
+use super::state::World;
+use super::step::IDLE_BOUND;
 
 impl<S: System> World<S> {
     // ---- queries and the safety check ----

@@ -5,12 +5,13 @@
 use hicache_index::sequence::Skip;
 use hicache_index::{Effect, Input, Instant, Report as CoreReport};
 
-use super::http_item::HttpItem;
-use super::report::FailureKind;
-use super::state::World;
 use crate::models::TENANTS;
 use crate::network::{Message, NetEvent, Origin};
 use crate::system::System;
+
+use super::http_item::HttpItem;
+use super::report::FailureKind;
+use super::state::World;
 
 impl<S: System> World<S> {
     /// Reports whether the driver is stalled now.

@@ -5,10 +5,11 @@ use std::time::Duration;
 
 use hicache_index::Instant;
 
-use super::http_item::HttpItem;
 use crate::flight::Flight;
 use crate::options::DriverOptions;
 use crate::rng::Rng;
+
+use super::http_item::HttpItem;
 
 /// The driver's timing and what it has handed to the session.
 pub(super) struct Driver {

@@ -6,11 +6,12 @@ use std::fmt::Write as _;
 
 use hicache_index::{ClearReason, Command, Effect, Effects, Health, Report as CoreReport};
 
+use crate::master::MasterOutput;
+use crate::system::System;
+
 use super::http_item::Handed;
 use super::report::FailureKind;
 use super::state::World;
-use crate::master::MasterOutput;
-use crate::system::System;
 
 impl<S: System> World<S> {
     pub(super) fn absorb_master(&mut self, out: &mut MasterOutput) {

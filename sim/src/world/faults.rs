@@ -4,11 +4,12 @@
 use hicache_index::Timestamp;
 use hicache_index_wire::{encode_payload, OwnedBatch, OwnedEvent};
 
-use super::state::World;
 use crate::master::PageId;
 use crate::models::TENANTS;
 use crate::network::{Message, Origin};
 use crate::system::System;
+
+use super::state::World;
 
 impl<S: System> World<S> {
     pub(super) fn send_stray(&mut self) {

@@ -7,11 +7,12 @@ use hicache_index::{
     VerifyRequest,
 };
 
-use super::http_item::{Handed, HttpItem, KeyListAnswer};
-use super::state::World;
 use crate::flight::Point;
 use crate::master::Served;
 use crate::system::System;
+
+use super::http_item::{Handed, HttpItem, KeyListAnswer};
+use super::state::World;
 
 impl<S: System> World<S> {
     // ---- HTTP ----

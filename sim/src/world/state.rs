@@ -6,10 +6,6 @@ use std::time::Duration;
 
 use hicache_index::{Instant, PageHash};
 
-use super::driver::Driver;
-use super::http_item::HttpItem;
-use super::pools::PoolPlan;
-use super::report::{Failure, RunStats};
 use crate::master::{Master, MasterOutput};
 use crate::models::ModelSpec;
 use crate::network::Network;
@@ -19,8 +15,13 @@ use crate::rng::Rng;
 use crate::system::System;
 use crate::util::Transcript;
 
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+use super::driver::Driver;
+use super::http_item::HttpItem;
+use super::pools::PoolPlan;
+use super::report::{Failure, RunStats};
+
 /// Where a run stands: its phase (see the module docs of [`crate::world`]).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub(super) enum Phase {
     Chaos,
     Quiet { until: Instant },

@@ -5,11 +5,12 @@ use std::time::Duration;
 
 use hicache_index::{Health, Input, Instant};
 
-use super::report::FailureKind;
-use super::state::{Phase, World};
 use crate::master::Action;
 use crate::options::{TailKind, TailLoss};
 use crate::system::System;
+
+use super::report::FailureKind;
+use super::state::{Phase, World};
 
 /// How long after the master went idle and reachable the index must be live and exact.
 pub const IDLE_BOUND: Duration = Duration::from_secs(5);

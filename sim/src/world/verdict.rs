@@ -2,9 +2,10 @@
 
 use std::time::Duration;
 
+use crate::system::System;
+
 use super::report::{Failure, FailureKind, Report};
 use super::state::World;
-use crate::system::System;
 
 /// Stop a run after this many failures.
 const MAX_FAILURES: usize = 3;

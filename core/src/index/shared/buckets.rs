@@ -17,10 +17,11 @@ use loom::sync::atomic::{AtomicU32, Ordering};
 #[cfg(not(loom))]
 use core::sync::atomic::{AtomicU32, Ordering};
 
+use crate::hash::PageHash;
+
 use super::super::hashing::page_table_hash;
 use super::claims::SlotAt;
 use super::slots::{hash_words, SlotRead, Slots};
-use crate::hash::PageHash;
 
 /// A clear sweeps every bucket when the slots used times this reach the buckets, and empties
 /// the buckets from the home of each page held otherwise (see [`Buckets::clear`]). Measured

@@ -3,7 +3,7 @@
 //! module's docs for why it is a point of the stream's history).
 
 /// Where a reader found a page it claims: the slot and the (even) version it read there, to be
-/// checked again once the query has read every page.
+/// checked again once the query has read every page (`PageTable::unchanged`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct SlotAt {
     pub(super) idx: u32,

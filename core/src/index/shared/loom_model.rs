@@ -2,10 +2,12 @@
 //! and every reordering the memory model allows, explored by loom. Run with
 //! `RUSTFLAGS="--cfg loom" cargo test -p hicache-index --release --lib loom`.
 
+use loom::sync::Arc;
+
+use crate::index::hashing::page_table_hash;
+
 use super::claims::CLAIMS;
 use super::*;
-use crate::index::hashing::page_table_hash;
-use loom::sync::Arc;
 
 const SEED: u64 = 3;
 

@@ -1,14 +1,16 @@
 //! Unit tests of the shared page table and its namespace directory.
 
+use alloc::string::String;
+use alloc::vec::Vec;
+use core::sync::atomic::Ordering;
+
+use crate::index::hashing::page_table_hash;
+
 use super::buckets::SWEEP_ABOVE;
 use super::claims::CLAIMS;
 use super::slots::CHUNK_SLOTS;
 use super::state::GENERATION_SHIFT;
 use super::*;
-use crate::index::hashing::page_table_hash;
-use alloc::string::String;
-use alloc::vec::Vec;
-use core::sync::atomic::Ordering;
 
 mod namespaces;
 mod queries;

@@ -1,5 +1,5 @@
-//! The health state: the health every answer carries and why the index was last reported
-//! recovering (worked out in `session/health.rs`).
+//! The state of the health: the health every answer carries and why the index was last reported
+//! recovering (what the session does with it: `session/health.rs`).
 
 use crate::effect::{Health, Recovering};
 

@@ -1,5 +1,6 @@
 //! The confirmation ledger: a time at or after which every object the index holds was present
-//! at the master, and the latest time any input carried.
+//! at the master, and the latest time any input carried (what the session does with it:
+//! `session/ledger.rs`).
 
 use crate::time::Instant;
 

@@ -1,8 +1,9 @@
-//! The connection's state: down, connecting or up, the reconnects' backoff with jitter, and the
-//! endpoint in use.
+//! The state of the connection: down, connecting or up, the reconnects' backoff with jitter, and
+//! the endpoint in use (what the session does with it: `session/link.rs`).
 
 use alloc::string::String;
 use core::time::Duration;
+
 use rand_xoshiro::rand_core::{RngCore, SeedableRng};
 use rand_xoshiro::SplitMix64;
 
@@ -58,7 +59,7 @@ pub(in crate::session) enum LinkDue {
 
 impl Link {
     /// Returns when [`Link::handle_timeout`] is next due.
-    pub(in crate::session) fn poll_timeout(&self) -> Option<Instant> {
+    fn poll_timeout(&self) -> Option<Instant> {
         match *self {
             Link::Down { retry_at } => retry_at,
             Link::Connecting { deadline } => Some(deadline),
@@ -67,7 +68,7 @@ impl Link {
     }
 
     /// Returns what is due at `now`, if anything (the session acts on it).
-    pub(in crate::session) fn handle_timeout(&self, now: Instant) -> Option<LinkDue> {
+    fn handle_timeout(&self, now: Instant) -> Option<LinkDue> {
         match *self {
             Link::Down { retry_at: Some(at) } if at <= now => Some(LinkDue::Connect),
             Link::Connecting { deadline } if deadline <= now => Some(LinkDue::ConnectTimedOut),

@@ -1,5 +1,5 @@
-//! A reconcile's state: its key list's objects, the live events it keeps while the list is read,
-//! and its progress through the slices that apply it (the reconcile itself:
+//! The state of a reconcile: its key list's objects, the live events it keeps while the list is
+//! read, and its progress through the slices that apply it (what the session does with it:
 //! `session/reconcile.rs`).
 
 use alloc::string::String;
@@ -14,7 +14,7 @@ use crate::sequence::Point;
 const MAX_LIVE_EVENTS: usize = 1 << 20;
 
 /// A reconcile under way (carried by
-/// [`ResyncState::Fetching`](super::fetch::ResyncState::Fetching)).
+/// [`ResyncState::Fetching`](super::resync_state::ResyncState::Fetching)).
 #[derive(Debug)]
 pub(in crate::session) struct Reconcile {
     /// The sequence the stream stood at when the fetch was asked for: a status point before it
@@ -59,7 +59,7 @@ impl Reconcile {
     }
 
     /// Records a live default-tenant event of the batch `seq`.
-    pub(in crate::session) fn saw(&mut self, seq: Seq, event: &crate::frame::Event<'_>) {
+    pub(super) fn saw(&mut self, seq: Seq, event: &crate::frame::Event<'_>) {
         match (event.kind, event.object_key) {
             (EventKind::Cleared, _) => self.cleared = true,
             (_, Some(key)) if self.live.len() < MAX_LIVE_EVENTS => {

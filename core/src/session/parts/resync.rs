@@ -1,8 +1,9 @@
-//! The resynchronisation's state: where it stands, the numbering of its fetches and status
-//! checks, the backoffs of fetches that failed or could not be anchored, and the watch.
+//! The state of the resynchronisation: where it stands, the numbering of its fetches and status
+//! checks, the backoffs of fetches that failed or could not be anchored, and the watch (what the
+//! session does with it: `session/resync.rs`).
 
-use super::fetch::ResyncState;
 use super::link::Backoff;
+use super::resync_state::ResyncState;
 use super::watch::Watch;
 
 /// The resynchronisation: where it stands, the numbering of its fetches, and the backoff of

@@ -1,4 +1,5 @@
-//! The session's status: a plain-data snapshot of where it is, for drivers, operators and tests.
+//! The session's status: a plain-data snapshot of where it is, for drivers, operators and tests
+//! (how the session fills it: `session/status.rs`).
 
 use alloc::string::String;
 
@@ -50,4 +51,14 @@ pub struct SnapshotProgress {
     pub request: SnapshotRequest,
     /// How many of its keys were applied so far.
     pub applied: usize,
+}
+
+impl SessionStatus {
+    /// Returns how many keys of the snapshot `request` were applied so far, or `None` when the
+    /// session does not take its lines (a driver SHOULD then drop the handover).
+    pub fn snapshot_applied(&self, request: SnapshotRequest) -> Option<usize> {
+        self.snapshot
+            .filter(|s| s.request == request)
+            .map(|s| s.applied)
+    }
 }

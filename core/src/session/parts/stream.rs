@@ -1,5 +1,5 @@
 //! A batch the session keeps for later ([`HeldBatch`]): held by the reorder window or buffered
-//! while a key list is read.
+//! while a key list is read (what the session does with batches: `session/stream.rs`).
 
 use alloc::vec::Vec;
 

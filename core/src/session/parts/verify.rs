@@ -1,5 +1,6 @@
-//! Verification's state: the next round, the one in flight, the sweep in progress, and what
-//! the batches skipped before a status point stored.
+//! The state of verification: the next round, the one in flight, the sweep in progress, and what
+//! the batches skipped before a status point stored (what the session does with it:
+//! `session/verify.rs`).
 
 use alloc::string::String;
 use alloc::vec::Vec;
@@ -147,7 +148,7 @@ pub(in crate::session) struct Round {
     /// The index's write stamp when the keys were sampled.
     pub(in crate::session) stamp: u64,
     pub(in crate::session) deadline: Instant,
-    /// How many keys were asked about, and their [`key_checksum`](super::fetch::key_checksum): a
+    /// How many keys were asked about, and their [`key_checksum`](super::checksum::key_checksum): a
     /// full answer names each.
     pub(in crate::session) keys: usize,
     pub(in crate::session) checksum: u64,

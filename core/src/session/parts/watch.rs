@@ -1,5 +1,6 @@
-//! The watch of the master's signals: its next read, the one in flight, what the last answer
-//! said, and the change waiting for a key list.
+//! The state of the watch of the master's signals: its next read, the one in flight, what the
+//! last answer said, and the change waiting for a key list (what the session does with it:
+//! `session/watch.rs`).
 
 use crate::input::SignalsRequest;
 use crate::signals::StoreSignals;
@@ -37,7 +38,7 @@ pub(in crate::session) enum WatchDue {
 }
 
 impl Watch {
-    pub(in crate::session) fn new(seed: u64) -> Watch {
+    pub(super) fn new(seed: u64) -> Watch {
         Watch {
             next_at: None,
             in_flight: None,

@@ -1,12 +1,11 @@
-//! SGLang workers: what each advertised last, and the models and layouts a session knows
-//! ([`Models`]).
+//! The state of the SGLang workers: what each advertised last, and the models and layouts a
+//! session knows ([`Models`]) (what the session does with them: `session/workers.rs`).
 
 use alloc::collections::BTreeMap;
 use alloc::string::String;
 
 use crate::error::QueryError;
-use crate::layout::{Layout, LayoutVotes};
-use crate::layout::{ModelLayout, WorkerInfo};
+use crate::layout::{Layout, LayoutVotes, ModelLayout, WorkerInfo};
 
 /// The SGLang workers: what each advertised last, and what they advertise for each model.
 #[derive(Debug)]

@@ -5,9 +5,10 @@ use std::time::Duration;
 
 use hicache_index::{Config, IndexConfig, ModelLayout, ReorderConfig, ResyncConfig, VerifyConfig};
 
-use super::timing::{LIVE_BOUND, WINDOW};
 use crate::model::Catalog;
 use crate::oracle::STALE_BOUND;
+
+use super::timing::{LIVE_BOUND, WINDOW};
 
 /// Which world to explore.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -2,8 +2,9 @@
 
 use hicache_index::{Input, Watermark};
 
-use super::letters::{Fate, Letter};
 use crate::model::{page_name, Catalog, Model};
+
+use super::letters::{Fate, Letter};
 
 /// Describes a letter readably, as it applies to `model`.
 pub fn describe(letter: Letter, model: &Model) -> String {

@@ -3,9 +3,10 @@
 
 use hicache_index::Input;
 
-use super::{hold, Driver, SNAPSHOT_CHUNK_LINES};
 use crate::handle::HoldKind;
 use crate::observe::Observer;
+
+use super::{hold, Driver, SNAPSHOT_CHUNK_LINES};
 
 impl<O: Observer> Driver<O> {
     /// Applies the next chunk (at most [`SNAPSHOT_CHUNK_LINES`] lines) of the key list being

@@ -5,11 +5,12 @@ use hicache_index::{
     Input, LeaderRequest, SignalsRequest, SnapshotRequest, StatusRequest, VerifyRequest,
 };
 
-use super::key_list::Handover;
-use super::{Driver, KEY_LIST, SIGNALS, STATUS_CHECK, VERIFICATION};
 use crate::handle::Inbox;
 use crate::http::{HttpError, HttpOutcome};
 use crate::observe::Observer;
+
+use super::key_list::Handover;
+use super::{Driver, KEY_LIST, SIGNALS, STATUS_CHECK, VERIFICATION};
 
 impl<O: Observer> Driver<O> {
     /// Handles a request or an HTTP outcome; returns false when the loop must stop.

@@ -8,9 +8,10 @@ use std::time::{Duration, Instant};
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use url::{Host, Url};
 
+use crate::config::{Error, HttpConfig};
+
 use super::error::HttpError;
 use super::response::ResponseReader;
-use crate::config::{Error, HttpConfig};
 
 /// Where the master's HTTP side is, and the client's limits.
 #[derive(Clone, Debug, PartialEq, Eq)]

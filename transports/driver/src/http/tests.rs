@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use hicache_index::{EventsStatus, Seq, Watermark};
 
-use super::*;
 use crate::config::HttpConfig;
+
+use super::*;
 
 fn master(url: &str) -> MasterHttp {
     MasterHttp::new(url, HttpConfig::default()).expect("a valid URL")

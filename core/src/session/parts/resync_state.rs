@@ -1,6 +1,6 @@
 //! Where the resynchronisation stands ([`ResyncState`]): the fetch under way (a resync after a
 //! forget, or a reconcile), what live batches decided while its key list is read, and its
-//! timers; and the checksum term of one key that its `seen` map and verification rounds use.
+//! timers.
 
 use alloc::boxed::Box;
 use alloc::collections::BTreeMap;
@@ -12,6 +12,7 @@ use crate::input::{SnapshotRequest, VerifyRequest};
 use crate::snapshot::LineFilter;
 use crate::time::Instant;
 
+use super::checksum::key_checksum;
 use super::reconcile::Reconcile;
 
 /// Where the resynchronisation stands.
@@ -55,7 +56,7 @@ pub(in crate::session) enum ResyncState {
         /// ([`Command::VerifyKeys`](crate::effect::Command::VerifyKeys)).
         confirming: Option<VerifyRequest>,
         /// This fetch reconciles: the stream stays placed and the index keeps answering (see
-        /// `reconcile.rs`); `None`: a resync after a forget.
+        /// `session/reconcile.rs`); `None`: a resync after a forget.
         reconcile: Option<Box<Reconcile>>,
     },
     Waiting {
@@ -121,8 +122,7 @@ impl ResyncState {
         }
     }
 
-    /// Returns when [`ResyncState::handle_timeout`](super::fetch::ResyncState::handle_timeout) is
-    /// next due.
+    /// Returns when [`ResyncState::handle_timeout`] is next due.
     pub(in crate::session) fn poll_timeout(&self) -> Option<Instant> {
         match self {
             ResyncState::Idle => None,
@@ -166,7 +166,7 @@ impl ResyncState {
 
     /// Records a live default-tenant event of the batch `seq` applied while a key list is
     /// fetched: for a resync, once the stream is placed, the event wins over the list for its
-    /// key; a reconcile keeps every one (see `reconcile.rs`).
+    /// key; a reconcile keeps every one (see `session/reconcile.rs`).
     pub(in crate::session) fn saw(&mut self, seq: Seq, event: &crate::frame::Event<'_>) {
         if let ResyncState::Fetching {
             reconcile: Some(reconcile),
@@ -212,16 +212,4 @@ impl ResyncState {
             ResyncState::AwaitingStream { .. } => Some(Recovering::NoStatus),
         }
     }
-}
-
-/// An order-independent checksum term of one key (FNV-1a, then mixed): a round's answer names
-/// every key asked about, each once, when the sums of the terms agree (and the counts).
-pub(in crate::session) fn key_checksum(key: &str) -> u64 {
-    let mut h = 0xcbf2_9ce4_8422_2325u64;
-    for b in key.bytes() {
-        h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
-    }
-    h ^= h >> 33;
-    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
-    h ^ (h >> 33)
 }
