@@ -1,6 +1,8 @@
 //! The store clients the master knows ([`Clients`]): which is active, silent, suspected or
 //! gone, and the counters of its `/metrics` they move ([`ClientSignals`]; [`ClientStats`] for
-//! the run's figures). What a client that goes away does to the objects is `segments.rs`.
+//! the run's figures). What a client that goes away does to the objects is `segments.rs`, whose
+//! transitions read and set the fields here directly (they are the master's, visible to its
+//! files).
 
 use hicache_index::Instant;
 
