@@ -41,15 +41,7 @@ fn r6_an_unplaced_stream_drops_batches_until_a_fetch_is_asked_then_holds_them() 
 
 #[test]
 fn r3_the_batches_before_the_point_are_one_runs_in_order() {
-    let mut s = resync_on(0);
-    s.fetch_asked();
-    s.place(
-        T0,
-        Some(Point {
-            seq: Seq(50),
-            last: Some(300),
-        }),
-    );
+    let mut s = placed_at(50, 300);
     assert_eq!(
         offer(&mut s, mark(1, 40, 250, 252)),
         Ruling::Skip(Skip::BeforePoint)
@@ -63,15 +55,7 @@ fn r3_the_batches_before_the_point_are_one_runs_in_order() {
 
 #[test]
 fn r3_a_batch_before_the_point_makes_queries_miss_until_the_stream_continues_it() {
-    let mut s = resync_on(0);
-    s.fetch_asked();
-    s.place(
-        T0,
-        Some(Point {
-            seq: Seq(10),
-            last: Some(30),
-        }),
-    );
+    let mut s = placed_at(10, 30);
     // A batch of another run numbered below the point (the key list may be that run's).
     assert_eq!(
         offer(&mut s, mark(2, 3, 5, 6)),
@@ -89,15 +73,7 @@ fn r3_a_batch_before_the_point_makes_queries_miss_until_the_stream_continues_it(
 
 #[test]
 fn r3_the_batch_at_the_point_ending_at_its_event_id_continues_it() {
-    let mut s = resync_on(0);
-    s.fetch_asked();
-    s.place(
-        T0,
-        Some(Point {
-            seq: Seq(10),
-            last: Some(30),
-        }),
-    );
+    let mut s = placed_at(10, 30);
     offer(&mut s, mark(1, 9, 25, 27));
     assert!(s.is_unproven());
     offer(&mut s, mark(1, 10, 28, 30));
@@ -110,15 +86,7 @@ fn r3_the_batch_at_the_point_arriving_after_placement_asks_the_point_check() {
     // Placed by a status point with no batch heard; the point's own batch then arrives. A
     // restarted run whose batch sizes equal the old run's numbers it the same, so the point is
     // proven by numbers alone and the master is asked (seed 315304 of the simulator).
-    let mut s = resync_on(0);
-    s.fetch_asked();
-    s.place(
-        T0,
-        Some(Point {
-            seq: Seq(2),
-            last: Some(32),
-        }),
-    );
+    let mut s = placed_at(2, 32);
     assert!(!s.take_proved_after_doubt());
     assert_eq!(
         offer(&mut s, mark(2, 2, 17, 32)),
@@ -132,15 +100,7 @@ fn r3_the_batch_at_the_point_arriving_after_placement_asks_the_point_check() {
 
 #[test]
 fn r3_a_batch_before_the_point_past_its_event_ids_is_another_run() {
-    let mut s = resync_on(0);
-    s.fetch_asked();
-    s.place(
-        T0,
-        Some(Point {
-            seq: Seq(10),
-            last: Some(30),
-        }),
-    );
+    let mut s = placed_at(10, 30);
     assert_eq!(
         offer(&mut s, mark(2, 9, 30, 33)),
         forgot(Why::OtherRun, false, Some(10))
@@ -181,15 +141,7 @@ fn r6_without_a_status_the_stream_continues_from_the_last_batch_heard_before_the
 
 #[test]
 fn r6_with_resync_every_forget_unplaces_and_drops_the_batch() {
-    let mut s = resync_on(0);
-    s.fetch_asked();
-    s.place(
-        T0,
-        Some(Point {
-            seq: Seq(1),
-            last: Some(1),
-        }),
-    );
+    let mut s = placed_at(1, 1);
     assert_eq!(offer(&mut s, mark(1, 2, 2, 2)), Ruling::Apply);
     assert_eq!(
         offer(&mut s, mark(1, 5, 5, 5)),

@@ -58,6 +58,21 @@ fn resync_on(max_held: usize) -> Stream<u64> {
     })
 }
 
+/// A stream without a window placed by a fetch's status point: sequence `seq`, last event id
+/// `last`.
+fn placed_at(seq: u64, last: u64) -> Stream<u64> {
+    let mut s = resync_on(0);
+    s.fetch_asked();
+    s.place(
+        T0,
+        Some(Point {
+            seq: Seq(seq),
+            last: Some(last),
+        }),
+    );
+    s
+}
+
 fn offer(s: &mut Stream<u64>, m: Mark) -> Ruling {
     s.offer(T0, m, 10, || m.seq.0)
 }
@@ -230,15 +245,7 @@ fn prints_tell_apart_every_bit_flip_word_swap_and_zero_extension_of_a_payload() 
 
 #[test]
 fn r5_a_batch_numbered_like_one_passed_with_other_bytes_is_another_run() {
-    let mut s = resync_on(0);
-    s.fetch_asked();
-    s.place(
-        T0,
-        Some(Point {
-            seq: Seq(2),
-            last: Some(2),
-        }),
-    );
+    let mut s = placed_at(2, 2);
     assert_eq!(offer(&mut s, mark(1, 3, 3, 3)), Ruling::Apply);
     // A forget for another reason (a verification, say), and a fetch under way: the batches
     // that arrive are held for its status point, except the twin of batch 3 (same sequence and

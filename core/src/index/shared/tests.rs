@@ -47,11 +47,10 @@ fn a_linked_page_is_found_and_an_unlinked_one_misses() {
     }
 }
 
-#[test]
-fn a_query_that_overlaps_a_change_that_removes_reads_again() {
-    // The loom model's schedule, in one thread: page 1 read, then page 1 goes and page 2
-    // comes in one change, then page 2 read.
-    let t = PageTable::new(4, 7);
+/// Holds page 1 in slot 0 and page 2 (not yet linked) in slot 1 of `t` (seed 7), reads page 1,
+/// then begins a change that unlinks page 1 and links page 2, and leaves it open; returns the
+/// state word read before.
+fn read_page_1_then_begin_swapping_it_for_page_2(t: &PageTable) -> State {
     t.put(0, &page(0, hash(1), 1, 0));
     t.link(page_table_hash(7, 0, &hash(1)), 0);
     t.put(1, &page(0, hash(2), 2, 0));
@@ -60,6 +59,15 @@ fn a_query_that_overlaps_a_change_that_removes_reads_again() {
     t.begin_change();
     t.unlink(page_table_hash(7, 0, &hash(1)), 0);
     t.link(page_table_hash(7, 0, &hash(2)), 1);
+    before
+}
+
+#[test]
+fn a_query_that_overlaps_a_change_that_removes_reads_again() {
+    // The loom model's schedule, in one thread: page 1 read, then page 1 goes and page 2
+    // comes in one change, then page 2 read.
+    let t = PageTable::new(4, 7);
+    let before = read_page_1_then_begin_swapping_it_for_page_2(&t);
     let during = t.state();
     assert!(PageTable::is_changing(during));
     assert_eq!(t.probe(0, &hash(2)).0, 2);

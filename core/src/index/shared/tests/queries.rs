@@ -236,14 +236,7 @@ fn a_query_that_outlasts_a_whole_turn_of_the_generation_reads_again() {
     // is about a minute of a preempted query thread: rare, but a false hit, and nothing
     // bounds it (a query has no deadline of its own).
     let t = PageTable::new(4, 7);
-    t.put(0, &page(0, hash(1), 1, 0));
-    t.link(page_table_hash(7, 0, &hash(1)), 0);
-    t.put(1, &page(0, hash(2), 2, 0));
-    let before = t.state();
-    assert_eq!(t.probe(0, &hash(1)).0, 1);
-    t.begin_change();
-    t.unlink(page_table_hash(7, 0, &hash(1)), 0);
-    t.link(page_table_hash(7, 0, &hash(2)), 1);
+    let before = read_page_1_then_begin_swapping_it_for_page_2(&t);
     t.end_change();
     for _ in 1..(1u32 << (32 - GENERATION_SHIFT - 1)) {
         t.begin_change();
