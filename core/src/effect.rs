@@ -163,9 +163,10 @@ pub enum ResyncFailure {
     BufferFull,
     /// The master's status said its publisher is off (`"enabled":false`).
     EventsDisabled,
-    /// The key list's doubted lines were not confirmed (`/batch_query_keys` failed or timed
-    /// out, or there were more than [`crate::snapshot::MAX_DOUBTED`]): without them the list is
-    /// not the store's (see [`crate::snapshot`]).
+    /// The key list's doubted lines, and the keys live batches stored that it lacks, were not
+    /// confirmed (`/batch_query_keys` failed or timed out, or there were more than
+    /// [`crate::snapshot::MAX_DOUBTED`] doubted lines): without them the list is not the
+    /// store's (see [`crate::snapshot`]).
     Confirm,
 }
 
@@ -175,8 +176,9 @@ pub enum Recovering {
     /// The master's key list is being read (a fetch is under way); batches that arrive
     /// meanwhile wait for its status point (rule R6 of [`crate::sequence`]).
     Fetching,
-    /// Key-list lines next to lines that are no object keys are being confirmed with
-    /// `/batch_query_keys` before they count.
+    /// Key-list lines next to lines that are no object keys, and keys live batches stored
+    /// that the list lacks, are being confirmed with `/batch_query_keys` before the resync
+    /// completes.
     Confirming,
     /// The last fetch failed; the next is asked at the retry time.
     Retrying {
@@ -197,7 +199,7 @@ impl Recovering {
         match self {
             Recovering::Fetching => "reading the master's key list",
             Recovering::Confirming => {
-                "confirming key-list lines next to foreign keys with /batch_query_keys"
+                "confirming with /batch_query_keys the key-list lines next to foreign keys and the live stores the list lacks"
             }
             Recovering::Retrying {
                 failure: ResyncFailure::Fetch,
@@ -213,7 +215,7 @@ impl Recovering {
             } => "the master's KV event publisher is off",
             Recovering::Retrying {
                 failure: ResyncFailure::Confirm,
-            } => "confirming the key list's lines next to foreign keys failed; retrying",
+            } => "confirming the key list's lines next to foreign keys, or the live stores it lacks, failed; retrying",
             Recovering::Unproven => "the stream has not reached the key list's status point",
             Recovering::NoStatus => {
                 "snapshot unanchored: the master gives no status counters and no batch has \

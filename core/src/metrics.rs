@@ -83,6 +83,16 @@ pub struct Counters {
     pub snapshot_confirmed_lines: u64,
     /// Confirmations of doubted lines that failed or timed out (each fails its fetch).
     pub confirm_failures: u64,
+    /// Keys live batches stored during a resync that its key list lacked: asked of the master
+    /// before the resync completed (such a batch may be older than the list).
+    pub unlisted_stores: u64,
+    /// Of the keys live batches stored during a resync that its key list lacked, those the
+    /// master no longer held: removed.
+    pub unlisted_removed: u64,
+    /// Keys live batches stored during a resync that its key list lacked and that came while
+    /// the master was asked: claimed unasked (that key list does not answer a change of the
+    /// master's signals).
+    pub unlisted_unasked: u64,
     /// Clears the driver asked for.
     pub clears_requested: u64,
     /// Verification rounds that escalated: a key found gone without an event asked for a
@@ -237,7 +247,7 @@ impl Counters {
     }
 
     /// Lists every figure with its name and kind, so exporters need not name them one by one.
-    pub fn fields(&self) -> [(&'static str, u64, Kind); 79] {
+    pub fn fields(&self) -> [(&'static str, u64, Kind); 82] {
         [
             ("batches", self.batches, Kind::Counter),
             ("events", self.events, Kind::Counter),
@@ -288,6 +298,9 @@ impl Counters {
                 Kind::Counter,
             ),
             ("confirm_failures", self.confirm_failures, Kind::Counter),
+            ("unlisted_stores", self.unlisted_stores, Kind::Counter),
+            ("unlisted_removed", self.unlisted_removed, Kind::Counter),
+            ("unlisted_unasked", self.unlisted_unasked, Kind::Counter),
             ("clears_requested", self.clears_requested, Kind::Counter),
             ("stale_escalations", self.stale_escalations, Kind::Counter),
             (

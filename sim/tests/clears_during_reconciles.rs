@@ -10,8 +10,9 @@
 
 use hicache_index_sim::{run, Options, Preset};
 
-/// Hostile seeds (20,000 events) that failed with those checks taken out.
-const SEEDS: [u64; 4] = [900_477, 900_821, 901_101, 901_966];
+/// Hostile seeds (20,000 events) that failed with those checks taken out (chosen again when the
+/// resync began asking the master about stores its key list lacks, which moved the runs).
+const SEEDS: [u64; 4] = [900_073, 900_475, 900_821, 901_101];
 
 #[test]
 fn a_publisher_clear_while_a_reconcile_is_under_way_claims_nothing_it_took() {

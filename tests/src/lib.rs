@@ -278,6 +278,32 @@ impl Harness {
     pub fn health(&self) -> Health {
         self.status().health
     }
+
+    /// Answers the last question the session asked the master about keys
+    /// ([`Command::VerifyKeys`]): the master holds each of them when `held`; returns the
+    /// effects (also logged).
+    pub fn answer_question(&mut self, held: bool) -> Effects {
+        let (request, keys) = self
+            .log
+            .iter()
+            .rev()
+            .find_map(|e| match e {
+                Effect::Command(Command::VerifyKeys { request, keys }) => {
+                    Some((*request, keys.clone()))
+                }
+                _ => None,
+            })
+            .expect("a question was asked");
+        let results: Vec<(&str, bool)> = keys.iter().map(|k| (k.as_str(), held)).collect();
+        let fx = self.session.handle(
+            self.now,
+            Input::VerifyResult {
+                request,
+                results: &results,
+            },
+        );
+        self.record(fx)
+    }
 }
 
 /// Writes effects one per line, for transcripts.

@@ -2,6 +2,15 @@
 //! stream (rule R6 of [`crate::sequence`]), the key list applied under the live stream, and
 //! doubted lines confirmed with `/batch_query_keys` (its state: `parts/resync.rs` and
 //! `parts/resync_state.rs`).
+//!
+//! A live batch applied over the list may be older than it: the master's queue and the network
+//! delay what it published before the list was read (its status counts published batches, not
+//! queued events). So a key a live batch stores that the list lacks is asked of the master with
+//! the doubted lines, and removed if the master no longer holds it; such stores that come while
+//! the master is asked are claimed unasked, and that key list does not answer a change of the
+//! master's signals (the watch asks for another).
+
+use alloc::collections::BTreeSet;
 
 use super::parts::checksum::key_checksum;
 use super::*;
@@ -15,6 +24,10 @@ pub(super) const RETRY_BACKOFF_CAP: u32 = 8;
 struct KeySink<'a> {
     index: &'a mut Index,
     seen: &'a BTreeMap<u64, bool>,
+    /// The keys live batches stored that the list has not shown, not asked yet.
+    unlisted: &'a mut BTreeSet<String>,
+    /// The keys asked of the master once the key list ended.
+    asked: &'a mut BTreeSet<String>,
     cleared: bool,
     applied: &'a mut usize,
     reconcile: Option<&'a mut Reconcile>,
@@ -30,6 +43,8 @@ impl<'a> KeySink<'a> {
         let ResyncState::Fetching {
             applied: Some(applied),
             seen,
+            unlisted,
+            asked,
             cleared,
             lines,
             reconcile,
@@ -41,6 +56,8 @@ impl<'a> KeySink<'a> {
         let sink = KeySink {
             index,
             seen,
+            unlisted,
+            asked,
             cleared: *cleared,
             applied,
             reconcile: reconcile.as_deref_mut(),
@@ -55,7 +72,10 @@ impl<'a> KeySink<'a> {
                 *self.applied +=
                     usize::from(self.index.list_key(DEFAULT_TENANT, key, &mut r.listed));
             }
-            None => store_snapshot_key(self.index, self.seen, self.cleared, self.applied, key),
+            None => {
+                self.unlisted.remove(key);
+                store_snapshot_key(self.index, self.seen, self.cleared, self.applied, key);
+            }
         }
     }
 }
@@ -237,10 +257,11 @@ impl Session {
         Some(*keys.applied)
     }
 
-    /// Ends the key list of `request` ([`Input::SnapshotEnd`]): the doubted lines go to the
-    /// master for confirmation, or, with none, the resync completes. The live batches since the
-    /// stream was placed were applied as they came, and the snapshot's keys they touched were
-    /// left to them: nothing is replayed, so the call is short (a driver holds its lock for it).
+    /// Ends the key list of `request` ([`Input::SnapshotEnd`]): the doubted lines, and the keys
+    /// live batches stored that the list lacks, go to the master, or, with none, the resync
+    /// completes. The live batches since the stream was placed were applied as they came, and
+    /// the snapshot's keys they touched were left to them: nothing is replayed, so the call is
+    /// short (a driver holds its lock for it).
     pub(super) fn finish_snapshot(&mut self, now: Instant, request: SnapshotRequest) -> Effects {
         self.see(now);
         let mut fx = Effects::new();
@@ -249,12 +270,14 @@ impl Session {
             .resync
             .map_or(Duration::ZERO, |r| r.fetch_timeout);
         let confirm = self.verify.reserve_request();
-        let doubted = match &mut self.resync.state {
+        let question = match &mut self.resync.state {
             ResyncState::Fetching {
                 request: current,
                 applied: Some(applied),
                 confirming: confirming @ None,
                 seen,
+                unlisted,
+                asked,
                 cleared,
                 lines,
                 deadline,
@@ -264,28 +287,34 @@ impl Session {
                 let mut keys = KeySink {
                     index: &mut self.index,
                     seen,
+                    unlisted,
+                    asked,
                     cleared: *cleared,
                     applied,
                     reconcile: reconcile.as_deref_mut(),
                 };
                 lines.finish(|key| keys.take(key));
-                let doubted = core::mem::take(&mut lines.doubted_keys);
+                let mut question = core::mem::take(&mut lines.doubted_keys);
                 // Lines past the most kept cannot be confirmed: the fetch fails (`None`).
-                let all_kept = lines.doubted <= doubted.len() as u64;
-                if all_kept && !doubted.is_empty() {
+                let all_kept = lines.doubted <= question.len() as u64;
+                // What live batches stored and the list lacks is asked with the doubted lines.
+                *asked = core::mem::take(unlisted);
+                self.counters.unlisted_stores += asked.len() as u64;
+                question.extend(asked.iter().cloned());
+                if all_kept && !question.is_empty() {
                     *confirming = Some(confirm);
                     *deadline = now + timeout;
                 }
-                all_kept.then_some(doubted)
+                all_kept.then_some(question)
             }
             _ => {
                 self.counters.unawaited_answers += 1;
                 return fx;
             }
         };
-        match doubted {
+        match question {
             None => self.confirmation_failed(now, &mut fx),
-            Some(doubted) if doubted.is_empty() => self.complete_resync(now, 0, &mut fx),
+            Some(question) if question.is_empty() => self.complete_resync(now, 0, &mut fx),
             Some(keys) => {
                 fx.push(Command::VerifyKeys {
                     request: confirm,
@@ -302,25 +331,34 @@ impl Session {
         matches!(&self.resync.state, ResyncState::Fetching { confirming: Some(r), .. } if *r == request)
     }
 
-    /// Applies the master's answer about the doubted lines: those it holds, unless a live event
-    /// since the stream was placed decided them. Then the resync completes.
+    /// Applies the master's answer about the doubted lines and the keys live batches stored
+    /// that the list lacks: a doubted line it holds is applied unless a live event since the
+    /// stream was placed decided it; a stored key it does not hold is removed unless a live
+    /// event on it came since it was asked. Then the resync completes.
     pub(super) fn confirm_lines<'k>(
         &mut self,
         now: Instant,
         results: impl IntoIterator<Item = (&'k str, bool)>,
     ) -> Effects {
         let mut fx = Effects::new();
-        let mut confirmed = 0;
+        let (mut confirmed, mut removed) = (0, 0);
         if let Some((_, mut keys)) = KeySink::of(&mut self.resync.state, &mut self.index) {
             let before = *keys.applied;
-            for (key, _) in results.into_iter().filter(|(_, present)| *present) {
-                if parse_object_key(key).is_some() {
-                    keys.take(key);
+            for (key, present) in results {
+                if present {
+                    if parse_object_key(key).is_some() {
+                        keys.take(key);
+                    }
+                } else if keys.asked.remove(key) {
+                    let _ = keys.index.remove(DEFAULT_TENANT, key);
+                    removed += 1;
                 }
             }
+            keys.asked.clear();
             confirmed = *keys.applied - before;
         }
         self.counters.snapshot_confirmed_lines += confirmed as u64;
+        self.counters.unlisted_removed += removed;
         self.complete_resync(now, confirmed, &mut fx);
         fx
     }
@@ -350,14 +388,20 @@ impl Session {
             applied: Some(applied),
             confirms,
             lines,
+            unlisted,
+            asked_at,
             ..
         } = &self.resync.state
         else {
             return;
         };
         let (batches, applied, confirms) = (*batches, *applied, *confirms);
-        if let ResyncState::Fetching { asked_at, .. } = self.resync.state {
-            self.resync.watch.satisfied_by(asked_at);
+        // Stores the list lacks that came while the master was asked are claimed unasked: the
+        // key list does not answer a change of the master's signals then (the watch asks for
+        // another).
+        self.counters.unlisted_unasked += unlisted.len() as u64;
+        if unlisted.is_empty() {
+            self.resync.watch.satisfied_by(*asked_at);
         }
         self.counters.snapshot_odd_lines += lines.odd;
         self.counters.snapshot_doubted_lines += lines.doubted;

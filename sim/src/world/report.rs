@@ -75,6 +75,12 @@ pub struct RunStats {
     /// Confirmations of a key list's doubted lines that failed or timed out (each failed its
     /// fetch).
     pub confirm_failures: u64,
+    /// Keys live batches stored during a resync that its key list lacked and the master no
+    /// longer held when asked: removed.
+    pub unlisted_removed: u64,
+    /// Keys live batches stored during a resync that its key list lacked and that came while
+    /// the master was asked: claimed unasked.
+    pub unlisted_unasked: u64,
     /// Verification rounds.
     pub verify_rounds: u64,
     /// Stale keys verification removed.

@@ -33,6 +33,8 @@ impl<S: System> World<S> {
         s.resyncs = c.resyncs_completed;
         s.resyncs_failed = c.resyncs_failed;
         s.confirm_failures = c.confirm_failures;
+        s.unlisted_removed = c.unlisted_removed;
+        s.unlisted_unasked = c.unlisted_unasked;
         s.verify_rounds = c.verify_rounds;
         s.stale_keys_found = c.stale_keys_found;
         s.duplicates = c.duplicates + c.before_point;

@@ -3,12 +3,14 @@
 //! timers.
 
 use alloc::boxed::Box;
-use alloc::collections::BTreeMap;
+use alloc::collections::{BTreeMap, BTreeSet};
+use alloc::string::String;
 use core::time::Duration;
 
 use crate::effect::{Recovering, ResyncFailure};
 use crate::frame::{EventKind, Seq};
 use crate::input::{SnapshotRequest, VerifyRequest};
+use crate::layout::parse_object_key;
 use crate::snapshot::LineFilter;
 use crate::time::Instant;
 
@@ -46,6 +48,16 @@ pub(in crate::session) enum ResyncState {
         seen: BTreeMap<u64, bool>,
         /// A live `cleared` of the default tenant came since the stream was placed.
         cleared: bool,
+        /// The default-tenant keys live batches stored since the stream was placed that the key
+        /// list lacks, not asked of the master yet: such a batch may be older than the list
+        /// (the master's queue and the network delay what it published before the list was
+        /// read), and its object may have gone since without an event.
+        unlisted: BTreeSet<String>,
+        /// The keys of `unlisted` asked of the master once the key list ended: one it does not
+        /// hold is removed, unless a live event on it came since it was asked (a store puts it
+        /// in `unlisted` again). What is in `unlisted` when the resync completes is claimed
+        /// unasked, and the key list does not answer a change of the master's signals.
+        asked: BTreeSet<String>,
         /// Which of the snapshot's lines become keys.
         lines: LineFilter,
         /// The index forgot while the key list was being read, which may be older than what it
@@ -115,6 +127,8 @@ impl ResyncState {
             applied: None,
             seen: BTreeMap::new(),
             cleared: false,
+            unlisted: BTreeSet::new(),
+            asked: BTreeSet::new(),
             lines: LineFilter::default(),
             superseded: false,
             confirming: None,
@@ -166,7 +180,8 @@ impl ResyncState {
 
     /// Records a live default-tenant event of the batch `seq` applied while a key list is
     /// fetched: for a resync, once the stream is placed, the event wins over the list for its
-    /// key; a reconcile keeps every one (see `session/reconcile.rs`).
+    /// key, and a key it stores that the list lacks is asked of the master before the resync
+    /// completes; a reconcile keeps every one (see `session/reconcile.rs`).
     pub(in crate::session) fn saw(&mut self, seq: Seq, event: &crate::frame::Event<'_>) {
         if let ResyncState::Fetching {
             reconcile: Some(reconcile),
@@ -180,6 +195,8 @@ impl ResyncState {
             applied: Some(_),
             seen,
             cleared,
+            unlisted,
+            asked,
             ..
         } = self
         else {
@@ -188,11 +205,21 @@ impl ResyncState {
         match (event.kind, event.object_key) {
             (EventKind::Stored, Some(key)) => {
                 seen.entry(key_checksum(key)).or_insert(true);
+                asked.remove(key);
+                if parse_object_key(key).is_some() && !unlisted.contains(key) {
+                    unlisted.insert(String::from(key));
+                }
             }
             (EventKind::Removed | EventKind::Unknown, Some(key)) => {
                 seen.insert(key_checksum(key), false);
+                asked.remove(key);
+                unlisted.remove(key);
             }
-            (EventKind::Cleared, _) => *cleared = true,
+            (EventKind::Cleared, _) => {
+                *cleared = true;
+                unlisted.clear();
+                asked.clear();
+            }
             _ => {}
         }
     }
