@@ -7,12 +7,14 @@
 //! delay what it published before the list was read (its status counts published batches, not
 //! queued events). So a key a live batch stores that the list lacks is asked of the master with
 //! the doubted lines, and removed if the master no longer holds it; such stores that come while
-//! the master is asked are claimed unasked, and that key list does not answer a change of the
-//! master's signals (the watch asks for another).
+//! it is asked are asked about next, up to [`MAX_QUESTIONS`] questions. Those that come while
+//! the last one is out are claimed unasked, and, when a status point placed the stream, that key
+//! list does not answer a change of the master's signals (the watch reconciles with another).
 
 use alloc::collections::BTreeSet;
 
 use super::parts::checksum::key_checksum;
+use super::parts::resync_state::{ask, MAX_QUESTIONS};
 use super::*;
 
 /// How many times the retry delay (or the verification interval) the backoff of the master's
@@ -26,7 +28,7 @@ struct KeySink<'a> {
     seen: &'a BTreeMap<u64, bool>,
     /// The keys live batches stored that the list has not shown, not asked yet.
     unlisted: &'a mut BTreeSet<String>,
-    /// The keys asked of the master once the key list ended.
+    /// The keys asked of the master in the question under way.
     asked: &'a mut BTreeSet<String>,
     cleared: bool,
     applied: &'a mut usize,
@@ -209,8 +211,12 @@ impl Session {
                 fx.push(Report::Placed {
                     at: watermark.map(|w| w.seq),
                 });
-                if let ResyncState::Fetching { applied, .. } = &mut self.resync.state {
+                if let ResyncState::Fetching {
+                    applied, at_point, ..
+                } = &mut self.resync.state
+                {
                     *applied = Some(0);
+                    *at_point = watermark.is_some();
                 }
                 self.release_held(now, &mut fx);
                 // A held batch waits for its hole from its arrival: a wait that ran out while
@@ -278,6 +284,7 @@ impl Session {
                 seen,
                 unlisted,
                 asked,
+                questions,
                 cleared,
                 lines,
                 deadline,
@@ -297,13 +304,17 @@ impl Session {
                 let mut question = core::mem::take(&mut lines.doubted_keys);
                 // Lines past the most kept cannot be confirmed: the fetch fails (`None`).
                 let all_kept = lines.doubted <= question.len() as u64;
-                // What live batches stored and the list lacks is asked with the doubted lines.
-                *asked = core::mem::take(unlisted);
-                self.counters.unlisted_stores += asked.len() as u64;
-                question.extend(asked.iter().cloned());
+                if all_kept {
+                    // What live batches stored and the list lacks is asked with the doubted
+                    // lines.
+                    let stores = ask(unlisted, asked);
+                    self.counters.unlisted_stores += stores.len() as u64;
+                    question.extend(stores);
+                }
                 if all_kept && !question.is_empty() {
                     *confirming = Some(confirm);
                     *deadline = now + timeout;
+                    *questions = 1;
                 }
                 all_kept.then_some(question)
             }
@@ -334,7 +345,9 @@ impl Session {
     /// Applies the master's answer about the doubted lines and the keys live batches stored
     /// that the list lacks: a doubted line it holds is applied unless a live event since the
     /// stream was placed decided it; a stored key it does not hold is removed unless a live
-    /// event on it came since it was asked. Then the resync completes.
+    /// event on it came since it was asked, and one it did not answer is asked again. Then the
+    /// stores the list lacks that came meanwhile are asked about ([`MAX_QUESTIONS`] at most),
+    /// or the resync completes.
     pub(super) fn confirm_lines<'k>(
         &mut self,
         now: Instant,
@@ -345,22 +358,61 @@ impl Session {
         if let Some((_, mut keys)) = KeySink::of(&mut self.resync.state, &mut self.index) {
             let before = *keys.applied;
             for (key, present) in results {
+                let was_asked = keys.asked.remove(key);
                 if present {
                     if parse_object_key(key).is_some() {
                         keys.take(key);
                     }
-                } else if keys.asked.remove(key) {
+                } else if was_asked {
                     let _ = keys.index.remove(DEFAULT_TENANT, key);
                     removed += 1;
                 }
             }
-            keys.asked.clear();
+            // Keys the answer left out (a request that failed, an entry without `ok`): not
+            // known to be held, so asked again or claimed unasked, never taken as answered.
+            let unanswered = core::mem::take(keys.asked);
+            keys.unlisted.extend(unanswered);
             confirmed = *keys.applied - before;
         }
         self.counters.snapshot_confirmed_lines += confirmed as u64;
         self.counters.unlisted_removed += removed;
-        self.complete_resync(now, confirmed, &mut fx);
+        if !self.ask_again(now, &mut fx) {
+            self.complete_resync(now, confirmed, &mut fx);
+        }
         fx
+    }
+
+    /// Asks the master about the stores the list lacks that came while the last question was
+    /// out, unless none came or [`MAX_QUESTIONS`] were asked; returns whether it asked.
+    fn ask_again(&mut self, now: Instant, fx: &mut Effects) -> bool {
+        let timeout = self
+            .config
+            .resync
+            .map_or(Duration::ZERO, |r| r.fetch_timeout);
+        let ResyncState::Fetching {
+            unlisted,
+            asked,
+            questions,
+            confirming,
+            deadline,
+            reconcile: None,
+            ..
+        } = &mut self.resync.state
+        else {
+            return false;
+        };
+        if unlisted.is_empty() || *questions >= MAX_QUESTIONS {
+            return false;
+        }
+        let request = self.verify.reserve_request();
+        let keys = ask(unlisted, asked);
+        self.counters.unlisted_stores += keys.len() as u64;
+        *questions += 1;
+        *confirming = Some(request);
+        *deadline = now + timeout;
+        fx.push(Command::VerifyKeys { request, keys });
+        self.update_health(fx);
+        true
     }
 
     /// Fails the fetch whose doubted lines were not confirmed (the confirmation failed or timed
@@ -390,17 +442,19 @@ impl Session {
             lines,
             unlisted,
             asked_at,
+            at_point,
             ..
         } = &self.resync.state
         else {
             return;
         };
         let (batches, applied, confirms) = (*batches, *applied, *confirms);
-        // Stores the list lacks that came while the master was asked are claimed unasked: the
-        // key list does not answer a change of the master's signals then (the watch asks for
-        // another).
+        // Stores the list lacks that came while the last question was out are claimed unasked:
+        // the key list does not answer a change of the master's signals then, and the watch
+        // reconciles with another. Unless the stream was placed without a status point: a
+        // reconcile cannot be placed either, and would forget and resync into the same.
         self.counters.unlisted_unasked += unlisted.len() as u64;
-        if unlisted.is_empty() {
+        if unlisted.is_empty() || !*at_point {
             self.resync.watch.satisfied_by(*asked_at);
         }
         self.counters.snapshot_odd_lines += lines.odd;

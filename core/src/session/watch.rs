@@ -3,9 +3,9 @@
 //! `parts/watch.rs`).
 //!
 //! One rule: **a change seen is satisfied by the first key list asked for after it**; until
-//! that list is applied, answers say [`Health::Reconciling`]. (A resync's list during whose
-//! question to the master live batches stored keys it lacks does not count: those stores may
-//! be older than the list; see `session/resync.rs`.) The first read is the baseline; a
+//! that list is applied, answers say [`Health::Reconciling`]. (A resync's list placed at a
+//! status point does not count when live batches stored keys it lacks while its last question
+//! to the master was out: those stores may be older than the list; see `session/resync.rs`.) The first read is the baseline; a
 //! baseline taken while the index holds, or is fetching, a key list that may be older than it
 //! asks for a reconcile too (the list may predate a change the baseline already counts).
 

@@ -5,6 +5,7 @@
 use alloc::boxed::Box;
 use alloc::collections::{BTreeMap, BTreeSet};
 use alloc::string::String;
+use alloc::vec::Vec;
 use core::time::Duration;
 
 use crate::effect::{Recovering, ResyncFailure};
@@ -16,6 +17,16 @@ use crate::time::Instant;
 
 use super::checksum::key_checksum;
 use super::reconcile::Reconcile;
+
+/// How many questions a resync asks the master about the keys live batches stored that its
+/// key list lacks: the first with the doubted lines when the list ends, the others about the
+/// stores that came while the one before was out (a backlog older than the list drains while
+/// it is asked; under steady load new stores always come, so the questions stop here).
+pub(in crate::session) const MAX_QUESTIONS: usize = 3;
+
+/// The most such keys one question asks about (about 1.6 MB of keys, some 270 requests of
+/// `/batch_query_keys`); the rest wait for the next question, or are claimed unasked.
+pub(in crate::session) const MAX_ASKED: usize = 16_384;
 
 /// Where the resynchronisation stands.
 // One per session, moved only when a resync begins or ends: the size of `Fetching` costs nothing.
@@ -53,11 +64,15 @@ pub(in crate::session) enum ResyncState {
         /// (the master's queue and the network delay what it published before the list was
         /// read), and its object may have gone since without an event.
         unlisted: BTreeSet<String>,
-        /// The keys of `unlisted` asked of the master once the key list ended: one it does not
-        /// hold is removed, unless a live event on it came since it was asked (a store puts it
-        /// in `unlisted` again). What is in `unlisted` when the resync completes is claimed
-        /// unasked, and the key list does not answer a change of the master's signals.
+        /// The keys asked of the master in the question under way: one it does not hold is
+        /// removed, unless a live event on it came since it was asked (a store puts it in
+        /// `unlisted` again); one it does not answer goes back to `unlisted`.
         asked: BTreeSet<String>,
+        /// How many questions about such keys were asked (at most [`MAX_QUESTIONS`]).
+        questions: usize,
+        /// The stream was placed at the master's status point (a reconcile can place the next
+        /// key list), not at the last batch heard.
+        at_point: bool,
         /// Which of the snapshot's lines become keys.
         lines: LineFilter,
         /// The index forgot while the key list was being read, which may be older than what it
@@ -129,6 +144,8 @@ impl ResyncState {
             cleared: false,
             unlisted: BTreeSet::new(),
             asked: BTreeSet::new(),
+            questions: 0,
+            at_point: false,
             lines: LineFilter::default(),
             superseded: false,
             confirming: None,
@@ -239,4 +256,20 @@ impl ResyncState {
             ResyncState::AwaitingStream { .. } => Some(Recovering::NoStatus),
         }
     }
+}
+
+/// Moves up to [`MAX_ASKED`] keys of `unlisted` into `asked`; returns them, for the question.
+pub(in crate::session) fn ask(
+    unlisted: &mut BTreeSet<String>,
+    asked: &mut BTreeSet<String>,
+) -> Vec<String> {
+    let mut keys = Vec::new();
+    while keys.len() < MAX_ASKED {
+        let Some(key) = unlisted.pop_first() else {
+            break;
+        };
+        keys.push(key.clone());
+        asked.insert(key);
+    }
+    keys
 }
