@@ -3,17 +3,17 @@
 //! of serving a key list, [`hicache_index_sim::options::HttpOptions::clear_after_keys`]). A
 //! session whose reconcile does not fall back on such a clear (the checks of
 //! `Reconcile::cleared` in `core/src/session/reconcile.rs` when the stream reaches the status
-//! point and at each slice taken out) claims pages the clear took in the first four (checked
-//! on 2026-12-07: 4 of the 83 seeds of 900,000..902,000 that put a clear there); the same 2,000
-//! hostile seeds without that world found none. (The check at each slice alone is
+//! point and at each slice taken out) claims pages the clear took in the first four seeds
+//! (on 2026-12-07, 4 of the 83 seeds of 900,000..902,000 put a clear there and failed so); the
+//! same 2,000 hostile seeds without that world found none. (The check at each slice alone is
 //! not reached here: the simulator's indexes are small enough for a reconcile of one slice;
 //! `tests/tests/store_watch.rs` puts a clear between two.)
 
 use hicache_index_sim::{run, Options, Preset};
 
-/// Hostile seeds (20,000 events) that failed with those checks taken out: the first four as the
-/// session stands (chosen again when the resync began asking the master about the stores its key
-/// list lacks, which moved the runs), the rest at earlier versions. A change of the session moves
+/// Hostile seeds (20,000 events) that failed with those checks taken out: the first four when
+/// chosen last (again when the resync began asking the master about the stores its key list
+/// lacks, which moved the runs), the rest at the version before. A change of the session moves
 /// the runs, so not every seed puts a clear there; the test asks that several do.
 const SEEDS: [u64; 8] = [
     900_073, 900_856, 901_691, 901_913, 900_475, 900_821, 901_101, 901_642,

@@ -211,17 +211,72 @@ fn a_key_the_answer_leaves_out_is_asked_again_not_claimed() {
 fn a_clear_while_the_master_is_asked_leaves_nothing_to_remove_or_ask() {
     let layout = mha(1);
     let (mut h, request) = list_begun(config(layout.clone()));
+    let t = tokens(2);
+    let pages = page_hashes(&layout, &t);
+    let _ = h.batch(store_page(&layout, &pages[0]));
+    let fx = list_ends(&mut h, request, &[]);
+    let (first, asked) = question(&fx).expect("the first question");
+    // A store and then the publisher's clear while the question is out: nothing it named is
+    // held any longer, and nothing is left to ask.
+    let _ = h.batch(store_page(&layout, &pages[1]));
+    let _ = h.batch(vec![publisher_clear(None)]);
+    let fx = answer(&mut h, first, &asked, false);
+    assert!(question(&fx).is_none(), "{fx:?}");
+    assert!(resynced(&fx), "{fx:?}");
+    let c = h.status().counters;
+    assert_eq!((c.unlisted_removed, c.unlisted_unasked), (0, 0));
+    assert_eq!(h.prefix(&t), 0);
+}
+
+#[test]
+fn a_failed_question_about_stores_only_asks_again_rather_than_failing_the_fetch() {
+    let layout = mha(1);
+    let (mut h, request) = list_begun(config(layout.clone()));
     let t = tokens(1);
     let page = page_hashes(&layout, &t)[0];
     let _ = h.batch(store_page(&layout, &page));
     let fx = list_ends(&mut h, request, &[]);
     let (first, asked) = question(&fx).expect("the first question");
-    let _ = h.batch(vec![publisher_clear(None)]);
-    let fx = answer(&mut h, first, &asked, false);
+    let fx = h
+        .session
+        .handle(h.now, Input::VerifyFailed { request: first });
+    let fx = h.record(fx);
+    assert!(
+        !fx.iter()
+            .any(|e| matches!(e, Effect::Report(Report::ResyncFailed { .. }))),
+        "{fx:?}"
+    );
+    let (second, again) = question(&fx).expect("the stores are asked again");
+    assert_eq!(again, asked);
+    let fx = answer(&mut h, second, &again, false);
     assert!(resynced(&fx), "{fx:?}");
-    let c = h.status().counters;
-    assert_eq!((c.unlisted_removed, c.unlisted_unasked), (0, 0));
     assert_eq!(h.prefix(&t), 0);
+}
+
+#[test]
+fn a_doubted_line_the_answer_leaves_out_fails_the_fetch() {
+    let layout = mha(1);
+    let (mut h, request) = list_begun(config(layout.clone()));
+    let t = tokens(1);
+    let page = page_hashes(&layout, &t)[0];
+    let keys: Vec<String> = layout.object_keys(&page).collect();
+    // Another application's key between the two: both lines are doubted.
+    let lines = [
+        keys[0].clone(),
+        "another application's key".to_owned(),
+        keys[1].clone(),
+    ];
+    let fx = list_ends(&mut h, request, &lines);
+    let (confirm, asked) = question(&fx).expect("the doubted lines are asked about");
+    assert_eq!(asked.len(), 2);
+    // One request of the answer failed: the second line is neither held nor gone.
+    let fx = answer(&mut h, confirm, &asked[..1], true);
+    assert!(!resynced(&fx), "{fx:?}");
+    assert!(
+        fx.iter()
+            .any(|e| matches!(e, Effect::Report(Report::ResyncFailed { .. }))),
+        "{fx:?}"
+    );
 }
 
 /// With the watch of the master's signals on: the watch's first read (its baseline, taken while

@@ -7,9 +7,11 @@
 //! delay what it published before the list was read (its status counts published batches, not
 //! queued events). So a key a live batch stores that the list lacks is asked of the master with
 //! the doubted lines, and removed if the master no longer holds it; such stores that come while
-//! it is asked are asked about next, up to [`MAX_QUESTIONS`] questions. Those that come while
-//! the last one is out are claimed unasked, and, when a status point placed the stream, that key
-//! list does not answer a change of the master's signals (the watch reconciles with another).
+//! it is asked, or that its answer left out, are asked about next, up to [`MAX_QUESTIONS`]
+//! questions of at most [`MAX_ASKED`](super::parts::resync_state::MAX_ASKED) stores each.
+//! What no answer covered is claimed unasked, and, when a status point placed the stream, that
+//! key list holds back once a change of the master's signals waiting for one (the watch then
+//! reconciles with another list).
 
 use alloc::collections::BTreeSet;
 
@@ -285,6 +287,7 @@ impl Session {
                 unlisted,
                 asked,
                 questions,
+                doubted_out,
                 cleared,
                 lines,
                 deadline,
@@ -315,6 +318,7 @@ impl Session {
                     *confirming = Some(confirm);
                     *deadline = now + timeout;
                     *questions = 1;
+                    *doubted_out = lines.doubted as usize;
                 }
                 all_kept.then_some(question)
             }
@@ -325,7 +329,7 @@ impl Session {
         };
         match question {
             None => self.confirmation_failed(now, &mut fx),
-            Some(question) if question.is_empty() => self.complete_resync(now, 0, &mut fx),
+            Some(question) if question.is_empty() => self.complete_resync(now, &mut fx),
             Some(keys) => {
                 fx.push(Command::VerifyKeys {
                     request: confirm,
@@ -345,20 +349,24 @@ impl Session {
     /// Applies the master's answer about the doubted lines and the keys live batches stored
     /// that the list lacks: a doubted line it holds is applied unless a live event since the
     /// stream was placed decided it; a stored key it does not hold is removed unless a live
-    /// event on it came since it was asked, and one it did not answer is asked again. Then the
-    /// stores the list lacks that came meanwhile are asked about ([`MAX_QUESTIONS`] at most),
-    /// or the resync completes.
+    /// event on it came since it was asked. A stored key it leaves out is asked again (or
+    /// claimed unasked); a doubted line it leaves out fails the fetch, as a failed
+    /// confirmation does. Then the stores the list lacks that came meanwhile are asked about
+    /// ([`MAX_QUESTIONS`] at most), or the resync completes.
     pub(super) fn confirm_lines<'k>(
         &mut self,
         now: Instant,
         results: impl IntoIterator<Item = (&'k str, bool)>,
     ) -> Effects {
         let mut fx = Effects::new();
-        let (mut confirmed, mut removed) = (0, 0);
+        let (mut confirmed, mut removed, mut doubted_answered) = (0, 0, 0);
         if let Some((_, mut keys)) = KeySink::of(&mut self.resync.state, &mut self.index) {
             let before = *keys.applied;
             for (key, present) in results {
                 let was_asked = keys.asked.remove(key);
+                if !was_asked {
+                    doubted_answered += 1;
+                }
                 if present {
                     if parse_object_key(key).is_some() {
                         keys.take(key);
@@ -368,16 +376,32 @@ impl Session {
                     removed += 1;
                 }
             }
-            // Keys the answer left out (a request that failed, an entry without `ok`): not
-            // known to be held, so asked again or claimed unasked, never taken as answered.
+            // Stored keys the answer left out (a request that failed, an entry without `ok`):
+            // not known to be held, so asked again or claimed unasked, never taken as answered.
             let unanswered = core::mem::take(keys.asked);
             keys.unlisted.extend(unanswered);
             confirmed = *keys.applied - before;
         }
         self.counters.snapshot_confirmed_lines += confirmed as u64;
         self.counters.unlisted_removed += removed;
+        let ResyncState::Fetching {
+            doubted_out,
+            confirmed: total,
+            ..
+        } = &mut self.resync.state
+        else {
+            return fx;
+        };
+        *total += confirmed;
+        if doubted_answered < *doubted_out {
+            // A doubted line the answer left out cannot be applied: lost for good if the resync
+            // completed without it.
+            self.confirmation_failed(now, &mut fx);
+            return fx;
+        }
+        *doubted_out = 0;
         if !self.ask_again(now, &mut fx) {
-            self.complete_resync(now, confirmed, &mut fx);
+            self.complete_resync(now, &mut fx);
         }
         fx
     }
@@ -422,16 +446,33 @@ impl Session {
     /// `/batch_query_keys` keeps failing. Completing without those lines would lose the objects
     /// they name for good: a resync would never restore them, and a reconcile would remove them
     /// from the index while the master holds them (found by the simulator, seed 7304478 of the
-    /// hostile preset).
+    /// hostile preset). A question that carries no doubted lines, only stores the list lacks,
+    /// leaves them unanswered instead: asked again, or claimed unasked.
     pub(super) fn confirmation_failed(&mut self, now: Instant, fx: &mut Effects) {
         self.counters.confirm_failures += 1;
+        if let ResyncState::Fetching {
+            confirming: confirming @ Some(_),
+            doubted_out: 0,
+            unlisted,
+            asked,
+            ..
+        } = &mut self.resync.state
+        {
+            *confirming = None;
+            unlisted.append(asked);
+            if !self.ask_again(now, fx) {
+                self.complete_resync(now, fx);
+            }
+            self.update_health(fx);
+            return;
+        }
         self.resync_failed(now, ResyncFailure::Confirm, fx);
         self.update_health(fx);
     }
 
     /// Ends the resync under way: the index is live again (once the stream has continued the
     /// status point).
-    fn complete_resync(&mut self, now: Instant, confirmed: usize, fx: &mut Effects) {
+    fn complete_resync(&mut self, now: Instant, fx: &mut Effects) {
         if self.reconciling() {
             return self.reconcile_listed(now, fx);
         }
@@ -443,18 +484,22 @@ impl Session {
             unlisted,
             asked_at,
             at_point,
+            confirmed,
             ..
         } = &self.resync.state
         else {
             return;
         };
-        let (batches, applied, confirms) = (*batches, *applied, *confirms);
-        // Stores the list lacks that came while the last question was out are claimed unasked:
-        // the key list does not answer a change of the master's signals then, and the watch
-        // reconciles with another. Unless the stream was placed without a status point: a
-        // reconcile cannot be placed either, and would forget and resync into the same.
+        let (batches, applied, confirms, confirmed) = (*batches, *applied, *confirms, *confirmed);
+        // Stores the list lacks that no answer covered (they came while the last question was
+        // out, past the most one question asks, or its answer left them out) are claimed
+        // unasked: the key list may not answer a change of the master's signals then, and
+        // holds it back, once, so that the watch reconciles with another list. Not without a
+        // status point: a reconcile cannot be placed either, and would forget and resync into
+        // the same.
         self.counters.unlisted_unasked += unlisted.len() as u64;
-        if unlisted.is_empty() || !*at_point {
+        let hold = !unlisted.is_empty() && *at_point && self.resync.watch.hold_once();
+        if !hold {
             self.resync.watch.satisfied_by(*asked_at);
         }
         self.counters.snapshot_odd_lines += lines.odd;

@@ -78,8 +78,8 @@ pub struct RunStats {
     /// Keys live batches stored during a resync that its key list lacked and the master no
     /// longer held when asked: removed.
     pub unlisted_removed: u64,
-    /// Keys live batches stored during a resync that its key list lacked and that came while
-    /// the master was asked: claimed unasked.
+    /// Keys live batches stored during a resync that its key list lacked and that no answer of
+    /// the master covered: claimed unasked.
     pub unlisted_unasked: u64,
     /// Verification rounds.
     pub verify_rounds: u64,

@@ -24,8 +24,9 @@ use super::reconcile::Reconcile;
 /// it is asked; under steady load new stores always come, so the questions stop here).
 pub(in crate::session) const MAX_QUESTIONS: usize = 3;
 
-/// The most such keys one question asks about (about 1.6 MB of keys, some 270 requests of
-/// `/batch_query_keys`); the rest wait for the next question, or are claimed unasked.
+/// The most such stored keys one question asks about (about 1.6 MB of keys, some 270 requests
+/// of `/batch_query_keys`; the first question carries the doubted lines besides); the rest wait
+/// for the next question, or are claimed unasked.
 pub(in crate::session) const MAX_ASKED: usize = 16_384;
 
 /// Where the resynchronisation stands.
@@ -70,6 +71,12 @@ pub(in crate::session) enum ResyncState {
         asked: BTreeSet<String>,
         /// How many questions about such keys were asked (at most [`MAX_QUESTIONS`]).
         questions: usize,
+        /// How many doubted lines the question under way carries (only the first one does):
+        /// with none, a failed question leaves its stores unanswered instead of failing the
+        /// fetch.
+        doubted_out: usize,
+        /// Doubted lines the answers confirmed so far.
+        confirmed: usize,
         /// The stream was placed at the master's status point (a reconcile can place the next
         /// key list), not at the last batch heard.
         at_point: bool,
@@ -145,6 +152,8 @@ impl ResyncState {
             unlisted: BTreeSet::new(),
             asked: BTreeSet::new(),
             questions: 0,
+            doubted_out: 0,
+            confirmed: 0,
             at_point: false,
             lines: LineFilter::default(),
             superseded: false,

@@ -26,6 +26,8 @@ pub(in crate::session) struct Watch {
     /// When the latest change was seen that no key list asked for since has satisfied (a list
     /// asked after it satisfies every earlier one too).
     pub(in crate::session) wanted: Option<Instant>,
+    /// The change (as `wanted`) a resync's key list held back once already.
+    pub(in crate::session) held: Option<Instant>,
 }
 
 /// What the watch's timer asks for.
@@ -47,6 +49,7 @@ impl Watch {
             absent_said: false,
             failures: Backoff::new(seed ^ 0x7761_7463),
             wanted: None,
+            held: None,
         }
     }
 
@@ -90,11 +93,44 @@ impl Watch {
         self.wanted = Some(now);
     }
 
+    /// A key list that may not answer the change waiting was applied: returns whether it holds
+    /// that change back, which it does once per change (a second such list satisfies it, so
+    /// that key lists that cannot answer it never follow one another for good).
+    pub(in crate::session) fn hold_once(&mut self) -> bool {
+        match self.wanted {
+            Some(change) if self.held != Some(change) => {
+                self.held = Some(change);
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// A key list asked for at `asked_at` was applied: it satisfies a change seen at or
     /// before then.
     pub(in crate::session) fn satisfied_by(&mut self, asked_at: Instant) {
         if self.wanted.is_some_and(|seen| seen <= asked_at) {
             self.wanted = None;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_change_is_held_back_once_then_satisfied() {
+        let mut watch = Watch::new(1);
+        assert!(!watch.hold_once(), "no change waits");
+        let first = Instant::from_nanos(5);
+        watch.want(first);
+        assert!(watch.hold_once());
+        assert!(!watch.hold_once(), "the same change is held back once");
+        let second = Instant::from_nanos(9);
+        watch.want(second);
+        assert!(watch.hold_once(), "a new change may be held back again");
+        watch.satisfied_by(second);
+        assert_eq!(watch.wanted, None);
     }
 }
