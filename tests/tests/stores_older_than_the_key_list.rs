@@ -410,3 +410,30 @@ fn stores_left_unasked_without_a_status_point_still_answer_the_watch() {
     let _ = stores_during_every_question(&mut h, &layout, request);
     assert_eq!(h.health(), Health::Live);
 }
+
+#[test]
+fn a_doubted_line_also_stored_live_is_asked_once_and_its_answer_counts_for_both() {
+    // A store shared with other applications: most HiCache lines of the key list sit next to
+    // another application's key, and are doubted; the live batches stored some of them too.
+    let layout = mha(1);
+    let (mut h, request) = list_begun(config(layout.clone()));
+    let t = tokens(1);
+    let page = page_hashes(&layout, &t)[0];
+    let _ = h.batch(store_page(&layout, &page));
+    let keys: Vec<String> = layout.object_keys(&page).collect();
+    let lines = [
+        keys[0].clone(),
+        "another application's key".to_owned(),
+        keys[1].clone(),
+    ];
+    let fx = list_ends(&mut h, request, &lines);
+    let (confirm, mut asked) = question(&fx).expect("the question");
+    // The master answers with a map: a key asked twice would be answered once.
+    asked.sort();
+    let mut expected = keys.clone();
+    expected.sort();
+    assert_eq!(asked, expected, "each key asked once");
+    let fx = answer(&mut h, confirm, &asked, true);
+    assert!(resynced(&fx), "{fx:?}");
+    assert_eq!(h.prefix(&t), 1);
+}

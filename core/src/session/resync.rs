@@ -307,18 +307,31 @@ impl Session {
                 let mut question = core::mem::take(&mut lines.doubted_keys);
                 // Lines past the most kept cannot be confirmed: the fetch fails (`None`).
                 let all_kept = lines.doubted <= question.len() as u64;
+                // A key both stored live and a doubted line is asked once, as a store: its
+                // answer counts for both.
+                let mut doubted_stores = 0;
                 if all_kept {
                     // What live batches stored and the list lacks is asked with the doubted
                     // lines.
                     let stores = ask(unlisted, asked);
                     self.counters.unlisted_stores += stores.len() as u64;
-                    question.extend(stores);
+                    if question.is_empty() {
+                        question = stores;
+                    } else {
+                        let doubted: BTreeSet<&str> = question.iter().map(String::as_str).collect();
+                        let stores: Vec<String> = stores
+                            .into_iter()
+                            .filter(|k| !doubted.contains(k.as_str()))
+                            .collect();
+                        doubted_stores = asked.len() - stores.len();
+                        question.extend(stores);
+                    }
                 }
                 if all_kept && !question.is_empty() {
                     *confirming = Some(confirm);
                     *deadline = now + timeout;
                     *questions = 1;
-                    *doubted_out = lines.doubted as usize;
+                    *doubted_out = (lines.doubted as usize).saturating_sub(doubted_stores);
                 }
                 all_kept.then_some(question)
             }
