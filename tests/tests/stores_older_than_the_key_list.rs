@@ -253,32 +253,6 @@ fn a_failed_question_about_stores_only_asks_again_rather_than_failing_the_fetch(
     assert_eq!(h.prefix(&t), 0);
 }
 
-#[test]
-fn a_doubted_line_the_answer_leaves_out_fails_the_fetch() {
-    let layout = mha(1);
-    let (mut h, request) = list_begun(config(layout.clone()));
-    let t = tokens(1);
-    let page = page_hashes(&layout, &t)[0];
-    let keys: Vec<String> = layout.object_keys(&page).collect();
-    // Another application's key between the two: both lines are doubted.
-    let lines = [
-        keys[0].clone(),
-        "another application's key".to_owned(),
-        keys[1].clone(),
-    ];
-    let fx = list_ends(&mut h, request, &lines);
-    let (confirm, asked) = question(&fx).expect("the doubted lines are asked about");
-    assert_eq!(asked.len(), 2);
-    // One request of the answer failed: the second line is neither held nor gone.
-    let fx = answer(&mut h, confirm, &asked[..1], true);
-    assert!(!resynced(&fx), "{fx:?}");
-    assert!(
-        fx.iter()
-            .any(|e| matches!(e, Effect::Report(Report::ResyncFailed { .. }))),
-        "{fx:?}"
-    );
-}
-
 /// With the watch of the master's signals on: the watch's first read (its baseline, taken while
 /// the bootstrap key list is fetched) wants a key list asked for at or after it, which the
 /// bootstrap list is (both at time 0).

@@ -307,6 +307,11 @@ impl Session {
                 let mut question = core::mem::take(&mut lines.doubted_keys);
                 // Lines past the most kept cannot be confirmed: the fetch fails (`None`).
                 let all_kept = lines.doubted <= question.len() as u64;
+                // A line between two odd lines is doubted twice; the master answers each key
+                // once.
+                question.sort_unstable();
+                question.dedup();
+                let doubted_keys = question.len();
                 // A key both stored live and a doubted line is asked once, as a store: its
                 // answer counts for both.
                 let mut doubted_stores = 0;
@@ -331,7 +336,7 @@ impl Session {
                     *confirming = Some(confirm);
                     *deadline = now + timeout;
                     *questions = 1;
-                    *doubted_out = (lines.doubted as usize).saturating_sub(doubted_stores);
+                    *doubted_out = doubted_keys - doubted_stores;
                 }
                 all_kept.then_some(question)
             }
@@ -363,23 +368,20 @@ impl Session {
     /// that the list lacks: a doubted line it holds is applied unless a live event since the
     /// stream was placed decided it; a stored key it does not hold is removed unless a live
     /// event on it came since it was asked. A stored key it leaves out is asked again (or
-    /// claimed unasked); a doubted line it leaves out fails the fetch, as a failed
-    /// confirmation does. Then the stores the list lacks that came meanwhile are asked about
-    /// ([`MAX_QUESTIONS`] at most), or the resync completes.
+    /// claimed unasked); a doubted line it leaves out is not applied. Then the stores the list
+    /// lacks that came meanwhile are asked about ([`MAX_QUESTIONS`] at most), or the resync
+    /// completes.
     pub(super) fn confirm_lines<'k>(
         &mut self,
         now: Instant,
         results: impl IntoIterator<Item = (&'k str, bool)>,
     ) -> Effects {
         let mut fx = Effects::new();
-        let (mut confirmed, mut removed, mut doubted_answered) = (0, 0, 0);
+        let (mut confirmed, mut removed) = (0, 0);
         if let Some((_, mut keys)) = KeySink::of(&mut self.resync.state, &mut self.index) {
             let before = *keys.applied;
             for (key, present) in results {
                 let was_asked = keys.asked.remove(key);
-                if !was_asked {
-                    doubted_answered += 1;
-                }
                 if present {
                     if parse_object_key(key).is_some() {
                         keys.take(key);
@@ -406,12 +408,6 @@ impl Session {
             return fx;
         };
         *total += confirmed;
-        if doubted_answered < *doubted_out {
-            // A doubted line the answer left out cannot be applied: lost for good if the resync
-            // completed without it.
-            self.confirmation_failed(now, &mut fx);
-            return fx;
-        }
         *doubted_out = 0;
         if !self.ask_again(now, &mut fx) {
             self.complete_resync(now, &mut fx);
