@@ -9,7 +9,7 @@ use std::time::Duration;
 use hicache_index::{
     ClearReason, Command, Config, Effect, Effects, EventKind, Health, Input, Instant, Layout,
     Lookup, Medium, ModelLayout, PageHash, ReorderConfig, Report, ResyncConfig, Seq, Session,
-    SessionStatus, SglangParams, SnapshotRequest, Timestamp, Watermark,
+    SessionStatus, SglangParams, SnapshotRequest, Timestamp, VerifyRequest, Watermark,
 };
 use hicache_index_shortcuts::Shortcuts;
 use hicache_index_sim::encode::{encode_message, MasterFlavor, OwnedBatch, OwnedEvent};
@@ -287,13 +287,14 @@ impl Harness {
             .log
             .iter()
             .rev()
-            .find_map(|e| match e {
-                Effect::Command(Command::VerifyKeys { request, keys }) => {
-                    Some((*request, keys.clone()))
-                }
-                _ => None,
-            })
+            .find_map(|e| question(std::slice::from_ref(e)))
             .expect("a question was asked");
+        self.answer(request, &keys, held)
+    }
+
+    /// Answers the question `request` about `keys` (the master holds each of them when
+    /// `held`); returns the effects (also logged).
+    pub fn answer(&mut self, request: VerifyRequest, keys: &[String], held: bool) -> Effects {
         let results: Vec<(&str, bool)> = keys.iter().map(|k| (k.as_str(), held)).collect();
         let fx = self.session.handle(
             self.now,
@@ -304,6 +305,15 @@ impl Harness {
         );
         self.record(fx)
     }
+}
+
+/// The question `fx` asks the master about keys ([`Command::VerifyKeys`]), if any: its request
+/// and keys.
+pub fn question(fx: &[Effect]) -> Option<(VerifyRequest, Vec<String>)> {
+    fx.iter().find_map(|e| match e {
+        Effect::Command(Command::VerifyKeys { request, keys }) => Some((*request, keys.clone())),
+        _ => None,
+    })
 }
 
 /// Writes effects one per line, for transcripts.

@@ -9,10 +9,11 @@ use std::time::Duration;
 use hicache_index::snapshot::MAX_DOUBTED;
 use hicache_index::{
     ClearReason, Command, Config, Effect, Effects, Health, Input, Layout, PageHash, Report,
-    ResyncConfig, ResyncFailure, SignalsRequest, StoreSignals, VerifyRequest,
+    ResyncConfig, ResyncFailure, SignalsRequest, StoreSignals,
 };
 use hicache_index_tests::{
-    cleared, config, mha, page_hashes, publisher_clear, removed, store_page, tokens, Harness,
+    cleared, config, mha, page_hashes, publisher_clear, question, removed, store_page, tokens,
+    Harness,
 };
 
 const UNMOUNTS: &str = "master_unmount_segment_requests_total";
@@ -127,14 +128,6 @@ fn answer_with_a_foreign_line(
     lines.insert(4, "a key of another application".to_owned());
     let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
     h.answer_fetch(seq, &lines)
-}
-
-/// The confirmation of doubted lines `fx` asks for: its request and keys.
-fn confirmation(fx: &Effects) -> Option<(VerifyRequest, Vec<String>)> {
-    fx.iter().find_map(|e| match e {
-        Effect::Command(Command::VerifyKeys { request, keys }) => Some((*request, keys.clone())),
-        _ => None,
-    })
 }
 
 fn reconciled(fx: &Effects) -> Option<(usize, usize)> {
@@ -493,7 +486,7 @@ fn a_reconcile_whose_point_is_never_reached_falls_back_after_its_doubted_lines_a
     // the master; the status point is past anything the stream will ever see (a lost tail).
     let seq = h.next_seq + 5;
     let fx = answer_with_a_foreign_line(&mut h, &layout, &pages, seq);
-    let (request, keys) = confirmation(&fx).expect("the doubted lines are confirmed");
+    let (request, keys) = question(&fx).expect("the doubted lines are confirmed");
     let answers: Vec<(&str, bool)> = keys.iter().map(|k| (k.as_str(), true)).collect();
     let fx = h.session.handle(
         h.now,
@@ -528,7 +521,7 @@ fn a_reconcile_whose_doubted_lines_are_not_confirmed_removes_nothing_the_master_
     // Every page is listed; the lines next to another application's key are doubted.
     let seq = h.next_seq - 1;
     let fx = answer_with_a_foreign_line(&mut h, &layout, &pages, seq);
-    let (request, _) = confirmation(&fx).expect("the doubted lines are confirmed");
+    let (request, _) = question(&fx).expect("the doubted lines are confirmed");
     assert_eq!(claimed(&h, &pages), [true; 8], "hits while it confirms");
     let fx = h.session.handle(h.now, Input::VerifyFailed { request });
     let fx = h.record(fx);
@@ -567,7 +560,7 @@ fn a_reconcile_whose_confirmation_times_out_removes_nothing_the_master_lists() {
     let seq = h.next_seq - 1;
     let fx = answer_with_a_foreign_line(&mut h, &layout, &pages, seq);
     assert!(
-        confirmation(&fx).is_some(),
+        question(&fx).is_some(),
         "the doubted lines are confirmed: {fx:?}"
     );
     let mut forgot = Vec::new();
@@ -604,7 +597,7 @@ fn a_key_list_with_more_doubted_lines_than_are_kept_fails_its_fetch() {
     }
     lines.push("a key of another application");
     let fx = h.answer_fetch(h.next_seq - 1, &lines);
-    assert_eq!(confirmation(&fx), None, "nothing to confirm with");
+    assert_eq!(question(&fx), None, "nothing to confirm with");
     assert_eq!(reconciled(&fx), None);
     assert_eq!(cleared(&fx), [ClearReason::StoreChanged], "it falls back");
     assert_eq!(h.health(), Health::Recovering);
@@ -628,7 +621,7 @@ fn a_resync_whose_doubted_lines_are_not_confirmed_fails_and_fetches_again() {
     assert!(asked, "a clear resyncs");
     let seq = h.next_seq - 1;
     let fx = answer_with_a_foreign_line(&mut h, &layout, &pages, seq);
-    let (request, _) = confirmation(&fx).expect("the doubted lines are confirmed");
+    let (request, _) = question(&fx).expect("the doubted lines are confirmed");
     let fx = h.session.handle(h.now, Input::VerifyFailed { request });
     let fx = h.record(fx);
     let failed = fx.iter().any(|e| {

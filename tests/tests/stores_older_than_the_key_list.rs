@@ -10,11 +10,12 @@
 use std::time::Duration;
 
 use hicache_index::{
-    Command, Config, Effect, Effects, Health, Input, Report, ResyncConfig, SnapshotRequest,
-    StoreSignals, VerifyRequest, Watermark,
+    Command, Config, Effect, Effects, Health, Input, Layout, PageHash, Report, ResyncConfig,
+    SnapshotRequest, StoreSignals, Watermark,
 };
 use hicache_index_tests::{
-    config, filler, mha, page_hashes, publisher_clear, resync, store_page, tokens, Harness,
+    config, filler, mha, page_hashes, publisher_clear, question, resync, store_page, tokens,
+    Harness,
 };
 
 /// A connected session (resync on: `cfg`'s, or the default) whose bootstrap key list began with
@@ -56,25 +57,17 @@ fn list_ends(h: &mut Harness, request: SnapshotRequest, keys: &[String]) -> Effe
     h.record(fx)
 }
 
-/// The question the effects ask of the master, if any.
-fn question(fx: &[Effect]) -> Option<(VerifyRequest, Vec<String>)> {
-    fx.iter().find_map(|e| match e {
-        Effect::Command(Command::VerifyKeys { request, keys }) => Some((*request, keys.clone())),
-        _ => None,
-    })
-}
-
-/// Answers the question `request`: the master holds the keys `held` says it holds.
-fn answer(h: &mut Harness, request: VerifyRequest, keys: &[String], held: bool) -> Effects {
-    let results: Vec<(&str, bool)> = keys.iter().map(|k| (k.as_str(), held)).collect();
-    let fx = h.session.handle(
-        h.now,
-        Input::VerifyResult {
-            request,
-            results: &results,
-        },
-    );
-    h.record(fx)
+/// A session whose bootstrap key list, empty, ended after a live batch stored the one page of
+/// `t`: returns it, the layout, `t`, the page and the effects of the list's end.
+fn one_page_stored_over_an_empty_list() -> (Harness, Layout, Vec<u32>, PageHash, Effects) {
+    let layout = mha(1);
+    let (mut h, request) = list_begun(config(layout.clone()));
+    let t = tokens(1);
+    let page = page_hashes(&layout, &t)[0];
+    // Published before the list was read, delivered after it.
+    let _ = h.batch(store_page(&layout, &page));
+    let fx = list_ends(&mut h, request, &[]);
+    (h, layout, t, page, fx)
 }
 
 fn resynced(fx: &[Effect]) -> bool {
@@ -97,7 +90,7 @@ fn a_store_the_key_list_lacks_is_not_claimed_once_the_master_says_it_is_gone() {
     asked.sort();
     keys.sort();
     assert_eq!(asked, keys);
-    let fx = answer(&mut h, confirm, &asked, false);
+    let fx = h.answer(confirm, &asked, false);
     assert!(resynced(&fx), "{fx:?}");
     assert_eq!(
         h.prefix(&t),
@@ -110,14 +103,9 @@ fn a_store_the_key_list_lacks_is_not_claimed_once_the_master_says_it_is_gone() {
 
 #[test]
 fn a_store_the_master_still_holds_is_claimed_once_it_said_so() {
-    let layout = mha(1);
-    let (mut h, request) = list_begun(config(layout.clone()));
-    let t = tokens(1);
-    let page = page_hashes(&layout, &t)[0];
-    let _ = h.batch(store_page(&layout, &page));
-    let fx = list_ends(&mut h, request, &[]);
+    let (mut h, _, t, _, fx) = one_page_stored_over_an_empty_list();
     let (confirm, asked) = question(&fx).expect("the stores the list lacks are asked about");
-    let fx = answer(&mut h, confirm, &asked, true);
+    let fx = h.answer(confirm, &asked, true);
     assert!(resynced(&fx), "{fx:?}");
     assert_eq!(h.prefix(&t), 1);
     assert_eq!(h.status().counters.unlisted_removed, 0);
@@ -148,14 +136,14 @@ fn stores_that_come_while_the_master_is_asked_are_asked_about_next() {
     let (first, asked) = question(&fx).expect("the first question");
     // More of what the master's queue held before the list was read.
     let _ = h.batch(store_page(&layout, &pages[1]));
-    let fx = answer(&mut h, first, &asked, true);
+    let fx = h.answer(first, &asked, true);
     assert!(!resynced(&fx), "a second question first: {fx:?}");
     let (second, mut asked) = question(&fx).expect("the stores that came meanwhile");
     let mut keys: Vec<String> = layout.object_keys(&pages[1]).collect();
     asked.sort();
     keys.sort();
     assert_eq!(asked, keys);
-    let fx = answer(&mut h, second, &asked, false);
+    let fx = h.answer(second, &asked, false);
     assert!(resynced(&fx), "{fx:?}");
     assert_eq!(
         h.prefix(&t),
@@ -168,40 +156,30 @@ fn stores_that_come_while_the_master_is_asked_are_asked_about_next() {
 
 #[test]
 fn a_key_stored_again_while_it_is_asked_about_is_asked_again() {
-    let layout = mha(1);
-    let (mut h, request) = list_begun(config(layout.clone()));
-    let t = tokens(1);
-    let page = page_hashes(&layout, &t)[0];
-    let _ = h.batch(store_page(&layout, &page));
-    let fx = list_ends(&mut h, request, &[]);
+    let (mut h, layout, t, page, fx) = one_page_stored_over_an_empty_list();
     let (first, asked) = question(&fx).expect("the first question");
     // The same stores again: the answer cannot tell which came first, so it does not remove
     // them, and the next question asks again.
     let _ = h.batch(store_page(&layout, &page));
-    let fx = answer(&mut h, first, &asked, false);
+    let fx = h.answer(first, &asked, false);
     assert_eq!(h.status().counters.unlisted_removed, 0);
     let (second, again) = question(&fx).expect("the keys stored again are asked again");
     assert_eq!(again.len(), 2);
-    let fx = answer(&mut h, second, &again, false);
+    let fx = h.answer(second, &again, false);
     assert!(resynced(&fx), "{fx:?}");
     assert_eq!(h.prefix(&t), 0);
 }
 
 #[test]
 fn a_key_the_answer_leaves_out_is_asked_again_not_claimed() {
-    let layout = mha(1);
-    let (mut h, request) = list_begun(config(layout.clone()));
-    let t = tokens(1);
-    let page = page_hashes(&layout, &t)[0];
-    let _ = h.batch(store_page(&layout, &page));
-    let fx = list_ends(&mut h, request, &[]);
+    let (mut h, _, t, _, fx) = one_page_stored_over_an_empty_list();
     let (first, asked) = question(&fx).expect("the first question");
     // One request of the question failed: its key is neither held nor gone.
-    let fx = answer(&mut h, first, &asked[..1], false);
+    let fx = h.answer(first, &asked[..1], false);
     assert!(!resynced(&fx), "{fx:?}");
     let (second, again) = question(&fx).expect("the key left out is asked again");
     assert_eq!(again, asked[1..]);
-    let fx = answer(&mut h, second, &again, false);
+    let fx = h.answer(second, &again, false);
     assert!(resynced(&fx), "{fx:?}");
     assert_eq!(h.prefix(&t), 0);
     assert_eq!(h.status().counters.unlisted_removed, 2);
@@ -220,7 +198,7 @@ fn a_clear_while_the_master_is_asked_leaves_nothing_to_remove_or_ask() {
     // held any longer, and nothing is left to ask.
     let _ = h.batch(store_page(&layout, &pages[1]));
     let _ = h.batch(vec![publisher_clear(None)]);
-    let fx = answer(&mut h, first, &asked, false);
+    let fx = h.answer(first, &asked, false);
     assert!(question(&fx).is_none(), "{fx:?}");
     assert!(resynced(&fx), "{fx:?}");
     let c = h.status().counters;
@@ -230,12 +208,7 @@ fn a_clear_while_the_master_is_asked_leaves_nothing_to_remove_or_ask() {
 
 #[test]
 fn a_failed_question_about_stores_only_asks_again_rather_than_failing_the_fetch() {
-    let layout = mha(1);
-    let (mut h, request) = list_begun(config(layout.clone()));
-    let t = tokens(1);
-    let page = page_hashes(&layout, &t)[0];
-    let _ = h.batch(store_page(&layout, &page));
-    let fx = list_ends(&mut h, request, &[]);
+    let (mut h, _, t, _, fx) = one_page_stored_over_an_empty_list();
     let (first, asked) = question(&fx).expect("the first question");
     let fx = h
         .session
@@ -248,7 +221,7 @@ fn a_failed_question_about_stores_only_asks_again_rather_than_failing_the_fetch(
     );
     let (second, again) = question(&fx).expect("the stores are asked again");
     assert_eq!(again, asked);
-    let fx = answer(&mut h, second, &again, false);
+    let fx = h.answer(second, &again, false);
     assert!(resynced(&fx), "{fx:?}");
     assert_eq!(h.prefix(&t), 0);
 }
@@ -307,7 +280,7 @@ fn stores_during_every_question(
     for page in &pages[1..] {
         let (request, asked) = question(&fx).expect("a question");
         let _ = h.batch(store_page(layout, page));
-        fx = answer(h, request, &asked, true);
+        fx = h.answer(request, &asked, true);
     }
     assert!(question(&fx).is_none(), "three questions at most: {fx:?}");
     assert!(resynced(&fx), "{fx:?}");
@@ -324,7 +297,7 @@ fn a_resync_that_asked_every_store_the_list_lacks_answers_the_watch() {
     let _ = h.batch(store_page(&layout, &page));
     let fx = list_ends(&mut h, request, &[]);
     let (first, asked) = question(&fx).expect("the first question");
-    let fx = answer(&mut h, first, &asked, true);
+    let fx = h.answer(first, &asked, true);
     assert!(resynced(&fx), "{fx:?}");
     assert_eq!(h.health(), Health::Live);
 }
@@ -407,7 +380,7 @@ fn a_doubted_line_also_stored_live_is_asked_once_and_its_answer_counts_for_both(
     let mut expected = keys.clone();
     expected.sort();
     assert_eq!(asked, expected, "each key asked once");
-    let fx = answer(&mut h, confirm, &asked, true);
+    let fx = h.answer(confirm, &asked, true);
     assert!(resynced(&fx), "{fx:?}");
     assert_eq!(h.prefix(&t), 1);
 }

@@ -287,7 +287,6 @@ impl Session {
                 unlisted,
                 asked,
                 questions,
-                doubted_out,
                 cleared,
                 lines,
                 deadline,
@@ -307,36 +306,20 @@ impl Session {
                 let mut question = core::mem::take(&mut lines.doubted_keys);
                 // Lines past the most kept cannot be confirmed: the fetch fails (`None`).
                 let all_kept = lines.doubted <= question.len() as u64;
-                // A line between two odd lines is doubted twice; the master answers each key
-                // once.
-                question.sort_unstable();
-                question.dedup();
-                let doubted_keys = question.len();
-                // A key both stored live and a doubted line is asked once, as a store: its
-                // answer counts for both.
-                let mut doubted_stores = 0;
                 if all_kept {
                     // What live batches stored and the list lacks is asked with the doubted
-                    // lines.
+                    // lines; a doubted line also stored live is asked once, and its answer
+                    // counts for both.
                     let stores = ask(unlisted, asked);
                     self.counters.unlisted_stores += stores.len() as u64;
-                    if question.is_empty() {
-                        question = stores;
-                    } else {
-                        let doubted: BTreeSet<&str> = question.iter().map(String::as_str).collect();
-                        let stores: Vec<String> = stores
-                            .into_iter()
-                            .filter(|k| !doubted.contains(k.as_str()))
-                            .collect();
-                        doubted_stores = asked.len() - stores.len();
-                        question.extend(stores);
-                    }
+                    question.extend(stores);
+                    question.sort_unstable();
+                    question.dedup();
                 }
                 if all_kept && !question.is_empty() {
                     *confirming = Some(confirm);
                     *deadline = now + timeout;
                     *questions = 1;
-                    *doubted_out = doubted_keys - doubted_stores;
                 }
                 all_kept.then_some(question)
             }
@@ -400,15 +383,12 @@ impl Session {
         self.counters.snapshot_confirmed_lines += confirmed as u64;
         self.counters.unlisted_removed += removed;
         let ResyncState::Fetching {
-            doubted_out,
-            confirmed: total,
-            ..
+            confirmed: total, ..
         } = &mut self.resync.state
         else {
             return fx;
         };
         *total += confirmed;
-        *doubted_out = 0;
         if !self.ask_again(now, &mut fx) {
             self.complete_resync(now, &mut fx);
         }
@@ -459,13 +439,21 @@ impl Session {
     /// leaves them unanswered instead: asked again, or claimed unasked.
     pub(super) fn confirmation_failed(&mut self, now: Instant, fx: &mut Effects) {
         self.counters.confirm_failures += 1;
-        if let ResyncState::Fetching {
-            confirming: confirming @ Some(_),
-            doubted_out: 0,
-            unlisted,
-            asked,
-            ..
-        } = &mut self.resync.state
+        // Only the first question carries the doubted lines.
+        let stores_only = matches!(
+            &self.resync.state,
+            ResyncState::Fetching { confirming: Some(_), questions, lines, .. }
+                if *questions > 1 || lines.doubted == 0
+        );
+        if let (
+            true,
+            ResyncState::Fetching {
+                confirming,
+                unlisted,
+                asked,
+                ..
+            },
+        ) = (stores_only, &mut self.resync.state)
         {
             *confirming = None;
             unlisted.append(asked);

@@ -71,10 +71,6 @@ pub(in crate::session) enum ResyncState {
         asked: BTreeSet<String>,
         /// How many questions about such keys were asked (at most [`MAX_QUESTIONS`]).
         questions: usize,
-        /// How many doubted lines the question under way carries (only the first one does):
-        /// with none, a failed question leaves its stores unanswered instead of failing the
-        /// fetch.
-        doubted_out: usize,
         /// Doubted lines the answers confirmed so far.
         confirmed: usize,
         /// The stream was placed at the master's status point (a reconcile can place the next
@@ -152,7 +148,6 @@ impl ResyncState {
             unlisted: BTreeSet::new(),
             asked: BTreeSet::new(),
             questions: 0,
-            doubted_out: 0,
             confirmed: 0,
             at_point: false,
             lines: LineFilter::default(),
