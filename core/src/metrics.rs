@@ -83,15 +83,17 @@ pub struct Counters {
     pub snapshot_confirmed_lines: u64,
     /// Confirmations of doubted lines that failed or timed out (each fails its fetch).
     pub confirm_failures: u64,
-    /// Keys asked of the master because live batches stored them during a resync whose key
-    /// list lacked them (such a batch may be older than the list), counted at each question.
+    /// Keys asked of the master because live batches stored them during a resync or a
+    /// reconcile whose key list lacked them (such a batch may be older than the list), counted
+    /// at each question.
     pub unlisted_stores: u64,
-    /// Of the keys live batches stored during a resync that its key list lacked, those the
-    /// master no longer held: removed.
+    /// Of the keys live batches stored during a resync or a reconcile that its key list
+    /// lacked, those the master no longer held: removed.
     pub unlisted_removed: u64,
-    /// Keys live batches stored during a resync that its key list lacked and that no answer of
-    /// the master covered (they came while the last question was out, past the most one asks,
-    /// or its answer left them out): claimed unasked.
+    /// Keys live batches stored during a resync or a reconcile that its key list lacked and
+    /// that no answer of the master covered (they came while the last question was out, past
+    /// the most one asks, after the fetch's buffer bound, or its answer left them out): claimed
+    /// unasked.
     pub unlisted_unasked: u64,
     /// Clears the driver asked for.
     pub clears_requested: u64,

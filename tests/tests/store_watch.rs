@@ -188,6 +188,14 @@ fn a_live_batch_after_the_status_point_wins_over_the_key_list() {
     let listed = keys_but(&layout, &pages, &[6]);
     let listed: Vec<&str> = listed.iter().map(String::as_str).collect();
     let fx = h.answer_fetch_at(point, 16, &listed);
+    // The store may be older than the list (queued at the master when the list was read): it
+    // is asked about first, and the master still holds it.
+    let (request, mut asked) = question(&fx).expect("the store the list lacks is asked about");
+    let mut stored: Vec<String> = layout.object_keys(&pages[6]).collect();
+    asked.sort();
+    stored.sort();
+    assert_eq!(asked, stored);
+    let fx = h.answer(request, &asked, true);
     assert_eq!(reconciled(&fx), Some((0, 0)), "{fx:?}");
     let c = claimed(&h, &pages);
     assert!(
@@ -198,6 +206,57 @@ fn a_live_batch_after_the_status_point_wins_over_the_key_list() {
         c[6],
         "the live store after the point is newer than the list"
     );
+}
+
+#[test]
+fn a_store_after_the_status_point_that_the_list_lacks_is_not_claimed_once_the_master_says_it_is_gone(
+) {
+    let (mut h, layout, pages) = setup();
+    let point = h.next_seq - 1;
+    let _ = read_signals(&mut h, Some(1));
+    // Page 6 was stored again, then lost with a segment, no event; the store sat in the
+    // master's queue while the list was read, so its batch is numbered after the status point.
+    let _ = h.batch(store_page(&layout, &pages[6]));
+    let listed = keys_but(&layout, &pages, &[6]);
+    let listed: Vec<&str> = listed.iter().map(String::as_str).collect();
+    let fx = h.answer_fetch_at(point, 16, &listed);
+    assert_eq!(
+        reconciled(&fx),
+        None,
+        "the store is asked about first: {fx:?}"
+    );
+    let fx = h.answer_question(false);
+    assert_eq!(reconciled(&fx), Some((0, 0)), "{fx:?}");
+    assert_eq!(
+        claimed(&h, &pages),
+        [true, true, true, true, true, true, false, true],
+        "a page whose objects the master no longer holds is not claimed"
+    );
+    assert_eq!(h.health(), Health::Live);
+    let c = h.status().counters;
+    assert_eq!((c.unlisted_stores, c.unlisted_removed), (2, 2));
+}
+
+#[test]
+fn a_store_after_the_status_point_stored_again_while_it_is_asked_about_stays_claimed() {
+    let (mut h, layout, pages) = setup();
+    let point = h.next_seq - 1;
+    let _ = read_signals(&mut h, Some(1));
+    let _ = h.batch(store_page(&layout, &pages[6]));
+    let listed = keys_but(&layout, &pages, &[6]);
+    let listed: Vec<&str> = listed.iter().map(String::as_str).collect();
+    let fx = h.answer_fetch_at(point, 16, &listed);
+    let (request, asked) = question(&fx).expect("the store the list lacks is asked about");
+    // Stored again after the question was sent: the answer, read before, no longer decides it.
+    let _ = h.batch(store_page(&layout, &pages[6]));
+    let fx = h.answer(request, &asked, false);
+    assert_eq!(claimed(&h, &pages), [true; 8]);
+    // That store may be older than the list too: it is asked about next.
+    let (_, again) = question(&fx).expect("the store that came meanwhile is asked about");
+    assert_eq!(again, asked);
+    let fx = h.answer_question(true);
+    assert_eq!(reconciled(&fx), Some((0, 0)), "{fx:?}");
+    assert_eq!(claimed(&h, &pages), [true; 8]);
 }
 
 #[test]
@@ -297,13 +356,17 @@ fn setup_large() -> (Harness, Layout, Vec<PageHash>) {
     (h, layout, pages)
 }
 
-/// Fires the reconcile's slices until it reports; returns (removed, restored) and how many
-/// slices came after the first.
+/// Fires the reconcile's slices until it reports, answering that the master holds the stores
+/// it asks about once they are applied; returns (removed, restored) and how many slices came
+/// after the first.
 fn finish_reconcile(h: &mut Harness) -> ((usize, usize), usize) {
     let mut slices = 0;
     loop {
-        let fx = h.fire_timeout().expect("the next slice is due");
+        let mut fx = h.fire_timeout().expect("the next slice is due");
         slices += 1;
+        if let Some((request, keys)) = question(&fx) {
+            fx = h.answer(request, &keys, true);
+        }
         if let Some(done) = reconciled(&fx) {
             return (done, slices);
         }
@@ -328,6 +391,66 @@ fn a_large_reconcile_is_applied_in_slices_and_a_live_batch_between_them_decides_
     assert_eq!(done, (4, 0), "pages 0 and {last} removed, page 30,000 kept");
     let c = claimed(&h, &[pages[0], pages[1], pages[30_000], pages[last]]);
     assert_eq!(c, [false, true, true, false]);
+    assert_eq!(h.health(), Health::Live);
+}
+
+#[test]
+fn a_store_between_two_slices_is_asked_about_once_the_list_is_applied() {
+    let (mut h, layout, pages) = setup_large();
+    let _ = read_signals(&mut h, Some(1));
+    let fx = answer_all_but(&mut h, &layout, &pages, &[30_000]);
+    assert_eq!(reconciled(&fx), None, "one slice at a time: {fx:?}");
+    // Between two slices: the store of page 30,000 that the master's queue held when the list
+    // was read; its objects went without an event since.
+    let _ = h.batch(store_page(&layout, &pages[30_000]));
+    let asked = loop {
+        let fx = h.fire_timeout().expect("the next slice is due");
+        assert_eq!(
+            reconciled(&fx),
+            None,
+            "the store is asked about first: {fx:?}"
+        );
+        if let Some((_, asked)) = question(&fx) {
+            break asked;
+        }
+    };
+    let mut stored: Vec<String> = layout.object_keys(&pages[30_000]).collect();
+    let mut asked = asked;
+    asked.sort();
+    stored.sort();
+    assert_eq!(asked, stored);
+    let fx = h.answer_question(false);
+    assert_eq!(reconciled(&fx), Some((0, 0)), "{fx:?}");
+    assert_eq!(claimed(&h, &[pages[29_999], pages[30_000]]), [true, false]);
+    assert_eq!(h.health(), Health::Live);
+}
+
+#[test]
+fn stores_no_answer_covered_leave_the_change_waiting_and_another_list_is_asked_for() {
+    let (mut h, layout, pages) = setup();
+    let point = h.next_seq - 1;
+    let _ = read_signals(&mut h, Some(1));
+    let _ = h.batch(store_page(&layout, &pages[6]));
+    let listed = keys_but(&layout, &pages, &[6]);
+    let listed: Vec<&str> = listed.iter().map(String::as_str).collect();
+    let mut fx = h.answer_fetch_at(point, 16, &listed);
+    // The master's `/batch_query_keys` keeps failing: the store is asked three times, then
+    // claimed unasked.
+    for _ in 0..3 {
+        let (request, _) = question(&fx).expect("the store is asked about");
+        let failed = h.session.handle(h.now, Input::VerifyFailed { request });
+        fx = h.record(failed);
+    }
+    assert_eq!(reconciled(&fx), Some((0, 0)), "{fx:?}");
+    assert!(claimed(&h, &pages)[6], "claimed unasked");
+    assert_eq!(h.status().counters.unlisted_unasked, 2);
+    // So this key list does not answer the change: the watch reconciles with another.
+    assert_eq!(h.health(), Health::Reconciling);
+    assert!(asks_fetch(&fx), "another key list is asked for: {fx:?}");
+    // That one is placed and applied like the first; it answers the change.
+    let fx = answer_all_but(&mut h, &layout, &pages, &[6]);
+    assert_eq!(reconciled(&fx), Some((2, 0)), "{fx:?}");
+    assert!(!claimed(&h, &pages)[6]);
     assert_eq!(h.health(), Health::Live);
 }
 

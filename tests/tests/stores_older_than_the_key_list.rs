@@ -384,3 +384,36 @@ fn a_doubted_line_also_stored_live_is_asked_once_and_its_answer_counts_for_both(
     assert!(resynced(&fx), "{fx:?}");
     assert_eq!(h.prefix(&t), 1);
 }
+
+#[test]
+fn a_buffer_that_fills_while_stores_are_asked_about_ends_the_questions_not_the_fetch() {
+    // A small buffer under steady load: failing the fetch would clear the index and fetch again
+    // into the same, for as long as the master is busy.
+    let layout = mha(1);
+    let cfg = Config {
+        resync: Some(ResyncConfig {
+            max_buffered_batches: 2,
+            ..ResyncConfig::default()
+        }),
+        ..config(layout.clone())
+    };
+    let (mut h, request) = list_begun(cfg);
+    let t = tokens(3);
+    let pages = page_hashes(&layout, &t);
+    let _ = h.batch(store_page(&layout, &pages[0]));
+    let fx = list_ends(&mut h, request, &[]);
+    assert!(question(&fx).is_some(), "{fx:?}");
+    let _ = h.batch(store_page(&layout, &pages[1]));
+    let fx = h.batch(store_page(&layout, &pages[2]));
+    assert!(resynced(&fx), "{fx:?}");
+    assert!(
+        !fx.iter().any(|e| matches!(
+            e,
+            Effect::Report(Report::ResyncFailed { .. } | Report::Cleared { .. })
+        )),
+        "{fx:?}"
+    );
+    assert_eq!(h.prefix(&t), 3, "what no answer covered is claimed unasked");
+    assert_eq!(h.status().counters.unlisted_unasked, 6);
+    assert_eq!(h.health(), Health::Live);
+}

@@ -30,16 +30,27 @@ impl Index {
     /// suffix; otherwise neither the index nor a set [`Index::list_key`] made can hold it, and
     /// nothing is added.
     pub(crate) fn name_key(&self, tenant: &str, key: &str, set: &mut ObjectSet) {
-        let Some(parsed) = parse_object_key(key) else {
-            return;
-        };
-        let Some(ns) = self.find_namespace(tenant, parsed.prefix) else {
-            return;
-        };
-        let suffixes = &self.namespaces[ns as usize].suffixes;
-        if let Some(slot) = suffixes.iter().position(|s| s == parsed.suffix) {
-            set.insert(self.config.seed, ns, parsed.page_hash, 1u128 << slot);
+        if let Some((ns, hash, bit)) = self.name(tenant, key) {
+            set.insert(self.config.seed, ns, hash, bit);
         }
+    }
+
+    /// Names the object `key` of `tenant` as the index numbers it (namespace, page hash and
+    /// suffix bit), when it numbers its namespace and suffix.
+    fn name(&self, tenant: &str, key: &str) -> Option<(u32, PageHash, u128)> {
+        let parsed = parse_object_key(key)?;
+        let ns = self.find_namespace(tenant, parsed.prefix)?;
+        let suffixes = &self.namespaces[ns as usize].suffixes;
+        let slot = suffixes.iter().position(|s| s == parsed.suffix)?;
+        Some((ns, parsed.page_hash, 1u128 << slot))
+    }
+
+    /// Reports whether `set` holds the object `key` of `tenant` (a set [`Index::list_key`]
+    /// made names every object it holds so).
+    pub(crate) fn is_named(&self, tenant: &str, key: &str, set: &ObjectSet) -> bool {
+        self.name(tenant, key).is_some_and(|(ns, hash, bit)| {
+            set.mask(page_table_hash(self.config.seed, ns, &hash), ns, &hash) & bit != 0
+        })
     }
 
     /// Removes, from the page slots `from..from + max`, the objects of `tenant` held and neither

@@ -6,9 +6,13 @@
 //! the master had assigned before its key list was read) decides, object by object, who is
 //! newer: a live batch numbered after `P` decides the objects it touched; for every other
 //! object the key list does. Once the list is whole and the stream has applied every batch up
-//! to `P`, the index is brought to it in slices (`Index::reconcile_removals`, then
+//! to `P`, the index is brought to the list in slices (`Index::reconcile_removals`, then
 //! `Index::reconcile_restores`): objects held and not listed are removed, objects listed and
-//! not held are stored, and objects present all along stay hits throughout. Whatever cannot be
+//! not held are stored, and objects present all along stay hits throughout. A batch after `P`
+//! may still be older than the list (the master numbers what its queue held when the list was
+//! read after `P`), so the keys such batches stored that the list lacks are then asked of the
+//! master (as a resync asks, `session/resync.rs`): one it no longer holds is removed unless a
+//! live event on it came after the question; the reconcile ends when no question is left. Whatever cannot be
 //! placed so (the master gives no status point, the point is before where the stream stood when
 //! the fetch was asked and so another run's, or the stream does not reach it within the fetch
 //! timeout, the fetch fails, or the publisher clears while the reconcile is under way) forgets
@@ -20,6 +24,7 @@ use crate::index::{ObjectSet, Reconciled};
 use crate::sequence::Position;
 
 use super::parts::reconcile::Applying;
+use super::parts::resync_state::note_store;
 use super::*;
 
 /// How many page slots (or listed pages) one slice of a reconcile applies: about 1.5 ms of the
@@ -62,7 +67,10 @@ impl Session {
             live: Vec::new(),
             cleared: false,
             listed_all: false,
+            kept: None,
             applying: None,
+            outcome: None,
+            hold: false,
         };
         // Every object left after the reconcile is listed (read after now) or was decided by a
         // live batch since (its arrival lowers `confirms`).
@@ -87,6 +95,7 @@ impl Session {
         let mut fx = Effects::new();
         let ResyncState::Fetching {
             applied,
+            at_point,
             reconcile: Some(reconcile),
             ..
         } = &mut self.resync.state
@@ -103,6 +112,7 @@ impl Session {
         if placeable {
             reconcile.point = watermark.map(Watermark::point);
             *applied = Some(0);
+            *at_point = true;
         } else {
             self.reconcile_fell_back(now, &mut fx);
         }
@@ -133,8 +143,9 @@ impl Session {
         self.reconcile_if_reached(now, fx);
     }
 
-    /// Begins applying the reconcile whose key list is whole once the stream has applied every
-    /// batch up to its status point: from then on every live batch is after the point.
+    /// Begins applying the reconcile's key list once it is whole and the stream has applied
+    /// every batch up to its status point (from then on every live batch is after the point);
+    /// the keys live batches after the point stored that the list lacks are asked about next.
     pub(super) fn reconcile_if_reached(&mut self, now: Instant, fx: &mut Effects) {
         let ResyncState::Fetching {
             reconcile: Some(reconcile),
@@ -145,7 +156,7 @@ impl Session {
         };
         let Some(point) = reconcile
             .point
-            .filter(|_| reconcile.listed_all && reconcile.applying.is_none())
+            .filter(|_| reconcile.listed_all && reconcile.kept.is_none())
         else {
             return;
         };
@@ -157,20 +168,30 @@ impl Session {
         }
         let ResyncState::Fetching {
             reconcile: Some(reconcile),
+            unlisted,
             ..
         } = &mut self.resync.state
         else {
             unreachable!("matched above");
         };
-        // A live batch after the point decides the objects it touched.
+        // A live batch after the point decides the objects it touched. It may still be older
+        // than the list (the master's queue and the network delay what it published before
+        // the list was read), so a key it stored that the list lacks is asked about once the
+        // list is applied.
         let mut kept = ObjectSet::default();
-        for (key, seq) in reconcile.live.drain(..) {
+        for (key, seq, stored) in reconcile.live.drain(..) {
             if seq > point.seq {
                 self.index.name_key(DEFAULT_TENANT, &key, &mut kept);
+                note_store(unlisted, &key, stored);
             }
         }
+        // What the list holds needs no question. (Its pages are taken out as they are
+        // restored: the stores that come from now on are asked about whether or not it
+        // held them.)
+        let index = &self.index;
+        unlisted.retain(|key| !index.is_named(DEFAULT_TENANT, key, &reconcile.listed));
+        reconcile.kept = Some(kept);
         reconcile.applying = Some(Applying {
-            kept,
             next_slot: Some(0),
             done: Reconciled::default(),
         });
@@ -180,7 +201,8 @@ impl Session {
     /// Applies the next slice of the reconcile under way ([`RECONCILE_SLICE`] page slots, or
     /// pages to restore); the rest follows at once, through the timer, so that the driver lets
     /// queries and events in between. Live batches meanwhile are after the status point: each
-    /// decides the objects it touched.
+    /// decides the objects it touched. Once every slice is applied, the stores the list lacks
+    /// are asked about, and the reconcile ends when no question is left.
     pub(super) fn reconcile_step(&mut self, now: Instant, fx: &mut Effects) {
         let ResyncState::Fetching {
             reconcile: Some(reconcile),
@@ -197,15 +219,16 @@ impl Session {
         let Reconcile {
             listed,
             live,
+            kept: Some(kept),
             applying: Some(applying),
+            outcome,
             ..
         } = reconcile.as_mut()
         else {
             return;
         };
-        for (key, _) in live.drain(..) {
-            self.index
-                .name_key(DEFAULT_TENANT, &key, &mut applying.kept);
+        for (key, _, _) in live.drain(..) {
+            self.index.name_key(DEFAULT_TENANT, &key, kept);
         }
         // Page slots first, then the listed pages to restore, [`RECONCILE_SLICE`] in all.
         let mut budget = RECONCILE_SLICE;
@@ -213,7 +236,7 @@ impl Session {
             let next = self.index.reconcile_removals(
                 DEFAULT_TENANT,
                 listed,
-                &applying.kept,
+                kept,
                 (from, budget),
                 &mut applying.done,
             );
@@ -225,10 +248,19 @@ impl Session {
         }
         if self
             .index
-            .reconcile_restores(listed, budget.max(1), &applying.kept, &mut applying.done)
+            .reconcile_restores(listed, budget.max(1), kept, &mut applying.done)
         {
             return;
         }
+        *outcome = Some(applying.done);
+        reconcile.applying = None;
+        if !self.ask_again(now, fx) {
+            self.complete_resync(now, fx);
+        }
+    }
+
+    /// Ends the reconcile whose list was applied and whose stores were asked about.
+    pub(super) fn reconcile_finish(&mut self, fx: &mut Effects) {
         let ResyncState::Fetching {
             reconcile: Some(reconcile),
             asked_at,
@@ -237,9 +269,9 @@ impl Session {
             ..
         } = core::mem::replace(&mut self.resync.state, ResyncState::Idle)
         else {
-            unreachable!("matched above");
+            unreachable!("a reconcile ends");
         };
-        let done = reconcile.applying.map(|a| a.done).unwrap_or_default();
+        let done = reconcile.outcome.unwrap_or_default();
         self.counters.snapshot_odd_lines += lines.odd;
         self.counters.snapshot_doubted_lines += lines.doubted;
         self.counters.reconciles_completed += 1;
@@ -250,7 +282,9 @@ impl Session {
         if !done.other_tenants {
             self.confirm(confirms);
         }
-        self.resync.watch.satisfied_by(asked_at);
+        if !reconcile.hold {
+            self.resync.watch.satisfied_by(asked_at);
+        }
         fx.push(Report::Reconciled {
             removed: done.removed,
             restored: done.restored,

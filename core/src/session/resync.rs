@@ -8,10 +8,13 @@
 //! queued events). So a key a live batch stores that the list lacks is asked of the master with
 //! the doubted lines, and removed if the master no longer holds it; such stores that come while
 //! it is asked, or that its answer left out, are asked about next, up to [`MAX_QUESTIONS`]
-//! questions of at most [`MAX_ASKED`](super::parts::resync_state::MAX_ASKED) stores each.
-//! What no answer covered is claimed unasked, and, when a status point placed the stream, that
-//! key list holds back once a change of the master's signals waiting for one (the watch then
-//! reconciles with another list).
+//! questions of at most [`MAX_ASKED`](super::parts::resync_state::MAX_ASKED) stores each (a
+//! reconcile asks the same about its stores after its status point, once it has applied its
+//! list: `session/reconcile.rs`). Live batches that reach the fetch's buffer bound while only
+//! stores are asked about end the questions instead of failing the fetch. What no answer
+//! covered is claimed unasked, and, when a status point placed the stream, that key list holds
+//! back once a change of the master's signals waiting for one (the watch then reconciles with
+//! another list).
 
 use alloc::collections::BTreeSet;
 
@@ -366,7 +369,8 @@ impl Session {
             for (key, present) in results {
                 let was_asked = keys.asked.remove(key);
                 if present {
-                    if parse_object_key(key).is_some() {
+                    // A store the master holds is in the index already.
+                    if !was_asked && parse_object_key(key).is_some() {
                         keys.take(key);
                     }
                 } else if was_asked {
@@ -397,7 +401,7 @@ impl Session {
 
     /// Asks the master about the stores the list lacks that came while the last question was
     /// out, unless none came or [`MAX_QUESTIONS`] were asked; returns whether it asked.
-    fn ask_again(&mut self, now: Instant, fx: &mut Effects) -> bool {
+    pub(super) fn ask_again(&mut self, now: Instant, fx: &mut Effects) -> bool {
         let timeout = self
             .config
             .resync
@@ -408,7 +412,6 @@ impl Session {
             questions,
             confirming,
             deadline,
-            reconcile: None,
             ..
         } = &mut self.resync.state
         else {
@@ -439,24 +442,8 @@ impl Session {
     /// leaves them unanswered instead: asked again, or claimed unasked.
     pub(super) fn confirmation_failed(&mut self, now: Instant, fx: &mut Effects) {
         self.counters.confirm_failures += 1;
-        // Only the first question carries the doubted lines.
-        let stores_only = matches!(
-            &self.resync.state,
-            ResyncState::Fetching { confirming: Some(_), questions, lines, .. }
-                if *questions > 1 || lines.doubted == 0
-        );
-        if let (
-            true,
-            ResyncState::Fetching {
-                confirming,
-                unlisted,
-                asked,
-                ..
-            },
-        ) = (stores_only, &mut self.resync.state)
-        {
-            *confirming = None;
-            unlisted.append(asked);
+        if self.resync.state.asks_stores_only() {
+            self.unanswered();
             if !self.ask_again(now, fx) {
                 self.complete_resync(now, fx);
             }
@@ -467,27 +454,38 @@ impl Session {
         self.update_health(fx);
     }
 
+    /// The question of stores under way will not be answered: its keys are not known to be
+    /// held, so they go back to those not asked yet.
+    fn unanswered(&mut self) {
+        if let ResyncState::Fetching {
+            confirming,
+            unlisted,
+            asked,
+            ..
+        } = &mut self.resync.state
+        {
+            *confirming = None;
+            unlisted.append(asked);
+        }
+    }
+
     /// Ends the resync under way: the index is live again (once the stream has continued the
     /// status point).
-    fn complete_resync(&mut self, now: Instant, fx: &mut Effects) {
-        if self.reconciling() {
-            return self.reconcile_listed(now, fx);
-        }
+    pub(super) fn complete_resync(&mut self, now: Instant, fx: &mut Effects) {
         let ResyncState::Fetching {
-            batches,
-            applied: Some(applied),
-            confirms,
-            lines,
             unlisted,
-            asked_at,
             at_point,
-            confirmed,
+            reconcile,
             ..
-        } = &self.resync.state
+        } = &mut self.resync.state
         else {
             return;
         };
-        let (batches, applied, confirms, confirmed) = (*batches, *applied, *confirms, *confirmed);
+        if reconcile.as_ref().is_some_and(|r| !r.listed_all) {
+            // A reconcile's list ended (its doubted lines confirmed): the stores after its
+            // point are asked about once the stream reaches it.
+            return self.reconcile_listed(now, fx);
+        }
         // Stores the list lacks that no answer covered (they came while the last question was
         // out, past the most one question asks, or its answer left them out) are claimed
         // unasked: the key list may not answer a change of the master's signals then, and
@@ -496,6 +494,23 @@ impl Session {
         // the same.
         self.counters.unlisted_unasked += unlisted.len() as u64;
         let hold = !unlisted.is_empty() && *at_point && self.resync.watch.hold_once();
+        if let Some(reconcile) = reconcile {
+            reconcile.hold = hold;
+            return self.reconcile_finish(fx);
+        }
+        let ResyncState::Fetching {
+            batches,
+            applied: Some(applied),
+            confirms,
+            lines,
+            asked_at,
+            confirmed,
+            ..
+        } = &self.resync.state
+        else {
+            return;
+        };
+        let (batches, applied, confirms, confirmed) = (*batches, *applied, *confirms, *confirmed);
         if !hold {
             self.resync.watch.satisfied_by(*asked_at);
         }
@@ -565,6 +580,14 @@ impl Session {
         if *batches >= limits.max_buffered_batches
             || *bytes + payload_len > limits.max_buffered_bytes
         {
+            if self.resync.state.asks_stores_only() {
+                // Only stores the list lacks are being asked about: the questions end here,
+                // and what they did not answer is claimed unasked (failing would forget and
+                // fetch again into the same, for as long as the master is busy).
+                self.unanswered();
+                self.complete_resync(now, fx);
+                return;
+            }
             self.resync_failed(now, ResyncFailure::BufferFull, fx);
             return;
         }

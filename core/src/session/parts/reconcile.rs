@@ -29,8 +29,8 @@ pub(in crate::session) struct Reconcile {
     /// applied, the pages not restored yet).
     pub(in crate::session) listed: ObjectSet,
     /// Every default-tenant object key a live batch touched since the fetch was asked, with
-    /// the batch's sequence.
-    pub(in crate::session) live: Vec<(String, Seq)>,
+    /// the batch's sequence and whether the event stored it.
+    pub(in crate::session) live: Vec<(String, Seq, bool)>,
     /// A live `cleared` of the default tenant came since the ask: the key list may describe
     /// the store before it, and a clear of every tenant renumbers the namespaces the list's
     /// objects are numbered by. The reconcile falls back.
@@ -38,15 +38,23 @@ pub(in crate::session) struct Reconcile {
     /// The key list was handed over whole (its doubted lines confirmed): it waits for the
     /// stream to reach the status point.
     pub(in crate::session) listed_all: bool,
-    /// The stream reached the point: the list is being applied, in slices.
+    /// The objects live batches after the point touched (they decide them), once the list is
+    /// whole and the stream reached the point: the list is applied, then the keys among them
+    /// that were stored and that the list lacks are asked of the master.
+    pub(in crate::session) kept: Option<ObjectSet>,
+    /// The list is being applied, in slices.
     pub(in crate::session) applying: Option<Applying>,
+    /// What applying the list changed, once every slice is applied: the stores are being
+    /// asked about.
+    pub(in crate::session) outcome: Option<Reconciled>,
+    /// Stores the list lacks were claimed unasked, so this key list holds back the change of
+    /// the master's signals waiting (once per change: see `Watch::hold_once`).
+    pub(in crate::session) hold: bool,
 }
 
 /// A reconcile being applied, slice by slice.
 #[derive(Debug)]
 pub(in crate::session) struct Applying {
-    /// The objects live batches after the point touched (they decide them).
-    pub(in crate::session) kept: ObjectSet,
     /// The next page slot whose objects are compared with the list; `None` once all were.
     pub(in crate::session) next_slot: Option<usize>,
     pub(in crate::session) done: Reconciled,
@@ -58,12 +66,21 @@ impl Reconcile {
         !self.listed_all
     }
 
+    /// Reports whether the stores live batches make are asked of the master: once the list is
+    /// whole and the stream reached the point, until the reconcile ends.
+    pub(in crate::session) fn asks(&self) -> bool {
+        self.kept.is_some()
+    }
+
     /// Records a live default-tenant event of the batch `seq`.
     pub(super) fn saw(&mut self, seq: Seq, event: &crate::frame::Event<'_>) {
         match (event.kind, event.object_key) {
             (EventKind::Cleared, _) => self.cleared = true,
-            (_, Some(key)) if self.live.len() < MAX_LIVE_EVENTS => {
-                self.live.push((String::from(key), seq));
+            // Once the list is applied, nothing decides by live events any more.
+            _ if self.outcome.is_some() => {}
+            (kind, Some(key)) if self.live.len() < MAX_LIVE_EVENTS => {
+                self.live
+                    .push((String::from(key), seq, kind == EventKind::Stored));
             }
             (_, Some(_)) => self.overflowed = true,
             _ => {}

@@ -202,47 +202,52 @@ impl ResyncState {
     /// Records a live default-tenant event of the batch `seq` applied while a key list is
     /// fetched: for a resync, once the stream is placed, the event wins over the list for its
     /// key, and a key it stores that the list lacks is asked of the master before the resync
-    /// completes; a reconcile keeps every one (see `session/reconcile.rs`).
+    /// completes; a reconcile keeps every one, and asks about the stores that come while it
+    /// asks about those after its point (see `session/reconcile.rs`).
     pub(in crate::session) fn saw(&mut self, seq: Seq, event: &crate::frame::Event<'_>) {
-        if let ResyncState::Fetching {
-            reconcile: Some(reconcile),
-            ..
-        } = self
-        {
-            reconcile.saw(seq, event);
-            return;
-        }
         let ResyncState::Fetching {
-            applied: Some(_),
+            applied,
             seen,
             cleared,
             unlisted,
             asked,
+            reconcile,
             ..
         } = self
         else {
             return;
         };
+        if let Some(reconcile) = reconcile {
+            reconcile.saw(seq, event);
+            if reconcile.asks() {
+                note_live(unlisted, asked, event);
+            }
+            return;
+        }
+        if applied.is_none() {
+            return;
+        }
         match (event.kind, event.object_key) {
             (EventKind::Stored, Some(key)) => {
                 seen.entry(key_checksum(key)).or_insert(true);
-                asked.remove(key);
-                if parse_object_key(key).is_some() && !unlisted.contains(key) {
-                    unlisted.insert(String::from(key));
-                }
             }
             (EventKind::Removed | EventKind::Unknown, Some(key)) => {
                 seen.insert(key_checksum(key), false);
-                asked.remove(key);
-                unlisted.remove(key);
             }
-            (EventKind::Cleared, _) => {
-                *cleared = true;
-                unlisted.clear();
-                asked.clear();
-            }
+            (EventKind::Cleared, _) => *cleared = true,
             _ => {}
         }
+        note_live(unlisted, asked, event);
+    }
+
+    /// Reports whether the question under way asks about stores the key list lacks and
+    /// nothing else: only the first question carries the list's doubted lines.
+    pub(in crate::session) fn asks_stores_only(&self) -> bool {
+        matches!(
+            self,
+            ResyncState::Fetching { confirming: Some(_), questions, lines, .. }
+                if *questions > 1 || lines.doubted == 0
+        )
     }
 
     /// Why the index is recovering, as far as the resync tells.
@@ -259,6 +264,40 @@ impl ResyncState {
             }
             ResyncState::AwaitingStream { .. } => Some(Recovering::NoStatus),
         }
+    }
+}
+
+/// Notes a live event on the keys a fetch asks the master about: a store is one the list may
+/// lack, any event decides a key asked about (the answer, read before it, no longer does), and
+/// a clear forgets both.
+pub(in crate::session) fn note_live(
+    unlisted: &mut BTreeSet<String>,
+    asked: &mut BTreeSet<String>,
+    event: &crate::frame::Event<'_>,
+) {
+    match (event.kind, event.object_key) {
+        (EventKind::Stored, Some(key)) => {
+            asked.remove(key);
+            note_store(unlisted, key, true);
+        }
+        (EventKind::Removed | EventKind::Unknown, Some(key)) => {
+            asked.remove(key);
+            note_store(unlisted, key, false);
+        }
+        (EventKind::Cleared, _) => {
+            unlisted.clear();
+            asked.clear();
+        }
+        _ => {}
+    }
+}
+
+/// Notes that a live event stored the object `key` (`stored`) or removed it.
+pub(in crate::session) fn note_store(unlisted: &mut BTreeSet<String>, key: &str, stored: bool) {
+    if !stored {
+        unlisted.remove(key);
+    } else if parse_object_key(key).is_some() && !unlisted.contains(key) {
+        unlisted.insert(String::from(key));
     }
 }
 
