@@ -402,10 +402,9 @@ fn a_buffer_that_fills_while_stores_are_asked_about_ends_the_questions_not_the_f
     let pages = page_hashes(&layout, &t);
     let _ = h.batch(store_page(&layout, &pages[0]));
     let fx = list_ends(&mut h, request, &[]);
-    assert!(question(&fx).is_some(), "{fx:?}");
+    let (first, asked) = question(&fx).expect("the store is asked about");
     let _ = h.batch(store_page(&layout, &pages[1]));
     let fx = h.batch(store_page(&layout, &pages[2]));
-    assert!(resynced(&fx), "{fx:?}");
     assert!(
         !fx.iter().any(|e| matches!(
             e,
@@ -413,7 +412,62 @@ fn a_buffer_that_fills_while_stores_are_asked_about_ends_the_questions_not_the_f
         )),
         "{fx:?}"
     );
-    assert_eq!(h.prefix(&t), 3, "what no answer covered is claimed unasked");
-    assert_eq!(h.status().counters.unlisted_unasked, 6);
+    // The question out is still awaited: the master no longer holds page 0's objects.
+    let fx = h.answer(first, &asked, false);
+    assert!(question(&fx).is_none(), "nothing more is asked: {fx:?}");
+    assert!(resynced(&fx), "{fx:?}");
+    assert_eq!(
+        h.prefix(&t),
+        0,
+        "page 0 is gone; pages 1 and 2 are claimed unasked"
+    );
+    assert_eq!(
+        page_hashes(&layout, &t)[1..]
+            .iter()
+            .map(|p| h
+                .session
+                .query(&hicache_index::Lookup::page_hashes(std::slice::from_ref(p)))
+                .expect("answers")
+                .prefix_pages)
+            .collect::<Vec<_>>(),
+        [1, 1]
+    );
+    let c = h.status().counters;
+    assert_eq!((c.unlisted_removed, c.unlisted_unasked), (2, 4));
     assert_eq!(h.health(), Health::Live);
+}
+
+#[test]
+fn a_buffer_that_fills_while_doubted_lines_are_asked_about_fails_the_fetch() {
+    let layout = mha(1);
+    let cfg = Config {
+        resync: Some(ResyncConfig {
+            max_buffered_batches: 2,
+            ..ResyncConfig::default()
+        }),
+        ..config(layout.clone())
+    };
+    let (mut h, request) = list_begun(cfg);
+    let t = tokens(3);
+    let pages = page_hashes(&layout, &t);
+    let keys: Vec<String> = layout.object_keys(&pages[0]).collect();
+    let lines = [
+        "another application's key".to_owned(),
+        keys[0].clone(),
+        keys[1].clone(),
+    ];
+    let fx = list_ends(&mut h, request, &lines);
+    assert!(question(&fx).is_some(), "the doubted line is asked about");
+    let _ = h.batch(store_page(&layout, &pages[1]));
+    let _ = h.batch(store_page(&layout, &pages[2]));
+    let fx = h.batch(filler(1));
+    assert!(
+        fx.iter().any(|e| matches!(
+            e,
+            Effect::Report(Report::ResyncFailed {
+                reason: hicache_index::ResyncFailure::BufferFull
+            })
+        )),
+        "the doubted lines cannot wait: {fx:?}"
+    );
 }

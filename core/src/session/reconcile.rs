@@ -12,10 +12,11 @@
 //! may still be older than the list (the master numbers what its queue held when the list was
 //! read after `P`), so the keys such batches stored that the list lacks are then asked of the
 //! master (as a resync asks, `session/resync.rs`): one it no longer holds is removed unless a
-//! live event on it came after the question; the reconcile ends when no question is left. Whatever cannot be
+//! live event on it came after the question; the reconcile ends once no store is left to ask
+//! about or its questions end (what they did not answer is claimed unasked). Whatever cannot be
 //! placed so (the master gives no status point, the point is before where the stream stood when
 //! the fetch was asked and so another run's, or the stream does not reach it within the fetch
-//! timeout, the fetch fails, or the publisher clears while the reconcile is under way) forgets
+//! timeout, the fetch fails, or the publisher clears before the list is applied) forgets
 //! and resyncs instead ([`ClearReason::StoreChanged`]): misses, never a hit.
 
 use alloc::boxed::Box;

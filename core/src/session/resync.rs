@@ -10,11 +10,13 @@
 //! it is asked, or that its answer left out, are asked about next, up to [`MAX_QUESTIONS`]
 //! questions of at most [`MAX_ASKED`](super::parts::resync_state::MAX_ASKED) stores each (a
 //! reconcile asks the same about its stores after its status point, once it has applied its
-//! list: `session/reconcile.rs`). Live batches that reach the fetch's buffer bound while only
-//! stores are asked about end the questions instead of failing the fetch. What no answer
-//! covered is claimed unasked, and, when a status point placed the stream, that key list holds
-//! back once a change of the master's signals waiting for one (the watch then reconciles with
-//! another list).
+//! list: `session/reconcile.rs`). Doubted lines an answer left out are asked again in the
+//! same questions, and fail the fetch if none answers them. Live batches that reach the
+//! fetch's buffer bound while only stores are asked about stop the recording of stores (the
+//! question out is still awaited) instead of failing the fetch. What no answer covered is
+//! claimed unasked, and, when a status point placed the stream, that key list holds back once
+//! a change of the master's signals waiting for one it could answer (the watch then reconciles
+//! with another list).
 
 use alloc::collections::BTreeSet;
 
@@ -35,6 +37,8 @@ struct KeySink<'a> {
     unlisted: &'a mut BTreeSet<String>,
     /// The keys asked of the master in the question under way.
     asked: &'a mut BTreeSet<String>,
+    /// The list's doubted lines no answer covered yet.
+    doubted: &'a mut BTreeSet<String>,
     cleared: bool,
     applied: &'a mut usize,
     reconcile: Option<&'a mut Reconcile>,
@@ -52,6 +56,7 @@ impl<'a> KeySink<'a> {
             seen,
             unlisted,
             asked,
+            doubted,
             cleared,
             lines,
             reconcile,
@@ -65,6 +70,7 @@ impl<'a> KeySink<'a> {
             seen,
             unlisted,
             asked,
+            doubted,
             cleared: *cleared,
             applied,
             reconcile: reconcile.as_deref_mut(),
@@ -276,71 +282,53 @@ impl Session {
     pub(super) fn finish_snapshot(&mut self, now: Instant, request: SnapshotRequest) -> Effects {
         self.see(now);
         let mut fx = Effects::new();
-        let timeout = self
-            .config
-            .resync
-            .map_or(Duration::ZERO, |r| r.fetch_timeout);
-        let confirm = self.verify.reserve_request();
-        let question = match &mut self.resync.state {
+        let all_kept = match &mut self.resync.state {
             ResyncState::Fetching {
                 request: current,
                 applied: Some(applied),
-                confirming: confirming @ None,
+                confirming: None,
                 seen,
                 unlisted,
                 asked,
-                questions,
+                doubted,
                 cleared,
                 lines,
-                deadline,
                 reconcile,
                 ..
-            } if *current == request => {
+            } if *current == request && reconcile.as_ref().is_none_or(|r| r.takes_lines()) => {
                 let mut keys = KeySink {
                     index: &mut self.index,
                     seen,
                     unlisted,
                     asked,
+                    doubted,
                     cleared: *cleared,
                     applied,
                     reconcile: reconcile.as_deref_mut(),
                 };
                 lines.finish(|key| keys.take(key));
-                let mut question = core::mem::take(&mut lines.doubted_keys);
-                // Lines past the most kept cannot be confirmed: the fetch fails (`None`).
-                let all_kept = lines.doubted <= question.len() as u64;
-                if all_kept {
-                    // What live batches stored and the list lacks is asked with the doubted
-                    // lines; a doubted line also stored live is asked once, and its answer
-                    // counts for both.
-                    let stores = ask(unlisted, asked);
-                    self.counters.unlisted_stores += stores.len() as u64;
-                    question.extend(stores);
-                    question.sort_unstable();
-                    question.dedup();
-                }
-                if all_kept && !question.is_empty() {
-                    *confirming = Some(confirm);
-                    *deadline = now + timeout;
-                    *questions = 1;
-                }
-                all_kept.then_some(question)
+                let kept = core::mem::take(&mut lines.doubted_keys);
+                // Lines past the most kept cannot be confirmed: the fetch fails.
+                let all_kept = lines.doubted <= kept.len() as u64;
+                keys.doubted.extend(kept);
+                all_kept
             }
             _ => {
                 self.counters.unawaited_answers += 1;
                 return fx;
             }
         };
-        match question {
-            None => self.confirmation_failed(now, &mut fx),
-            Some(question) if question.is_empty() => self.complete_resync(now, &mut fx),
-            Some(keys) => {
-                fx.push(Command::VerifyKeys {
-                    request: confirm,
-                    keys,
-                });
-                self.update_health(&mut fx);
-            }
+        if !all_kept {
+            self.counters.confirm_failures += 1;
+            self.resync_failed(now, ResyncFailure::Confirm, &mut fx);
+            self.update_health(&mut fx);
+            return fx;
+        }
+        // The doubted lines, and what live batches stored that the list lacks, are asked of
+        // the master; a doubted line also stored live is asked once, and its answer counts for
+        // both.
+        if !self.ask_again(now, &mut fx) {
+            self.complete_resync(now, &mut fx);
         }
         fx
     }
@@ -353,10 +341,10 @@ impl Session {
     /// Applies the master's answer about the doubted lines and the keys live batches stored
     /// that the list lacks: a doubted line it holds is applied unless a live event since the
     /// stream was placed decided it; a stored key it does not hold is removed unless a live
-    /// event on it came since it was asked. A stored key it leaves out is asked again (or
-    /// claimed unasked); a doubted line it leaves out is not applied. Then the stores the list
-    /// lacks that came meanwhile are asked about ([`MAX_QUESTIONS`] at most), or the resync
-    /// completes.
+    /// event on it came since it was asked. What it leaves out (a request that failed, an
+    /// entry without `ok`) is asked again with the stores the list lacks that came meanwhile
+    /// ([`MAX_QUESTIONS`] at most), or the fetch completes: a doubted line never answered fails
+    /// it, a store never answered is claimed unasked.
     pub(super) fn confirm_lines<'k>(
         &mut self,
         now: Instant,
@@ -368,9 +356,10 @@ impl Session {
             let before = *keys.applied;
             for (key, present) in results {
                 let was_asked = keys.asked.remove(key);
+                let was_doubted = keys.doubted.remove(key);
                 if present {
                     // A store the master holds is in the index already.
-                    if !was_asked && parse_object_key(key).is_some() {
+                    if was_doubted && !was_asked {
                         keys.take(key);
                     }
                 } else if was_asked {
@@ -399,8 +388,9 @@ impl Session {
         fx
     }
 
-    /// Asks the master about the stores the list lacks that came while the last question was
-    /// out, unless none came or [`MAX_QUESTIONS`] were asked; returns whether it asked.
+    /// Asks the master about the doubted lines no answer covered yet and the stores the list
+    /// lacks not asked about yet, unless there are none, [`MAX_QUESTIONS`] were asked, or the
+    /// fetch is full; returns whether it asked.
     pub(super) fn ask_again(&mut self, now: Instant, fx: &mut Effects) -> bool {
         let timeout = self
             .config
@@ -409,6 +399,8 @@ impl Session {
         let ResyncState::Fetching {
             unlisted,
             asked,
+            doubted,
+            full,
             questions,
             confirming,
             deadline,
@@ -417,12 +409,16 @@ impl Session {
         else {
             return false;
         };
-        if unlisted.is_empty() || *questions >= MAX_QUESTIONS {
+        if *full || (unlisted.is_empty() && doubted.is_empty()) || *questions >= MAX_QUESTIONS {
             return false;
         }
         let request = self.verify.reserve_request();
-        let keys = ask(unlisted, asked);
-        self.counters.unlisted_stores += keys.len() as u64;
+        let stores = ask(unlisted, asked);
+        self.counters.unlisted_stores += stores.len() as u64;
+        let mut keys: Vec<String> = doubted.iter().cloned().collect();
+        keys.extend(stores);
+        keys.sort_unstable();
+        keys.dedup();
         *questions += 1;
         *confirming = Some(request);
         *deadline = now + timeout;
@@ -431,31 +427,24 @@ impl Session {
         true
     }
 
-    /// Fails the fetch whose doubted lines were not confirmed (the confirmation failed or timed
-    /// out, or there were more than [`crate::snapshot::MAX_DOUBTED`] of them), as any failed
-    /// fetch: a resync fetches again after its backoff, a reconcile falls back to one. The
-    /// index stays `recovering` until a fetch is confirmed whole, however long the master's
-    /// `/batch_query_keys` keeps failing. Completing without those lines would lose the objects
-    /// they name for good: a resync would never restore them, and a reconcile would remove them
-    /// from the index while the master holds them (found by the simulator, seed 7304478 of the
-    /// hostile preset). A question that carries no doubted lines, only stores the list lacks,
-    /// leaves them unanswered instead: asked again, or claimed unasked.
+    /// The question under way failed or timed out: what it asked is asked again, with the
+    /// stores that came meanwhile ([`MAX_QUESTIONS`] at most), or the fetch completes. A
+    /// doubted line never answered fails it, as any failed fetch: a resync fetches again after
+    /// its backoff, a reconcile falls back to one. Completing without those lines would lose
+    /// the objects they name for good: a resync would never restore them, and a reconcile
+    /// would remove them from the index while the master holds them (found by the simulator,
+    /// seed 7304478 of the hostile preset). A store never answered is claimed unasked.
     pub(super) fn confirmation_failed(&mut self, now: Instant, fx: &mut Effects) {
         self.counters.confirm_failures += 1;
-        if self.resync.state.asks_stores_only() {
-            self.unanswered();
-            if !self.ask_again(now, fx) {
-                self.complete_resync(now, fx);
-            }
-            self.update_health(fx);
-            return;
+        self.unanswered();
+        if !self.ask_again(now, fx) {
+            self.complete_resync(now, fx);
         }
-        self.resync_failed(now, ResyncFailure::Confirm, fx);
         self.update_health(fx);
     }
 
-    /// The question of stores under way will not be answered: its keys are not known to be
-    /// held, so they go back to those not asked yet.
+    /// The question under way will not be answered: its stores are not known to be held, so
+    /// they go back to those not asked yet (its doubted lines stay unanswered).
     fn unanswered(&mut self) {
         if let ResyncState::Fetching {
             confirming,
@@ -474,13 +463,20 @@ impl Session {
     pub(super) fn complete_resync(&mut self, now: Instant, fx: &mut Effects) {
         let ResyncState::Fetching {
             unlisted,
+            doubted,
+            beyond,
             at_point,
+            asked_at,
             reconcile,
             ..
         } = &mut self.resync.state
         else {
             return;
         };
+        if !doubted.is_empty() {
+            // Doubted lines no answer covered: see `confirmation_failed`.
+            return self.resync_failed(now, ResyncFailure::Confirm, fx);
+        }
         if reconcile.as_ref().is_some_and(|r| !r.listed_all) {
             // A reconcile's list ended (its doubted lines confirmed): the stores after its
             // point are asked about once the stream reaches it.
@@ -492,8 +488,9 @@ impl Session {
         // holds it back, once, so that the watch reconciles with another list. Not without a
         // status point: a reconcile cannot be placed either, and would forget and resync into
         // the same.
-        self.counters.unlisted_unasked += unlisted.len() as u64;
-        let hold = !unlisted.is_empty() && *at_point && self.resync.watch.hold_once();
+        let unasked = unlisted.len() as u64 + *beyond;
+        self.counters.unlisted_unasked += unasked;
+        let hold = unasked > 0 && *at_point && self.resync.watch.hold_once(*asked_at);
         if let Some(reconcile) = reconcile {
             reconcile.hold = hold;
             return self.reconcile_finish(fx);
@@ -572,6 +569,7 @@ impl Session {
             batches,
             bytes,
             applied: Some(_),
+            full: false,
             ..
         } = &mut self.resync.state
         else {
@@ -580,13 +578,16 @@ impl Session {
         if *batches >= limits.max_buffered_batches
             || *bytes + payload_len > limits.max_buffered_bytes
         {
-            if self.resync.state.asks_stores_only() {
-                // Only stores the list lacks are being asked about: the questions end here,
-                // and what they did not answer is claimed unasked (failing would forget and
-                // fetch again into the same, for as long as the master is busy).
-                self.unanswered();
-                self.complete_resync(now, fx);
-                return;
+            let stores_only = self.resync.state.asks_stores_only();
+            if let ResyncState::Fetching { full, .. } = &mut self.resync.state {
+                if stores_only {
+                    // Only stores the list lacks are being asked about: the question out is
+                    // still awaited, but no store is recorded or asked about any more (they
+                    // are claimed unasked). Failing would forget and fetch again into the
+                    // same, for as long as the master is busy.
+                    *full = true;
+                    return;
+                }
             }
             self.resync_failed(now, ResyncFailure::BufferFull, fx);
             return;

@@ -132,7 +132,7 @@ pub fn counter_help(field: &str) -> Option<&'static str> {
         "snapshot_odd_lines" => "Snapshot lines that were not well-formed object keys (never applied)",
         "snapshot_doubted_lines" => "Well-formed snapshot lines next to an odd one: applied only once /batch_query_keys confirms them",
         "snapshot_confirmed_lines" => "Doubted snapshot lines the master confirmed present (applied)",
-        "confirm_failures" => "Confirmations of doubted lines that failed or timed out (each fails its fetch)",
+        "confirm_failures" => "Questions about a key list's doubted lines or the stores it lacks that failed or timed out (asked again; doubted lines never answered fail the fetch)",
         "unlisted_stores" => "Keys asked of the master because live batches stored them during a resync or a reconcile whose key list lacked them, counted at each question",
         "unlisted_unasked" => "Keys live batches stored during a resync or a reconcile that its key list lacked and that no answer of the master covered: claimed unasked",
         "unlisted_removed" => "Keys live batches stored during a resync or a reconcile that its key list lacked and the master no longer held: removed",

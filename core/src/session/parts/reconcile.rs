@@ -33,7 +33,8 @@ pub(in crate::session) struct Reconcile {
     pub(in crate::session) live: Vec<(String, Seq, bool)>,
     /// A live `cleared` of the default tenant came since the ask: the key list may describe
     /// the store before it, and a clear of every tenant renumbers the namespaces the list's
-    /// objects are numbered by. The reconcile falls back.
+    /// objects are numbered by. The reconcile falls back, unless its list was applied already
+    /// (the clear then came after it, and removed what it cleared).
     pub(in crate::session) cleared: bool,
     /// The key list was handed over whole (its doubted lines confirmed): it waits for the
     /// stream to reach the status point.

@@ -18,10 +18,12 @@ use crate::time::Instant;
 use super::checksum::key_checksum;
 use super::reconcile::Reconcile;
 
-/// How many questions a resync asks the master about the keys live batches stored that its
-/// key list lacks: the first with the doubted lines when the list ends, the others about the
-/// stores that came while the one before was out (a backlog older than the list drains while
-/// it is asked; under steady load new stores always come, so the questions stop here).
+/// How many questions a fetch asks the master about its key list's doubted lines and the keys
+/// live batches stored that the list lacks: a resync's first when the list ends, a reconcile's
+/// first about its doubted lines when the list ends and about its stores once the list is
+/// applied; the others about what the one before did not answer and the stores that came while
+/// it was out (a backlog older than the list drains while it is asked; under steady load new
+/// stores always come, so the questions stop here).
 pub(in crate::session) const MAX_QUESTIONS: usize = 3;
 
 /// The most such stored keys one question asks about (about 1.6 MB of keys, some 270 requests
@@ -60,16 +62,26 @@ pub(in crate::session) enum ResyncState {
         seen: BTreeMap<u64, bool>,
         /// A live `cleared` of the default tenant came since the stream was placed.
         cleared: bool,
-        /// The default-tenant keys live batches stored since the stream was placed that the key
-        /// list lacks, not asked of the master yet: such a batch may be older than the list
-        /// (the master's queue and the network delay what it published before the list was
-        /// read), and its object may have gone since without an event.
+        /// The default-tenant keys live batches stored that the key list lacks, not asked of the
+        /// master yet (a resync's since the stream was placed, a reconcile's after its status
+        /// point): such a batch may be older than the list (the master's queue and the network
+        /// delay what it published before the list was read), and its object may have gone
+        /// since without an event.
         unlisted: BTreeSet<String>,
         /// The keys asked of the master in the question under way: one it does not hold is
         /// removed, unless a live event on it came since it was asked (a store puts it in
         /// `unlisted` again); one it does not answer goes back to `unlisted`.
         asked: BTreeSet<String>,
-        /// How many questions about such keys were asked (at most [`MAX_QUESTIONS`]).
+        /// The list's doubted lines no answer covered yet: every question carries them all, and
+        /// a fetch whose questions end with any left fails (completing without them would lose
+        /// the objects they name for good).
+        doubted: BTreeSet<String>,
+        /// Live batches reached the buffer bound while only stores were asked about: the
+        /// question out is still awaited, but no store is recorded or asked about any more.
+        full: bool,
+        /// Stores that came once `full`: claimed unasked.
+        beyond: u64,
+        /// How many questions were asked (at most [`MAX_QUESTIONS`]).
         questions: usize,
         /// Doubted lines the answers confirmed so far.
         confirmed: usize,
@@ -147,6 +159,9 @@ impl ResyncState {
             cleared: false,
             unlisted: BTreeSet::new(),
             asked: BTreeSet::new(),
+            doubted: BTreeSet::new(),
+            full: false,
+            beyond: 0,
             questions: 0,
             confirmed: 0,
             at_point: false,
@@ -211,6 +226,8 @@ impl ResyncState {
             cleared,
             unlisted,
             asked,
+            full,
+            beyond,
             reconcile,
             ..
         } = self
@@ -219,34 +236,37 @@ impl ResyncState {
         };
         if let Some(reconcile) = reconcile {
             reconcile.saw(seq, event);
-            if reconcile.asks() {
-                note_live(unlisted, asked, event);
+            if !reconcile.asks() {
+                return;
             }
-            return;
-        }
-        if applied.is_none() {
-            return;
-        }
-        match (event.kind, event.object_key) {
-            (EventKind::Stored, Some(key)) => {
-                seen.entry(key_checksum(key)).or_insert(true);
+        } else {
+            if applied.is_none() {
+                return;
             }
-            (EventKind::Removed | EventKind::Unknown, Some(key)) => {
-                seen.insert(key_checksum(key), false);
+            match (event.kind, event.object_key) {
+                // Once full, no key of the list is taken any more: `seen` is not needed.
+                _ if *full => {}
+                (EventKind::Stored, Some(key)) => {
+                    seen.entry(key_checksum(key)).or_insert(true);
+                }
+                (EventKind::Removed | EventKind::Unknown, Some(key)) => {
+                    seen.insert(key_checksum(key), false);
+                }
+                _ => {}
             }
-            (EventKind::Cleared, _) => *cleared = true,
-            _ => {}
+            if event.kind == EventKind::Cleared {
+                *cleared = true;
+            }
         }
-        note_live(unlisted, asked, event);
+        note_live(unlisted, asked, full.then_some(beyond), event);
     }
 
     /// Reports whether the question under way asks about stores the key list lacks and
-    /// nothing else: only the first question carries the list's doubted lines.
+    /// nothing else (every question carries the doubted lines no answer covered yet).
     pub(in crate::session) fn asks_stores_only(&self) -> bool {
         matches!(
             self,
-            ResyncState::Fetching { confirming: Some(_), questions, lines, .. }
-                if *questions > 1 || lines.doubted == 0
+            ResyncState::Fetching { confirming: Some(_), doubted, .. } if doubted.is_empty()
         )
     }
 
@@ -268,25 +288,35 @@ impl ResyncState {
 }
 
 /// Notes a live event on the keys a fetch asks the master about: a store is one the list may
-/// lack, any event decides a key asked about (the answer, read before it, no longer does), and
-/// a clear forgets both.
+/// lack (only counted in `beyond` once the fetch is full), any event decides a key asked about
+/// (the answer, read before it, no longer does), and a clear forgets them all.
 pub(in crate::session) fn note_live(
     unlisted: &mut BTreeSet<String>,
     asked: &mut BTreeSet<String>,
+    beyond: Option<&mut u64>,
     event: &crate::frame::Event<'_>,
 ) {
-    match (event.kind, event.object_key) {
-        (EventKind::Stored, Some(key)) => {
+    match (event.kind, event.object_key, beyond) {
+        (EventKind::Stored, Some(key), Some(beyond)) => {
+            asked.remove(key);
+            if parse_object_key(key).is_some() && !unlisted.contains(key) {
+                *beyond += 1;
+            }
+        }
+        (EventKind::Stored, Some(key), None) => {
             asked.remove(key);
             note_store(unlisted, key, true);
         }
-        (EventKind::Removed | EventKind::Unknown, Some(key)) => {
+        (EventKind::Removed | EventKind::Unknown, Some(key), _) => {
             asked.remove(key);
             note_store(unlisted, key, false);
         }
-        (EventKind::Cleared, _) => {
+        (EventKind::Cleared, _, beyond) => {
             unlisted.clear();
             asked.clear();
+            if let Some(beyond) = beyond {
+                *beyond = 0;
+            }
         }
         _ => {}
     }

@@ -93,12 +93,14 @@ impl Watch {
         self.wanted = Some(now);
     }
 
-    /// A key list that may not answer the change waiting was applied: returns whether it holds
-    /// that change back, which it does once per change (a second such list satisfies it, so
-    /// that key lists that cannot answer it never follow one another for good).
-    pub(in crate::session) fn hold_once(&mut self) -> bool {
+    /// A key list asked for at `asked_at` that may not answer the change waiting was applied:
+    /// returns whether it holds that change back, which it does once per change (a second such
+    /// list satisfies it, so that key lists that cannot answer it never follow one another for
+    /// good). A change seen after `asked_at` is not this list's to satisfy, so it is not held
+    /// back either: the hold is kept for a list that could answer it.
+    pub(in crate::session) fn hold_once(&mut self, asked_at: Instant) -> bool {
         match self.wanted {
-            Some(change) if self.held != Some(change) => {
+            Some(change) if change <= asked_at && self.held != Some(change) => {
                 self.held = Some(change);
                 true
             }
@@ -122,15 +124,33 @@ mod tests {
     #[test]
     fn a_change_is_held_back_once_then_satisfied() {
         let mut watch = Watch::new(1);
-        assert!(!watch.hold_once(), "no change waits");
+        let asked = Instant::from_nanos(10);
+        assert!(!watch.hold_once(asked), "no change waits");
         let first = Instant::from_nanos(5);
         watch.want(first);
-        assert!(watch.hold_once());
-        assert!(!watch.hold_once(), "the same change is held back once");
+        assert!(watch.hold_once(asked));
+        assert!(!watch.hold_once(asked), "the same change is held back once");
         let second = Instant::from_nanos(9);
         watch.want(second);
-        assert!(watch.hold_once(), "a new change may be held back again");
+        assert!(
+            watch.hold_once(asked),
+            "a new change may be held back again"
+        );
         watch.satisfied_by(second);
         assert_eq!(watch.wanted, None);
+    }
+
+    #[test]
+    fn a_change_seen_after_a_list_was_asked_for_is_not_held_back_by_it() {
+        let mut watch = Watch::new(1);
+        watch.want(Instant::from_nanos(12));
+        assert!(
+            !watch.hold_once(Instant::from_nanos(10)),
+            "the list cannot answer it"
+        );
+        assert!(
+            watch.hold_once(Instant::from_nanos(12)),
+            "a list that could answer it may still hold it back once"
+        );
     }
 }
