@@ -82,7 +82,8 @@ pub struct Counters {
     /// Doubted snapshot lines the master confirmed present (applied).
     pub snapshot_confirmed_lines: u64,
     /// Questions of `/batch_query_keys` about a key list's doubted lines or the stores it lacks
-    /// that failed or timed out (asked again; doubted lines never answered fail the fetch).
+    /// that failed or timed out (asked again; doubted lines no question answered fail the
+    /// fetch).
     pub confirm_failures: u64,
     /// Keys asked of the master because live batches stored them during a resync or a
     /// reconcile whose key list lacked them (such a batch may be older than the list), counted

@@ -426,7 +426,7 @@ fn a_store_between_two_slices_is_asked_about_once_the_list_is_applied() {
 }
 
 #[test]
-fn a_reconcile_asks_about_its_doubted_lines_then_about_its_stores_with_the_questions_left() {
+fn a_reconcile_asks_about_its_stores_with_questions_of_their_own() {
     let (mut h, layout, pages) = setup();
     let point = h.next_seq - 1;
     let _ = read_signals(&mut h, Some(1));
@@ -435,40 +435,31 @@ fn a_reconcile_asks_about_its_doubted_lines_then_about_its_stores_with_the_quest
     let mut lines = keys_but(&layout, &pages, &[6]);
     lines.insert(8, "a key of another application".to_owned());
     let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
-    let fx = h.answer_fetch_at(point, 16, &lines);
-    let (request, doubted) = question(&fx).expect("the doubted lines first");
-    let page6: Vec<String> = layout.object_keys(&pages[6]).collect();
-    assert!(
-        doubted.iter().all(|k| !page6.contains(k)),
-        "the stores are asked once the list is applied: {doubted:?}"
-    );
+    let mut fx = h.answer_fetch_at(point, 16, &lines);
+    // The doubted lines take all three questions: two fail, the third is answered.
+    for _ in 0..2 {
+        let (request, _) = question(&fx).expect("the doubted lines");
+        let failed = h.session.handle(h.now, Input::VerifyFailed { request });
+        fx = h.record(failed);
+    }
+    let (request, doubted) = question(&fx).expect("the doubted lines, a third time");
     let fx = h.answer(request, &doubted, true);
-    let (request, mut stores) = question(&fx).expect("then the stores");
+    // The stores still get their questions.
+    let (_, mut stores) = question(&fx).expect("then the stores");
     stores.sort();
-    let mut expected = page6.clone();
+    let mut expected: Vec<String> = layout.object_keys(&pages[6]).collect();
     expected.sort();
     assert_eq!(stores, expected);
-    // It fails, then the last question is not answered either: page 6 is claimed unasked.
-    let fx = h.session.handle(h.now, Input::VerifyFailed { request });
-    let fx = h.record(fx);
-    let (_, again) = question(&fx).expect("asked again, the third question");
-    assert_eq!(again, expected);
-    let mut fx = fx;
-    for _ in 0..20 {
-        if reconciled(&fx).is_some() {
-            break;
-        }
-        fx = h.fire_timeout().expect("the question's deadline");
-        assert!(question(&fx).is_none(), "three questions at most: {fx:?}");
-    }
+    let (fx, failed) = fail_every_question(&mut h, fx);
+    assert_eq!(failed, 3, "three questions of their own");
     assert_eq!(reconciled(&fx), Some((0, 0)), "{fx:?}");
-    assert_eq!(claimed(&h, &pages), [true; 8]);
+    assert_eq!(claimed(&h, &pages), [true; 8], "claimed unasked");
     let c = h.status().counters;
-    assert_eq!((c.confirm_failures, c.unlisted_unasked), (2, 2));
+    assert_eq!((c.confirm_failures, c.unlisted_unasked), (5, 2));
 }
 
 #[test]
-fn an_answer_to_a_reconcile_that_fell_back_is_not_taken() {
+fn an_answer_to_a_reconcile_cut_short_by_a_disconnect_is_not_taken() {
     let (mut h, layout, pages) = setup();
     let point = h.next_seq - 1;
     let _ = read_signals(&mut h, Some(1));

@@ -421,20 +421,56 @@ fn a_buffer_that_fills_while_stores_are_asked_about_ends_the_questions_not_the_f
         0,
         "page 0 is gone; pages 1 and 2 are claimed unasked"
     );
-    assert_eq!(
-        page_hashes(&layout, &t)[1..]
-            .iter()
-            .map(|p| h
-                .session
-                .query(&hicache_index::Lookup::page_hashes(std::slice::from_ref(p)))
-                .expect("answers")
-                .prefix_pages)
-            .collect::<Vec<_>>(),
-        [1, 1]
-    );
+    assert_eq!(claimed_each(&h, &pages[1..]), [true, true]);
     let c = h.status().counters;
     assert_eq!((c.unlisted_removed, c.unlisted_unasked), (2, 4));
     assert_eq!(h.health(), Health::Live);
+}
+
+#[test]
+fn stores_after_the_buffer_filled_are_claimed_unasked_and_decide_what_was_asked() {
+    let layout = mha(1);
+    let cfg = Config {
+        resync: Some(ResyncConfig {
+            max_buffered_batches: 2,
+            ..ResyncConfig::default()
+        }),
+        ..config(layout.clone())
+    };
+    let (mut h, request) = list_begun(cfg);
+    let t = tokens(4);
+    let pages = page_hashes(&layout, &t);
+    let _ = h.batch(store_page(&layout, &pages[0]));
+    let fx = list_ends(&mut h, request, &[]);
+    let (first, asked) = question(&fx).expect("the store is asked about");
+    let _ = h.batch(store_page(&layout, &pages[1]));
+    let _ = h.batch(store_page(&layout, &pages[2]));
+    // Full now: page 3 is not recorded, and page 0 stored again decides it over the answer.
+    let _ = h.batch(store_page(&layout, &pages[3]));
+    let _ = h.batch(store_page(&layout, &pages[0]));
+    let fx = h.answer(first, &asked, false);
+    assert!(resynced(&fx), "{fx:?}");
+    assert_eq!(h.prefix(&t), 4, "page 0 was stored after the question");
+    let c = h.status().counters;
+    assert_eq!(
+        (c.unlisted_removed, c.unlisted_unasked),
+        (0, 8),
+        "pages 1 and 2 recorded, 3 and 0 again counted once full"
+    );
+}
+
+/// Whether each page is claimed on its own.
+fn claimed_each(h: &Harness, pages: &[PageHash]) -> Vec<bool> {
+    pages
+        .iter()
+        .map(|p| {
+            h.session
+                .query(&hicache_index::Lookup::page_hashes(std::slice::from_ref(p)))
+                .expect("the default layout answers")
+                .prefix_pages
+                == 1
+        })
+        .collect()
 }
 
 #[test]

@@ -127,10 +127,14 @@ impl Session {
             reconcile: Some(reconcile),
             deadline,
             confirming,
+            questions,
             ..
         } = &mut self.resync.state
         {
             reconcile.listed_all = true;
+            // The stores are asked about with questions of their own: retries of the doubted
+            // lines do not use them up.
+            *questions = 0;
             // The doubted lines are settled: the deadline below is the stream's, and its
             // passing fails the reconcile (it falls back), not the confirmation again.
             *confirming = None;

@@ -310,7 +310,11 @@ impl Session {
                 let kept = core::mem::take(&mut lines.doubted_keys);
                 // Lines past the most kept cannot be confirmed: the fetch fails.
                 let all_kept = lines.doubted <= kept.len() as u64;
-                keys.doubted.extend(kept);
+                // After a live clear no line of the list is taken: its doubted lines need no
+                // answer (a reconcile falls back below).
+                if !*cleared {
+                    keys.doubted.extend(kept);
+                }
                 all_kept
             }
             _ => {
@@ -319,10 +323,20 @@ impl Session {
             }
         };
         if !all_kept {
-            self.counters.confirm_failures += 1;
             self.resync_failed(now, ResyncFailure::Confirm, &mut fx);
             self.update_health(&mut fx);
             return fx;
+        }
+        if let ResyncState::Fetching {
+            reconcile: Some(r), ..
+        } = &self.resync.state
+        {
+            if r.overflowed || r.cleared {
+                // It cannot be placed: asking about its doubted lines would only delay that.
+                self.reconcile_fell_back(now, &mut fx);
+                self.update_health(&mut fx);
+                return fx;
+            }
         }
         // The doubted lines, and what live batches stored that the list lacks, are asked of
         // the master; a doubted line also stored live is asked once, and its answer counts for
@@ -333,7 +347,8 @@ impl Session {
         fx
     }
 
-    /// Reports whether `request` is the confirmation of doubted lines under way.
+    /// Reports whether `request` is the question under way about the key list's doubted lines
+    /// or the stores it lacks.
     pub(super) fn is_confirmation(&self, request: VerifyRequest) -> bool {
         matches!(&self.resync.state, ResyncState::Fetching { confirming: Some(r), .. } if *r == request)
     }

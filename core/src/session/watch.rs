@@ -3,9 +3,10 @@
 //! `parts/watch.rs`).
 //!
 //! One rule: **a change seen is satisfied by the first key list asked for after it**; until
-//! that list is applied, answers say [`Health::Reconciling`]. (Once per change, a resync's list
-//! placed at a status point does not count when it claims stores it lacks that no answer of
-//! the master covered: they may be older than the list; see `session/resync.rs`.) The first
+//! that list is applied, answers say [`Health::Reconciling`]. (Once per change, a key list
+//! placed at a status point, a resync's or a reconcile's, does not count when it claims stores
+//! it lacks that no answer of the master covered: they may be older than the list; see
+//! `session/resync.rs`. Only a change seen at or before the list was asked for is held back.) The first
 //! read is the baseline; a baseline taken while the index holds, or is fetching, a key list
 //! that may be older than it asks for a reconcile too (the list may predate a change the
 //! baseline already counts).

@@ -27,7 +27,7 @@ use super::reconcile::Reconcile;
 pub(in crate::session) const MAX_QUESTIONS: usize = 3;
 
 /// The most such stored keys one question asks about (about 1.6 MB of keys, some 270 requests
-/// of `/batch_query_keys`; the first question carries the doubted lines besides); the rest wait
+/// of `/batch_query_keys`; a question carries the doubted lines not answered yet besides); the rest wait
 /// for the next question, or are claimed unasked.
 pub(in crate::session) const MAX_ASKED: usize = 16_384;
 
@@ -79,7 +79,7 @@ pub(in crate::session) enum ResyncState {
         /// Live batches reached the buffer bound while only stores were asked about: the
         /// question out is still awaited, but no store is recorded or asked about any more.
         full: bool,
-        /// Stores that came once `full`: claimed unasked.
+        /// Stores that came once `full` (each store counted, not each key): claimed unasked.
         beyond: u64,
         /// How many questions were asked (at most [`MAX_QUESTIONS`]).
         questions: usize,
@@ -94,7 +94,7 @@ pub(in crate::session) enum ResyncState {
         /// forgot: the answer is discarded and the fetch asked for again once it comes back
         /// (one fetch under way at a time, however often the index forgets meanwhile).
         superseded: bool,
-        /// The doubted lines are being confirmed by this request
+        /// The question under way about the doubted lines and the stores the list lacks
         /// ([`Command::VerifyKeys`](crate::effect::Command::VerifyKeys)).
         confirming: Option<VerifyRequest>,
         /// This fetch reconciles: the stream stays placed and the index keeps answering (see
@@ -117,7 +117,9 @@ pub(in crate::session) enum ResyncState {
 pub(in crate::session) enum ResyncDue {
     /// The fetch was not answered within the fetch timeout: it failed.
     FetchTimedOut,
-    /// The confirmation of doubted lines was not answered in time: the fetch fails.
+    /// The question about the doubted lines and the stores the list lacks was not answered in
+    /// time: what it asked is asked again, or the fetch completes (or fails, with doubted lines
+    /// no answer covered).
     ConfirmTimedOut,
     /// The retry time after a failure came: fetch again.
     Retry,

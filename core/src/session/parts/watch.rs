@@ -26,7 +26,7 @@ pub(in crate::session) struct Watch {
     /// When the latest change was seen that no key list asked for since has satisfied (a list
     /// asked after it satisfies every earlier one too).
     pub(in crate::session) wanted: Option<Instant>,
-    /// The change (as `wanted`) a resync's key list held back once already.
+    /// The change (as `wanted`) a key list held back once already.
     pub(in crate::session) held: Option<Instant>,
 }
 
