@@ -494,11 +494,12 @@ impl Session {
         }
         if reconcile.as_ref().is_some_and(|r| !r.listed_all) {
             // A reconcile's list ended (its doubted lines confirmed): the stores after its
-            // point are asked about once the stream reaches it.
+            // point are asked about once the list is applied.
             return self.reconcile_listed(now, fx);
         }
         // Stores the list lacks that no answer covered (they came while the last question was
-        // out, past the most one question asks, or its answer left them out) are claimed
+        // out, past the most one question asks, once the fetch was full, or its answer left
+        // them out) are claimed
         // unasked: the key list may not answer a change of the master's signals then, and
         // holds it back, once, so that the watch reconciles with another list. Not without a
         // status point: a reconcile cannot be placed either, and would forget and resync into
