@@ -7,8 +7,8 @@
 //! again, and the fetch fails only when none of its three questions answers them
 //! (`confirmation_failed` and `complete_resync` in `core/src/session/resync.rs`). This seed's
 //! failed questions are now answered by the next, so it no longer reaches the end of the
-//! questions: putting back the old completion no longer fails it (4,000 hostile seeds,
-//! 7300000..7304000, did not either). That guard is checked by
+//! questions: putting back the old completion no longer fails it (12,000 hostile seeds,
+//! 7300000..7312000, did not either). That guard is checked by
 //! `a_reconcile_whose_doubted_lines_are_not_confirmed_removes_nothing_the_master_lists` and the
 //! two tests after it in `tests/tests/store_watch.rs`; this test keeps the seed's failed
 //! questions and its liveness.
