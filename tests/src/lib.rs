@@ -269,6 +269,21 @@ impl Harness {
             .prefix_pages
     }
 
+    /// Whether each page of the default layout is claimed on its own (a query of that one
+    /// page hash).
+    pub fn claimed(&self, pages: &[PageHash]) -> Vec<bool> {
+        pages
+            .iter()
+            .map(|p| {
+                self.session
+                    .query(&Lookup::page_hashes(std::slice::from_ref(p)))
+                    .expect("the default layout answers")
+                    .prefix_pages
+                    == 1
+            })
+            .collect()
+    }
+
     /// Where the session is, as of the harness's time ([`Session::status`]).
     pub fn status(&self) -> SessionStatus {
         self.session.status(self.now)

@@ -41,7 +41,7 @@ fn setup() -> (Harness, Layout, Vec<PageHash>) {
     for page in &pages {
         let _ = h.batch(store_page(&layout, page));
     }
-    assert_eq!(claimed(&h, &pages), [true; 8]);
+    assert_eq!(h.claimed(&pages), [true; 8]);
     assert_eq!(h.health(), Health::Live);
     (h, layout, pages)
 }
@@ -83,18 +83,25 @@ fn asks_fetch(fx: &Effects) -> bool {
         .any(|e| matches!(e, Effect::Command(Command::FetchSnapshot { .. })))
 }
 
-/// Whether each page is claimed on its own.
-fn claimed(h: &Harness, pages: &[PageHash]) -> Vec<bool> {
-    pages
-        .iter()
-        .map(|p| {
-            h.session
-                .query(&hicache_index::Lookup::page_hashes(std::slice::from_ref(p)))
-                .expect("the default layout answers")
-                .prefix_pages
-                == 1
-        })
-        .collect()
+/// A change of the signals, page 6 stored again by a batch after the status point (one the
+/// master's queue held while the list was read), and the list, lacking page 6, handed over
+/// whole with `extra`'s line inserted at its place (another application's key, say); returns
+/// its effects.
+fn page_6_stored_after_the_point(
+    h: &mut Harness,
+    layout: &Layout,
+    pages: &[PageHash],
+    extra: Option<(usize, &str)>,
+) -> Effects {
+    let point = h.next_seq - 1;
+    let _ = read_signals(h, Some(1));
+    let _ = h.batch(store_page(layout, &pages[6]));
+    let mut lines = keys_but(layout, pages, &[6]);
+    if let Some((at, line)) = extra {
+        lines.insert(at, line.to_owned());
+    }
+    let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
+    h.answer_fetch_at(point, 16, &lines)
 }
 
 /// Every object key of the pages whose index is not in `gone`.
@@ -144,12 +151,12 @@ fn a_segment_leaving_unclaims_its_pages_and_the_others_stay_hits_throughout() {
     let fx = read_signals(&mut h, Some(1));
     assert!(asks_fetch(&fx), "a change asks for a key list: {fx:?}");
     assert_eq!(h.health(), Health::Reconciling);
-    assert_eq!(claimed(&h, &pages), [true; 8], "no forget, no miss window");
+    assert_eq!(h.claimed(&pages), [true; 8], "no forget, no miss window");
     let fx = answer_all_but(&mut h, &layout, &pages, &[2, 5]);
     assert_eq!(reconciled(&fx), Some((4, 0)), "{fx:?}");
     assert!(cleared(&fx).is_empty(), "{fx:?}");
     assert_eq!(
-        claimed(&h, &pages),
+        h.claimed(&pages),
         [true, true, false, true, true, false, true, true]
     );
     assert_eq!(h.health(), Health::Live);
@@ -163,12 +170,12 @@ fn objects_listed_again_after_a_stall_are_restored() {
     let (mut h, layout, pages) = setup();
     let _ = read_signals(&mut h, Some(1));
     let _ = answer_all_but(&mut h, &layout, &pages, &[3]);
-    assert!(!claimed(&h, &pages)[3]);
+    assert!(!h.claimed(&pages)[3]);
     // The stalled client resumed: its objects are listed again, no event says so.
     let _ = read_signals(&mut h, Some(2));
     let fx = answer_all_but(&mut h, &layout, &pages, &[]);
     assert_eq!(reconciled(&fx), Some((0, 2)), "{fx:?}");
-    assert_eq!(claimed(&h, &pages), [true; 8]);
+    assert_eq!(h.claimed(&pages), [true; 8]);
 }
 
 #[test]
@@ -197,7 +204,7 @@ fn a_live_batch_after_the_status_point_wins_over_the_key_list() {
     assert_eq!(asked, stored);
     let fx = h.answer(request, &asked, true);
     assert_eq!(reconciled(&fx), Some((0, 0)), "{fx:?}");
-    let c = claimed(&h, &pages);
+    let c = h.claimed(&pages);
     assert!(
         !c[1],
         "the live removal after the point is newer than the list"
@@ -212,14 +219,9 @@ fn a_live_batch_after_the_status_point_wins_over_the_key_list() {
 fn a_store_after_the_status_point_that_the_list_lacks_is_not_claimed_once_the_master_says_it_is_gone(
 ) {
     let (mut h, layout, pages) = setup();
-    let point = h.next_seq - 1;
-    let _ = read_signals(&mut h, Some(1));
     // Page 6 was stored again, then lost with a segment, no event; the store sat in the
     // master's queue while the list was read, so its batch is numbered after the status point.
-    let _ = h.batch(store_page(&layout, &pages[6]));
-    let listed = keys_but(&layout, &pages, &[6]);
-    let listed: Vec<&str> = listed.iter().map(String::as_str).collect();
-    let fx = h.answer_fetch_at(point, 16, &listed);
+    let fx = page_6_stored_after_the_point(&mut h, &layout, &pages, None);
     assert_eq!(
         reconciled(&fx),
         None,
@@ -228,7 +230,7 @@ fn a_store_after_the_status_point_that_the_list_lacks_is_not_claimed_once_the_ma
     let fx = h.answer_question(false);
     assert_eq!(reconciled(&fx), Some((0, 0)), "{fx:?}");
     assert_eq!(
-        claimed(&h, &pages),
+        h.claimed(&pages),
         [true, true, true, true, true, true, false, true],
         "a page whose objects the master no longer holds is not claimed"
     );
@@ -240,23 +242,18 @@ fn a_store_after_the_status_point_that_the_list_lacks_is_not_claimed_once_the_ma
 #[test]
 fn a_store_after_the_status_point_stored_again_while_it_is_asked_about_stays_claimed() {
     let (mut h, layout, pages) = setup();
-    let point = h.next_seq - 1;
-    let _ = read_signals(&mut h, Some(1));
-    let _ = h.batch(store_page(&layout, &pages[6]));
-    let listed = keys_but(&layout, &pages, &[6]);
-    let listed: Vec<&str> = listed.iter().map(String::as_str).collect();
-    let fx = h.answer_fetch_at(point, 16, &listed);
+    let fx = page_6_stored_after_the_point(&mut h, &layout, &pages, None);
     let (request, asked) = question(&fx).expect("the store the list lacks is asked about");
     // Stored again after the question was sent: the answer, read before, no longer decides it.
     let _ = h.batch(store_page(&layout, &pages[6]));
     let fx = h.answer(request, &asked, false);
-    assert_eq!(claimed(&h, &pages), [true; 8]);
+    assert_eq!(h.claimed(&pages), [true; 8]);
     // That store may be older than the list too: it is asked about next.
     let (_, again) = question(&fx).expect("the store that came meanwhile is asked about");
     assert_eq!(again, asked);
     let fx = h.answer_question(true);
     assert_eq!(reconciled(&fx), Some((0, 0)), "{fx:?}");
-    assert_eq!(claimed(&h, &pages), [true; 8]);
+    assert_eq!(h.claimed(&pages), [true; 8]);
 }
 
 #[test]
@@ -277,7 +274,7 @@ fn a_batch_before_the_status_point_that_arrives_after_the_list_does_not_bring_ba
     assert_eq!(h.health(), Health::Reconciling);
     let fx = h.batch(store_page(&layout, &pages[7]));
     assert_eq!(reconciled(&fx), Some((2, 0)), "{fx:?}");
-    assert!(!claimed(&h, &pages)[7], "the list is newer than the batch");
+    assert!(!h.claimed(&pages)[7], "the list is newer than the batch");
     assert_eq!(h.health(), Health::Live);
 }
 
@@ -298,7 +295,7 @@ fn a_reconcile_without_a_status_point_forgets_and_resyncs() {
     let fx = h.record(fx);
     assert_eq!(cleared(&fx), [ClearReason::StoreChanged], "{fx:?}");
     assert!(asks_fetch(&fx), "a resync follows: {fx:?}");
-    assert_eq!(claimed(&h, &pages), [false; 8]);
+    assert_eq!(h.claimed(&pages), [false; 8]);
     assert_eq!(h.health(), Health::Recovering);
 }
 
@@ -311,7 +308,7 @@ fn a_status_point_behind_the_stream_is_another_runs_and_forgets() {
     // The stream stood at batch 8 when the fetch was asked; a point at 3 is another run's.
     let fx = h.answer_fetch_at(3, 6, &listed);
     assert_eq!(cleared(&fx), [ClearReason::StoreChanged], "{fx:?}");
-    assert_eq!(claimed(&h, &pages), [false; 8]);
+    assert_eq!(h.claimed(&pages), [false; 8]);
 }
 
 #[test]
@@ -389,7 +386,7 @@ fn a_large_reconcile_is_applied_in_slices_and_a_live_batch_between_them_decides_
     let (done, slices) = finish_reconcile(&mut h);
     assert!(slices > 1, "{slices} slices after the first");
     assert_eq!(done, (4, 0), "pages 0 and {last} removed, page 30,000 kept");
-    let c = claimed(&h, &[pages[0], pages[1], pages[30_000], pages[last]]);
+    let c = h.claimed(&[pages[0], pages[1], pages[30_000], pages[last]]);
     assert_eq!(c, [false, true, true, false]);
     assert_eq!(h.health(), Health::Live);
 }
@@ -421,21 +418,20 @@ fn a_store_between_two_slices_is_asked_about_once_the_list_is_applied() {
     assert_eq!(asked, stored);
     let fx = h.answer_question(false);
     assert_eq!(reconciled(&fx), Some((0, 0)), "{fx:?}");
-    assert_eq!(claimed(&h, &[pages[29_999], pages[30_000]]), [true, false]);
+    assert_eq!(h.claimed(&[pages[29_999], pages[30_000]]), [true, false]);
     assert_eq!(h.health(), Health::Live);
 }
 
 #[test]
 fn a_reconcile_asks_about_its_stores_with_questions_of_their_own() {
     let (mut h, layout, pages) = setup();
-    let point = h.next_seq - 1;
-    let _ = read_signals(&mut h, Some(1));
-    let _ = h.batch(store_page(&layout, &pages[6]));
     // The list lacks page 6 and holds a foreign line next to page 4's first key.
-    let mut lines = keys_but(&layout, &pages, &[6]);
-    lines.insert(8, "a key of another application".to_owned());
-    let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
-    let mut fx = h.answer_fetch_at(point, 16, &lines);
+    let mut fx = page_6_stored_after_the_point(
+        &mut h,
+        &layout,
+        &pages,
+        Some((8, "a key of another application")),
+    );
     // The doubted lines take all three questions: two fail, the third is answered.
     for _ in 0..2 {
         let (request, _) = question(&fx).expect("the doubted lines");
@@ -453,7 +449,7 @@ fn a_reconcile_asks_about_its_stores_with_questions_of_their_own() {
     let (fx, failed) = fail_every_question(&mut h, fx);
     assert_eq!(failed, 3, "three questions of their own");
     assert_eq!(reconciled(&fx), Some((0, 0)), "{fx:?}");
-    assert_eq!(claimed(&h, &pages), [true; 8], "claimed unasked");
+    assert_eq!(h.claimed(&pages), [true; 8], "claimed unasked");
     let c = h.status().counters;
     assert_eq!((c.confirm_failures, c.unlisted_unasked), (5, 2));
 }
@@ -461,12 +457,7 @@ fn a_reconcile_asks_about_its_stores_with_questions_of_their_own() {
 #[test]
 fn an_answer_to_a_reconcile_cut_short_by_a_disconnect_is_not_taken() {
     let (mut h, layout, pages) = setup();
-    let point = h.next_seq - 1;
-    let _ = read_signals(&mut h, Some(1));
-    let _ = h.batch(store_page(&layout, &pages[6]));
-    let listed = keys_but(&layout, &pages, &[6]);
-    let listed: Vec<&str> = listed.iter().map(String::as_str).collect();
-    let fx = h.answer_fetch_at(point, 16, &listed);
+    let fx = page_6_stored_after_the_point(&mut h, &layout, &pages, None);
     let (request, asked) = question(&fx).expect("the store is asked about");
     let fx = h.session.handle(h.now, Input::Disconnected);
     let _ = h.record(fx);
@@ -479,12 +470,7 @@ fn an_answer_to_a_reconcile_cut_short_by_a_disconnect_is_not_taken() {
 #[test]
 fn stores_no_answer_covered_leave_the_change_waiting_and_another_list_is_asked_for() {
     let (mut h, layout, pages) = setup();
-    let point = h.next_seq - 1;
-    let _ = read_signals(&mut h, Some(1));
-    let _ = h.batch(store_page(&layout, &pages[6]));
-    let listed = keys_but(&layout, &pages, &[6]);
-    let listed: Vec<&str> = listed.iter().map(String::as_str).collect();
-    let mut fx = h.answer_fetch_at(point, 16, &listed);
+    let mut fx = page_6_stored_after_the_point(&mut h, &layout, &pages, None);
     // The master's `/batch_query_keys` keeps failing: the store is asked three times, then
     // claimed unasked.
     for _ in 0..3 {
@@ -493,7 +479,7 @@ fn stores_no_answer_covered_leave_the_change_waiting_and_another_list_is_asked_f
         fx = h.record(failed);
     }
     assert_eq!(reconciled(&fx), Some((0, 0)), "{fx:?}");
-    assert!(claimed(&h, &pages)[6], "claimed unasked");
+    assert!(h.claimed(&pages)[6], "claimed unasked");
     assert_eq!(h.status().counters.unlisted_unasked, 2);
     // So this key list does not answer the change: the watch reconciles with another.
     assert_eq!(h.health(), Health::Reconciling);
@@ -501,7 +487,7 @@ fn stores_no_answer_covered_leave_the_change_waiting_and_another_list_is_asked_f
     // That one is placed and applied like the first; it answers the change.
     let fx = answer_all_but(&mut h, &layout, &pages, &[6]);
     assert_eq!(reconciled(&fx), Some((2, 0)), "{fx:?}");
-    assert!(!claimed(&h, &pages)[6]);
+    assert!(!h.claimed(&pages)[6]);
     assert_eq!(h.health(), Health::Live);
 }
 
@@ -521,7 +507,7 @@ fn a_key_list_end_handed_again_while_the_list_is_applied_is_not_taken() {
     let (done, _) = finish_reconcile(&mut h);
     assert_eq!(done, (4, 0));
     assert_eq!(
-        claimed(&h, &[pages[0], pages[1], pages[30_000]]),
+        h.claimed(&[pages[0], pages[1], pages[30_000]]),
         [false, true, false]
     );
 }
@@ -546,7 +532,7 @@ fn a_large_list_is_restored_in_slices_and_a_removal_between_them_wins() {
         let fx = h.fire_timeout().expect("the next slice is due");
         assert_eq!(reconciled(&fx), None, "{fx:?}");
     }
-    let c = claimed(&h, &pages[..10_000]);
+    let c = h.claimed(&pages[..10_000]);
     let back = c.iter().filter(|&&c| c).count();
     assert!(
         back > 0 && back < 10_000,
@@ -560,7 +546,7 @@ fn a_large_list_is_restored_in_slices_and_a_removal_between_them_wins() {
         "the restores took {slices} slices after the removal"
     );
     assert_eq!(done, (0, 19_998), "every object back but page {gone}'s two");
-    let c = claimed(&h, &pages[..10_000]);
+    let c = h.claimed(&pages[..10_000]);
     let expected: Vec<bool> = (0..10_000).map(|i| i != gone).collect();
     assert_eq!(c, expected);
     assert_eq!(h.health(), Health::Live);
@@ -579,7 +565,7 @@ fn a_publisher_clear_between_two_slices_makes_the_reconcile_fall_back_and_restor
         let mut events = vec![publisher_clear(tenant)];
         events.extend(store_page(&layout, &pages[5]));
         let _ = h.batch(events);
-        let c = claimed(&h, &pages);
+        let c = h.claimed(&pages);
         assert!(
             (0..pages.len()).all(|i| c[i] == (i == 5)),
             "{tenant:?}: right after the clear"
@@ -589,7 +575,7 @@ fn a_publisher_clear_between_two_slices_makes_the_reconcile_fall_back_and_restor
             let Some(fx) = h.fire_timeout() else { break };
             forgot.extend(cleared(&fx));
             assert_eq!(reconciled(&fx), None, "{tenant:?}: {fx:?}");
-            let c = claimed(&h, &pages);
+            let c = h.claimed(&pages);
             let claimed: Vec<usize> = (0..pages.len()).filter(|&i| c[i] && i != 5).collect();
             assert!(
                 claimed.is_empty(),
@@ -614,7 +600,7 @@ fn a_publisher_clear_of_another_tenant_leaves_the_reconcile_to_finish() {
     let _ = h.batch(vec![publisher_clear(Some("another"))]);
     let (done, _) = finish_reconcile(&mut h);
     assert_eq!(done, (2, 0), "page 0's two objects removed");
-    let c = claimed(&h, &pages);
+    let c = h.claimed(&pages);
     assert!((0..pages.len()).all(|i| c[i] == (i != 0)));
     assert_eq!(h.health(), Health::Live);
 }
@@ -639,7 +625,7 @@ fn lines_handed_after_a_reconciles_list_ended_are_not_taken() {
     let _ = h.record(fx);
     let (done, _) = finish_reconcile(&mut h);
     assert_eq!(done, (2, 0), "page 0's two objects removed, none restored");
-    assert!(!claimed(&h, &pages[..1])[0]);
+    assert!(!h.claimed(&pages[..1])[0]);
 }
 
 #[test]
@@ -667,7 +653,7 @@ fn a_change_seen_while_a_key_list_is_read_asks_for_another_list() {
     let fx = answer_all_but(&mut h, &layout, &pages, &[2, 5]);
     assert_eq!(reconciled(&fx), Some((2, 0)), "{fx:?}");
     assert_eq!(
-        claimed(&h, &pages),
+        h.claimed(&pages),
         [true, true, false, true, true, false, true, true]
     );
     assert_eq!(h.health(), Health::Live);
@@ -731,13 +717,13 @@ fn a_reconcile_whose_doubted_lines_are_not_confirmed_removes_nothing_the_master_
     let seq = h.next_seq - 1;
     let fx = answer_with_a_foreign_line(&mut h, &layout, &pages, seq);
     let (request, doubted) = question(&fx).expect("the doubted lines are confirmed");
-    assert_eq!(claimed(&h, &pages), [true; 8], "hits while it confirms");
+    assert_eq!(h.claimed(&pages), [true; 8], "hits while it confirms");
     let fx = h.session.handle(h.now, Input::VerifyFailed { request });
     let fx = h.record(fx);
     let (_, again) = question(&fx).expect("they are asked again");
     assert_eq!(again, doubted);
     assert!(cleared(&fx).is_empty(), "{fx:?}");
-    assert_eq!(claimed(&h, &pages), [true; 8], "hits while it asks again");
+    assert_eq!(h.claimed(&pages), [true; 8], "hits while it asks again");
     let (fx, failed) = fail_every_question(&mut h, fx);
     assert_eq!(failed, 2);
     assert_eq!(
@@ -764,7 +750,7 @@ fn a_reconcile_whose_doubted_lines_are_not_confirmed_removes_nothing_the_master_
         let _ = h.fire_timeout();
     }
     assert_eq!(h.health(), Health::Live);
-    assert_eq!(claimed(&h, &pages), [true; 8]);
+    assert_eq!(h.claimed(&pages), [true; 8]);
 }
 
 /// The same when the confirmation is never answered: the timeout of its last question fails
@@ -824,7 +810,7 @@ fn a_doubted_line_an_answer_left_out_is_asked_again_and_applied() {
     let fx = h.answer(request, &again, true);
     assert_eq!(reconciled(&fx), Some((8, 0)), "{fx:?}");
     assert_eq!(
-        claimed(&h, &pages),
+        h.claimed(&pages),
         [false, false, false, false, true, true, true, true]
     );
     assert_eq!(h.status().counters.snapshot_confirmed_lines, 1);

@@ -390,14 +390,7 @@ fn a_buffer_that_fills_while_stores_are_asked_about_ends_the_questions_not_the_f
     // A small buffer under steady load: failing the fetch would clear the index and fetch again
     // into the same, for as long as the master is busy.
     let layout = mha(1);
-    let cfg = Config {
-        resync: Some(ResyncConfig {
-            max_buffered_batches: 2,
-            ..ResyncConfig::default()
-        }),
-        ..config(layout.clone())
-    };
-    let (mut h, request) = list_begun(cfg);
+    let (mut h, request) = list_begun(small_buffer(&layout));
     let t = tokens(3);
     let pages = page_hashes(&layout, &t);
     let _ = h.batch(store_page(&layout, &pages[0]));
@@ -421,7 +414,7 @@ fn a_buffer_that_fills_while_stores_are_asked_about_ends_the_questions_not_the_f
         0,
         "page 0 is gone; pages 1 and 2 are claimed unasked"
     );
-    assert_eq!(claimed_each(&h, &pages[1..]), [true, true]);
+    assert_eq!(h.claimed(&pages[1..]), [true, true]);
     let c = h.status().counters;
     assert_eq!((c.unlisted_removed, c.unlisted_unasked), (2, 4));
     assert_eq!(h.health(), Health::Live);
@@ -430,14 +423,7 @@ fn a_buffer_that_fills_while_stores_are_asked_about_ends_the_questions_not_the_f
 #[test]
 fn stores_after_the_buffer_filled_are_claimed_unasked_and_decide_what_was_asked() {
     let layout = mha(1);
-    let cfg = Config {
-        resync: Some(ResyncConfig {
-            max_buffered_batches: 2,
-            ..ResyncConfig::default()
-        }),
-        ..config(layout.clone())
-    };
-    let (mut h, request) = list_begun(cfg);
+    let (mut h, request) = list_begun(small_buffer(&layout));
     let t = tokens(4);
     let pages = page_hashes(&layout, &t);
     let _ = h.batch(store_page(&layout, &pages[0]));
@@ -459,31 +445,10 @@ fn stores_after_the_buffer_filled_are_claimed_unasked_and_decide_what_was_asked(
     );
 }
 
-/// Whether each page is claimed on its own.
-fn claimed_each(h: &Harness, pages: &[PageHash]) -> Vec<bool> {
-    pages
-        .iter()
-        .map(|p| {
-            h.session
-                .query(&hicache_index::Lookup::page_hashes(std::slice::from_ref(p)))
-                .expect("the default layout answers")
-                .prefix_pages
-                == 1
-        })
-        .collect()
-}
-
 #[test]
 fn a_buffer_that_fills_while_doubted_lines_are_asked_about_fails_the_fetch() {
     let layout = mha(1);
-    let cfg = Config {
-        resync: Some(ResyncConfig {
-            max_buffered_batches: 2,
-            ..ResyncConfig::default()
-        }),
-        ..config(layout.clone())
-    };
-    let (mut h, request) = list_begun(cfg);
+    let (mut h, request) = list_begun(small_buffer(&layout));
     let t = tokens(3);
     let pages = page_hashes(&layout, &t);
     let keys: Vec<String> = layout.object_keys(&pages[0]).collect();
@@ -506,4 +471,15 @@ fn a_buffer_that_fills_while_doubted_lines_are_asked_about_fails_the_fetch() {
         )),
         "the doubted lines cannot wait: {fx:?}"
     );
+}
+
+/// Resync on with a buffer of two batches (a small one, under steady load).
+fn small_buffer(layout: &hicache_index::Layout) -> Config {
+    Config {
+        resync: Some(ResyncConfig {
+            max_buffered_batches: 2,
+            ..ResyncConfig::default()
+        }),
+        ..config(layout.clone())
+    }
 }

@@ -71,7 +71,6 @@ impl Session {
             kept: None,
             applying: None,
             outcome: None,
-            hold: false,
         };
         // Every object left after the reconcile is listed (read after now) or was decided by a
         // live batch since (its arrival lowers `confirms`).
@@ -264,8 +263,10 @@ impl Session {
         }
     }
 
-    /// Ends the reconcile whose list was applied and whose stores were asked about.
-    pub(super) fn reconcile_finish(&mut self, fx: &mut Effects) {
+    /// Ends the reconcile whose list was applied and whose stores were asked about; `hold`:
+    /// stores the list lacks were claimed unasked, so this key list holds back the change of
+    /// the master's signals waiting (once per change: see `Watch::hold_once`).
+    pub(super) fn reconcile_finish(&mut self, hold: bool, fx: &mut Effects) {
         let ResyncState::Fetching {
             reconcile: Some(reconcile),
             asked_at,
@@ -287,7 +288,7 @@ impl Session {
         if !done.other_tenants {
             self.confirm(confirms);
         }
-        if !reconcile.hold {
+        if !hold {
             self.resync.watch.satisfied_by(asked_at);
         }
         fx.push(Report::Reconciled {

@@ -507,9 +507,8 @@ impl Session {
         let unasked = unlisted.len() as u64 + *beyond;
         self.counters.unlisted_unasked += unasked;
         let hold = unasked > 0 && *at_point && self.resync.watch.hold_once(*asked_at);
-        if let Some(reconcile) = reconcile {
-            reconcile.hold = hold;
-            return self.reconcile_finish(fx);
+        if reconcile.is_some() {
+            return self.reconcile_finish(hold, fx);
         }
         let ResyncState::Fetching {
             batches,
@@ -594,18 +593,13 @@ impl Session {
         if *batches >= limits.max_buffered_batches
             || *bytes + payload_len > limits.max_buffered_bytes
         {
-            let stores_only = self.resync.state.asks_stores_only();
-            if let ResyncState::Fetching { full, .. } = &mut self.resync.state {
-                if stores_only {
-                    // Only stores the list lacks are being asked about: the question out is
-                    // still awaited, but no store is recorded or asked about any more (they
-                    // are claimed unasked). Failing would forget and fetch again into the
-                    // same, for as long as the master is busy.
-                    *full = true;
-                    return;
-                }
+            // Only stores the list lacks being asked about: the question out is still awaited,
+            // but no store is recorded or asked about any more (they are claimed unasked).
+            // Failing would forget and fetch again into the same, for as long as the master is
+            // busy.
+            if !self.resync.state.fill() {
+                self.resync_failed(now, ResyncFailure::BufferFull, fx);
             }
-            self.resync_failed(now, ResyncFailure::BufferFull, fx);
             return;
         }
         *bytes += payload_len;

@@ -48,9 +48,6 @@ pub(in crate::session) struct Reconcile {
     /// What applying the list changed, once every slice is applied: the stores are being
     /// asked about.
     pub(in crate::session) outcome: Option<Reconciled>,
-    /// Stores the list lacks were claimed unasked, so this key list holds back the change of
-    /// the master's signals waiting (once per change: see `Watch::hold_once`).
-    pub(in crate::session) hold: bool,
 }
 
 /// A reconcile being applied, slice by slice.

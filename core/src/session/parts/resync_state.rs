@@ -272,6 +272,17 @@ impl ResyncState {
         )
     }
 
+    /// Marks the fetch full when only stores are being asked about
+    /// ([`ResyncState::asks_stores_only`]); returns whether it did (otherwise the buffer's bound
+    /// fails the fetch).
+    pub(in crate::session) fn fill(&mut self) -> bool {
+        let stores_only = self.asks_stores_only();
+        if let (true, ResyncState::Fetching { full, .. }) = (stores_only, self) {
+            *full = true;
+        }
+        stores_only
+    }
+
     /// Why the index is recovering, as far as the resync tells.
     pub(in crate::session) fn recovering(&self) -> Option<Recovering> {
         match self {
