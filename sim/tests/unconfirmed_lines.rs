@@ -1,17 +1,17 @@
 //! Key lists with lines next to other applications' keys (doubted, confirmed with
 //! `/batch_query_keys`) whose confirmation fails. Found by a 5,000-seed hostile sweep
-//! (`hicache-index-sim --seeds 7300000..7305000 --preset hostile`): a reconcile whose
-//! confirmation failed completed without the doubted lines and removed the objects they name
-//! while the master held them; nothing brought them back, and the index was not exact once the
-//! master went idle (a liveness failure). Doubted lines a question did not answer are now asked
-//! again, and the fetch fails only when none of its three questions answers them
-//! (`confirmation_failed` and `complete_resync` in `core/src/session/resync.rs`). This seed's
-//! failed questions are now answered by the next, so it no longer reaches the end of the
-//! questions: putting back the old completion no longer fails it (12,000 hostile seeds,
-//! 7300000..7312000, did not either). That guard is checked by
-//! `a_reconcile_whose_doubted_lines_are_not_confirmed_removes_nothing_the_master_lists` and the
-//! two tests after it in `tests/tests/store_watch.rs`; this test keeps the seed's failed
-//! questions and its liveness.
+//! (`hicache-index-sim --seeds 7300000..7305000 --preset hostile`): a reconcile whose confirmation
+//! failed completed without the doubted lines and removed the objects they name while the master
+//! held them; nothing brought them back, and the index was not exact once the master went idle (a
+//! liveness failure). Doubted lines a question did not answer are now asked again, and the fetch
+//! fails only when none of its three questions answers them (`confirmation_failed` in
+//! `core/src/session/questions.rs`, `complete_resync` in `resync.rs`). This seed's failed questions
+//! are now answered by the next, so it no longer reaches the end of the questions: putting back the
+//! old completion no longer fails it (12,000 hostile seeds, 7300000..7312000, did not either). That
+//! guard is checked by
+//! `a_reconcile_whose_doubted_lines_are_not_confirmed_removes_nothing_the_master_lists` and the two
+//! tests after it in `tests/tests/store_watch.rs`; this test keeps the seed's failed questions and
+//! its liveness.
 
 use hicache_index_sim::{run, Options, Preset};
 

@@ -26,11 +26,12 @@
 //! verification, watch, health, ledger, workers, a batch kept for later) with the methods that
 //! need that part alone, and the plain data the session hands out (status, models). The files
 //! beside this one are what the session does, coordinating its parts, one concern a file, each
-//! named like the part it works on (`stream.rs`: batches; `resync.rs`, `reconcile.rs`: key
-//! lists; `verify.rs`; `watch.rs`; `link.rs`; `health.rs`; `ledger.rs`; `workers.rs`,
-//! `follow.rs`: workers and the HA leader; `status.rs`, `answer.rs`: the reads); `config.rs` is
-//! plain data. Imports run one way: those files import the session and its parts, the session
-//! imports its parts, and a part imports other parts and the configuration, never the session.
+//! named like the part it works on (`stream.rs`: batches; `resync.rs`, `questions.rs`,
+//! `reconcile.rs`: key lists; `verify.rs`; `watch.rs`; `link.rs`; `health.rs`; `ledger.rs`;
+//! `workers.rs`, `follow.rs`: workers and the HA leader; `status.rs`, `answer.rs`: the reads);
+//! `config.rs` is plain data. Imports run one way: those files import the session and its
+//! parts, the session imports its parts, and a part imports other parts and the configuration,
+//! never the session.
 
 mod answer;
 mod config;
@@ -39,6 +40,7 @@ mod health;
 mod ledger;
 mod link;
 mod parts;
+mod questions;
 mod reconcile;
 mod resync;
 mod status;

@@ -11,7 +11,7 @@
 //! not held are stored, and objects present all along stay hits throughout. A batch after `P`
 //! may still be older than the list (the master numbers what its queue held when the list was
 //! read after `P`), so the keys such batches stored that the list lacks are then asked of the
-//! master (as a resync asks, `session/resync.rs`): one it no longer holds is removed unless a
+//! master (as a resync asks, `session/questions.rs`): one it no longer holds is removed unless a
 //! live event on it came after the question; the reconcile ends once no store is left to ask
 //! about or its questions end (what they did not answer is claimed unasked). Whatever cannot be
 //! placed so (the master gives no status point, the point is before where the stream stood when

@@ -7,21 +7,21 @@
 //! delay what it published before the list was read (its status counts published batches, not
 //! queued events). So a key a live batch stores that the list lacks is asked of the master with
 //! the doubted lines, and removed if the master no longer holds it; such stores that come while
-//! it is asked, or that its answer left out, are asked about next, up to [`MAX_QUESTIONS`]
-//! questions of at most [`MAX_ASKED`](super::parts::resync_state::MAX_ASKED) stores each (a
-//! reconcile asks the same about its stores after its status point, once it has applied its
-//! list: `session/reconcile.rs`). Doubted lines an answer left out are asked again in the
-//! same questions, and fail the fetch if none answers them. Live batches that reach the
-//! fetch's buffer bound while only stores are asked about stop the recording of stores (the
-//! question out is still awaited) instead of failing the fetch. What no answer covered is
-//! claimed unasked, and, when a status point placed the stream, that key list holds back once
-//! a change of the master's signals waiting for one it could answer (the watch then reconciles
-//! with another list).
+//! it is asked, or that its answer left out, are asked about next, up to
+//! [`MAX_QUESTIONS`](super::parts::resync_state::MAX_QUESTIONS) questions of at most
+//! [`MAX_ASKED`](super::parts::resync_state::MAX_ASKED) stores each (the questions and their
+//! answers: `session/questions.rs`; a reconcile asks the same about its stores after its status
+//! point, once it has applied its list: `session/reconcile.rs`). Doubted lines an answer left
+//! out are asked again in the same questions, and fail the fetch if none answers them. Live
+//! batches that reach the fetch's buffer bound while only stores are asked about stop the
+//! recording of stores (the question out is still awaited) instead of failing the fetch. What
+//! no answer covered is claimed unasked, and, when a status point placed the stream, that key
+//! list holds back once a change of the master's signals waiting for one it could answer (the
+//! watch then reconciles with another list).
 
 use alloc::collections::BTreeSet;
 
 use super::parts::checksum::key_checksum;
-use super::parts::resync_state::{ask, MAX_QUESTIONS};
 use super::*;
 
 /// How many times the retry delay (or the verification interval) the backoff of the master's
@@ -30,24 +30,24 @@ pub(super) const RETRY_BACKOFF_CAP: u32 = 8;
 
 /// Where the keys of a placed fetch's key list go: a reconcile lists them (see
 /// `session/reconcile.rs`), a resync stores them ([`store_snapshot_key`]); `applied` counts them.
-struct KeySink<'a> {
-    index: &'a mut Index,
-    seen: &'a BTreeMap<u64, bool>,
+pub(super) struct KeySink<'a> {
+    pub(super) index: &'a mut Index,
+    pub(super) seen: &'a BTreeMap<u64, bool>,
     /// The keys live batches stored that the list has not shown, not asked yet.
-    unlisted: &'a mut BTreeSet<String>,
+    pub(super) unlisted: &'a mut BTreeSet<String>,
     /// The keys asked of the master in the question under way.
-    asked: &'a mut BTreeSet<String>,
+    pub(super) asked: &'a mut BTreeSet<String>,
     /// The list's doubted lines no answer covered yet.
-    doubted: &'a mut BTreeSet<String>,
-    cleared: bool,
-    applied: &'a mut usize,
-    reconcile: Option<&'a mut Reconcile>,
+    pub(super) doubted: &'a mut BTreeSet<String>,
+    pub(super) cleared: bool,
+    pub(super) applied: &'a mut usize,
+    pub(super) reconcile: Option<&'a mut Reconcile>,
 }
 
 impl<'a> KeySink<'a> {
     /// Borrows the fetch under way apart once its status point placed it: the filter its lines
     /// go through, and where their keys go (`None`: no fetch is placed).
-    fn of(
+    pub(super) fn of(
         state: &'a mut ResyncState,
         index: &'a mut Index,
     ) -> Option<(&'a mut LineFilter, KeySink<'a>)> {
@@ -79,7 +79,7 @@ impl<'a> KeySink<'a> {
     }
 
     /// Takes one key of the key list.
-    fn take(&mut self, key: &str) {
+    pub(super) fn take(&mut self, key: &str) {
         match &mut self.reconcile {
             Some(r) => {
                 *self.applied +=
@@ -345,132 +345,6 @@ impl Session {
             self.complete_resync(now, &mut fx);
         }
         fx
-    }
-
-    /// Reports whether `request` is the question under way about the key list's doubted lines
-    /// or the stores it lacks.
-    pub(super) fn is_confirmation(&self, request: VerifyRequest) -> bool {
-        matches!(&self.resync.state, ResyncState::Fetching { confirming: Some(r), .. } if *r == request)
-    }
-
-    /// Applies the master's answer about the doubted lines and the keys live batches stored
-    /// that the list lacks: a doubted line it holds is applied unless a live event since the
-    /// stream was placed decided it; a stored key it does not hold is removed unless a live
-    /// event on it came since it was asked. What it leaves out (a request that failed, an
-    /// entry without `ok`) is asked again with the stores the list lacks that came meanwhile
-    /// ([`MAX_QUESTIONS`] at most), or the fetch completes: a doubted line never answered fails
-    /// it, a store never answered is claimed unasked.
-    pub(super) fn confirm_lines<'k>(
-        &mut self,
-        now: Instant,
-        results: impl IntoIterator<Item = (&'k str, bool)>,
-    ) -> Effects {
-        let mut fx = Effects::new();
-        let (mut confirmed, mut removed) = (0, 0);
-        if let Some((_, mut keys)) = KeySink::of(&mut self.resync.state, &mut self.index) {
-            let before = *keys.applied;
-            for (key, present) in results {
-                let was_asked = keys.asked.remove(key);
-                let was_doubted = keys.doubted.remove(key);
-                if present {
-                    // A store the master holds is in the index already.
-                    if was_doubted && !was_asked {
-                        keys.take(key);
-                    }
-                } else if was_asked {
-                    let _ = keys.index.remove(DEFAULT_TENANT, key);
-                    removed += 1;
-                }
-            }
-            // Stored keys the answer left out (a request that failed, an entry without `ok`):
-            // not known to be held, so asked again or claimed unasked, never taken as answered.
-            let unanswered = core::mem::take(keys.asked);
-            keys.unlisted.extend(unanswered);
-            confirmed = *keys.applied - before;
-        }
-        self.counters.snapshot_confirmed_lines += confirmed as u64;
-        self.counters.unlisted_removed += removed;
-        let ResyncState::Fetching {
-            confirmed: total, ..
-        } = &mut self.resync.state
-        else {
-            return fx;
-        };
-        *total += confirmed;
-        if !self.ask_again(now, &mut fx) {
-            self.complete_resync(now, &mut fx);
-        }
-        fx
-    }
-
-    /// Asks the master about the doubted lines no answer covered yet and the stores the list
-    /// lacks not asked about yet, unless there are none, [`MAX_QUESTIONS`] were asked, or the
-    /// fetch is full; returns whether it asked.
-    pub(super) fn ask_again(&mut self, now: Instant, fx: &mut Effects) -> bool {
-        let timeout = self
-            .config
-            .resync
-            .map_or(Duration::ZERO, |r| r.fetch_timeout);
-        let ResyncState::Fetching {
-            unlisted,
-            asked,
-            doubted,
-            full,
-            questions,
-            confirming,
-            deadline,
-            ..
-        } = &mut self.resync.state
-        else {
-            return false;
-        };
-        if *full || (unlisted.is_empty() && doubted.is_empty()) || *questions >= MAX_QUESTIONS {
-            return false;
-        }
-        let request = self.verify.reserve_request();
-        let stores = ask(unlisted, asked);
-        self.counters.unlisted_stores += stores.len() as u64;
-        let mut keys: Vec<String> = doubted.iter().cloned().collect();
-        keys.extend(stores);
-        keys.sort_unstable();
-        keys.dedup();
-        *questions += 1;
-        *confirming = Some(request);
-        *deadline = now + timeout;
-        fx.push(Command::VerifyKeys { request, keys });
-        self.update_health(fx);
-        true
-    }
-
-    /// The question under way failed or timed out: what it asked is asked again, with the
-    /// stores that came meanwhile ([`MAX_QUESTIONS`] at most), or the fetch completes. A
-    /// doubted line never answered fails it, as any failed fetch: a resync fetches again after
-    /// its backoff, a reconcile falls back to one. Completing without those lines would lose
-    /// the objects they name for good: a resync would never restore them, and a reconcile
-    /// would remove them from the index while the master holds them (found by the simulator,
-    /// seed 7304478 of the hostile preset). A store never answered is claimed unasked.
-    pub(super) fn confirmation_failed(&mut self, now: Instant, fx: &mut Effects) {
-        self.counters.confirm_failures += 1;
-        self.unanswered();
-        if !self.ask_again(now, fx) {
-            self.complete_resync(now, fx);
-        }
-        self.update_health(fx);
-    }
-
-    /// The question under way will not be answered: its stores are not known to be held, so
-    /// they go back to those not asked yet (its doubted lines stay unanswered).
-    fn unanswered(&mut self) {
-        if let ResyncState::Fetching {
-            confirming,
-            unlisted,
-            asked,
-            ..
-        } = &mut self.resync.state
-        {
-            *confirming = None;
-            unlisted.append(asked);
-        }
     }
 
     /// Ends the resync under way: the index is live again (once the stream has continued the
