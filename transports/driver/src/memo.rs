@@ -62,11 +62,14 @@ impl Stored {
     fn equals<T: Token>(&self, tokens: &[T]) -> bool {
         match self {
             Stored::Narrow(s) => {
+                // In 32-bit lanes (a token's high half compared with 0 apart): for `u32`
+                // tokens, the high halves fold away and the loop is XORs of four tokens a
+                // vector instruction, not the widening of each token to 64 bits first.
                 s.len() == tokens.len()
-                    && s.iter()
-                        .zip(tokens)
-                        .fold(0, |diff, (a, b)| diff | (u64::from(*a) ^ b.to_u64()))
-                        == 0
+                    && s.iter().zip(tokens).fold(0u32, |diff, (a, b)| {
+                        let b = b.to_u64();
+                        diff | (a ^ b as u32) | (b >> 32) as u32
+                    }) == 0
             }
             Stored::Wide(s) => {
                 s.len() == tokens.len()
@@ -252,6 +255,16 @@ const LANE: [u64; 4] = [
     0x082e_fa98_ec4e_6c89,
 ];
 
+/// Odd constants (from the digits of e) whose two 32-bit halves each have their top bit set, one per lane
+/// of [`key_hash`]'s two-word step: a word of two tokens below 2^31 XORed with one is never 0,
+/// which would drop the other word of the step.
+const PAIR: [u64; 4] = [
+    0xb7e1_5162_8aed_2a6b,
+    0xbf71_5880_9cf4_f3c7,
+    0xe2e7_160f_b8b4_da57,
+    0xa784_d904_d190_cfef,
+];
+
 /// The high and low halves of `a * b` folded together by XOR.
 #[inline]
 fn folded_multiply(a: u64, b: u64) -> u64 {
@@ -265,40 +278,49 @@ fn folded_multiply(a: u64, b: u64) -> u64 {
 /// path: fed to `foldhash` (the page's tokens gathered into a byte buffer first, as it takes
 /// bytes), the key hash was 59 % of a lookup that hit (perf of the memo bench's
 /// `memo_hashes_only`, 217 ns a page of 64 tokens). Here the words go straight into four
-/// independent lanes of folded multiplies (foldhash's own step), with no buffer. Its quality only
+/// independent lanes of folded multiplies (foldhash's own step; tokens that fit in 32 bits
+/// two words, four tokens, a multiply: wyhash's step), with no buffer. Its quality only
 /// spreads keys: the memo compares keys in full, so keys that collide stay apart. The hash is of
 /// the tokens' values, the same whichever [`Token`] type holds them: tokens that all fit in 32
 /// bits are hashed two to a word, others one to a word.
 fn key_hash<T: Token>(prior: Option<&[u8; 32]>, eagle: bool, tokens: &[T]) -> u64 {
     let mut lanes = LANE.map(|k| k ^ SEED);
-    let mut absorb = |i: usize, word: u64| lanes[i] = folded_multiply(lanes[i] ^ word, LANE[i]);
     if let Some(prior) = prior {
-        for (i, word) in prior.chunks_exact(8).enumerate() {
+        // A digest is uniform already: its words start the lanes, with no multiply of their
+        // own (one step less in each lane's chain of multiplies, which bounds the hash).
+        for (lane, word) in lanes.iter_mut().zip(prior.chunks_exact(8)) {
             let mut bytes = [0; 8];
             bytes.copy_from_slice(word);
-            absorb(i, u64::from_le_bytes(bytes));
+            *lane ^= u64::from_le_bytes(bytes);
         }
     }
     let narrow = narrow(tokens);
     if narrow {
-        let mut pairs = tokens.chunks_exact(8);
-        for eight in &mut pairs {
-            for i in 0..4 {
-                absorb(i, eight[2 * i].to_u64() | eight[2 * i + 1].to_u64() << 32);
+        let pair = |two: &[T]| two[0].to_u64() | two[1].to_u64() << 32;
+        let mut sixteens = tokens.chunks_exact(16);
+        for sixteen in &mut sixteens {
+            for (i, four) in sixteen.chunks_exact(4).enumerate() {
+                // Two words a multiply (wyhash's step), half the multiplies of one a word: the
+                // key hash was a quarter of a lookup that hit (perf of `memo_hashes_only`).
+                lanes[i] = folded_multiply(lanes[i] ^ pair(&four[..2]), pair(&four[2..]) ^ PAIR[i]);
             }
         }
-        for (i, t) in pairs.remainder().iter().enumerate() {
-            absorb(i % 4, t.to_u64());
+        let mut pairs = sixteens.remainder().chunks_exact(2);
+        for (i, two) in (&mut pairs).enumerate() {
+            absorb(&mut lanes, i % 4, pair(two));
+        }
+        for t in pairs.remainder() {
+            absorb(&mut lanes, 3, t.to_u64());
         }
     } else {
         let mut fours = tokens.chunks_exact(4);
         for four in &mut fours {
             for (i, t) in four.iter().enumerate() {
-                absorb(i, t.to_u64());
+                absorb(&mut lanes, i, t.to_u64());
             }
         }
         for (i, t) in fours.remainder().iter().enumerate() {
-            absorb(i, t.to_u64());
+            absorb(&mut lanes, i, t.to_u64());
         }
     }
     let shape = (tokens.len() as u64) << 3
@@ -308,6 +330,12 @@ fn key_hash<T: Token>(prior: Option<&[u8; 32]>, eagle: bool, tokens: &[T]) -> u6
     let left = folded_multiply(lanes[0] ^ lanes[2], LANE[1]);
     let right = folded_multiply(lanes[1] ^ lanes[3], LANE[2]);
     folded_multiply(left ^ right ^ shape, LANE[3] ^ SEED)
+}
+
+/// One word into lane `i` of [`key_hash`].
+#[inline(always)]
+fn absorb(lanes: &mut [u64; 4], i: usize, word: u64) {
+    lanes[i] = folded_multiply(lanes[i] ^ word, LANE[i]);
 }
 
 impl DigestMemo for PrefixMemo {
@@ -459,6 +487,20 @@ mod tests {
         let again: Vec<PageHash> = std::iter::from_fn(|| pages.next_with(&memo)).collect();
         assert_eq!(first, again);
         assert_eq!(memo.stats().hits, 3, "{:?}", memo.stats());
+    }
+
+    #[test]
+    fn a_narrow_page_is_not_found_by_tokens_equal_to_it_only_in_their_low_32_bits() {
+        // Every key hash collides, so only the comparison of the tokens tells the pages apart.
+        let memo = PrefixMemo::with_key_hash(DEFAULT_MEMO_BYTES, |_| 0);
+        let narrow: Vec<u64> = (0..64).collect();
+        let mut wide = narrow.clone();
+        wide[10] += 1 << 32;
+        let first = through(&memo, &narrow, 64, false, None);
+        let second = through(&memo, &wide, 64, false, None);
+        assert_eq!(second, plain(&wide, 64, false, None));
+        assert_ne!(first, second);
+        assert_eq!(memo.stats().hits, 0, "{:?}", memo.stats());
     }
 
     #[test]
