@@ -39,7 +39,7 @@ impl Args {
     }
 }
 
-const USAGE: &str = "usage: hicache-index-sim --seeds A..B [--preset calm|lossy|restart-heavy|reorder-heavy|hostile|pristine] [--events N] [--jobs N] [--verbose] [--trace] [--without CLASS,...] [--planted BUG] [--worlds stale-key-list,unseen-restarts,foreign-flood,tail-loss-idle,clock-jump,segments|none]";
+const USAGE: &str = "usage: hicache-index-sim --seeds A..B [--preset calm|lossy|restart-heavy|reorder-heavy|hostile|pristine] [--events N] [--jobs N] [--verbose] [--trace] [--without CLASS,...] [--planted BUG] [--worlds stale-key-list,unseen-restarts,foreign-flood,tail-loss-idle,clock-jump,segments,query-keys-down|none]";
 
 fn parse() -> Result<Args, String> {
     let mut args = Args {

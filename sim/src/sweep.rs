@@ -43,6 +43,11 @@ pub struct Summary {
     pub resyncs: u64,
     /// Verification rounds.
     pub verify_rounds: u64,
+    /// Fetches that failed with doubted lines no question answered.
+    pub fetches_unconfirmed: u64,
+    /// Outages of `POST /batch_query_keys` (see
+    /// [`crate::options::HttpOptions::query_keys_down`]).
+    pub query_keys_outages: u64,
     /// Objects removed without an event.
     pub silent_removals: u64,
     /// Queries.
@@ -110,6 +115,8 @@ impl Summary {
         self.clears += s.clears;
         self.resyncs += s.resyncs;
         self.verify_rounds += s.verify_rounds;
+        self.fetches_unconfirmed += s.fetches_unconfirmed;
+        self.query_keys_outages += s.query_keys_outages;
         self.silent_removals += s.silent_removals;
         self.queries += s.queries;
         self.hit_pages += s.hit_pages;
@@ -181,13 +188,16 @@ impl Summary {
         );
         let _ = writeln!(
             s,
-            "gaps {}  restarts {} (master {})  clears {}  resyncs {}  verify rounds {}",
+            "gaps {}  restarts {} (master {})  clears {}  resyncs {}  verify rounds {}  \
+             fetches failed unconfirmed {} (query-keys outages {})",
             self.gaps,
             self.session_restarts,
             self.master_restarts,
             self.clears,
             self.resyncs,
-            self.verify_rounds
+            self.verify_rounds,
+            self.fetches_unconfirmed,
+            self.query_keys_outages
         );
         let _ = writeln!(
             s,

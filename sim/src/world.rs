@@ -222,6 +222,7 @@ impl<S: System> World<S> {
             judge: None,
             restart_at: None,
             clear_at: None,
+            query_keys_down_until: Instant::ZERO,
             last_timer: Instant::ZERO,
             recovering: None,
             world_rng: root.fork(7),

@@ -168,6 +168,15 @@ fn ci_sweep_covers_every_fault_kind_without_false_hits() {
         ),
         ("objects back after a stall", summary.clients.restored),
         ("objects gone with their segment", summary.clients.unmounted),
+        // query-keys-down
+        (
+            "outages of the master's /batch_query_keys",
+            summary.query_keys_outages,
+        ),
+        (
+            "fetches failed with doubted lines no question answered",
+            summary.fetches_unconfirmed,
+        ),
     ];
     let mut problems: Vec<String> = coverage
         .iter()

@@ -9,7 +9,7 @@ use super::Options;
 impl Options {
     /// The fault classes [`Options::without`] can turn off, to tell which one a failure needs
     /// (the named worlds' names among them).
-    pub const CLASSES: [&'static str; 17] = [
+    pub const CLASSES: [&'static str; 18] = [
         "stalls",
         "heavy-http",
         "undecodable",
@@ -27,6 +27,7 @@ impl Options {
         "clock-jump",
         "segments",
         "clears-after-keys",
+        "query-keys-down",
     ];
 
     /// Turns one fault class of [`Options::CLASSES`] off; returns `false` for an unknown name.

@@ -274,6 +274,8 @@ impl Options {
             clear_after_keys: 0.0,
             restart_after_status: 0.0,
             lag_after_restart: (Duration::ZERO, Duration::ZERO),
+            query_keys_down: 0.0,
+            query_keys_down_for: (Duration::ZERO, Duration::ZERO),
         };
         let driver = DriverOptions {
             stalls_per_sec: 0.0,
@@ -334,10 +336,14 @@ impl Options {
             if root.fork(0x27).chance(WORLD_CHANCE) {
                 o.worlds.insert(WorldKind::Segments);
             }
+            // A later world of issue 26, from a stream of its own likewise.
+            if root.fork(0x28).chance(WORLD_CHANCE) {
+                o.worlds.insert(WorldKind::QueryKeysDown);
+            }
             if let Some(forced) = worlds {
                 o.worlds = forced;
             }
-            o.apply_worlds(&mut w, &root.fork(0x27));
+            o.apply_worlds(&mut w, &root.fork(0x27), &root.fork(0x28));
         }
         // A busy driver's late timers, from a stream of their own: the draws above stay as they
         // were. Pristine has none.

@@ -15,13 +15,14 @@ use super::Options;
 
 impl Options {
     /// Sets the knobs of every world in [`Options::worlds`], each from its own stream of `w`.
-    /// [`WorldKind::Segments`] draws its knobs from `segments` instead.
-    pub(super) fn apply_worlds(&mut self, w: &mut Rng, segments: &Rng) {
+    /// [`WorldKind::Segments`] draws its knobs from `segments` instead, and
+    /// [`WorldKind::QueryKeysDown`] from `query_keys_down`.
+    pub(super) fn apply_worlds(&mut self, w: &mut Rng, segments: &Rng, query_keys_down: &Rng) {
         for kind in self.worlds.iter() {
-            let mut r = if kind == WorldKind::Segments {
-                segments.fork(1)
-            } else {
-                w.fork(kind as u64 + 1)
+            let mut r = match kind {
+                WorldKind::Segments => segments.fork(1),
+                WorldKind::QueryKeysDown => query_keys_down.fork(1),
+                _ => w.fork(kind as u64 + 1),
             };
             self.apply_world(kind, &mut r);
         }
@@ -121,6 +122,16 @@ impl Options {
                 }
                 s.resync = true;
             }
+            WorldKind::QueryKeysDown => {
+                // Doubted lines in most key lists: HiCache-shaped keys of another application
+                // beside the SGLang keys.
+                m.mix.foreign_put = m.mix.foreign_put.max(0.002 + r.unit() * 0.004);
+                h.query_keys_down = 0.3 + r.unit() * 0.6;
+                // Failed questions are asked again at once, so even the shortest outage
+                // outlasts a fetch's three; the longest outlasts several fetches.
+                h.query_keys_down_for = (ms(20), r.duration(ms(100), ms(1_500)));
+                s.resync = true;
+            }
         }
     }
 
@@ -143,6 +154,7 @@ impl Options {
             WorldKind::TailLossIdle => self.tail = None,
             WorldKind::ClockJump => m.clock_jumps_per_sec = 0.0,
             WorldKind::Segments => m.clients = None,
+            WorldKind::QueryKeysDown => h.query_keys_down = 0.0,
         }
     }
 }

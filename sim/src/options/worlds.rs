@@ -40,17 +40,24 @@ pub enum WorldKind {
     /// event for any of it; only the master's `/metrics` moves. Half the time the HTTP side
     /// never fails or hangs, so the watch's bound is checked all along.
     Segments,
+    /// Issue 26: a store shared with another application's keys (key-list lines next to them
+    /// are doubted, and confirmed with `POST /batch_query_keys`) whose `/batch_query_keys`
+    /// fails every request for a while after the master serves a key list, longer than a
+    /// fetch's three questions take: the fetch fails with its doubted lines unanswered, and
+    /// a later one must restore them.
+    QueryKeysDown,
 }
 
 impl WorldKind {
     /// Every named world, in the order they are drawn.
-    pub const ALL: [WorldKind; 6] = [
+    pub const ALL: [WorldKind; 7] = [
         WorldKind::StaleKeyList,
         WorldKind::UnseenRestarts,
         WorldKind::ForeignFlood,
         WorldKind::TailLossIdle,
         WorldKind::ClockJump,
         WorldKind::Segments,
+        WorldKind::QueryKeysDown,
     ];
 
     /// The worlds of issue 26, drawn one after the other from one stream (a later world is
@@ -72,6 +79,7 @@ impl WorldKind {
             WorldKind::TailLossIdle => "tail-loss-idle",
             WorldKind::ClockJump => "clock-jump",
             WorldKind::Segments => "segments",
+            WorldKind::QueryKeysDown => "query-keys-down",
         }
     }
 

@@ -4,7 +4,9 @@
 
 use std::fmt::Write as _;
 
-use hicache_index::{ClearReason, Command, Effect, Effects, Health, Report as CoreReport};
+use hicache_index::{
+    ClearReason, Command, Effect, Effects, Health, Report as CoreReport, ResyncFailure,
+};
 
 use crate::master::MasterOutput;
 use crate::system::System;
@@ -127,6 +129,9 @@ impl<S: System> World<S> {
                         self.placed_snapshot = Some(handed.pos);
                     }
                 }
+                Effect::Report(CoreReport::ResyncFailed {
+                    reason: ResyncFailure::Confirm,
+                }) => self.stats.fetches_unconfirmed += 1,
                 Effect::Report(CoreReport::Resynced { .. }) => {
                     if let Some(pos) = self.placed_snapshot.take() {
                         self.snapshots.push(pos);

@@ -89,6 +89,11 @@ impl<S: System> World<S> {
     }
 
     pub(super) fn on_verify(&mut self, request: VerifyRequest, keys: Vec<String>) {
+        if self.now < self.query_keys_down_until {
+            let lat = self.http_latency();
+            self.http_at(self.now + lat, HttpItem::VerifyFailed { request });
+            return;
+        }
         self.ask_http(
             HttpItem::VerifyServer { request, keys },
             HttpItem::VerifyFailed { request },
@@ -104,6 +109,12 @@ impl<S: System> World<S> {
                     self.http_at(now + lat, HttpItem::SnapshotFailed { request });
                     return;
                 };
+                let down = self.http_opts.query_keys_down;
+                if down > 0.0 && self.http_rng.chance(down) {
+                    let (lo, hi) = self.http_opts.query_keys_down_for;
+                    self.query_keys_down_until = now + self.http_rng.duration(lo, hi);
+                    self.stats.query_keys_outages += 1;
+                }
                 // `GET /kv_events/status` first, then `GET /get_all_keys`: under load, many
                 // batches and removals happen in between.
                 let status = self.http_opts.watermark.then(|| {

@@ -133,6 +133,11 @@ pub struct RunStats {
     pub odd_snapshots: u64,
     /// Key lists read after at least ten batches had been published since their status read.
     pub resyncs_under_load: u64,
+    /// Times `POST /batch_query_keys` went down after a key list was served (see
+    /// [`crate::options::HttpOptions::query_keys_down`]).
+    pub query_keys_outages: u64,
+    /// Fetches that failed because their questions ended with doubted lines unanswered.
+    pub fetches_unconfirmed: u64,
     /// Events of an unknown type without a key the master sent.
     pub unknown_keyless: u64,
     /// Liveness was skipped (the index evicted).

@@ -89,6 +89,9 @@ pub struct World<S: System> {
     pub(super) restart_at: Option<Instant>,
     /// A publisher's clear the HTTP side scheduled (see [`HttpOptions::clear_after_keys`]).
     pub(super) clear_at: Option<Instant>,
+    /// Until when `POST /batch_query_keys` fails every request (see
+    /// [`HttpOptions::query_keys_down`]).
+    pub(super) query_keys_down_until: Instant,
     /// When the session was last handed a timer (see `World::timer_due`).
     pub(super) last_timer: Instant,
     /// Why the session said it is recovering, last (until it is no longer recovering).

@@ -35,6 +35,9 @@ impl<S: System> World<S> {
         self.http_opts.clear_after_keys = 0.0;
         self.clear_at = None;
         self.http_opts.restart_after_status = 0.0;
+        // No new outage of `/batch_query_keys`; one under way runs its course (at most
+        // 1.5 s), so a fetch of the quiet phase may fail with its doubted lines unanswered.
+        self.http_opts.query_keys_down = 0.0;
         self.http_opts.calm_down();
         self.next_stray = None;
         self.next_junk = None;
