@@ -43,7 +43,7 @@ pub struct Summary {
     pub resyncs: u64,
     /// Verification rounds.
     pub verify_rounds: u64,
-    /// Fetches that failed with doubted lines no question answered.
+    /// Fetches that failed for their doubted lines (see `RunStats::fetches_unconfirmed`).
     pub fetches_unconfirmed: u64,
     /// Outages of `POST /batch_query_keys` (see
     /// [`crate::options::HttpOptions::query_keys_down`]).

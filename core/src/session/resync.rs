@@ -32,16 +32,16 @@ pub(super) const RETRY_BACKOFF_CAP: u32 = 8;
 /// `session/reconcile.rs`), a resync stores them ([`store_snapshot_key`]); `applied` counts them.
 pub(super) struct KeySink<'a> {
     pub(super) index: &'a mut Index,
-    pub(super) seen: &'a BTreeMap<u64, bool>,
+    seen: &'a BTreeMap<u64, bool>,
     /// The keys live batches stored that the list has not shown, not asked yet.
     pub(super) unlisted: &'a mut BTreeSet<String>,
     /// The keys asked of the master in the question under way.
     pub(super) asked: &'a mut BTreeSet<String>,
     /// The list's doubted lines no answer covered yet.
     pub(super) doubted: &'a mut BTreeSet<String>,
-    pub(super) cleared: bool,
+    cleared: bool,
     pub(super) applied: &'a mut usize,
-    pub(super) reconcile: Option<&'a mut Reconcile>,
+    reconcile: Option<&'a mut Reconcile>,
 }
 
 impl<'a> KeySink<'a> {

@@ -260,9 +260,10 @@ pub struct HttpOptions {
     /// the stream is already the new run's). Requests begun after the restart reach the new
     /// run. Zero: none.
     pub lag_after_restart: (Duration, Duration),
-    /// Chance that, once the master has served a key list, its `POST /batch_query_keys` fails
-    /// every request for a while ([`HttpOptions::query_keys_down_for`]): a fetch's questions
-    /// about its doubted lines can all fail, and the fetch with them. Zero: never.
+    /// Chance that, as the master begins to serve a fetch (its status, then its key list), its
+    /// `POST /batch_query_keys` goes down: it fails every request for a while
+    /// ([`HttpOptions::query_keys_down_for`]), so the fetch's questions about its doubted lines
+    /// can all fail, and the fetch with them. Zero: never.
     pub query_keys_down: f64,
     /// How long `POST /batch_query_keys` stays down once it goes down, drawn uniformly.
     pub query_keys_down_for: (Duration, Duration),

@@ -127,8 +127,10 @@ impl Options {
                 // beside the SGLang keys.
                 m.mix.foreign_put = m.mix.foreign_put.max(0.002 + r.unit() * 0.004);
                 h.query_keys_down = 0.3 + r.unit() * 0.6;
-                // Failed questions are asked again at once, so even the shortest outage
-                // outlasts a fetch's three; the longest outlasts several fetches.
+                // An outage begins as the master serves a fetch's status and key list; its
+                // questions go out once the list has come and been applied (latency, body
+                // time, a driver's stall), and failed ones are asked again at once: a short
+                // outage may end before the first, a long one outlasts several fetches.
                 h.query_keys_down_for = (ms(20), r.duration(ms(100), ms(1_500)));
                 s.resync = true;
             }

@@ -136,7 +136,9 @@ impl<S: System> World<S> {
         let Some(bound) = self.watch_bound() else {
             return;
         };
-        let http_faults = self.opts.http.fail > 0.0 || self.opts.http.hang > 0.0;
+        let http_faults = self.opts.http.fail > 0.0
+            || self.opts.http.hang > 0.0
+            || self.opts.http.query_keys_down > 0.0;
         let checked = !http_faults || self.quiet_since.is_some_and(|q| q <= since);
         if checked && age > self.stats.longest_checked_claim.0 {
             self.stats.longest_checked_claim = (age, bound);

@@ -136,7 +136,9 @@ pub struct RunStats {
     /// Times `POST /batch_query_keys` went down after a key list was served (see
     /// [`crate::options::HttpOptions::query_keys_down`]).
     pub query_keys_outages: u64,
-    /// Fetches that failed because their questions ended with doubted lines unanswered.
+    /// Fetches that failed for their doubted lines (`ResyncFailure::Confirm`): questions that
+    /// ended with some unanswered, more doubted lines than a fetch keeps, or a reconcile's
+    /// that fell back so.
     pub fetches_unconfirmed: u64,
     /// Events of an unknown type without a key the master sent.
     pub unknown_keyless: u64,

@@ -280,7 +280,9 @@ fn folded_multiply(a: u64, b: u64) -> u64 {
 /// `memo_hashes_only`, 217 ns a page of 64 tokens). Here the words go straight into four
 /// independent lanes of folded multiplies (foldhash's own step; tokens that fit in 32 bits
 /// two words, four tokens, a multiply: wyhash's step), with no buffer. Its quality only
-/// spreads keys: the memo compares keys in full, so keys that collide stay apart. The hash is of
+/// spreads keys: the memo compares keys in full, so keys that collide stay apart. Its seed is
+/// fixed, so tokens chosen to collide (a client's) can lengthen a shard's probes, never make an
+/// answer wrong. The hash is of
 /// the tokens' values, the same whichever [`Token`] type holds them: tokens that all fit in 32
 /// bits are hashed two to a word, others one to a word.
 fn key_hash<T: Token>(prior: Option<&[u8; 32]>, eagle: bool, tokens: &[T]) -> u64 {
