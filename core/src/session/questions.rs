@@ -43,9 +43,9 @@ impl Session {
                 }
             }
             // Stored keys the answer left out (a request that failed, an entry without `ok`):
-            // not known to be held, so asked again or claimed unasked, never taken as answered.
-            let unanswered = core::mem::take(keys.asked);
-            keys.unlisted.extend(unanswered);
+            // not known to be held, so asked again or claimed unasked, never taken as answered
+            // (as when the question goes unanswered: `unanswered`).
+            keys.unlisted.append(keys.asked);
             confirmed = *keys.applied - before;
         }
         self.counters.snapshot_confirmed_lines += confirmed as u64;

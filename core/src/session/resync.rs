@@ -373,11 +373,10 @@ impl Session {
         }
         // Stores the list lacks that no answer covered (they came while the last question was
         // out, past the most one question asks, once the fetch was full, or its answer left
-        // them out) are claimed
-        // unasked: the key list may not answer a change of the master's signals then, and
-        // holds it back, once, so that the watch reconciles with another list. Not without a
-        // status point: a reconcile cannot be placed either, and would forget and resync into
-        // the same.
+        // them out) are claimed unasked: the key list may not answer a change of the master's
+        // signals then, and holds it back, once, so that the watch reconciles with another
+        // list. Not without a status point: a reconcile cannot be placed either, and would
+        // forget and resync into the same.
         let unasked = unlisted.len() as u64 + *beyond;
         self.counters.unlisted_unasked += unasked;
         let hold = unasked > 0 && *at_point && self.resync.watch.hold_once(*asked_at);

@@ -42,9 +42,9 @@ pub enum WorldKind {
     Segments,
     /// Issue 26: a store shared with another application's keys (key-list lines next to them
     /// are doubted, and confirmed with `POST /batch_query_keys`) whose `/batch_query_keys`
-    /// fails every request for a while after the master serves a key list, longer than a
-    /// fetch's three questions take: the fetch fails with its doubted lines unanswered, and
-    /// a later one must restore them.
+    /// goes down for a while as the master begins to serve a fetch: when the outage outlasts
+    /// the fetch's three questions, the fetch fails with its doubted lines unanswered, and a
+    /// later one must restore them.
     QueryKeysDown,
 }
 

@@ -133,7 +133,7 @@ pub struct RunStats {
     pub odd_snapshots: u64,
     /// Key lists read after at least ten batches had been published since their status read.
     pub resyncs_under_load: u64,
-    /// Times `POST /batch_query_keys` went down after a key list was served (see
+    /// Times `POST /batch_query_keys` went down as the master began to serve a fetch (see
     /// [`crate::options::HttpOptions::query_keys_down`]).
     pub query_keys_outages: u64,
     /// Fetches that failed for their doubted lines (`ResyncFailure::Confirm`): questions that

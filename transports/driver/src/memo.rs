@@ -255,9 +255,9 @@ const LANE: [u64; 4] = [
     0x082e_fa98_ec4e_6c89,
 ];
 
-/// Odd constants (from the digits of e) whose two 32-bit halves each have their top bit set, one per lane
-/// of [`key_hash`]'s two-word step: a word of two tokens below 2^31 XORed with one is never 0,
-/// which would drop the other word of the step.
+/// Odd constants (from the digits of e) whose two 32-bit halves each have their top bit set,
+/// one per lane of [`key_hash`]'s two-word step: a word of two tokens below 2^31 XORed with one
+/// is never 0, which would drop the other word of the step.
 const PAIR: [u64; 4] = [
     0xb7e1_5162_8aed_2a6b,
     0xbf71_5880_9cf4_f3c7,
@@ -281,10 +281,9 @@ fn folded_multiply(a: u64, b: u64) -> u64 {
 /// independent lanes of folded multiplies (foldhash's own step; tokens that fit in 32 bits
 /// two words, four tokens, a multiply: wyhash's step), with no buffer. Its quality only
 /// spreads keys: the memo compares keys in full, so keys that collide stay apart. Its seed is
-/// fixed, so tokens chosen to collide (a client's) can lengthen a shard's probes, never make an
-/// answer wrong. The hash is of
-/// the tokens' values, the same whichever [`Token`] type holds them: tokens that all fit in 32
-/// bits are hashed two to a word, others one to a word.
+/// fixed, so tokens chosen to collide (a client's) can lengthen a shard's probes, never make
+/// an answer wrong. The hash is of the tokens' values, the same whichever [`Token`] type holds
+/// them: tokens that all fit in 32 bits are hashed two to a word, others one to a word.
 fn key_hash<T: Token>(prior: Option<&[u8; 32]>, eagle: bool, tokens: &[T]) -> u64 {
     let mut lanes = LANE.map(|k| k ^ SEED);
     if let Some(prior) = prior {
