@@ -4,11 +4,11 @@
 //! With `--write FILE` (`docs/performance.md`), the table replaces what stands between the
 //! file's `<!-- perf-table -->` and `<!-- /perf-table -->` lines instead.
 //!
-//! Run `cargo bench` first: it leaves criterion's estimates under `<target>/criterion/` (rows 1
-//! and 2) and the figures of the other benches under `<target>/perf/` (`memory.json`,
-//! `e2e.json`, `sim.json`, `readside.json`, `reconcile.json`, `traces.json`). Rows whose
-//! results are missing are printed as "not run". Every goal's verdict is computed from the
-//! numbers.
+//! Run `cargo bench` first: it leaves criterion's estimates under `<target>/criterion/` (rows 1,
+//! 2 and 11) and the figures of the other benches under `<target>/perf/` (`memory.json`,
+//! `e2e.json`, `sim.json`, `readside.json`, `reconcile.json`, `traces.json`, `scale.json`).
+//! Rows whose results are missing are printed as "not run". Every goal's verdict is computed
+//! from the numbers.
 
 use std::cell::RefCell;
 use std::fmt::Write as _;
@@ -33,6 +33,7 @@ macro_rules! out {
 }
 
 mod reconcile;
+mod scale;
 mod traces;
 
 /// The lines around the table in the file `--write` names.
@@ -615,6 +616,8 @@ fn main() {
     readside_rows();
     reconcile::reconcile_rows();
     traces::traces_rows();
+    scale::scale_rows();
+    scale::clear_row();
     let table = TABLE.with(|t| t.take());
     let mut args = std::env::args().skip(1);
     match (args.next().as_deref(), args.next()) {
