@@ -1,16 +1,18 @@
-//! Row 10: how cost grows with what the index holds. In one run, a session holding 1M, 8M and
-//! then 32M pages at TP 8 (16 objects a page) is measured twice:
+//! Row 10: how cost grows with what the index holds. In one run, three sessions holding 1M, 8M
+//! and 32M pages at TP 8 (16 objects a page) are measured in turn, in ten slices each (so that
+//! every size's figures come from the same minutes of a shared host):
 //! - ingest, as row 2: decode + apply of 64-event Mooncake batches (20-field event maps) of
 //!   4,096 fresh pages, cycled, each batch renumbered outside the timed part; the events per
-//!   second of each round of 256 batches, their median;
+//!   second of each round of 256 batches (six a slice), their median;
 //! - a 256-page query given page hashes, all hits, through the session's reader (as a router
 //!   asks): each query 256 pages drawn at random among those held, so its probes touch the
-//!   whole table as the index grows; p50, p99 and mean of 20,000 queries.
+//!   whole table as the index grows (a real prefix's pages sit at random places too: the table
+//!   is hashed); p50, p99 and mean of 20,000 queries (2,000 a slice).
 //!
 //! The sessions are filled through `Session::handle` too, with the same batches: one batch of
-//! four pages is encoded once per position in a pool, and each page's hash, written out in its
-//! 16 object keys and group ids, is replaced in place by the next page's (as event ids are
-//! renumbered), so filling 32M pages costs the decode of 512M events and no encoding.
+//! four pages is encoded once, and its pages' hashes, written out in their 16 object keys and
+//! group ids, are replaced in place by the next pages' (as event ids are renumbered), so
+//! filling 32M pages costs the decode of 512M events and no encoding.
 //!
 //! Writes `<target>/perf/scale.json`; `cargo bench -- --test` runs 4K, 16K and 64K pages
 //! once, checked, without figures.
@@ -43,6 +45,7 @@ const ROUND: usize = 256;
 
 /// One batch that can be made to store any four pages: its bytes, where its event ids are, and
 /// where each of its pages' hashes is written out (hex, in object keys and group ids).
+#[derive(Clone)]
 struct Template {
     payload: Vec<u8>,
     ids: EventIdSlots,
@@ -111,15 +114,73 @@ fn batch_pages(b: usize) -> Vec<PageHash> {
         .collect()
 }
 
-/// A session and the stream's place.
+/// A session holding some pages, the batches of fresh pages it is fed while measured, and
+/// what it gave.
 struct Fed {
     session: Session,
+    /// The pages `0..held` it was filled with (the queries ask about them).
+    held: usize,
     seq: u64,
     event_id: u64,
+    /// The batches of the 4,096 pages after those, cycled.
+    pool: Vec<Template>,
+    next: usize,
+    rng: Xoshiro256PlusPlus,
+    /// Events per second of each round of ingest.
+    ingest_rounds: Vec<f64>,
+    /// Each query's time, ns.
+    queries: Vec<u64>,
 }
 
 impl Fed {
-    /// Feeds one batch; it must apply without a report (no gap, no restart, no eviction).
+    /// A session holding pages `0..held`, filled through its batches (`template` rewritten for
+    /// each).
+    fn filled(held: usize, template: &mut Template) -> Fed {
+        let session = Session::new(Config {
+            layouts: vec![ModelLayout {
+                model: None,
+                layout: workload::tp8(),
+            }],
+            index: IndexConfig {
+                max_pages: held + POOL_BATCHES * PAGES_PER_BATCH,
+                ..IndexConfig::default()
+            },
+            ..Config::default()
+        })
+        .expect("a valid configuration");
+        let first_batch = held / PAGES_PER_BATCH;
+        // Every batch has its hashes and ids at the same places: copies of one template.
+        let pool = (0..POOL_BATCHES)
+            .map(|b| {
+                let mut t = template.clone();
+                t.rewrite(&batch_pages(first_batch + b), 0);
+                t
+            })
+            .collect();
+        let mut fed = Fed {
+            session,
+            held,
+            seq: 0,
+            event_id: FIXED_WIDTH_EVENT_ID,
+            pool,
+            next: 0,
+            rng: Xoshiro256PlusPlus::seed_from_u64(held as u64),
+            ingest_rounds: Vec::new(),
+            queries: Vec::new(),
+        };
+        for b in 0..first_batch {
+            fed.event_id = template.rewrite(&batch_pages(b), fed.event_id);
+            let payload = std::mem::take(&mut template.payload);
+            fed.feed(&payload);
+            template.payload = payload;
+        }
+        let c = fed.session.counters();
+        assert_eq!(c.pages, held as u64, "{c:?}");
+        fed
+    }
+
+    /// Feeds one batch (checked in debug builds to give no report; the counters are checked
+    /// after each slice).
     fn feed(&mut self, payload: &[u8]) {
         self.seq += 1;
         let fx = self.session.feed(
@@ -129,114 +190,61 @@ impl Fed {
         debug_assert!(fx.is_empty(), "{fx:?}");
         drop(black_box(fx));
     }
-}
 
-/// A session holding pages `0..pages`, filled through its batches.
-fn filled(pages: usize, template: &mut Template) -> Fed {
-    let mut fed = Fed {
-        session: Session::new(Config {
-            layouts: vec![ModelLayout {
-                model: None,
-                layout: workload::tp8(),
-            }],
-            index: IndexConfig {
-                max_pages: pages + POOL_BATCHES * PAGES_PER_BATCH,
-                ..IndexConfig::default()
-            },
-            ..Config::default()
-        })
-        .expect("a valid configuration"),
-        seq: 0,
-        event_id: FIXED_WIDTH_EVENT_ID,
-    };
-    for b in 0..pages / PAGES_PER_BATCH {
-        fed.event_id = template.rewrite(&batch_pages(b), fed.event_id);
-        let payload = std::mem::take(&mut template.payload);
-        fed.feed(&payload);
-        template.payload = payload;
+    /// One slice: `rounds` rounds of [`ROUND`] batches of the pool, each timed, then `queries`
+    /// hash queries of held pages, each timed.
+    fn slice(&mut self, rounds: usize, queries: usize) {
+        for _ in 0..rounds {
+            for k in 0..ROUND {
+                let t = &mut self.pool[(self.next + k) % POOL_BATCHES];
+                self.event_id = t.ids.renumber(&mut t.payload, self.event_id);
+            }
+            let pool = std::mem::take(&mut self.pool);
+            // Wall time measures the bench; it never reaches the core.
+            #[allow(clippy::disallowed_methods)]
+            let start = std::time::Instant::now();
+            for k in 0..ROUND {
+                self.feed(&pool[(self.next + k) % POOL_BATCHES].payload);
+            }
+            let took = start.elapsed().as_secs_f64();
+            self.pool = pool;
+            self.ingest_rounds.push((ROUND * 64) as f64 / took);
+            self.next = (self.next + ROUND) % POOL_BATCHES;
+        }
+        let c = self.session.counters();
+        assert_eq!((c.gaps, c.restarts, c.evictions), (0, 0, 0), "{c:?}");
+
+        let reader = self.session.reader();
+        let mut asked = vec![PageHash([0; 32]); QUERY_PAGES];
+        for _ in 0..queries {
+            for page in &mut asked {
+                *page = workload::synthetic_page(self.rng.next_u64() % self.held as u64);
+            }
+            #[allow(clippy::disallowed_methods)]
+            let start = std::time::Instant::now();
+            let hits = reader.query(black_box(&Lookup::page_hashes(&asked)));
+            self.queries.push(start.elapsed().as_nanos() as u64);
+            let hits = hits.expect("a valid query");
+            assert_eq!(hits.prefix_pages, QUERY_PAGES, "every page asked is held");
+        }
     }
-    let c = fed.session.counters();
-    assert_eq!(c.pages, pages as u64, "{c:?}");
-    fed
-}
 
-/// What one size gave.
-struct Figures {
-    pages: usize,
-    /// Events per second of each round, sorted.
-    ingest_rounds: Vec<f64>,
-    /// Each query's time, ns, sorted.
-    queries: Vec<u64>,
-}
-
-impl Figures {
-    fn json(&self) -> String {
-        let at = |q: f64| self.queries[((self.queries.len() - 1) as f64 * q) as usize];
-        let mean = self.queries.iter().sum::<u64>() as f64 / self.queries.len() as f64;
+    /// Its figures, as JSON.
+    fn json(&mut self) -> String {
+        self.ingest_rounds.sort_by(f64::total_cmp);
+        self.queries.sort_unstable();
+        let q = &self.queries;
+        let at = |p: f64| q[((q.len() - 1) as f64 * p) as usize];
+        let mean = q.iter().sum::<u64>() as f64 / q.len() as f64;
         let median = self.ingest_rounds[self.ingest_rounds.len() / 2];
         format!(
             "{{\"pages\":{},\"ingest_events_per_second\":{median},\"ingest_rounds\":{},\"query_pages\":{QUERY_PAGES},\"queries\":{},\"query_p50_ns\":{},\"query_p99_ns\":{},\"query_mean_ns\":{mean}}}",
-            self.pages,
+            self.held,
             self.ingest_rounds.len(),
-            self.queries.len(),
+            q.len(),
             at(0.5),
             at(0.99),
         )
-    }
-}
-
-/// Measures ingest into `fed` (`rounds` rounds of [`ROUND`] batches of fresh pages, from page
-/// `held` on), then `queries` hash queries of the pages `0..held` it held before.
-fn measure(fed: &mut Fed, held: usize, rounds: usize, queries: usize) -> Figures {
-    // The pool: the fresh pages' batches, each written over a template of its own.
-    let first_batch = held / PAGES_PER_BATCH;
-    let mut pool: Vec<Template> = (0..POOL_BATCHES)
-        .map(|b| {
-            let mut t = Template::new(&batch_pages(0));
-            t.rewrite(&batch_pages(first_batch + b), 0);
-            t
-        })
-        .collect();
-    let mut ingest_rounds = Vec::with_capacity(rounds);
-    let mut next = 0;
-    for _ in 0..rounds {
-        for k in 0..ROUND {
-            let t = &mut pool[(next + k) % POOL_BATCHES];
-            fed.event_id = t.ids.renumber(&mut t.payload, fed.event_id);
-        }
-        // Wall time measures the bench; it never reaches the core.
-        #[allow(clippy::disallowed_methods)]
-        let start = std::time::Instant::now();
-        for k in 0..ROUND {
-            fed.feed(&pool[(next + k) % POOL_BATCHES].payload);
-        }
-        ingest_rounds.push((ROUND * 64) as f64 / start.elapsed().as_secs_f64());
-        next = (next + ROUND) % POOL_BATCHES;
-    }
-    let c = fed.session.counters();
-    assert_eq!((c.gaps, c.restarts, c.evictions), (0, 0, 0), "{c:?}");
-
-    let reader = fed.session.reader();
-    let mut rng = Xoshiro256PlusPlus::seed_from_u64(held as u64);
-    let mut asked = vec![PageHash([0; 32]); QUERY_PAGES];
-    let mut times = Vec::with_capacity(queries);
-    for _ in 0..queries {
-        for page in &mut asked {
-            *page = workload::synthetic_page(rng.next_u64() % held as u64);
-        }
-        #[allow(clippy::disallowed_methods)]
-        let start = std::time::Instant::now();
-        let hits = reader.query(black_box(&Lookup::page_hashes(&asked)));
-        times.push(start.elapsed().as_nanos() as u64);
-        let hits = hits.expect("a valid query");
-        assert_eq!(hits.prefix_pages, QUERY_PAGES, "every page asked is held");
-    }
-    ingest_rounds.sort_by(f64::total_cmp);
-    times.sort_unstable();
-    Figures {
-        pages: held,
-        ingest_rounds,
-        queries: times,
     }
 }
 
@@ -250,21 +258,36 @@ fn main() {
     } else {
         [1 << 20, 1 << 23, 1 << 25]
     };
-    let (rounds, queries) = if args.quick { (2, 100) } else { (60, 20_000) };
+    // Per slice and size: rounds of ingest, then queries.
+    let (slices, rounds, queries) = if args.quick {
+        (2, 1, 50)
+    } else {
+        (10, 6, 2_000)
+    };
     let mut template = Template::new(&batch_pages(0));
-    let mut results = Vec::new();
-    for pages in sizes {
-        #[allow(clippy::disallowed_methods)]
-        let started = std::time::Instant::now();
-        let mut fed = filled(pages, &mut template);
-        let fill = started.elapsed().as_secs_f64();
-        let figures = measure(&mut fed, pages, rounds, queries);
-        println!(
-            "scale: {pages} pages (filled in {fill:.1} s): {}",
-            figures.json()
-        );
-        results.push(figures.json());
-        drop(fed);
+    let mut sessions: Vec<Fed> = sizes
+        .iter()
+        .map(|&held| {
+            #[allow(clippy::disallowed_methods)]
+            let started = std::time::Instant::now();
+            let fed = Fed::filled(held, &mut template);
+            println!(
+                "scale: {held} pages filled in {:.1} s",
+                started.elapsed().as_secs_f64()
+            );
+            fed
+        })
+        .collect();
+    // The sizes in turn, slice by slice, so that each size's figures come from the same
+    // minutes of this shared host as the others'.
+    for _ in 0..slices {
+        for fed in &mut sessions {
+            fed.slice(rounds, queries);
+        }
+    }
+    let results: Vec<String> = sessions.iter_mut().map(Fed::json).collect();
+    for r in &results {
+        println!("scale: {r}");
     }
     if !args.quick {
         perf::write_result("scale.json", &format!("[{}]", results.join(",")));
