@@ -2,20 +2,23 @@
 //! and 32M pages at TP 8 (16 objects a page) are measured in turn, in ten slices each (so that
 //! every size's figures come from the same minutes of a shared host):
 //! - ingest, as row 2: decode + apply of 64-event Mooncake batches (20-field event maps) of
-//!   4,096 fresh pages, cycled, each batch renumbered outside the timed part; the events per
-//!   second of each round of 256 batches (six a slice), their median;
-//! - a 256-page query given page hashes, all hits, through the session's reader (as a router
-//!   asks): each query 256 pages drawn at random among those held, so its probes touch the
-//!   whole table as the index grows (a real prefix's pages sit at random places too: the table
-//!   is hashed); p50, p99 and mean of 20,000 queries (2,000 a slice).
+//!   pages never stored before (unlike row 2, whose pool of 4,096 pages is stored again and
+//!   again, so that its probes stay in cache): the events per second of each round of 256
+//!   batches (six a slice), their median;
+//! - two 256-page queries given page hashes, all hits, through the session's reader (as a
+//!   router asks): 256 pages stored one after another (a prefix stored together: the index
+//!   gives pages their slots in the order it first sees them, so these sit side by side; only
+//!   their buckets are scattered), from a random place, and 256 pages drawn at random among
+//!   those held (probes that touch the whole table); p50, p99 and mean of 10,000 queries of
+//!   each (1,000 a slice).
 //!
 //! The sessions are filled through `Session::handle` too, with the same batches: one batch of
 //! four pages is encoded once, and its pages' hashes, written out in their 16 object keys and
 //! group ids, are replaced in place by the next pages' (as event ids are renumbered), so
 //! filling 32M pages costs the decode of 512M events and no encoding.
 //!
-//! Writes `<target>/perf/scale.json`; `cargo bench -- --test` runs 4K, 16K and 64K pages
-//! once, checked, without figures.
+//! Writes `<target>/perf/scale.json`; `cargo bench -- --test` runs 4K, 16K and 64K pages in
+//! two slices, checked, without figures.
 //!
 //! ```text
 //! cargo bench -p hicache-index-bench --bench scale
@@ -23,7 +26,9 @@
 
 use std::hint::black_box;
 
-use hicache_index::{Config, IndexConfig, Instant, Lookup, ModelLayout, PageHash, Session};
+use hicache_index::{
+    Config, Effects, IndexConfig, Instant, Lookup, ModelLayout, PageHash, Session,
+};
 use hicache_index_bench::perf::{self, BenchArgs};
 use hicache_index_bench::workload;
 use hicache_index_shortcuts::{Shortcuts, Untimed};
@@ -37,10 +42,7 @@ const QUERY_PAGES: usize = 256;
 /// Pages a batch stores at TP 8 (64 events of 16 objects a page).
 const PAGES_PER_BATCH: usize = 4;
 
-/// Batches in the pool: 4,096 pages.
-const POOL_BATCHES: usize = 1024;
-
-/// Batches fed between two readings of the clock while ingest is measured.
+/// Batches fed between two readings of the clock while ingest is measured (a round).
 const ROUND: usize = 256;
 
 /// One batch that can be made to store any four pages: its bytes, where its event ids are, and
@@ -98,12 +100,8 @@ impl Template {
 
 /// A page hash as lower-case hex, as object keys write it.
 fn hex(page: &PageHash) -> [u8; 64] {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut out = [0u8; 64];
-    for (i, b) in page.0.iter().enumerate() {
-        out[2 * i] = DIGITS[usize::from(b >> 4)];
-        out[2 * i + 1] = DIGITS[usize::from(b & 0xf)];
-    }
+    page.write_hex(&mut out);
     out
 }
 
@@ -117,133 +115,168 @@ fn batch_pages(b: usize) -> Vec<PageHash> {
 /// A session holding some pages, the batches of fresh pages it is fed while measured, and
 /// what it gave.
 struct Fed {
+    /// The session under measure.
     session: Session,
     /// The pages `0..held` it was filled with (the queries ask about them).
     held: usize,
+    /// The sequence of the last batch fed.
     seq: u64,
+    /// The event id the next batch starts from.
     event_id: u64,
-    /// The batches of the 4,096 pages after those, cycled.
-    pool: Vec<Template>,
-    next: usize,
+    /// The batch numbers (see [`batch_pages`]) of the next fresh pages to store.
+    next_batch: usize,
+    /// One round's batches, written anew with fresh pages before each round.
+    round: Vec<Template>,
+    /// Draws the pages queries ask about.
     rng: Xoshiro256PlusPlus,
     /// Events per second of each round of ingest.
     ingest_rounds: Vec<f64>,
-    /// Each query's time, ns.
-    queries: Vec<u64>,
+    /// Each query's time, ns, of pages stored one after another.
+    in_order: Vec<u64>,
+    /// Each query's time, ns, of pages drawn at random.
+    at_random: Vec<u64>,
 }
 
 impl Fed {
     /// A session holding pages `0..held`, filled through its batches (`template` rewritten for
-    /// each).
-    fn filled(held: usize, template: &mut Template) -> Fed {
+    /// each), with room for `fresh` more.
+    fn filled(held: usize, fresh: usize, template: &mut Template) -> Fed {
         let session = Session::new(Config {
             layouts: vec![ModelLayout {
                 model: None,
                 layout: workload::tp8(),
             }],
             index: IndexConfig {
-                max_pages: held + POOL_BATCHES * PAGES_PER_BATCH,
+                max_pages: held + fresh,
                 ..IndexConfig::default()
             },
             ..Config::default()
         })
         .expect("a valid configuration");
-        let first_batch = held / PAGES_PER_BATCH;
-        // Every batch has its hashes and ids at the same places: copies of one template.
-        let pool = (0..POOL_BATCHES)
-            .map(|b| {
-                let mut t = template.clone();
-                t.rewrite(&batch_pages(first_batch + b), 0);
-                t
-            })
-            .collect();
         let mut fed = Fed {
             session,
             held,
             seq: 0,
             event_id: FIXED_WIDTH_EVENT_ID,
-            pool,
-            next: 0,
+            next_batch: held / PAGES_PER_BATCH,
+            // Every batch has its hashes and ids at the same places: copies of one template.
+            round: vec![template.clone(); ROUND],
             rng: Xoshiro256PlusPlus::seed_from_u64(held as u64),
             ingest_rounds: Vec::new(),
-            queries: Vec::new(),
+            in_order: Vec::new(),
+            at_random: Vec::new(),
         };
-        for b in 0..first_batch {
+        for b in 0..held / PAGES_PER_BATCH {
             fed.event_id = template.rewrite(&batch_pages(b), fed.event_id);
             let payload = std::mem::take(&mut template.payload);
-            fed.feed(&payload);
+            let fx = fed.feed(&payload);
+            assert!(fx.is_empty(), "{fx:?}");
             template.payload = payload;
         }
-        let c = fed.session.counters();
-        assert_eq!(c.pages, held as u64, "{c:?}");
+        fed.check();
         fed
     }
 
-    /// Feeds one batch (checked in debug builds to give no report; the counters are checked
-    /// after each slice).
-    fn feed(&mut self, payload: &[u8]) {
+    /// Feeds one batch; returns what the session said.
+    fn feed(&mut self, payload: &[u8]) -> Effects {
         self.seq += 1;
-        let fx = self.session.feed(
+        self.session.feed(
             Instant::ZERO,
             black_box(&[b"", &self.seq.to_be_bytes(), payload]),
-        );
-        debug_assert!(fx.is_empty(), "{fx:?}");
-        drop(black_box(fx));
+        )
     }
 
-    /// One slice: `rounds` rounds of [`ROUND`] batches of the pool, each timed, then `queries`
-    /// hash queries of held pages, each timed.
+    /// Checks that every batch fed so far was applied whole, each of its events storing an
+    /// object of a page the index keeps: nothing skipped, cleared, evicted or unread.
+    fn check(&self) {
+        let c = self.session.counters();
+        let stored_pages = self.next_batch * PAGES_PER_BATCH;
+        assert_eq!(c.batches, self.seq, "every batch applied: {c:?}");
+        assert_eq!(c.stored, 64 * self.seq, "every event stored: {c:?}");
+        assert_eq!(c.pages, stored_pages as u64, "every page kept: {c:?}");
+        assert_eq!(
+            (
+                c.gaps,
+                c.restarts,
+                c.evictions,
+                c.unparsed_keys,
+                c.group_id_mismatches
+            ),
+            (0, 0, 0, 0, 0),
+            "{c:?}"
+        );
+    }
+
+    /// One slice: `rounds` rounds of [`ROUND`] batches of fresh pages, each timed, then
+    /// `queries` hash queries of each form, alternately, each timed.
     fn slice(&mut self, rounds: usize, queries: usize) {
         for _ in 0..rounds {
-            for k in 0..ROUND {
-                let t = &mut self.pool[(self.next + k) % POOL_BATCHES];
-                self.event_id = t.ids.renumber(&mut t.payload, self.event_id);
+            for t in &mut self.round {
+                self.event_id = t.rewrite(&batch_pages(self.next_batch), self.event_id);
+                self.next_batch += 1;
             }
-            let pool = std::mem::take(&mut self.pool);
+            let round = std::mem::take(&mut self.round);
+            let mut reports = 0;
             // Wall time measures the bench; it never reaches the core.
             #[allow(clippy::disallowed_methods)]
             let start = std::time::Instant::now();
-            for k in 0..ROUND {
-                self.feed(&pool[(self.next + k) % POOL_BATCHES].payload);
+            for t in &round {
+                reports += self.feed(&t.payload).len();
             }
             let took = start.elapsed().as_secs_f64();
-            self.pool = pool;
+            assert_eq!(reports, 0, "a batch gave a report");
+            self.round = round;
             self.ingest_rounds.push((ROUND * 64) as f64 / took);
-            self.next = (self.next + ROUND) % POOL_BATCHES;
         }
-        let c = self.session.counters();
-        assert_eq!((c.gaps, c.restarts, c.evictions), (0, 0, 0), "{c:?}");
+        self.check();
 
         let reader = self.session.reader();
         let mut asked = vec![PageHash([0; 32]); QUERY_PAGES];
         for _ in 0..queries {
-            for page in &mut asked {
-                *page = workload::synthetic_page(self.rng.next_u64() % self.held as u64);
+            for in_order in [true, false] {
+                let from = self.rng.next_u64() % (self.held - QUERY_PAGES) as u64;
+                for (k, page) in asked.iter_mut().enumerate() {
+                    let i = match in_order {
+                        true => from + k as u64,
+                        false => self.rng.next_u64() % self.held as u64,
+                    };
+                    *page = workload::synthetic_page(i);
+                }
+                #[allow(clippy::disallowed_methods)]
+                let start = std::time::Instant::now();
+                let hits = reader.query(black_box(&Lookup::page_hashes(&asked)));
+                let took = start.elapsed().as_nanos() as u64;
+                let hits = hits.expect("a valid query");
+                assert_eq!(hits.prefix_pages, QUERY_PAGES, "every page asked is held");
+                if in_order {
+                    self.in_order.push(took);
+                } else {
+                    self.at_random.push(took);
+                }
             }
-            #[allow(clippy::disallowed_methods)]
-            let start = std::time::Instant::now();
-            let hits = reader.query(black_box(&Lookup::page_hashes(&asked)));
-            self.queries.push(start.elapsed().as_nanos() as u64);
-            let hits = hits.expect("a valid query");
-            assert_eq!(hits.prefix_pages, QUERY_PAGES, "every page asked is held");
         }
     }
 
     /// Its figures, as JSON.
     fn json(&mut self) -> String {
         self.ingest_rounds.sort_by(f64::total_cmp);
-        self.queries.sort_unstable();
-        let q = &self.queries;
-        let at = |p: f64| q[((q.len() - 1) as f64 * p) as usize];
-        let mean = q.iter().sum::<u64>() as f64 / q.len() as f64;
-        let median = self.ingest_rounds[self.ingest_rounds.len() / 2];
+        let n = self.ingest_rounds.len();
+        let median = (self.ingest_rounds[(n - 1) / 2] + self.ingest_rounds[n / 2]) / 2.0;
+        let query = |times: &mut Vec<u64>| {
+            times.sort_unstable();
+            let at = |p: f64| times[((times.len() - 1) as f64 * p) as usize];
+            let mean = times.iter().sum::<u64>() as f64 / times.len() as f64;
+            format!(
+                "{{\"queries\":{},\"p50_ns\":{},\"p99_ns\":{},\"mean_ns\":{mean}}}",
+                times.len(),
+                at(0.5),
+                at(0.99)
+            )
+        };
+        let (in_order, at_random) = (query(&mut self.in_order), query(&mut self.at_random));
         format!(
-            "{{\"pages\":{},\"ingest_events_per_second\":{median},\"ingest_rounds\":{},\"query_pages\":{QUERY_PAGES},\"queries\":{},\"query_p50_ns\":{},\"query_p99_ns\":{},\"query_mean_ns\":{mean}}}",
+            "{{\"pages\":{},\"ingest_events_per_second\":{median},\"ingest_rounds\":{n},\"round_batches\":{ROUND},\"query_pages\":{QUERY_PAGES},\"in_order\":{in_order},\"at_random\":{at_random}}}",
             self.held,
-            self.ingest_rounds.len(),
-            q.len(),
-            at(0.5),
-            at(0.99),
         )
     }
 }
@@ -258,19 +291,20 @@ fn main() {
     } else {
         [1 << 20, 1 << 23, 1 << 25]
     };
-    // Per slice and size: rounds of ingest, then queries.
+    // Per slice and size: rounds of ingest, then queries of each form.
     let (slices, rounds, queries) = if args.quick {
-        (2, 1, 50)
+        (2, 2, 20)
     } else {
-        (10, 6, 2_000)
+        (10, 6, 1_000)
     };
+    let fresh = slices * rounds * ROUND * PAGES_PER_BATCH;
     let mut template = Template::new(&batch_pages(0));
     let mut sessions: Vec<Fed> = sizes
         .iter()
         .map(|&held| {
             #[allow(clippy::disallowed_methods)]
             let started = std::time::Instant::now();
-            let fed = Fed::filled(held, &mut template);
+            let fed = Fed::filled(held, fresh, &mut template);
             println!(
                 "scale: {held} pages filled in {:.1} s",
                 started.elapsed().as_secs_f64()
@@ -286,10 +320,14 @@ fn main() {
         }
     }
     let results: Vec<String> = sessions.iter_mut().map(Fed::json).collect();
-    for r in &results {
+    for (r, fed) in results.iter().zip(&sessions) {
         println!("scale: {r}");
+        assert!(
+            fed.ingest_rounds.iter().all(|r| r.is_finite() && *r > 0.0),
+            "every round measured"
+        );
     }
     if !args.quick {
-        perf::write_result("scale.json", &format!("[{}]", results.join(",")));
+        perf::write_result("scale.json", &format!("[{}]\n", results.join(",")));
     }
 }
