@@ -187,7 +187,8 @@ impl Fed {
     }
 
     /// Checks that every batch fed so far was applied whole, each of its events storing an
-    /// object of a page the index keeps: nothing skipped, cleared, evicted or unread.
+    /// object of a page the index keeps: nothing skipped, cleared, evicted, unread or left
+    /// untracked.
     fn check(&self) {
         let c = self.session.counters();
         let stored_pages = self.next_batch * PAGES_PER_BATCH;
@@ -195,14 +196,20 @@ impl Fed {
         assert_eq!(c.stored, 64 * self.seq, "every event stored: {c:?}");
         assert_eq!(c.pages, stored_pages as u64, "every page kept: {c:?}");
         assert_eq!(
+            c.objects,
+            16 * stored_pages as u64,
+            "every object kept: {c:?}"
+        );
+        assert_eq!(
             (
                 c.gaps,
                 c.restarts,
                 c.evictions,
                 c.unparsed_keys,
-                c.group_id_mismatches
+                c.group_id_mismatches,
+                c.untracked_objects
             ),
-            (0, 0, 0, 0, 0),
+            (0, 0, 0, 0, 0, 0),
             "{c:?}"
         );
     }
@@ -234,11 +241,13 @@ impl Fed {
         let mut asked = vec![PageHash([0; 32]); QUERY_PAGES];
         for _ in 0..queries {
             for in_order in [true, false] {
-                let from = self.rng.next_u64() % (self.held - QUERY_PAGES) as u64;
+                // Pages `from..from + 256`, or each drawn from all held.
+                let from =
+                    in_order.then(|| self.rng.next_u64() % (self.held - QUERY_PAGES + 1) as u64);
                 for (k, page) in asked.iter_mut().enumerate() {
-                    let i = match in_order {
-                        true => from + k as u64,
-                        false => self.rng.next_u64() % self.held as u64,
+                    let i = match from {
+                        Some(from) => from + k as u64,
+                        None => self.rng.next_u64() % self.held as u64,
                     };
                     *page = workload::synthetic_page(i);
                 }
