@@ -1,8 +1,9 @@
 //! Row 2: decode + apply of Mooncake batches (20-field event maps, 64 events a batch) into an
 //! index already holding 1M pages at TP 8; ours against the reference (rmp-serde into owned
 //! strings, a locked set of `String` keys). A pool of 1,024 batches (4,096 pages beyond the
-//! preload, stored again on every cycle) is cycled; each batch gets fresh event ids before it is fed again (ids that go back would be a
-//! publisher restart, which clears the index), outside the timed part.
+//! preload, stored again on every cycle) is cycled; each batch gets fresh event ids before it
+//! is fed again (ids that go back would be a publisher restart, which clears the index),
+//! outside the timed part.
 //!
 //! Row 6: the same ingest with four models side by side (each its own key prefix, as SGLang puts
 //! the served model name in it; pages and batches dealt round robin) against one model, both

@@ -56,10 +56,11 @@ struct Template {
 }
 
 impl Template {
-    /// The batch of `pages` (four), encoded, with every place its pages' hashes are written.
-    fn new(pages: &[PageHash]) -> Template {
+    /// Batch `b` (see [`page`]), encoded, with every place its pages' hashes are written.
+    fn new(b: usize) -> Template {
         let layout = workload::tp8();
-        let mut payloads = workload::payloads(&layout, pages, FIXED_WIDTH_EVENT_ID);
+        let pages: Vec<PageHash> = (0..PAGES_PER_BATCH).map(|k| page(b, k)).collect();
+        let mut payloads = workload::payloads(&layout, &pages, FIXED_WIDTH_EVENT_ID);
         assert_eq!(
             payloads.len(),
             1,
@@ -88,9 +89,9 @@ impl Template {
         }
     }
 
-    /// Makes the batch store `pages` instead, numbered from `event_id`; returns the next id.
-    fn rewrite(&mut self, pages: &[PageHash], event_id: u64) -> u64 {
-        let hexes: Vec<[u8; 64]> = pages.iter().map(hex).collect();
+    /// Makes it batch `b` instead, numbered from `event_id`; returns the next id.
+    fn rewrite(&mut self, b: usize, event_id: u64) -> u64 {
+        let hexes: [[u8; 64]; PAGES_PER_BATCH] = std::array::from_fn(|k| hex(&page(b, k)));
         for &(at, k) in &self.hashes {
             self.payload[at..at + 64].copy_from_slice(&hexes[k]);
         }
@@ -105,11 +106,9 @@ fn hex(page: &PageHash) -> [u8; 64] {
     out
 }
 
-/// The pages of batch `b` of a run of batches numbered from page 0.
-fn batch_pages(b: usize) -> Vec<PageHash> {
-    (b * PAGES_PER_BATCH..(b + 1) * PAGES_PER_BATCH)
-        .map(|i| workload::synthetic_page(i as u64))
-        .collect()
+/// Page `k` of batch `b`: batches are numbered from page 0, four pages each.
+fn page(b: usize, k: usize) -> PageHash {
+    workload::synthetic_page((b * PAGES_PER_BATCH + k) as u64)
 }
 
 /// A session holding some pages, the batches of fresh pages it is fed while measured, and
@@ -123,7 +122,7 @@ struct Fed {
     seq: u64,
     /// The event id the next batch starts from.
     event_id: u64,
-    /// The batch numbers (see [`batch_pages`]) of the next fresh pages to store.
+    /// The batch number (see [`page`]) of the next fresh pages to store.
     next_batch: usize,
     /// One round's batches, written anew with fresh pages before each round.
     round: Vec<Template>,
@@ -167,7 +166,7 @@ impl Fed {
             at_random: Vec::new(),
         };
         for b in 0..held / PAGES_PER_BATCH {
-            fed.event_id = template.rewrite(&batch_pages(b), fed.event_id);
+            fed.event_id = template.rewrite(b, fed.event_id);
             let payload = std::mem::take(&mut template.payload);
             let fx = fed.feed(&payload);
             assert!(fx.is_empty(), "{fx:?}");
@@ -219,7 +218,7 @@ impl Fed {
     fn slice(&mut self, rounds: usize, queries: usize) {
         for _ in 0..rounds {
             for t in &mut self.round {
-                self.event_id = t.rewrite(&batch_pages(self.next_batch), self.event_id);
+                self.event_id = t.rewrite(self.next_batch, self.event_id);
                 self.next_batch += 1;
             }
             let round = std::mem::take(&mut self.round);
@@ -268,9 +267,8 @@ impl Fed {
 
     /// Its figures, as JSON.
     fn json(&mut self) -> String {
-        self.ingest_rounds.sort_by(f64::total_cmp);
         let n = self.ingest_rounds.len();
-        let median = (self.ingest_rounds[(n - 1) / 2] + self.ingest_rounds[n / 2]) / 2.0;
+        let median = perf::median(&mut self.ingest_rounds).expect("rounds were measured");
         let query = |times: &mut Vec<u64>| {
             times.sort_unstable();
             let at = |p: f64| times[((times.len() - 1) as f64 * p) as usize];
@@ -307,7 +305,7 @@ fn main() {
         (10, 6, 1_000)
     };
     let fresh = slices * rounds * ROUND * PAGES_PER_BATCH;
-    let mut template = Template::new(&batch_pages(0));
+    let mut template = Template::new(0);
     let mut sessions: Vec<Fed> = sizes
         .iter()
         .map(|&held| {

@@ -94,15 +94,15 @@ pub fn median_ratio(busy: &[Option<u64>], alone: &[Option<u64>]) -> Option<f64> 
         .filter_map(|(b, a)| Some((b.filter(|&b| b > 0)?, a.filter(|&a| a > 0)?)))
         .map(|(b, a)| b as f64 / a as f64)
         .collect();
-    ratios.sort_by(f64::total_cmp);
-    let n = ratios.len();
-    (n > 0).then(|| {
-        if n % 2 == 1 {
-            ratios[n / 2]
-        } else {
-            (ratios[n / 2 - 1] + ratios[n / 2]) / 2.0
-        }
-    })
+    median(&mut ratios)
+}
+
+/// The median of `values` (the mean of the middle two of an even count), sorting them; `None`
+/// when there is none.
+pub fn median(values: &mut [f64]) -> Option<f64> {
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    (n > 0).then(|| (values[(n - 1) / 2] + values[n / 2]) / 2.0)
 }
 
 #[cfg(test)]

@@ -21,12 +21,13 @@ fn query(q: &Value) -> (String, f64) {
 pub(super) fn scale_rows() {
     let label = "10. how cost grows";
     let had_runs = matches!(figures("scale.json"), Some(Value::Array(_)));
-    let runs = runs("scale.json", label);
-    let base = runs
+    let all = runs("scale.json", label);
+    // Runs of this form only (a file from an older bench has other fields).
+    let runs: Vec<&Value> = all
         .iter()
         .filter(|r| r["pages"].is_u64() && r["at_random"].is_object())
-        .min_by_key(|r| r["pages"].as_u64());
-    let Some(base) = base else {
+        .collect();
+    let Some(&base) = runs.iter().min_by_key(|r| r["pages"].as_u64()) else {
         // `runs` said "not run" already unless the file held runs, none of them of this form.
         if had_runs {
             not_run(label);
@@ -36,7 +37,7 @@ pub(super) fn scale_rows() {
     let ingest = |r: &Value| num(&r["ingest_events_per_second"]);
     let (_, base_order) = query(&base["in_order"]);
     let (_, base_random) = query(&base["at_random"]);
-    for r in &runs {
+    for &r in &runs {
         let (in_order, order_p50) = query(&r["in_order"]);
         let (at_random, random_p50) = query(&r["at_random"]);
         let ratios = if r["pages"] == base["pages"] {
