@@ -61,7 +61,11 @@
 //!   stream: the batches that arrive after the next fetch was asked are held, and ruled against
 //!   its status point (R1-R5) when it answers (without a window, one numbered at or below the
 //!   batch heard before it is R5's at once); every other batch came before that status was
-//!   read, so its key list holds what it did (or it is another run's), and it is dropped. Without
+//!   read, so its key list holds what it did (or it is another run's), and it is dropped. A
+//!   status point numbered below the batch heard before the fetch was asked is another run's
+//!   (it was read after that batch): the batches held for it may be of either run, so with any
+//!   held it places nothing and forgets, and the next fetch compares with no batch heard before it (a
+//!   restart nobody saw; found by the exhaustive checker). Without
 //!   a status (an old master), the stream continues exactly from the last batch heard on the
 //!   connection before the fetch was asked (the key list was read after it); with none heard,
 //!   the last one undecodable (nothing continues it exactly), or with a reorder window, it

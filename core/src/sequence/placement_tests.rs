@@ -40,6 +40,41 @@ fn r6_an_unplaced_stream_drops_batches_until_a_fetch_is_asked_then_holds_them() 
 }
 
 #[test]
+fn r6_a_status_point_below_the_batch_heard_before_the_fetch_places_nothing() {
+    for max_held in [0, 8] {
+        let mut s = resync_on(max_held);
+        s.fetch_asked();
+        assert_eq!(offer(&mut s, mark(1, 1, 1, 1)), Ruling::Hold);
+        let point = |seq, last| Point {
+            seq: Seq(seq),
+            last: Some(last),
+        };
+        assert_eq!(s.place(T0, Some(point(1, 1))), Placed::AtPoint);
+        assert_eq!(releases(&mut s), [(1, Ruling::Skip(Skip::BeforePoint))]);
+        // Batch 1 was heard; the index forgets, and the next fetch is asked.
+        s.forget();
+        s.fetch_asked();
+        assert_eq!(offer(&mut s, mark(1, 2, 2, 2)), Ruling::Hold);
+        assert_eq!(offer(&mut s, mark(1, 3, 3, 3)), Ruling::Hold);
+        // Its status, read after batch 1, is numbered below it: another run's. Batches 2 and
+        // 3 may be of either run (run 2's first batch would have filled the hole before them),
+        // and the key list may need them: the fetch places nothing.
+        assert_eq!(
+            s.place(T0, Some(point(0, 0))),
+            Placed::OtherRun,
+            "window of {max_held}"
+        );
+        assert!(s.is_unplaced());
+        assert_eq!(releases(&mut s), [], "window of {max_held}");
+        // The next fetch places the stream at run 2's point, and run 2's first batch follows.
+        s.forget();
+        s.fetch_asked();
+        assert_eq!(s.place(T0, Some(point(0, 0))), Placed::AtPoint);
+        assert_eq!(offer(&mut s, mark(2, 1, 1, 1)), Ruling::Apply);
+    }
+}
+
+#[test]
 fn r3_the_batches_before_the_point_are_one_runs_in_order() {
     let mut s = placed_at(50, 300);
     assert_eq!(

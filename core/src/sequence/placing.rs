@@ -39,6 +39,20 @@ impl<T> Stream<T> {
     /// Places an unplaced stream at a fetch's status point (`None`: the master did not tell),
     /// at `now` (R6). Then the caller takes what [`Stream::release`] releases.
     pub fn place(&mut self, now: Instant, at: Option<Point>) -> Placed {
+        if let (Some(point), Some(heard)) = (at, self.heard_before_fetch) {
+            if point.seq < heard.seq && self.hold.len() > 0 {
+                // R6: the status was read after that batch, so it is another run's; what was
+                // held for the fetch may be of either, and the stream stays unplaced. The
+                // batches heard are the left run's (R5), and the next fetch compares with
+                // nothing heard before this one. (With nothing held, the point places the
+                // stream: its key list and what follows are that run's.)
+                self.unplace();
+                self.run_changed();
+                self.heard = None;
+                self.heard_before_fetch = None;
+                return Placed::OtherRun;
+            }
+        }
         self.holding = false;
         self.unproven_since = None;
         self.placed_with_before = false;

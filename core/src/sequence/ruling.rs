@@ -125,6 +125,11 @@ impl ReorderConfig {
 pub enum Placed {
     /// The stream stands at the point; the held batches are released against it.
     AtPoint,
+    /// The point is numbered below the batch heard before the fetch was asked: another run's
+    /// (a restart nobody saw), and batches were held for it. The stream stays unplaced, and
+    /// what was held, of either run, is dropped: the fetch must be asked again, the index
+    /// forgetting (R6).
+    OtherRun,
     /// Without a status, the stream continues exactly from the last batch heard on the
     /// connection before the fetch was asked (R6).
     LastHeard,

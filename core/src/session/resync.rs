@@ -215,6 +215,14 @@ impl Session {
                     self.start_resync(now, &mut fx);
                 }
             }
+            Placed::OtherRun => {
+                // The key list may be of either run, and the held batches that would correct
+                // it were dropped: this fetch ends, the index forgets and the fetch is asked
+                // again (R6).
+                self.counters.restarts += 1;
+                self.resync.state = ResyncState::Idle;
+                self.forget(now, ClearReason::Restart, &mut fx);
+            }
             Placed::AtPoint | Placed::LastHeard => {
                 self.resync.unanchored.attempts = 0;
                 self.counters.placements += 1;

@@ -1,9 +1,10 @@
 //! The exhaustive checker as tests: every history of `EXPLORE_DEPTH` letters (4 unless set;
 //! CI runs 6 in release mode, see `.ci/run`) over the whole alphabet, in each of the four
 //! worlds (reorder window off, the shipped setup, and on; a master with status counters and
-//! one without); and, in the shipped setup's two worlds, every history of
-//! `EXPLORE_DEEP_DEPTH` letters (5 unless set; CI runs 8) holding at most one fault of the
-//! master or the network. Each prints what it explored; any failure class fails the test, with
+//! one without); and, in each world, every history of `EXPLORE_DEEP_DEPTH` letters (5 unless
+//! set; CI runs 8) holding at most one fault of the master or the network (with a window, such
+//! a history of 8 letters once claimed a page another run never stored: see
+//! `tests/histories.rs`). Each prints what it explored; any failure class fails the test, with
 //! a shortest history of each in the output.
 
 use hicache_index_explore::{explore, explore::render, Options, Setup};
@@ -80,4 +81,14 @@ fn every_longer_history_with_one_fault_holds_without_a_reorder_window() {
 #[test]
 fn every_longer_history_with_one_fault_holds_against_a_master_without_status_counters() {
     check_bounded(false, false, Some(1), depth("EXPLORE_DEEP_DEPTH", 5));
+}
+
+#[test]
+fn every_longer_history_with_one_fault_holds_with_a_reorder_window() {
+    check_bounded(true, true, Some(1), depth("EXPLORE_DEEP_DEPTH", 5));
+}
+
+#[test]
+fn every_longer_history_with_one_fault_holds_with_a_window_and_no_status_counters() {
+    check_bounded(true, false, Some(1), depth("EXPLORE_DEEP_DEPTH", 5));
 }
