@@ -66,11 +66,19 @@ fn r6_a_status_point_below_the_batch_heard_before_the_fetch_places_nothing() {
         );
         assert!(s.is_unplaced());
         assert_eq!(releases(&mut s), [], "window of {max_held}");
-        // The next fetch places the stream at run 2's point, and run 2's first batch follows.
+        // The next fetch places the stream at run 2's point. Run 2's first batch has the
+        // sequence of run 1's batch heard, and other bytes: a twin, which forgets once more
+        // (R5; the batches heard may be of either run). After that forget, run 2 follows.
         s.forget();
         s.fetch_asked();
         assert_eq!(s.place(T0, Some(point(0, 0))), Placed::AtPoint);
-        assert_eq!(offer(&mut s, mark(2, 1, 1, 1)), Ruling::Apply);
+        assert_eq!(
+            offer(&mut s, mark(2, 1, 1, 1)),
+            forgot(Why::OtherRun, false, Some(0))
+        );
+        s.fetch_asked();
+        assert_eq!(s.place(T0, Some(point(1, 1))), Placed::AtPoint);
+        assert_eq!(offer(&mut s, mark(2, 2, 2, 2)), Ruling::Apply);
     }
 }
 

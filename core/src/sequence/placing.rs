@@ -43,11 +43,10 @@ impl<T> Stream<T> {
             if point.seq < heard.seq && self.hold.len() > 0 {
                 // R6: the status was read after that batch, so it is another run's; what was
                 // held for the fetch may be of either, and the stream stays unplaced. The
-                // batches heard are the left run's (R5), and the next fetch compares with
-                // nothing heard before this one. (With nothing held, the point places the
-                // stream: its key list and what follows are that run's.)
+                // next fetch compares with nothing heard before this one. The batches heard
+                // keep telling twins (R5): they may be of either run too. (With nothing held,
+                // the point places the stream as any other.)
                 self.unplace();
-                self.run_changed();
                 self.heard = None;
                 self.heard_before_fetch = None;
                 return Placed::OtherRun;

@@ -122,13 +122,14 @@ impl ReorderConfig {
 
 /// What a status point did to an unplaced stream ([`super::Stream::place`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Placed {
     /// The stream stands at the point; the held batches are released against it.
     AtPoint,
     /// The point is numbered below the batch heard before the fetch was asked: another run's
-    /// (a restart nobody saw), and batches were held for it. The stream stays unplaced, and
-    /// what was held, of either run, is dropped: the fetch must be asked again, the index
-    /// forgetting (R6).
+    /// (a restart nobody saw), and batches were held for it. The stream stays unplaced, what
+    /// was held (of either run) is dropped and the batch heard is forgotten: the fetch must be
+    /// asked again, the index forgetting (R6).
     OtherRun,
     /// Without a status, the stream continues exactly from the last batch heard on the
     /// connection before the fetch was asked (R6).

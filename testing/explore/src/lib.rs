@@ -35,11 +35,11 @@
 //! 8 about 230 times (hours of both cores a world). [`Setup::max_faults`] bounds the faults a
 //! history may hold (a batch dropped, undecodable or delayed, a restart, a reconnect, a copy:
 //! [`Letter::is_fault`]). Depth 8 with at most one fault (CI, all four worlds) expands
-//! 300,000 to 420,000 states a world, about a minute at most on both cores. With at most two (about 7 times more states
-//! a level), the two shipped worlds (window off) expand 3.2 and 2.6 million states and play
-//! 63.6 and 72.1 million histories, in 8.3 minutes (status on) and 3.8 (status off) on both
-//! cores: too long for CI's budget. With a window and status counters it finds an open false
-//! hit (`tests/histories.rs`, ignored until fixed).
+//! 300,000 to 420,000 states a world, about a minute at most on both cores. With at most two
+//! (about 7 times more states a level), the two shipped worlds (window off) expand 3.2 and
+//! 2.6 million states and play 63.6 and 72.1 million histories, in 8.3 minutes (status on)
+//! and 3.8 (status off) on both cores: too long for CI's budget. With a window and status
+//! counters it finds an open false hit (`tests/histories.rs`, ignored until fixed).
 //!
 //! # What it checks
 //! - after every input: no page claimed that the master's true state lacks, except while a
