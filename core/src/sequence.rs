@@ -62,17 +62,17 @@
 //!   its status point (R1-R5) when it answers (without a window, one numbered at or below the
 //!   batch heard before it is R5's at once); every other batch came before that status was
 //!   read, so its key list holds what it did (or it is another run's), and it is dropped. A
-//!   status point numbered below the last decodable batch heard on the connection before the
-//!   fetch was asked is another run's (it was read after that batch): the batches held for it
-//!   may be of either run, so with any held it places nothing and forgets, and the next fetch
-//!   compares with no batch heard before it (a restart nobody saw; found by the exhaustive
-//!   checker); with none held, the point places the stream. Without a status (an old master),
-//!   the stream continues exactly from the last batch heard on the connection before the fetch
-//!   was asked (the key list was read after it); with none heard, the last one undecodable
-//!   (nothing continues it exactly), or with a reorder window, it cannot be placed, and the
-//!   fetch is asked again (when a batch arrives, or after a doubling delay). Without resync,
-//!   the batch that forgot begins the stream: over one connection delivery is in order, so it
-//!   is the live run's.
+//!   status point numbered below the last batch heard on the connection before the fetch was
+//!   asked (when decodable) is another run's (it was read after that batch): the batches held
+//!   for it may be of either run, so with any held it places nothing and forgets, and the next
+//!   fetch compares with no batch heard before it (a restart nobody saw; found by the
+//!   exhaustive checker); with none held, the point places the stream. Without a status (an
+//!   old master), the stream continues exactly from the last batch heard on the connection
+//!   before the fetch was asked (the key list was read after it); with none heard, the last one
+//!   undecodable (nothing continues it exactly), or with a reorder window, it cannot be placed,
+//!   and the fetch is asked again (when a batch arrives, or after a doubling delay). Without
+//!   resync, the batch that forgot begins the stream: over one connection delivery is in
+//!   order, so it is the live run's.
 //! - **R7 (reorder window).** The window only reorders: it holds batches numbered past the next
 //!   one and releases them in order as the hole fills; when it holds more than `max_held`, or its
 //!   oldest batch has waited `max_delay`, it declares a loss (R4). It needs resync
