@@ -45,11 +45,7 @@ fn r6_a_status_point_below_the_batch_heard_before_the_fetch_places_nothing() {
         let mut s = resync_on(max_held);
         s.fetch_asked();
         assert_eq!(offer(&mut s, mark(1, 1, 1, 1)), Ruling::Hold);
-        let point = |seq, last| Point {
-            seq: Seq(seq),
-            last: Some(last),
-        };
-        assert_eq!(s.place(T0, Some(point(1, 1))), Placed::AtPoint);
+        assert_eq!(s.place(T0, point(1, 1)), Placed::AtPoint);
         assert_eq!(releases(&mut s), [(1, Ruling::Skip(Skip::BeforePoint))]);
         // Batch 1 was heard; the index forgets, and the next fetch is asked.
         s.forget();
@@ -60,7 +56,7 @@ fn r6_a_status_point_below_the_batch_heard_before_the_fetch_places_nothing() {
         // 3 may be of either run (run 2's first batch would have filled the hole before them),
         // and the key list may need them: the fetch places nothing.
         assert_eq!(
-            s.place(T0, Some(point(0, 0))),
+            s.place(T0, point(0, 0)),
             Placed::OtherRun,
             "window of {max_held}"
         );
@@ -71,13 +67,13 @@ fn r6_a_status_point_below_the_batch_heard_before_the_fetch_places_nothing() {
         // (R5; the batches heard may be of either run). After that forget, run 2 follows.
         s.forget();
         s.fetch_asked();
-        assert_eq!(s.place(T0, Some(point(0, 0))), Placed::AtPoint);
+        assert_eq!(s.place(T0, point(0, 0)), Placed::AtPoint);
         assert_eq!(
             offer(&mut s, mark(2, 1, 1, 1)),
             forgot(Why::OtherRun, false, Some(0))
         );
         s.fetch_asked();
-        assert_eq!(s.place(T0, Some(point(1, 1))), Placed::AtPoint);
+        assert_eq!(s.place(T0, point(1, 1)), Placed::AtPoint);
         assert_eq!(offer(&mut s, mark(2, 2, 2, 2)), Ruling::Apply);
     }
 }
