@@ -171,6 +171,9 @@ pub struct Counters {
     /// Point checks that found a claimed key absent (the key list was of another run than the
     /// stream, or failed): the index forgot and resynced.
     pub point_checks_failed: u64,
+    /// Batches the reorder window applied after a batch that arrived after them (R7): what
+    /// each stored was asked of the master by a point check before queries trusted it.
+    pub reordered_batches: u64,
     /// Reads of the master's signals answered ([`crate::signals`]).
     pub signal_reads: u64,
     /// Reads of the master's signals that failed or timed out.
@@ -251,7 +254,7 @@ impl Counters {
     }
 
     /// Lists every figure with its name and kind, so exporters need not name them one by one.
-    pub fn fields(&self) -> [(&'static str, u64, Kind); 82] {
+    pub fn fields(&self) -> [(&'static str, u64, Kind); 83] {
         [
             ("batches", self.batches, Kind::Counter),
             ("events", self.events, Kind::Counter),
@@ -357,6 +360,7 @@ impl Counters {
                 self.point_checks_failed,
                 Kind::Counter,
             ),
+            ("reordered_batches", self.reordered_batches, Kind::Counter),
             ("signal_reads", self.signal_reads, Kind::Counter),
             ("signal_failures", self.signal_failures, Kind::Counter),
             ("store_changes", self.store_changes, Kind::Counter),

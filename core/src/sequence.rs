@@ -77,10 +77,11 @@
 //!   one and releases them in order as the hole fills; when it holds more than `max_held`, or its
 //!   oldest batch has waited `max_delay`, it declares a loss (R4). It needs resync
 //!   ([`crate::ConfigError::ReorderWithoutResync`]): a late batch can pass for any place, so
-//!   after a loss only the master's status can place the stream (R6). Open (2026-12-07): a
-//!   batch of a run the stream left that arrives late, after the next run's status placed the
-//!   stream, is held and then continued by that run's batches: a page claimed that the master
-//!   lacks (`testing/explore/tests/histories.rs`, ignored until fixed).
+//!   after a loss only the master's status can place the stream (R6). A batch applied after one
+//!   that arrived after it may be a late batch of a run the stream left, continued by the next
+//!   run's batches with event ids that run on (found by the exhaustive checker): queries miss
+//!   from before it is applied until the master confirms what it stored (the point check,
+//!   R3), and the index forgets if the master lacks any of it.
 //! - **R8 (undecodable).** A batch whose sequence can be read but whose events cannot consumed
 //!   its place and changed what is unknown: it forgets wherever it falls (before a status point
 //!   too: it may be another run's; with a reorder window, once its place comes); without

@@ -299,6 +299,47 @@ fn an_idle_restarted_master_does_not_keep_the_session_refetching() {
 }
 
 #[test]
+fn a_status_point_below_the_batch_heard_before_the_fetch_is_reported_as_another_runs() {
+    // Rule R6: the status was read after batch 2 was heard, yet numbers fewer batches: another
+    // run's (a restart nobody saw). With a batch held for it, the fetch places nothing, and the
+    // session says why (not only that it cleared).
+    let layout = mha(1);
+    let mut h = Harness::placed(resync(config(layout.clone())));
+    let _ = h.batch_at(1, filler(1));
+    let mut unreadable = removed("x");
+    unreadable.object_key = None;
+    let fx = h.batch_at(2, vec![unreadable]);
+    assert_eq!(cleared(&fx), [ClearReason::UnreadableRemoval], "{fx:?}");
+    let fetch = fetch_request(&fx).expect("a resync");
+    let fx = h.batch_at(3, filler(1));
+    assert!(cleared(&fx).is_empty(), "held for the fetch: {fx:?}");
+    let fx = h.session.handle_snapshot(
+        h.now,
+        fetch,
+        Some(Watermark {
+            seq: Seq(0),
+            events: Some(0),
+        }),
+        [""; 0],
+    );
+    let fx = h.record(fx);
+    assert!(
+        fx.contains(&Effect::Report(Report::StatusDisagreed {
+            position: Some(Seq(2)),
+            status: Seq(0),
+            ahead: false,
+        })),
+        "{fx:?}"
+    );
+    assert_eq!(cleared(&fx), [ClearReason::Restart], "{fx:?}");
+    assert!(
+        fetch_request(&fx).is_some(),
+        "the fetch is asked again: {fx:?}"
+    );
+    assert_eq!(h.status().counters.status_disagreed, 1);
+}
+
+#[test]
 fn a_restart_that_mirrors_the_old_stream_is_bounded_by_verification() {
     // The one class no signal can close: a restart nobody saw whose first delivered batch runs
     // on in both sequence and event id. Verification bounds how long its pages stay claimed.

@@ -1,17 +1,18 @@
 //! Rule R3's point check: a status point the stream proved only after batches before it came is
 //! checked with the master (`/batch_query_keys` of a sample of what the index claims) before
-//! queries trust it, because another run of the same batch sizes proves it just as well.
+//! queries trust it, because another run of the same batch sizes proves it just as well. Rule
+//! R7 asks so too about what a batch applied out of its order of arrival stored.
 
 use hicache_index::{ClearReason, Command, Effect, Health, Input, VerifyRequest};
-use hicache_index_tests::{cleared, config, filler, mha, page_hashes, resync, tokens, Harness};
+use hicache_index_tests::{
+    cleared, config, filler, mha, page_hashes, reorder, resync, store_page, tokens, Harness,
+};
+
+/// A point check asked: its request and the keys it asks about.
+type Check = (VerifyRequest, Vec<String>);
 
 /// What [`proved_after_doubt`] returns.
-type Doubted = (
-    Harness,
-    Vec<u32>,
-    Vec<String>,
-    Option<(VerifyRequest, Vec<String>)>,
-);
+type Doubted = (Harness, Vec<u32>, Vec<String>, Option<Check>);
 
 /// The index holds page A from a key list whose status point is (3, 3); batches 2 and 3 of
 /// event ids 2 and 3 come after it was placed (the numbers of the run the key list is of, and
@@ -108,6 +109,65 @@ fn a_point_check_never_answered_is_given_up_and_forgets() {
         }
     }
     assert_eq!(cleared(&seen), [ClearReason::Unproven], "{:?}", h.log);
+    assert_eq!(h.prefix(&t), 0);
+    assert!(h.fetch_request().is_some(), "the key list is read again");
+    assert_eq!(h.status().counters.point_checks_failed, 1);
+}
+
+/// Rule R7: batch 2, which stores page A, arrives before batch 1 (a late batch of a run the
+/// stream left looks so: the next run's batch 1 fills the hole before it, with event ids that
+/// run on). Returns the harness, the tokens of A, and the point check asked once batch 1
+/// released batch 2, if one was.
+fn applied_out_of_arrival_order() -> (Harness, Vec<u32>, Option<Check>) {
+    let layout = mha(1);
+    let mut h = Harness::placed(reorder(config(layout.clone()), 4));
+    let t = tokens(1);
+    let page = page_hashes(&layout, &t)[0];
+    let first = h.frames(1, filler(1));
+    let second = h.frames(2, store_page(&layout, &page));
+    let fx = h.feed_frames(&second);
+    assert!(commands(&fx).is_empty(), "held for its hole: {fx:?}");
+    let fx = h.feed_frames(&first);
+    assert_eq!(h.status().counters.reordered_batches, 1);
+    let check = commands(&fx).into_iter().find_map(|c| match c {
+        Command::VerifyKeys { request, keys } => Some((request, keys)),
+        _ => None,
+    });
+    (h, t, check)
+}
+
+fn commands(fx: &[Effect]) -> Vec<Command> {
+    fx.iter()
+        .filter_map(|e| match e {
+            Effect::Command(c) => Some(c.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_batch_applied_after_one_that_arrived_after_it_misses_until_the_master_holds_its_stores() {
+    let (mut h, t, check) = applied_out_of_arrival_order();
+    let (request, asked) = check.expect("what batch 2 stored is asked of the master");
+    let layout = mha(1);
+    let page = page_hashes(&layout, &t)[0];
+    for key in layout.object_keys(&page) {
+        assert!(asked.contains(&key), "{key} asked: {asked:?}");
+    }
+    assert_ne!(h.health(), Health::Live);
+    assert_eq!(h.prefix(&t), 0, "queries miss until the master answers");
+    let fx = answer(&mut h, request, &asked, true);
+    assert!(cleared(&fx).is_empty(), "{fx:?}");
+    assert_eq!(h.health(), Health::Live, "{:?}", h.log);
+    assert_eq!(h.prefix(&t), 1);
+}
+
+#[test]
+fn a_batch_applied_after_one_that_arrived_after_it_forgets_when_the_master_lacks_its_stores() {
+    let (mut h, t, check) = applied_out_of_arrival_order();
+    let (request, asked) = check.expect("what batch 2 stored is asked of the master");
+    let fx = answer(&mut h, request, &asked, false);
+    assert_eq!(cleared(&fx), [ClearReason::Restart], "{fx:?}");
     assert_eq!(h.prefix(&t), 0);
     assert!(h.fetch_request().is_some(), "the key list is read again");
     assert_eq!(h.status().counters.point_checks_failed, 1);

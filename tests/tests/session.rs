@@ -1761,8 +1761,27 @@ fn a_held_batch_is_confirmed_as_of_its_arrival_not_when_it_applies() {
     let first = h.frames(1, store_page(&layout, &pages[0]));
     let _ = h.feed_frames(&second);
     h.advance(500);
-    let _ = h.feed_frames(&first);
+    let fx = h.feed_frames(&first);
     assert_eq!(h.status().last_applied_seq, Some(Seq(2)));
+    // Batch 2 applied after batch 1, which arrived after it: what it stored misses until the
+    // master holds it (rule R7 of the core's sequence module).
+    assert_eq!(h.prefix(&tokens(2)), 0);
+    let (request, keys) = fx
+        .iter()
+        .find_map(|e| match e {
+            Effect::Command(Command::VerifyKeys { request, keys }) => Some((*request, keys)),
+            _ => None,
+        })
+        .expect("the point check asks what batch 2 stored");
+    let results: Vec<(&str, bool)> = keys.iter().map(|k| (k.as_str(), true)).collect();
+    let fx = h.session.handle(
+        h.now,
+        Input::VerifyResult {
+            request,
+            results: &results,
+        },
+    );
+    let _ = h.record(fx);
     assert_eq!(h.prefix(&tokens(2)), 2);
     assert_eq!(h.status().confirmed_at, Some(ms(5_000)));
     assert_eq!(unconfirmed(&h), 500);

@@ -260,3 +260,33 @@ fn r11_a_stream_waiting_for_its_point_that_continues_it_is_proven_after_a_status
     assert_eq!(s.offer(arrived, mark(5, 11, 11), 1, || 5), Ruling::Apply);
     assert_eq!(s.handle_timeout(at + EVERY), None);
 }
+
+#[test]
+fn r5_a_forget_for_a_lost_batch_of_the_same_run_keeps_telling_twins() {
+    // The status at the point shows the batch that would continue it lost: the same run, so
+    // the batches heard still tell twins (R5). After the next placement, a batch numbered like
+    // the heard batch 3 with other bytes is another run's.
+    let mut s = unproven();
+    let (_, ruling) = check(&mut s, 1, point(4, 10));
+    assert!(matches!(
+        ruling,
+        Some(Ruling::Forget(Forgot {
+            why: Why::Unproven,
+            ..
+        }))
+    ));
+    s.fetch_asked();
+    assert_eq!(s.place(ms(20), Some(point(4, 10))), Placed::AtPoint);
+    let twin = Mark {
+        print: Print(0xbeef),
+        ..mark(3, 9, 9)
+    };
+    assert_eq!(
+        s.offer(ms(30), twin, 1, || 3),
+        Ruling::Forget(Forgot {
+            why: Why::OtherRun,
+            apply: false,
+            position: Some(Seq(4)),
+        })
+    );
+}

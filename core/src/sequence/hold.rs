@@ -8,12 +8,13 @@ use alloc::collections::{BTreeMap, BTreeSet};
 use super::mark::{Mark, Print};
 use crate::time::Instant;
 
-/// One held batch: its mark, when it arrived (or when its wait began), its size and what the
-/// caller keeps of it.
+/// One held batch: its mark, when it arrived (or when its wait began), its place in the order
+/// of arrival, its size and what the caller keeps of it.
 #[derive(Debug)]
 pub(super) struct Held<T> {
     pub(super) mark: Mark,
     pub(super) since: Instant,
+    pub(super) arrival: u64,
     pub(super) bytes: usize,
     pub(super) item: T,
 }
@@ -43,8 +44,16 @@ impl<T> Hold<T> {
         }
     }
 
-    /// Holds a batch; returns false (and keeps nothing) when a copy of it is held already.
-    pub(super) fn insert(&mut self, since: Instant, mark: Mark, bytes: usize, item: T) -> bool {
+    /// Holds a batch (the `arrival`th offered); returns false (and keeps nothing) when a copy of
+    /// it is held already.
+    pub(super) fn insert(
+        &mut self,
+        since: Instant,
+        arrival: u64,
+        mark: Mark,
+        bytes: usize,
+        item: T,
+    ) -> bool {
         if !self.marks.insert((mark.seq.0, mark.print)) {
             return false;
         }
@@ -60,6 +69,7 @@ impl<T> Hold<T> {
             Held {
                 mark,
                 since,
+                arrival,
                 bytes,
                 item,
             },

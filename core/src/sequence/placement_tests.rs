@@ -57,7 +57,7 @@ fn r6_a_status_point_below_the_batch_heard_before_the_fetch_places_nothing() {
         // and the key list may need them: the fetch places nothing.
         assert_eq!(
             s.place(T0, point(0, 0)),
-            Placed::OtherRun,
+            Placed::OtherRun { heard: Seq(1) },
             "window of {max_held}"
         );
         assert!(s.is_unplaced());
@@ -230,6 +230,56 @@ fn r7_the_window_holds_and_releases_in_order() {
     assert_eq!(releases(&mut s), []);
     assert_eq!(offer(&mut s, mark(1, 2, 2, 2)), Ruling::Apply);
     assert_eq!(releases(&mut s), [(3, Ruling::Apply), (4, Ruling::Apply)]);
+}
+
+/// Which batches each release brings, and whether each arrived before a batch the stream moved
+/// to earlier.
+fn releases_reordered(s: &mut Stream<u64>) -> Vec<(u64, bool)> {
+    core::iter::from_fn(|| {
+        let (m, _, _) = s.release(T0)?;
+        Some((m.seq.0, s.take_reordered()))
+    })
+    .collect()
+}
+
+#[test]
+fn r7_a_batch_released_after_one_that_arrived_after_it_is_reordered() {
+    let mut s = resync_on(4);
+    s.fetch_asked();
+    // Held for the fetch in this order: 2, then 4.
+    assert_eq!(offer(&mut s, mark(1, 2, 2, 2)), Ruling::Hold);
+    assert_eq!(offer(&mut s, mark(1, 4, 4, 4)), Ruling::Hold);
+    assert_eq!(s.place(T0, point(1, 1)), Placed::AtPoint);
+    // Batch 2 continues the point: nothing arrived after it was moved to before.
+    assert_eq!(releases_reordered(&mut s), [(2, false)]);
+    // Batch 3 arrives last and fills the hole: batch 4, released after it, arrived before it
+    // (it may be a late batch of a run the stream left: R7).
+    assert_eq!(offer(&mut s, mark(1, 3, 3, 3)), Ruling::Apply);
+    assert!(!s.take_reordered());
+    assert_eq!(releases_reordered(&mut s), [(4, true)]);
+    // Batches 6 then 7 arrive before 5: both arrived before it (not only the first).
+    assert_eq!(offer(&mut s, mark(1, 6, 6, 6)), Ruling::Hold);
+    assert_eq!(offer(&mut s, mark(1, 7, 7, 7)), Ruling::Hold);
+    assert_eq!(offer(&mut s, mark(1, 5, 5, 5)), Ruling::Apply);
+    assert_eq!(releases_reordered(&mut s), [(6, true), (7, true)]);
+    // In order again: nothing is reordered.
+    assert_eq!(offer(&mut s, mark(1, 8, 8, 8)), Ruling::Apply);
+    assert!(!s.take_reordered());
+}
+
+#[test]
+fn r6_a_copy_of_a_held_batch_is_not_the_last_batch_heard() {
+    let mut s = resync_on(8);
+    s.fetch_asked();
+    assert_eq!(s.place(T0, point(0, 0)), Placed::AtPoint);
+    assert_eq!(offer(&mut s, mark(1, 2, 2, 2)), Ruling::Hold);
+    assert_eq!(offer(&mut s, mark(1, 4, 4, 4)), Ruling::Hold);
+    assert_eq!(offer(&mut s, mark(1, 2, 2, 2)), Ruling::Skip(Skip::Copy));
+    // Batch 4 is the last heard: a status read after it numbered 3 is another run's (R6).
+    s.forget();
+    s.fetch_asked();
+    assert_eq!(offer(&mut s, mark(2, 5, 5, 5)), Ruling::Hold);
+    assert_eq!(s.place(T0, point(3, 3)), Placed::OtherRun { heard: Seq(4) });
 }
 
 #[test]

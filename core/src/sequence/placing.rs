@@ -49,12 +49,13 @@ impl<T> Stream<T> {
                 self.unplace();
                 self.heard = None;
                 self.heard_before_fetch = None;
-                return Placed::OtherRun;
+                return Placed::OtherRun { heard: heard.seq };
             }
         }
         self.holding = false;
         self.unproven_since = None;
         self.placed_with_before = false;
+        self.latest_applied = 0;
         self.check.placed(now, at.is_some());
         match at {
             Some(point) => {
@@ -80,5 +81,17 @@ impl<T> Stream<T> {
                 }
             },
         }
+    }
+
+    /// Reports whether the batch marked `m`, arriving while the stream holds batches for a
+    /// status point, is numbered at or below the last batch heard on the connection: without a
+    /// window the transport keeps one run's order, so it is another run's than that one, and
+    /// the status point cannot tell which run it continues (R5, R6).
+    pub(super) fn behind_heard(&self, m: &Mark) -> bool {
+        self.holding
+            && !self.config.reorder.is_on()
+            && self.position == Position::Unplaced
+            && self.heard.is_some_and(|h| m.seq <= h.seq)
+            && !self.hold.holds_copy_of(m)
     }
 }

@@ -130,7 +130,10 @@ pub enum Placed {
     /// (a restart nobody saw), and batches were held for it. The stream stays unplaced, what
     /// was held (of either run) is dropped and the batch heard is forgotten: the fetch must be
     /// asked again, the index forgetting (R6).
-    OtherRun,
+    OtherRun {
+        /// The sequence of the batch heard before the fetch was asked.
+        heard: Seq,
+    },
     /// Without a status, the stream continues exactly from the last batch heard on the
     /// connection before the fetch was asked (R6).
     LastHeard,

@@ -37,6 +37,12 @@ pub struct Stream<T> {
     /// The stream continued a status point after batches before it came: only numbers proved
     /// it, and they cannot tell another run of the same sizes (R3).
     proved_after_doubt: bool,
+    /// How many batches were offered (a held batch remembers its number: the order of arrival).
+    arrivals: u64,
+    /// The latest arrival among the batches the stream moved to since it was placed (0: none).
+    latest_applied: u64,
+    /// The batch just released arrived before one the stream moved to earlier (R7).
+    reordered: bool,
     /// The holes the stream showed: how many, and how many sequences they skipped.
     holes: (u64, u64),
     /// The batch being offered was measured against a batch heard before it (its hole, if
@@ -61,6 +67,9 @@ impl<T> Stream<T> {
             unproven_since: None,
             placed_with_before: false,
             proved_after_doubt: false,
+            arrivals: 0,
+            latest_applied: 0,
+            reordered: false,
             holes: (0, 0),
             hole_measured: false,
             check: StatusCheck::new(
@@ -120,6 +129,13 @@ impl<T> Stream<T> {
         core::mem::take(&mut self.proved_after_doubt)
     }
 
+    /// Reports whether the batch just released by [`Stream::release`] arrived before a batch
+    /// the stream moved to earlier (R7: the master is asked whether it holds what that batch
+    /// stored, and queries miss until it answers).
+    pub fn take_reordered(&mut self) -> bool {
+        core::mem::take(&mut self.reordered)
+    }
+
     /// Reports whether the stream waits for a status point to place it (R6).
     pub fn is_unplaced(&self) -> bool {
         self.position == Position::Unplaced
@@ -146,8 +162,12 @@ impl<T> Stream<T> {
         let arrival_hole =
             before.map_or(0, |h| mark.seq.0.saturating_sub(h.seq.0.saturating_add(1)));
         self.count_hole(arrival_hole);
-        let ruling = self.rule(now, &mark, true);
+        self.arrivals += 1;
+        let mut ruling = self.rule(now, &mark, None);
         self.hole_measured = false;
+        if ruling == Ruling::Hold && self.hold.holds_copy_of(&mark) {
+            ruling = Ruling::Skip(Skip::Copy); // R2: a copy of a batch held, not heard again
+        }
         if ruling != Ruling::Skip(Skip::Copy) {
             self.check.heard(now);
             let last = if mark.undecodable {
@@ -175,8 +195,10 @@ impl<T> Stream<T> {
     }
 
     /// The rules (module [`crate::sequence`]): the batch's place, then what the session does.
-    /// `arriving`: it just arrived (a held batch released is never held again).
-    fn rule(&mut self, now: Instant, m: &Mark, arriving: bool) -> Ruling {
+    /// `held`: a held batch released (never held again), with its place in the order of
+    /// arrival.
+    fn rule(&mut self, now: Instant, m: &Mark, held: Option<u64>) -> Ruling {
+        let arriving = held.is_none();
         let kin = self.passed.kin_of(m);
         // R2: a copy of a batch heard under the followed run.
         if kin.copy {
@@ -214,6 +236,7 @@ impl<T> Stream<T> {
             Place::Next => {
                 self.position = Position::Batch(self.position.after(m)); // R1
                 self.continued(now, arriving);
+                self.moved(held); // R7
                 Ruling::Apply
             }
             Place::Before { proves } => {
@@ -222,6 +245,7 @@ impl<T> Stream<T> {
                 self.placed_with_before |= !arriving;
                 if proves {
                     self.position = Position::Batch(self.position.after(m));
+                    self.moved(held);
                     // Arriving after the point placed the stream, it came late like the others
                     // before the point: numbers alone prove the point, so it is checked.
                     if arriving {
@@ -266,6 +290,15 @@ impl<T> Stream<T> {
         }
     }
 
+    /// The stream moved to a batch (`held`: a held batch released, with its place in the order
+    /// of arrival): one that arrived before a batch the stream moved to earlier may be a late
+    /// batch of a run the stream left, continued by the next run's (R7).
+    fn moved(&mut self, held: Option<u64>) {
+        let arrival = held.unwrap_or(self.arrivals);
+        self.reordered = arrival < self.latest_applied;
+        self.latest_applied = self.latest_applied.max(arrival);
+    }
+
     /// Forgets because of the batch `m`: with resync on the stream is unplaced and `m` dropped;
     /// without, `m` begins the stream (R6), or, undecodable, the next batch must run past the
     /// point the stream stood at (R8: its own sequence may be as garbled as its payload).
@@ -297,7 +330,7 @@ impl<T> Stream<T> {
 
     /// Holds `item` (marked `mark`); the window or the hold may overflow into a forget.
     fn keep(&mut self, now: Instant, mark: Mark, bytes: usize, item: T) -> Ruling {
-        if !self.hold.insert(now, mark, bytes, item) {
+        if !self.hold.insert(now, self.arrivals, mark, bytes, item) {
             return Ruling::Skip(Skip::Copy); // R2: a copy of a batch held
         }
         if self.position == Position::Unplaced {
@@ -345,7 +378,7 @@ impl<T> Stream<T> {
             _ => {}
         }
         let held = self.hold.take_first().expect("a first held batch");
-        let ruling = self.rule(now, &held.mark, false);
+        let ruling = self.rule(now, &held.mark, Some(held.arrival));
         Some((held.mark, held.item, ruling))
     }
 
@@ -355,18 +388,6 @@ impl<T> Stream<T> {
             self.holes.0 += 1;
             self.holes.1 += missing;
         }
-    }
-
-    /// Reports whether the batch marked `m`, arriving while the stream holds batches for a
-    /// status point, is numbered at or below the last batch heard on the connection: without a
-    /// window the transport keeps one run's order, so it is another run's than that one, and
-    /// the status point cannot tell which run it continues (R5, R6).
-    fn behind_heard(&self, m: &Mark) -> bool {
-        self.holding
-            && !self.config.reorder.is_on()
-            && self.position == Position::Unplaced
-            && self.heard.is_some_and(|h| m.seq <= h.seq)
-            && !self.hold.holds_copy_of(m)
     }
 
     /// The stream forgot because of another run's batch or status (R5, R11).
@@ -384,6 +405,8 @@ impl<T> Stream<T> {
     fn unplace(&mut self) {
         self.hold.clear();
         self.holding = false;
+        self.latest_applied = 0;
+        self.reordered = false;
         self.unproven_since = None;
         self.placed_with_before = false;
         self.proved_after_doubt = false;

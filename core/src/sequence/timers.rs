@@ -75,7 +75,15 @@ impl<T> Stream<T> {
         let ruling = self
             .check
             .answered(now, request, status, self.position, unproven)?;
-        self.run_changed();
+        // Only a status of another run changes the run; a lost batch (`Unproven`) does not,
+        // and the batches heard keep telling twins (R5).
+        if let Ruling::Forget(Forgot {
+            why: Why::StatusOfOtherRun { .. },
+            ..
+        }) = ruling
+        {
+            self.run_changed();
+        }
         self.unplace();
         Some(ruling)
     }

@@ -58,8 +58,11 @@ impl Session {
 
     /// Reports whether queries must miss for the status point (R3): a batch came before it and
     /// the stream has not continued it, or it did and the master is being asked (the point
-    /// check).
+    /// check); or a batch applied out of its order of arrival stored what the master is not
+    /// asked about yet (R7).
     pub(super) fn point_in_doubt(&self) -> bool {
-        self.stream.is_unproven() || self.verify.point_check.is_some()
+        self.stream.is_unproven()
+            || self.verify.point_check.is_some()
+            || self.verify.reordered.is_pending()
     }
 }

@@ -215,11 +215,17 @@ impl Session {
                     self.start_resync(now, &mut fx);
                 }
             }
-            Placed::OtherRun => {
+            Placed::OtherRun { heard } => {
                 // The key list may be of either run, and the held batches that would correct
                 // it were dropped: this fetch ends, the index forgets and the fetch is asked
                 // again (R6).
+                self.counters.status_disagreed += 1;
                 self.counters.restarts += 1;
+                fx.push(Report::StatusDisagreed {
+                    position: Some(heard),
+                    status: watermark.map_or(Seq(0), |w| w.seq),
+                    ahead: false,
+                });
                 self.resync.state = ResyncState::Idle;
                 self.forget(now, ClearReason::Restart, &mut fx);
             }
@@ -427,6 +433,7 @@ impl Session {
         if self.stream.take_proved_after_doubt() {
             self.check_point(now, fx);
         }
+        self.check_reordered(now, fx);
         self.update_health(fx);
     }
 

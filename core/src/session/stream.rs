@@ -66,6 +66,7 @@ impl Session {
         if !self.resync.state.is_fetching() && self.stream.take_proved_after_doubt() {
             self.check_point(now, &mut fx);
         }
+        self.check_reordered(now, &mut fx);
         self.update_health(&mut fx);
         fx
     }
@@ -199,6 +200,13 @@ impl Session {
                 .as_ref()
                 .ok()
                 .map(|b| (b, held.payload.len(), held.arrived));
+            if let (true, Ruling::Apply, Some((b, _, _))) =
+                (self.stream.take_reordered(), ruling, batch)
+            {
+                // R7: what it stores misses from before it is applied until the master says.
+                self.note_reordered(b);
+                self.publish_query_state();
+            }
             self.act(now, Some(&mark), batch, ruling, fx);
         }
     }

@@ -151,6 +151,12 @@ impl Session {
     /// The keys the skipped batches stored are asked about too: the index claiming nothing
     /// (a key list of another run, empty) proves nothing.
     pub(super) fn check_point(&mut self, now: Instant, fx: &mut Effects) {
+        if self.verify.point_check.is_some() {
+            // One check at a time: the next asks once this one answers, so that no answer
+            // that would fail it is lost to a newer request.
+            self.verify.check_again = true;
+            return;
+        }
         let sample = self.config.verify.unwrap_or_default().sample;
         let mut keys = Vec::new();
         let _ = self.index.sample_keys(DEFAULT_TENANT, sample, &mut keys);
@@ -161,6 +167,9 @@ impl Session {
             .collect();
         keys.extend(stores.iter().cloned());
         self.verify.point_stores = stores;
+        // What batches applied out of their order of arrival stored (R7): claimed and absent
+        // at the master, the check fails.
+        keys.append(&mut self.verify.reordered.stores);
         if keys.is_empty() {
             return; // nothing claimed or stored: nothing to check
         }
@@ -171,6 +180,24 @@ impl Session {
         self.verify.point_check = Some((request, now + timeout));
         self.counters.point_checks += 1;
         fx.push(Command::VerifyKeys { request, keys });
+    }
+
+    /// R7: batches applied out of their order of arrival stored what the master is to confirm.
+    /// Asks when no key list that placed the stream is being handed over (the resync's end
+    /// asks then; a reconcile's does not wait) and no check is under way (its answer asks
+    /// then); a store verification cannot ask about (another tenant's) forgets.
+    pub(super) fn check_reordered(&mut self, now: Instant, fx: &mut Effects) {
+        let placing = self.resync.state.is_fetching() && !self.reconciling();
+        let reordered = &self.verify.reordered;
+        if !reordered.is_pending() || placing || self.verify.point_check.is_some() {
+            return;
+        }
+        if reordered.unaskable {
+            self.counters.point_checks_failed += 1;
+            self.forget(now, ClearReason::Unproven, fx);
+            return;
+        }
+        self.check_point(now, fx);
     }
 
     /// The point check failed or was not answered: the master could not tell, neither can the
@@ -203,6 +230,11 @@ impl Session {
             self.counters.point_checks_failed += 1;
             self.forget(now, ClearReason::Restart, &mut fx);
         }
+        // A check asked for, or batches applied out of order, while this one was out: ask now.
+        if core::mem::take(&mut self.verify.check_again) && !contradicted {
+            self.check_point(now, &mut fx);
+        }
+        self.check_reordered(now, &mut fx);
         self.update_health(&mut fx);
         self.index.settle();
         fx
@@ -331,6 +363,26 @@ impl Session {
                     && parse_object_key(key).is_some()
                 {
                     stores.push(key.into());
+                }
+            }
+        }
+    }
+}
+
+impl Session {
+    /// Notes what the batch `batch`, applied after a batch that arrived after it, stores (R7):
+    /// the next point check asks the master about it.
+    pub(super) fn note_reordered(&mut self, batch: &Batch<'_>) {
+        self.counters.reordered_batches += 1;
+        let reordered = &mut self.verify.reordered;
+        for event in &batch.events {
+            if let (EventKind::Stored, Some(key)) = (event.kind, event.object_key) {
+                if parse_object_key(key).is_none() {
+                    continue; // not a page: never claimed
+                }
+                match event.tenant_id.unwrap_or(DEFAULT_TENANT) {
+                    DEFAULT_TENANT => reordered.stores.push(key.into()),
+                    _ => reordered.unaskable = true,
                 }
             }
         }

@@ -109,16 +109,15 @@ fn an_old_runs_batches_held_for_a_fetch_that_reads_another_run_are_not_applied()
     }
 }
 
-/// OPEN BUG, found at depth 8 with at most two faults (2026-12-07), with a reorder window: a
-/// false hit, live. Run 1's batch storing B is delayed past the window; the master restarts
-/// unseen; run 2's status places the stream at sequence 0 (after a status check forgets and
-/// fetches again). The late batch (sequence 2, event id 2) arrives before run 2's first, is
-/// held for the hole at 1, and run 2's first batch fills it: B is claimed, though run 2 never
-/// stored it. The window cannot tell a late batch of the run it left from a reordered one of
-/// the run it follows, and R6's rule about the batch heard before a fetch does not reach a
-/// batch that arrives after the fetch. Ignored until fixed: it is not done.
+/// Found at depth 8 with at most two faults (2026-12-07), with a reorder window: a false hit,
+/// live. Run 1's batch storing B is delayed past the window; the master restarts unseen; run 2's
+/// status places the stream at sequence 0 (after a status check forgets and fetches again).
+/// The late batch (sequence 2, event id 2) arrives before run 2's first, is held for the hole at
+/// 1, and run 2's first batch fills it with event ids that run on: B was claimed, though run 2
+/// never stored it. The window cannot tell a late batch of the run it left from a reordered one
+/// of the run it follows; the master can. A batch applied after one that arrived after it is
+/// asked about (R7): the master lacks B, and the index forgets before any query claims it.
 #[test]
-#[ignore = "open bug: a false hit with a reorder window (see the doc comment)"]
 fn a_late_batch_of_a_run_left_is_not_applied_after_the_next_runs_point() {
     let (a, b) = (0, 1);
     let history = [

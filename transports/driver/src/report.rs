@@ -166,6 +166,7 @@ pub fn counter_help(field: &str) -> Option<&'static str> {
         "stale_keys_found" => "Keys verification found absent and removed",
         "point_checks" => "Status points proven only after batches before them came, checked with a sample of the index's keys at the master before queries trusted them",
         "point_checks_failed" => "Point checks that found a claimed key absent at the master (its key list was of another run than the stream) or failed: the index forgot and resynced",
+        "reordered_batches" => "Batches the reorder window applied after a batch that arrived after them: what each stored was asked of the master by a point check before queries trusted it",
         "stale_escalations_held" => "Verification rounds that removed stale keys within escalate_every of the last escalation: no forget and resync then, the objects not sampled stayed claimed until the first round due once the limit had passed",
         "clears_store_changed" => "Clears after the master's signals moved and a reconcile could not bring the index to its key list exactly (no status point, another run's, or not reached in time)",
         "signal_reads" => "Reads of the master's store signals (its /metrics) answered",

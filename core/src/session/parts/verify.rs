@@ -39,6 +39,28 @@ pub(in crate::session) struct Verify {
     /// The keys of [`Verify::skipped`] the point check under way asks about: one the master
     /// holds that the index lacks shows the key list is not of the stream's run.
     pub(in crate::session) point_stores: Vec<String>,
+    /// What batches applied out of their order of arrival stored, not yet asked of the master
+    /// (R7: the next point check asks, and queries miss until it answers).
+    pub(in crate::session) reordered: Reordered,
+    /// A point check was asked for while one was under way: it is asked once that one answers.
+    pub(in crate::session) check_again: bool,
+}
+
+/// What batches the stream applied after a batch that arrived after them stored (R7): each may
+/// be a late batch of a run the stream left, continued by the next run's.
+#[derive(Debug, Default)]
+pub(in crate::session) struct Reordered {
+    /// Keys of the default tenant they stored.
+    pub(in crate::session) stores: Vec<String>,
+    /// One stored an object of another tenant: verification cannot ask about it.
+    pub(in crate::session) unaskable: bool,
+}
+
+impl Reordered {
+    /// Reports whether anything waits to be asked (or cannot be).
+    pub(in crate::session) fn is_pending(&self) -> bool {
+        self.unaskable || !self.stores.is_empty()
+    }
 }
 
 /// What the batches skipped before a status point stored (R3): the key list, read after the
@@ -87,6 +109,8 @@ impl Verify {
             point_check: None,
             skipped: Skipped::default(),
             point_stores: Vec::new(),
+            reordered: Reordered::default(),
+            check_again: false,
         }
     }
 
