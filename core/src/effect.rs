@@ -333,10 +333,11 @@ pub enum Report {
         received: Seq,
     },
     /// A quiet stream's check found the master's status ahead of what arrived and not caught up
-    /// with (`ahead`: lost at the tail of a burst), or of another run (rule R11; a clear
-    /// follows).
+    /// with (`ahead`: lost at the tail of a burst), or of another run (rule R11); or a fetch's
+    /// status point was numbered below the batch heard before the fetch was asked: another
+    /// run's (rule R6). A clear follows.
     StatusDisagreed {
-        /// The sequence of the position.
+        /// The sequence of the position (R11), or of the batch heard before the fetch (R6).
         position: Option<Seq>,
         /// The last sequence the master had assigned.
         status: Seq,

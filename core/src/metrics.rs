@@ -47,8 +47,9 @@ pub struct Counters {
     pub placements: u64,
     /// Checks of a quiet stream against the master's status asked (R11).
     pub status_checks: u64,
-    /// Of those, checks whose status showed a lost tail or another run: the index forgot
-    /// (R11).
+    /// Statuses that showed a lost tail or another run: the index forgot. Checks of a quiet
+    /// stream (R11), and a fetch's status point numbered below the batch heard before it was
+    /// asked (R6).
     pub status_disagreed: u64,
     /// Batches held out of order (reorder window).
     pub held: u64,
@@ -165,14 +166,16 @@ pub struct Counters {
     /// the last escalation: the index did not forget and resync then, and the objects the round
     /// did not sample stayed claimed until the first round due once the limit had passed.
     pub stale_escalations_held: u64,
-    /// Status points proven only after batches before them came (R3), checked with the master
-    /// before queries trust them: a sample of what the index claims asked of `/batch_query_keys`.
+    /// Point checks asked of `/batch_query_keys` before queries trust the index: status points
+    /// proven only after batches before them came (R3: a sample of what the index claims), and
+    /// what batches applied out of their order of arrival stored (R7).
     pub point_checks: u64,
     /// Point checks that found a claimed key absent (the key list was of another run than the
-    /// stream, or failed): the index forgot and resynced.
+    /// stream), were answered in part or not at all: the index forgot and resynced.
     pub point_checks_failed: u64,
-    /// Batches the reorder window applied after a batch that arrived after them (R7): what
-    /// each stored was asked of the master by a point check before queries trusted it.
+    /// Batches the reorder window applied after a batch that arrived after them (R7): the pages
+    /// each stored were asked of the master by a point check before queries trusted them (a
+    /// store of another tenant, which verification cannot ask about, forgot).
     pub reordered_batches: u64,
     /// Reads of the master's signals answered ([`crate::signals`]).
     pub signal_reads: u64,

@@ -80,8 +80,12 @@
 //!   after a loss only the master's status can place the stream (R6). A batch applied after one
 //!   that arrived after it may be a late batch of a run the stream left, continued by the next
 //!   run's batches with event ids that run on (found by the exhaustive checker): queries miss
-//!   from before it is applied until the master confirms what it stored (the point check,
-//!   R3), and the index forgets if the master lacks any of it.
+//!   from before it is applied until the master answers for every page it stored (the point
+//!   check, R3, asking about those alone; after a key list is handed over), and the index
+//!   forgets if one is absent and still claimed, if the answer leaves one out, or at once if
+//!   one is another tenant's (verification asks about the default tenant only). The check
+//!   proves what that batch stored, not its run: the left run's later batches that arrive in
+//!   order continue it, R10's class (bounded, not detected).
 //! - **R8 (undecodable).** A batch whose sequence can be read but whose events cannot consumed
 //!   its place and changed what is unknown: it forgets wherever it falls (before a status point
 //!   too: it may be another run's; with a reorder window, once its place comes); without
@@ -91,13 +95,14 @@
 //!   forgets (R6); without resync the position stays, so that another run's first batch is told
 //!   (R5). A new endpoint or leader begins a new stream: nothing of the old one is compared.
 //! - **R10 (bounded, not detected).** A batch of another run that continues the position
-//!   exactly (R1 cannot tell it: that run's earlier batches were lost and had the same sizes),
-//!   and, without a status check (R11), a restart that no transport saw after which no batch
-//!   came, leave objects claimed that the master no longer holds: verification finds them
-//!   absent within a round. Their other side costs misses, unbounded until the page changes
-//!   again or a key list is read: what such a run stored in batches its queue dropped before
-//!   the continuing one, and what a run stored in dropped batches when its status equals the
-//!   position the index stands at (the status check, R11, cannot tell the two runs).
+//!   exactly (R1 cannot tell it: that run's earlier batches were lost and had the same sizes,
+//!   or the position is a late batch of its own, R7), and, without a status check (R11), a
+//!   restart that no transport saw after which no batch came, leave objects claimed that the
+//!   master no longer holds: verification finds them absent within a round. Their other side
+//!   costs misses, unbounded until the page changes again or a key list is read: what such a
+//!   run stored in batches its queue dropped before the continuing one, and what a run stored
+//!   in dropped batches when its status equals the position the index stands at (the status
+//!   check, R11, cannot tell the two runs).
 //! - **R11 (quiet stream).** With resync on, a stream placed by a status point that hears no
 //!   batch for the check interval reads the master's status again: at the position it
 //!   confirms it; ahead of it (a later sequence, event ids no earlier), it forgets unless a

@@ -172,3 +172,42 @@ fn a_batch_applied_after_one_that_arrived_after_it_forgets_when_the_master_lacks
     assert!(h.fetch_request().is_some(), "the key list is read again");
     assert_eq!(h.status().counters.point_checks_failed, 1);
 }
+
+#[test]
+fn a_check_of_a_batch_applied_out_of_order_answered_in_part_forgets() {
+    // A `/batch_query_keys` answer can leave keys out (a chunk that failed, an entry without
+    // `ok`): the keys it leaves out are not known present, so it cannot tell.
+    let (mut h, t, check) = applied_out_of_arrival_order();
+    let (request, asked) = check.expect("what batch 2 stored is asked of the master");
+    assert!(asked.len() > 1, "{asked:?}");
+    let fx = answer(&mut h, request, &asked[1..], true);
+    assert_eq!(cleared(&fx), [ClearReason::Unproven], "{fx:?}");
+    assert_eq!(h.prefix(&t), 0);
+    assert_eq!(h.status().counters.point_checks_failed, 1);
+}
+
+#[test]
+fn a_check_of_a_batch_applied_out_of_order_asks_only_what_it_stored() {
+    // Not a sample of the index: a claimed key the master dropped silently is verification's
+    // to find (it reconciles), not a reason to forget the whole index.
+    let layout = mha(1);
+    let mut h = Harness::placed(reorder(config(layout.clone()), 4));
+    let t = tokens(2);
+    let pages = page_hashes(&layout, &t);
+    let _ = h.batch_at(1, store_page(&layout, &pages[0]));
+    assert_eq!(h.prefix(&t), 1);
+    let second = h.frames(2, filler(1));
+    let third = h.frames(3, store_page(&layout, &pages[1]));
+    let _ = h.feed_frames(&third);
+    let fx = h.feed_frames(&second);
+    let asked = commands(&fx)
+        .into_iter()
+        .find_map(|c| match c {
+            Command::VerifyKeys { keys, .. } => Some(keys),
+            _ => None,
+        })
+        .expect("what batch 3 stored is asked of the master");
+    let mut stored: Vec<String> = layout.object_keys(&pages[1]).collect();
+    stored.sort();
+    assert_eq!(asked, stored);
+}

@@ -29,7 +29,6 @@ pub(super) struct Hold<T> {
     marks: BTreeSet<(u64, Print)>,
     /// Release in sequence order (a reorder window), else in arrival order.
     by_seq: bool,
-    arrivals: u64,
     bytes: usize,
 }
 
@@ -39,7 +38,6 @@ impl<T> Hold<T> {
             batches: BTreeMap::new(),
             marks: BTreeSet::new(),
             by_seq,
-            arrivals: 0,
             bytes: 0,
         }
     }
@@ -57,12 +55,7 @@ impl<T> Hold<T> {
         if !self.marks.insert((mark.seq.0, mark.print)) {
             return false;
         }
-        self.arrivals += 1;
-        let order = if self.by_seq {
-            mark.seq.0
-        } else {
-            self.arrivals
-        };
+        let order = if self.by_seq { mark.seq.0 } else { arrival };
         self.bytes += bytes;
         self.batches.insert(
             (order, mark.print),

@@ -306,7 +306,6 @@ impl Session {
         if let Some(ruling) = self.stream.handle_timeout(now) {
             self.act(now, None, None, ruling, &mut fx);
             self.release_held(now, &mut fx);
-            self.check_reordered(now, &mut fx);
         }
         self.check_status(now, &mut fx);
         match self.resync.state.handle_timeout(now) {
@@ -364,9 +363,7 @@ impl Session {
         // What a held-back escalation would do is done: the key list is read again (now, or
         // at the next connection), and nothing the index held is claimed.
         self.verify.held = false;
-        self.verify.point_check = None;
-        self.verify.reordered = Default::default();
-        self.verify.check_again = false;
+        self.verify.drop_point_checks();
         *self.counters.clears_for(reason) += 1;
         fx.push(Report::Cleared {
             reason,

@@ -561,6 +561,7 @@ impl Session {
         // reflected in the next key list (R6): the stream is placed again by that one.
         if !self.stream.is_unplaced() {
             self.stream.forget();
+            self.verify.drop_point_checks();
             let (pages, objects) = self.index.clear();
             if pages > 0 {
                 fx.push(Report::Cleared {

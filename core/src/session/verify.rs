@@ -167,37 +167,46 @@ impl Session {
             .collect();
         keys.extend(stores.iter().cloned());
         self.verify.point_stores = stores;
-        // What batches applied out of their order of arrival stored (R7): claimed and absent
-        // at the master, the check fails.
-        keys.append(&mut self.verify.reordered.stores);
-        if keys.is_empty() {
+        if keys.is_empty() && self.verify.reordered.stores.is_empty() {
             return; // nothing claimed or stored: nothing to check
         }
         // The sample moved the sweep's place outside a round: the sweep confirms nothing.
         self.verify.sweep = None;
-        let request = self.verify.reserve_request();
-        let timeout = self.config.verify.unwrap_or_default().timeout;
-        self.verify.point_check = Some((request, now + timeout));
-        self.counters.point_checks += 1;
-        fx.push(Command::VerifyKeys { request, keys });
+        self.ask_point(now, keys, fx);
     }
 
     /// R7: batches applied out of their order of arrival stored what the master is to confirm.
-    /// Asks when no key list that placed the stream is being handed over (the resync's end
-    /// asks then; a reconcile's does not wait) and no check is under way (its answer asks
-    /// then); a store verification cannot ask about (another tenant's) forgets.
+    /// Asks about those keys alone when no key list that places the stream is being handed
+    /// over (the resync's end asks then) and no check is under way (its answer asks then); a
+    /// store verification cannot ask about (another tenant's) forgets.
     pub(super) fn check_reordered(&mut self, now: Instant, fx: &mut Effects) {
-        let placing = self.resync.state.is_fetching() && !self.reconciling();
         let reordered = &self.verify.reordered;
-        if !reordered.is_pending() || placing || self.verify.point_check.is_some() {
+        if !reordered.is_pending()
+            || self.resync.state.is_fetching()
+            || self.verify.point_check.is_some()
+        {
             return;
         }
         if reordered.unaskable {
-            self.counters.point_checks_failed += 1;
             self.forget(now, ClearReason::Unproven, fx);
             return;
         }
-        self.check_point(now, fx);
+        self.ask_point(now, Vec::new(), fx);
+    }
+
+    /// Asks the master about `keys` and what batches applied out of their order of arrival
+    /// stored (R7) as the point check; queries miss until every key is answered.
+    fn ask_point(&mut self, now: Instant, mut keys: Vec<String>, fx: &mut Effects) {
+        keys.append(&mut self.verify.reordered.stores);
+        // Once each: an answer is told whole by its keys.
+        keys.sort_unstable();
+        keys.dedup();
+        let request = self.verify.reserve_request();
+        let timeout = self.config.verify.unwrap_or_default().timeout;
+        self.verify.point_check = Some((request, now + timeout));
+        self.verify.point_asked = asked(keys.iter().map(String::as_str));
+        self.counters.point_checks += 1;
+        fx.push(Command::VerifyKeys { request, keys });
     }
 
     /// The point check failed or was not answered: the master could not tell, neither can the
@@ -210,7 +219,7 @@ impl Session {
     /// The master's answer to a point check: a key the index claims (and no event changed
     /// since) absent at the master, or one a skipped batch stored that the master holds and
     /// the index lacks (and lost nothing to its bounds since the placement), shows the key list
-    /// was not the stream's run's: forget.
+    /// was not the stream's run's: forget. An answer that leaves a key out cannot tell: forget.
     fn point_checked<'k>(
         &mut self,
         now: Instant,
@@ -221,17 +230,24 @@ impl Session {
         let stores = core::mem::take(&mut self.verify.point_stores);
         let index = &self.index;
         let lossless = lossy(index) == self.verify.skipped.lossy_at;
-        let contradicted = results.into_iter().any(|(key, present)| {
+        let mut contradicted = false;
+        let mut answered = Vec::new();
+        for (key, present) in results {
             let claimed = index.contains_key(DEFAULT_TENANT, key);
-            (!present && claimed)
-                || (present && !claimed && lossless && stores.iter().any(|s| s == key))
-        });
+            contradicted |= (!present && claimed)
+                || (present && !claimed && lossless && stores.iter().any(|s| s == key));
+            answered.push(key);
+        }
+        let complete = asked(answered.into_iter()) == self.verify.point_asked;
         if contradicted {
             self.counters.point_checks_failed += 1;
             self.forget(now, ClearReason::Restart, &mut fx);
+        } else if !complete {
+            self.point_check_failed(now, &mut fx);
         }
-        // A check asked for, or batches applied out of order, while this one was out: ask now.
-        if core::mem::take(&mut self.verify.check_again) && !contradicted {
+        // A check asked for, or batches applied out of order, while this one was out: ask now
+        // (a forget dropped both).
+        if core::mem::take(&mut self.verify.check_again) {
             self.check_point(now, &mut fx);
         }
         self.check_reordered(now, &mut fx);
@@ -387,6 +403,13 @@ impl Session {
             }
         }
     }
+}
+
+/// How many keys and their checksum: what a point check asked, to tell a whole answer.
+fn asked<'k>(keys: impl Iterator<Item = &'k str>) -> (usize, u64) {
+    keys.fold((0, 0), |(n, sum), k| {
+        (n + 1, sum.wrapping_add(key_checksum(k)))
+    })
 }
 
 /// What the index lost to its bounds so far: evictions and untracked objects.

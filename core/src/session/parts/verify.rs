@@ -44,6 +44,9 @@ pub(in crate::session) struct Verify {
     pub(in crate::session) reordered: Reordered,
     /// A point check was asked for while one was under way: it is asked once that one answers.
     pub(in crate::session) check_again: bool,
+    /// How many keys the point check under way asks about, and their checksum: an answer that
+    /// leaves one out cannot tell.
+    pub(in crate::session) point_asked: (usize, u64),
 }
 
 /// What batches the stream applied after a batch that arrived after them stored (R7): each may
@@ -111,7 +114,15 @@ impl Verify {
             point_stores: Vec::new(),
             reordered: Reordered::default(),
             check_again: false,
+            point_asked: (0, 0),
         }
+    }
+
+    /// Drops the point check under way and what waits to be asked by one: the index forgot.
+    pub(in crate::session) fn drop_point_checks(&mut self) {
+        self.point_check = None;
+        self.reordered = Reordered::default();
+        self.check_again = false;
     }
 
     /// Drops the round under way and the sweep, and schedules nothing (the numbering goes on).
