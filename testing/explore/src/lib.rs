@@ -39,7 +39,7 @@
 //! (about 7 times more states a level), the two shipped worlds (window off) expand 3.2 and
 //! 2.6 million states and play 63.6 and 72.1 million histories, in 8.3 minutes (status on)
 //! and 3.8 (status off) on both cores: too long for CI's budget. With a window and status
-//! counters, 62.0 million histories over 3.18 million states in 8.8 minutes, 0 failed (it
+//! counters, 62.0 million histories over 3.14 million states in 7.6 minutes, 0 failed (it
 //! found a false hit there, a late batch of a run left: `tests/histories.rs`, closed by R7).
 //!
 //! # What it checks
