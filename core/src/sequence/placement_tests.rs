@@ -283,6 +283,21 @@ fn r6_a_copy_of_a_held_batch_is_not_the_last_batch_heard() {
 }
 
 #[test]
+fn r8_an_undecodable_batch_like_a_held_one_is_heard_and_anchors_nothing() {
+    // Run 1's undecodable batch 1 and its batch 2 are held for a fetch; run 2's undecodable
+    // batch 1 has the same bytes. It is never taken for a copy that leaves the last batch
+    // heard at 2 (R8): a fetch without a status anchored there would continue run 1 (found by
+    // the exhaustive checker, depth 6, no window, no status counters).
+    let mut s = resync_on(0);
+    s.fetch_asked();
+    assert_eq!(offer(&mut s, undecodable(1)), Ruling::Hold);
+    assert_eq!(offer(&mut s, mark(1, 2, 2, 2)), Ruling::Hold);
+    assert!(s.can_anchor());
+    let _ = offer(&mut s, undecodable(1));
+    assert!(!s.can_anchor());
+}
+
+#[test]
 fn r7_the_window_declares_a_loss_on_overflow_or_deadline_and_unplaces() {
     let mut s = resync_on(2);
     s.fetch_asked();

@@ -165,8 +165,9 @@ impl<T> Stream<T> {
         self.arrivals += 1;
         let mut ruling = self.rule(now, &mark, None);
         self.hole_measured = false;
-        if ruling == Ruling::Hold && self.hold.holds_copy_of(&mark) {
-            ruling = Ruling::Skip(Skip::Copy); // R2: a copy of a batch held, not heard again
+        if ruling == Ruling::Hold && !mark.undecodable && self.hold.holds_copy_of(&mark) {
+            // R2: a copy of a batch held, not heard again (an undecodable one is heard: R8).
+            ruling = Ruling::Skip(Skip::Copy);
         }
         if ruling != Ruling::Skip(Skip::Copy) {
             self.check.heard(now);
