@@ -231,14 +231,14 @@ impl Session {
         let index = &self.index;
         let lossless = lossy(index) == self.verify.skipped.lossy_at;
         let mut contradicted = false;
-        let mut answered = Vec::new();
+        let mut answered = (0usize, 0u64);
         for (key, present) in results {
             let claimed = index.contains_key(DEFAULT_TENANT, key);
             contradicted |= (!present && claimed)
                 || (present && !claimed && lossless && stores.iter().any(|s| s == key));
-            answered.push(key);
+            answered = (answered.0 + 1, answered.1.wrapping_add(key_checksum(key)));
         }
-        let complete = asked(answered.into_iter()) == self.verify.point_asked;
+        let complete = answered == self.verify.point_asked;
         if contradicted {
             self.counters.point_checks_failed += 1;
             self.forget(now, ClearReason::Restart, &mut fx);
@@ -314,9 +314,7 @@ impl Session {
             stamp: sampled.stamp,
             deadline: now + v.timeout,
             keys: keys.len(),
-            checksum: keys
-                .iter()
-                .fold(0u64, |sum, k| sum.wrapping_add(key_checksum(k))),
+            checksum: asked(keys.iter().map(String::as_str)).1,
             ended_sweep: sampled.ended_sweep,
             began_next: sampled.began_next,
             other_tenants: sampled.other_tenants,
@@ -383,9 +381,7 @@ impl Session {
             }
         }
     }
-}
 
-impl Session {
     /// Notes what the batch `batch`, applied after a batch that arrived after it, stores (R7):
     /// the next point check asks the master about it.
     pub(super) fn note_reordered(&mut self, batch: &Batch<'_>) {
